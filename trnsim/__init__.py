@@ -1,0 +1,31 @@
+"""trnsim: a cycle-approximate simulator of AWS Trainium.
+
+The simulator core (chips, instruction set, timing, numerics, traces) runs on
+numpy arrays; nothing here imports torch.
+"""
+
+from trnsim.errors import AllocationError, ChipSpecError, ProgramError, SimulationError, TrnSimError
+from trnsim.hw.spec import ChipSpec, load_chip, shipped_chips
+from trnsim.isa import Program
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "AllocationError",
+    "ChipSpec",
+    "ChipSpecError",
+    "Program",
+    "ProgramError",
+    "SimulationError",
+    "TrnSimError",
+    "load_chip",
+    "shipped_chips",
+    "simulate",
+]
+
+
+def simulate(program: Program, inputs: dict | None = None, *, fidelity: str = "timing", trace: object = None):
+    """Run ``program`` on its chip; see :func:`trnsim.hw.core.simulate`."""
+    from trnsim.hw.core import simulate as _simulate
+
+    return _simulate(program, inputs, fidelity=fidelity, trace=trace)

@@ -1,0 +1,74 @@
+"""The data types a NeuronCore stores and computes with.
+
+Each dtype has a numpy *storage* type: bfloat16 is kept as its uint16 bit
+pattern, the float8 types as uint8 bit patterns, everything else as the numpy
+type of the same name. ``trnsim.compute`` converts between storage and values.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from trnsim.errors import ProgramError
+
+
+@dataclass(frozen=True)
+class DType:
+    """A chip data type: its name, size in bytes, numpy storage type and kind."""
+
+    name: str
+    itemsize: int
+    storage: np.dtype
+    is_float: bool
+
+    def __repr__(self) -> str:
+        return self.name
+
+
+float32 = DType("float32", 4, np.dtype(np.float32), True)
+bfloat16 = DType("bfloat16", 2, np.dtype(np.uint16), True)
+float16 = DType("float16", 2, np.dtype(np.float16), True)
+float8_e4m3 = DType("float8_e4m3", 1, np.dtype(np.uint8), True)
+float8_e5m2 = DType("float8_e5m2", 1, np.dtype(np.uint8), True)
+int8 = DType("int8", 1, np.dtype(np.int8), False)
+uint8 = DType("uint8", 1, np.dtype(np.uint8), False)
+int16 = DType("int16", 2, np.dtype(np.int16), False)
+int32 = DType("int32", 4, np.dtype(np.int32), False)
+uint32 = DType("uint32", 4, np.dtype(np.uint32), False)
+
+ALL: tuple[DType, ...] = (float32, bfloat16, float16, float8_e4m3, float8_e5m2, int8, uint8, int16, int32, uint32)
+_BY_NAME = {d.name: d for d in ALL}
+_ALIASES = {
+    "fp32": float32, "float": float32, "bf16": bfloat16, "fp16": float16, "half": float16,
+    "fp8_e4m3": float8_e4m3, "float8_e4m3fn": float8_e4m3, "fp8_e5m2": float8_e5m2,
+}
+_FROM_NUMPY = {np.dtype(np.float32): float32, np.dtype(np.float16): float16, np.dtype(np.int8): int8,
+               np.dtype(np.uint8): uint8, np.dtype(np.int16): int16, np.dtype(np.int32): int32,
+               np.dtype(np.uint32): uint32}
+
+
+def as_dtype(value: object) -> DType:
+    """Turn a DType, a name (``"bfloat16"``, ``"bf16"``) or a numpy dtype into a DType."""
+    if isinstance(value, DType):
+        return value
+    if isinstance(value, str):
+        found = _BY_NAME.get(value) or _ALIASES.get(value)
+        if found is not None:
+            return found
+    else:
+        try:
+            found = _FROM_NUMPY.get(np.dtype(value))  # type: ignore[call-overload]
+        except TypeError:
+            found = None
+        if found is not None:
+            return found
+    names = ", ".join(d.name for d in ALL)
+    raise ProgramError(f"unsupported dtype {value!r}; the chip's dtypes are: {names}")
+
+
+def int_range(dtype: DType) -> tuple[int, int]:
+    """Smallest and largest value of an integer dtype."""
+    info = np.iinfo(dtype.storage)
+    return int(info.min), int(info.max)

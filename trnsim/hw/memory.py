@@ -1,0 +1,108 @@
+"""On-chip memories: SBUF and PSUM space, partition by partition.
+
+An allocation covers a range of partitions and a range of bytes inside each of
+them. Two allocations may share bytes only on disjoint partitions. Placement is
+first fit along the byte axis, so the same sequence of allocations always gets
+the same addresses.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from trnsim.errors import AllocationError
+
+Bytes = int
+
+
+@dataclass(frozen=True)
+class Allocation:
+    """One live region: partitions [start, start + count) x bytes [offset, offset + nbytes)."""
+
+    name: str
+    start_partition: int
+    partitions: int
+    offset: Bytes
+    nbytes: Bytes
+
+    def overlaps_partitions(self, start: int, count: int) -> bool:
+        return self.start_partition < start + count and start < self.start_partition + self.partitions
+
+
+class OnChipAllocator:
+    """First-fit placement of tensors in SBUF or PSUM, with capacity errors that say what is live.
+
+    PSUM (``bank_bytes`` given) keeps a tensor inside one bank when it fits in
+    one, and starts larger tensors on a bank boundary.
+    """
+
+    def __init__(self, memory: object, partitions: int, partition_bytes: Bytes, chip_name: str, bank_bytes: Bytes | None = None) -> None:
+        self.memory = memory
+        self.partitions = partitions
+        self.partition_bytes = partition_bytes
+        self.chip_name = chip_name
+        self.bank_bytes = bank_bytes
+        self.live: dict[str, Allocation] = {}
+        self.peak_bytes: Bytes = 0
+
+    def used_bytes(self) -> Bytes:
+        """Bytes allocated, summed over partitions."""
+        return sum(a.partitions * a.nbytes for a in self.live.values())
+
+    def allocate(self, name: str, start: int, count: int, nbytes: Bytes) -> Bytes:
+        """Place ``nbytes`` per partition on partitions [start, start + count); returns the byte offset."""
+        label = self.memory.value.upper()
+        if nbytes > self.partition_bytes:
+            raise AllocationError(
+                f"{label} allocation {name!r} of {_kib(nbytes)} per partition exceeds the {_kib(self.partition_bytes)} "
+                f"of each partition on {self.chip_name}; tile the free dimension")
+        if self.bank_bytes is not None:
+            if nbytes > self.bank_bytes and nbytes % self.bank_bytes:
+                raise AllocationError(
+                    f"PSUM allocation {name!r} of {nbytes} bytes per partition is larger than one bank "
+                    f"({self.bank_bytes} bytes) but not a whole number of banks; use at most {self.bank_bytes} bytes or whole banks")
+        busy = sorted((a.offset, a.offset + a.nbytes) for a in self.live.values() if a.overlaps_partitions(start, count))
+        offset = 0
+        for lo, hi in busy:
+            offset = self._fit(offset, nbytes)
+            if offset + nbytes <= lo:
+                break
+            offset = max(offset, hi)
+        offset = self._fit(offset, nbytes)
+        if offset + nbytes > self.partition_bytes:
+            raise AllocationError(
+                f"{label} allocation {name!r} of {_kib(nbytes)} per partition on partitions {start}..{start + count - 1} "
+                f"does not fit on {self.chip_name}: {_kib(self.partition_bytes)} per partition, live there: "
+                f"{self.describe_live(start, count)}; free a tile or make this one smaller")
+        self.live[name] = Allocation(name, start, count, offset, nbytes)
+        self.peak_bytes = max(self.peak_bytes, self.used_bytes())
+        return offset
+
+    def _fit(self, offset: Bytes, nbytes: Bytes) -> Bytes:
+        """Move ``offset`` so a PSUM tile does not straddle a bank; SBUF offsets stay 4-byte aligned."""
+        if self.bank_bytes is None:
+            return (offset + 3) // 4 * 4
+        bank = self.bank_bytes
+        if nbytes > bank:
+            return (offset + bank - 1) // bank * bank
+        if offset // bank != (offset + nbytes - 1) // bank:
+            return (offset // bank + 1) * bank
+        return (offset + 3) // 4 * 4
+
+    def release(self, name: str) -> None:
+        """Free the allocation called ``name``."""
+        if name not in self.live:
+            raise AllocationError(f"{self.memory.value.upper()} tensor {name!r} is not allocated; it was never placed or is already freed")
+        del self.live[name]
+
+    def describe_live(self, start: int, count: int) -> str:
+        rows = [a for a in self.live.values() if a.overlaps_partitions(start, count)]
+        if not rows:
+            return "nothing"
+        return ", ".join(f"{a.name} ({_kib(a.nbytes)} at byte {a.offset})" for a in sorted(rows, key=lambda a: a.offset))
+
+
+def _kib(nbytes: Bytes) -> str:
+    if nbytes % 1024 == 0:
+        return f"{nbytes // 1024} KiB"
+    return f"{nbytes / 1024:.1f} KiB"

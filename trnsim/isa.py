@@ -1,0 +1,881 @@
+"""The NeuronCore instruction set and Programs.
+
+A :class:`Program` owns tensors (in HBM, SBUF or PSUM) and a list of
+instructions. Each instruction names the engine (or DMA queue) that runs it and
+the earlier instructions it depends on. Engines run their own instructions in
+program order; they wait on each other only through those dependencies and
+through explicit semaphores.
+
+Operands are :class:`View` objects: a tensor plus an element offset and up to
+five ``(stride, count)`` dimensions. On SBUF and PSUM the first dimension is the
+partition dimension (at most 128 partitions, step 1); up to four free dimensions
+follow. Slicing a tensor (``t[0:64, 128:256]``) makes a View.
+"""
+
+from __future__ import annotations
+
+import enum
+import math
+from dataclasses import dataclass, field
+from typing import ClassVar, Iterator, Sequence
+
+from trnsim.dtypes import DType, as_dtype, float32
+from trnsim.errors import ProgramError
+
+
+class Memory(str, enum.Enum):
+    """Where a tensor lives."""
+
+    HBM = "hbm"
+    SBUF = "sbuf"
+    PSUM = "psum"
+
+
+class Engine(str, enum.Enum):
+    """The compute engines of a NeuronCore (DMA queues are tracks of their own)."""
+
+    TENSOR = "tensor"
+    VECTOR = "vector"
+    SCALAR = "scalar"
+    GPSIMD = "gpsimd"
+    SYNC = "sync"
+
+
+MAX_FREE_DIMS = 4
+
+
+@dataclass(eq=False)
+class Tensor:
+    """A named region of HBM, SBUF or PSUM with a shape and a dtype.
+
+    On-chip tensors (SBUF, PSUM) are laid out ``shape[0]`` partitions from
+    ``start_partition``, the free dimensions row-major within each partition at
+    ``byte_offset``. HBM tensors are row-major from ``byte_offset``.
+    """
+
+    name: str
+    memory: Memory
+    shape: tuple[int, ...]
+    dtype: DType
+    start_partition: int = 0
+    byte_offset: int = 0
+
+    @property
+    def on_chip(self) -> bool:
+        return self.memory is not Memory.HBM
+
+    @property
+    def size(self) -> int:
+        return math.prod(self.shape)
+
+    @property
+    def row_elems(self) -> int:
+        """Elements per partition (on chip) or per leading row (HBM)."""
+        return math.prod(self.shape[1:])
+
+    @property
+    def partition_bytes(self) -> int:
+        """Bytes each partition holds of an on-chip tensor."""
+        return self.row_elems * self.dtype.itemsize
+
+    @property
+    def nbytes(self) -> int:
+        return self.size * self.dtype.itemsize
+
+    def view(self) -> View:
+        """The whole tensor as a View."""
+        strides = []
+        acc = 1
+        for n in reversed(self.shape):
+            strides.append(acc)
+            acc *= n
+        return View(self, 0, tuple(zip(reversed(strides), self.shape)))
+
+    def __getitem__(self, index: object) -> View:
+        return self.view()[index]
+
+    def __repr__(self) -> str:
+        return f"{self.memory.value}:{self.name}{list(self.shape)}:{self.dtype.name}"
+
+
+@dataclass(frozen=True, eq=False)
+class View:
+    """An access pattern on a tensor: element ``offset`` plus ``(stride, count)`` dims.
+
+    Strides and offsets count elements of the tensor's dtype. On chip, ``dims[0]``
+    walks partitions (its stride is the tensor's elements per partition).
+    """
+
+    tensor: Tensor
+    offset: int
+    dims: tuple[tuple[int, int], ...]
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        return tuple(c for _, c in self.dims)
+
+    @property
+    def dtype(self) -> DType:
+        return self.tensor.dtype
+
+    @property
+    def memory(self) -> Memory:
+        return self.tensor.memory
+
+    @property
+    def size(self) -> int:
+        return math.prod(self.shape)
+
+    @property
+    def nbytes(self) -> int:
+        return self.size * self.tensor.dtype.itemsize
+
+    @property
+    def partitions(self) -> int:
+        """Partitions this view spans (on chip), or its leading extent (HBM)."""
+        return self.dims[0][1] if self.dims else 1
+
+    @property
+    def free_size(self) -> int:
+        """Elements per partition."""
+        return math.prod(c for _, c in self.dims[1:])
+
+    @property
+    def start_partition(self) -> int:
+        """Absolute first partition of an on-chip view."""
+        return self.tensor.start_partition + self.offset // self.tensor.row_elems
+
+    @property
+    def free_offset(self) -> int:
+        """Element offset inside each partition of an on-chip view."""
+        return self.offset % self.tensor.row_elems
+
+    def contiguous_run(self) -> int:
+        """Length in elements of the longest contiguous chunk the view is made of.
+
+        On chip, chunks never cross partitions.
+        """
+        run = 1
+        start = 1 if self.tensor.on_chip else 0
+        for stride, count in reversed(self.dims[start:]):
+            if count == 1:
+                continue
+            if stride != run:
+                break
+            run *= count
+        else:
+            return run
+        return run
+
+    def max_free_stride_bytes(self) -> int:
+        """Largest step in bytes between neighbouring elements of the innermost free dim."""
+        for stride, count in reversed(self.dims[1:]):
+            if count > 1:
+                return stride * self.tensor.dtype.itemsize
+        return self.tensor.dtype.itemsize
+
+    def __getitem__(self, index: object) -> View:
+        if not isinstance(index, tuple):
+            index = (index,)
+        if len(index) > len(self.dims):
+            raise ProgramError(f"too many indices ({len(index)}) for {self!r} with {len(self.dims)} dimensions")
+        offset = self.offset
+        dims: list[tuple[int, int]] = []
+        for axis, (stride, count) in enumerate(self.dims):
+            if axis >= len(index):
+                dims.append((stride, count))
+                continue
+            idx = index[axis]
+            if isinstance(idx, slice):
+                start, stop, step = idx.indices(count)
+                if step <= 0:
+                    raise ProgramError(f"slice step {step} on axis {axis} of {self!r}: only positive steps are supported")
+                n = max(0, (stop - start + step - 1) // step)
+                if idx.start is not None and not -count <= idx.start <= count or idx.stop is not None and not -count <= idx.stop <= count:
+                    raise ProgramError(f"slice {idx.start}:{idx.stop} is out of bounds for axis {axis} of size {count} in {self!r}")
+                offset += start * stride
+                dims.append((stride * step, n))
+            elif isinstance(idx, int):
+                if not -count <= idx < count:
+                    raise ProgramError(f"index {idx} is out of bounds for axis {axis} of size {count} in {self!r}")
+                offset += (idx % count) * stride
+                if axis == 0 and self.tensor.on_chip:
+                    dims.append((stride, 1))  # keep the partition dimension
+            else:
+                raise ProgramError(f"index {idx!r} on axis {axis}: use integers or slices")
+        return View(self.tensor, offset, tuple(dims))
+
+    def __repr__(self) -> str:
+        return f"{self.tensor.memory.value}:{self.tensor.name}@{self.offset}{list(self.shape)}:{self.tensor.dtype.name}"
+
+
+Operand = View
+Scalar = float
+
+
+class ActivationFunc(str, enum.Enum):
+    """Functions of the scalar engine's activation instruction."""
+
+    IDENTITY = "identity"
+    EXP = "exp"
+    LOG = "log"
+    SQRT = "sqrt"
+    RSQRT = "rsqrt"
+    RECIPROCAL = "reciprocal"
+    TANH = "tanh"
+    SIGMOID = "sigmoid"
+    RELU = "relu"
+    GELU = "gelu"
+    GELU_TANH = "gelu_tanh"
+    SILU = "silu"
+    SQUARE = "square"
+    ABS = "abs"
+    SOFTPLUS = "softplus"
+    SIN = "sin"
+    COS = "cos"
+    ERF = "erf"
+    SIGN = "sign"
+
+
+class AluOp(str, enum.Enum):
+    """Arithmetic and comparison operations of the vector and GpSimd engines."""
+
+    ADD = "add"
+    SUBTRACT = "subtract"
+    MULTIPLY = "multiply"
+    DIVIDE = "divide"
+    MAXIMUM = "maximum"
+    MINIMUM = "minimum"
+    POW = "pow"
+    ABS_DIFF = "abs_diff"
+    IS_EQUAL = "is_equal"
+    NOT_EQUAL = "not_equal"
+    IS_GT = "is_gt"
+    IS_GE = "is_ge"
+    IS_LT = "is_lt"
+    IS_LE = "is_le"
+    BYPASS = "bypass"
+
+
+class ReduceOp(str, enum.Enum):
+    """Reductions along free dimensions."""
+
+    ADD = "add"
+    MAX = "max"
+    MIN = "min"
+
+
+@dataclass(eq=False)
+class Instruction:
+    """Base of every instruction: where it runs, what it waits for, where it came from."""
+
+    engine: Engine = field(default=Engine.SYNC, kw_only=True)
+    deps: tuple[int, ...] = field(default=(), kw_only=True)
+    source: str = field(default="", kw_only=True)
+    index: int = field(default=-1, kw_only=True)
+
+    opcode: ClassVar[str] = "instruction"
+    engines: ClassVar[tuple[Engine, ...]] = ()
+
+    def __post_init__(self) -> None:
+        # A whole tensor may stand wherever a View is expected.
+        for name, value in vars(self).items():
+            if isinstance(value, Tensor):
+                setattr(self, name, value.view())
+
+    @property
+    def track(self) -> str:
+        """Name of the timeline this instruction runs on."""
+        return self.engine.value
+
+    def reads(self) -> tuple[View, ...]:
+        return ()
+
+    def writes(self) -> tuple[View, ...]:
+        return ()
+
+    def describe(self) -> str:
+        """One line: opcode and operands."""
+        parts = [f"{v!r}" for v in self.writes()] + [f"{v!r}" for v in self.reads()]
+        return f"{self.opcode} " + ", ".join(parts)
+
+
+@dataclass(eq=False)
+class LoadStationary(Instruction):
+    """Load ``src`` [K, M] (SBUF) into the PE array as the stationary operand."""
+
+    src: View
+    opcode = "load_stationary"
+    engines = (Engine.TENSOR,)
+
+    def reads(self) -> tuple[View, ...]:
+        return (self.src,)
+
+
+@dataclass(eq=False)
+class MultiplyMoving(Instruction):
+    """Stream ``src`` [K, N] (SBUF) past the stationary [K, M]; write stationary.T @ src
+    [M, N] into ``dst`` (PSUM, fp32). ``accumulate=False`` starts an accumulation group
+    (overwrites), ``True`` adds to it."""
+
+    dst: View
+    src: View
+    accumulate: bool = False
+    opcode = "multiply_moving"
+    engines = (Engine.TENSOR,)
+
+    def reads(self) -> tuple[View, ...]:
+        return (self.src,)
+
+    def writes(self) -> tuple[View, ...]:
+        return (self.dst,)
+
+
+@dataclass(eq=False)
+class Transpose(Instruction):
+    """Transpose ``src`` [P, F] (SBUF) through the PE array into ``dst`` [F, P] (PSUM)."""
+
+    dst: View
+    src: View
+    opcode = "transpose"
+    engines = (Engine.TENSOR,)
+
+    def reads(self) -> tuple[View, ...]:
+        return (self.src,)
+
+    def writes(self) -> tuple[View, ...]:
+        return (self.dst,)
+
+
+@dataclass(eq=False)
+class Activation(Instruction):
+    """``dst = func(src * scale + bias)``; ``bias`` is a [P, 1] view or None, ``scale`` a
+    number or a [P, 1] view. With ``reduce_op``, ``reduce_dst`` [P, 1] gets the reduction
+    of the outputs along the free dimensions."""
+
+    dst: View
+    src: View
+    func: ActivationFunc = ActivationFunc.IDENTITY
+    bias: View | None = None
+    scale: float | View = 1.0
+    reduce_op: ReduceOp | None = None
+    reduce_dst: View | None = None
+    opcode = "activation"
+    engines = (Engine.SCALAR,)
+
+    def reads(self) -> tuple[View, ...]:
+        extra = tuple(v for v in (self.bias, self.scale) if isinstance(v, View))
+        return (self.src,) + extra
+
+    def writes(self) -> tuple[View, ...]:
+        return (self.dst,) + ((self.reduce_dst,) if self.reduce_dst is not None else ())
+
+
+@dataclass(eq=False)
+class TensorTensor(Instruction):
+    """``dst = op(a, b)`` elementwise; ``a``, ``b`` and ``dst`` have one shape."""
+
+    dst: View
+    a: View
+    b: View
+    op: AluOp = AluOp.ADD
+    opcode = "tensor_tensor"
+    engines = (Engine.VECTOR, Engine.GPSIMD)
+
+    def reads(self) -> tuple[View, ...]:
+        return (self.a, self.b)
+
+    def writes(self) -> tuple[View, ...]:
+        return (self.dst,)
+
+
+@dataclass(eq=False)
+class TensorScalar(Instruction):
+    """``dst = op1(op0(src, operand0), operand1)``; operands are numbers or [P, 1] views
+    (one value per partition). ``op1=None`` applies ``op0`` only. ``reverse0`` swaps
+    the operands of ``op0`` (``operand0 - src`` rather than ``src - operand0``)."""
+
+    dst: View
+    src: View
+    op0: AluOp
+    operand0: float | View
+    op1: AluOp | None = None
+    operand1: float | View | None = None
+    reverse0: bool = False
+    opcode = "tensor_scalar"
+    engines = (Engine.VECTOR, Engine.GPSIMD, Engine.SCALAR)
+
+    def reads(self) -> tuple[View, ...]:
+        return (self.src,) + tuple(v for v in (self.operand0, self.operand1) if isinstance(v, View))
+
+    def writes(self) -> tuple[View, ...]:
+        return (self.dst,)
+
+
+@dataclass(eq=False)
+class TensorReduce(Instruction):
+    """Reduce ``src`` along its last ``num_axes`` free dimensions into ``dst``."""
+
+    dst: View
+    src: View
+    op: ReduceOp = ReduceOp.ADD
+    num_axes: int = 1
+    opcode = "tensor_reduce"
+    engines = (Engine.VECTOR, Engine.GPSIMD)
+
+    def reads(self) -> tuple[View, ...]:
+        return (self.src,)
+
+    def writes(self) -> tuple[View, ...]:
+        return (self.dst,)
+
+
+@dataclass(eq=False)
+class TensorCopy(Instruction):
+    """Copy ``src`` to ``dst``, converting to ``dst``'s dtype (round to nearest even)."""
+
+    dst: View
+    src: View
+    opcode = "tensor_copy"
+    engines = (Engine.VECTOR, Engine.SCALAR, Engine.GPSIMD)
+
+    def reads(self) -> tuple[View, ...]:
+        return (self.src,)
+
+    def writes(self) -> tuple[View, ...]:
+        return (self.dst,)
+
+
+@dataclass(eq=False)
+class Memset(Instruction):
+    """Fill ``dst`` with ``value``."""
+
+    dst: View
+    value: float = 0.0
+    opcode = "memset"
+    engines = (Engine.VECTOR, Engine.GPSIMD, Engine.SCALAR)
+
+    def writes(self) -> tuple[View, ...]:
+        return (self.dst,)
+
+
+@dataclass(eq=False)
+class Iota(Instruction):
+    """``dst[p, i0, i1, ...] = offset + channel_multiplier * p + sum(steps[k] * ik)``."""
+
+    dst: View
+    steps: tuple[int, ...] = ()
+    offset: int = 0
+    channel_multiplier: int = 0
+    opcode = "iota"
+    engines = (Engine.GPSIMD,)
+
+    def writes(self) -> tuple[View, ...]:
+        return (self.dst,)
+
+
+@dataclass(eq=False)
+class Select(Instruction):
+    """``dst = on_true where mask != 0 else on_false``; ``on_false`` may be a number."""
+
+    dst: View
+    mask: View
+    on_true: View
+    on_false: float | View = 0.0
+    opcode = "select"
+    engines = (Engine.VECTOR, Engine.GPSIMD)
+
+    def reads(self) -> tuple[View, ...]:
+        return (self.mask, self.on_true) + ((self.on_false,) if isinstance(self.on_false, View) else ())
+
+    def writes(self) -> tuple[View, ...]:
+        return (self.dst,)
+
+
+@dataclass(eq=False)
+class AffineSelect(Instruction):
+    """``dst = src where cmp(offset + channel_multiplier * p + sum(steps[k] * ik), 0)
+    else fill`` (``cmp`` one of the comparison AluOps): masks such as causal attention."""
+
+    dst: View
+    src: View
+    steps: tuple[int, ...] = ()
+    offset: int = 0
+    channel_multiplier: int = 0
+    cmp: AluOp = AluOp.IS_GE
+    fill: float = 0.0
+    opcode = "affine_select"
+    engines = (Engine.GPSIMD,)
+
+    def reads(self) -> tuple[View, ...]:
+        return (self.src,)
+
+    def writes(self) -> tuple[View, ...]:
+        return (self.dst,)
+
+
+@dataclass(eq=False)
+class DmaCopy(Instruction):
+    """Copy ``src`` to ``dst`` (HBM, SBUF or PSUM; one dtype) on DMA queue ``queue``."""
+
+    dst: View
+    src: View
+    queue: int = 0
+    opcode = "dma_copy"
+
+    @property
+    def track(self) -> str:
+        return f"dma.q{self.queue}"
+
+    def reads(self) -> tuple[View, ...]:
+        return (self.src,)
+
+    def writes(self) -> tuple[View, ...]:
+        return (self.dst,)
+
+
+@dataclass(eq=False)
+class SemaphoreSignal(Instruction):
+    """Add one to semaphore ``sem`` when every earlier instruction on this engine is done."""
+
+    sem: str = "sem"
+    opcode = "semaphore_signal"
+    engines = tuple(Engine)
+
+    def describe(self) -> str:
+        return f"{self.opcode} {self.sem}"
+
+
+@dataclass(eq=False)
+class SemaphoreWait(Instruction):
+    """Block this engine until semaphore ``sem`` has reached ``count``."""
+
+    sem: str = "sem"
+    count: int = 1
+    opcode = "semaphore_wait"
+    engines = tuple(Engine)
+
+    def describe(self) -> str:
+        return f"{self.opcode} {self.sem} >= {self.count}"
+
+
+ALU_COMPARISONS = (AluOp.IS_EQUAL, AluOp.NOT_EQUAL, AluOp.IS_GT, AluOp.IS_GE, AluOp.IS_LT, AluOp.IS_LE)
+
+
+def _alignment_ok(start: int, count: int) -> bool:
+    if count > 64:
+        return start == 0
+    if count > 32:
+        return start in (0, 64)
+    return start in (0, 32, 64, 96)
+
+
+def _allowed_starts(count: int) -> str:
+    if count > 64:
+        return "0"
+    if count > 32:
+        return "0 or 64"
+    return "0, 32, 64 or 96"
+
+
+class Program:
+    """Tensors and a list of instructions with explicit dependencies.
+
+    Tensors are placed by :meth:`hbm`, :meth:`sbuf` and :meth:`psum` (which check
+    capacity against ``chip``); instructions are appended by :meth:`add` or the
+    helpers named after them, each checked against the chip's limits. A Program
+    knows its chip's limits but nothing of how it is timed.
+    """
+
+    def __init__(self, chip: object = None, name: str = "program") -> None:
+        from trnsim.hw.memory import OnChipAllocator
+        from trnsim.hw.spec import load_chip
+
+        self.chip = load_chip(chip)
+        self.name = name
+        self.instructions: list[Instruction] = []
+        self.tensors: list[Tensor] = []
+        self.inputs: list[Tensor] = []
+        self.outputs: list[Tensor] = []
+        self.sbuf_alloc = OnChipAllocator(Memory.SBUF, self.chip.sbuf.partitions, self.chip.sbuf.partition_bytes, self.chip.name)
+        self.psum_alloc = OnChipAllocator(Memory.PSUM, self.chip.psum.partitions, self.chip.psum.partition_bytes, self.chip.name,
+                                          bank_bytes=self.chip.psum.bank_bytes)
+        self._hbm_bytes = 0
+        self._names: set[str] = set()
+        self._tensor_ids: set[int] = set()
+
+    # -- tensors -----------------------------------------------------------
+
+    def _name(self, name: str | None, kind: str) -> str:
+        if name is None:
+            name = f"{kind}{len(self.tensors)}"
+        if name in self._names:
+            raise ProgramError(f"tensor name {name!r} is already used in program {self.name!r}; pick another")
+        self._names.add(name)
+        return name
+
+    def hbm(self, shape: Sequence[int], dtype: object = float32, name: str | None = None, *, kind: str = "internal") -> Tensor:
+        """A tensor in HBM; ``kind`` is ``"input"``, ``"output"`` or ``"internal"``."""
+        shape = _check_shape(shape, "hbm")
+        dt = as_dtype(dtype)
+        t = Tensor(self._name(name, "hbm"), Memory.HBM, shape, dt, byte_offset=self._hbm_bytes)
+        self._hbm_bytes += t.nbytes
+        self.tensors.append(t)
+        self._tensor_ids.add(id(t))
+        if kind == "input":
+            self.inputs.append(t)
+        elif kind == "output":
+            self.outputs.append(t)
+        elif kind != "internal":
+            raise ProgramError(f"hbm tensor kind {kind!r}: use 'input', 'output' or 'internal'")
+        return t
+
+    def sbuf(self, shape: Sequence[int], dtype: object = float32, name: str | None = None, *, start_partition: int = 0) -> Tensor:
+        """A tensor in SBUF: ``shape[0]`` partitions, the rest row-major in each partition."""
+        return self._on_chip(self.sbuf_alloc, shape, dtype, name, start_partition)
+
+    def psum(self, shape: Sequence[int], dtype: object = float32, name: str | None = None, *, start_partition: int = 0) -> Tensor:
+        """A tensor in PSUM; it must fit in one bank (2 KiB per partition) or span whole banks."""
+        return self._on_chip(self.psum_alloc, shape, dtype, name, start_partition)
+
+    def _on_chip(self, alloc: object, shape: Sequence[int], dtype: object, name: str | None, start_partition: int) -> Tensor:
+        shape = _check_shape(shape, alloc.memory.value)
+        dt = as_dtype(dtype)
+        label = name if name is not None else f"{alloc.memory.value}{len(self.tensors)}"
+        _check_partitions(f"{alloc.memory.value} tensor {label!r}", start_partition, shape[0], self.chip)
+        if label in self._names:
+            raise ProgramError(f"tensor name {label!r} is already used in program {self.name!r}; pick another")
+        nbytes = math.prod(shape[1:]) * dt.itemsize
+        offset = alloc.allocate(label, start_partition, shape[0], nbytes)
+        name = self._name(label, alloc.memory.value)
+        t = Tensor(name, alloc.memory, shape, dt, start_partition=start_partition, byte_offset=offset)
+        self.tensors.append(t)
+        self._tensor_ids.add(id(t))
+        return t
+
+    def free(self, tensor: Tensor) -> None:
+        """Return an on-chip tensor's space to its allocator (its name stays taken)."""
+        if tensor.memory is Memory.SBUF:
+            self.sbuf_alloc.release(tensor.name)
+        elif tensor.memory is Memory.PSUM:
+            self.psum_alloc.release(tensor.name)
+        else:
+            raise ProgramError(f"free({tensor!r}): only SBUF and PSUM tensors are freed")
+
+    # -- instructions ------------------------------------------------------
+
+    def add(self, inst: Instruction) -> int:
+        """Check ``inst`` against the chip and append it; returns its index."""
+        inst.index = len(self.instructions)
+        self._validate(inst)
+        self.instructions.append(inst)
+        return inst.index
+
+    def __len__(self) -> int:
+        return len(self.instructions)
+
+    def __iter__(self) -> Iterator[Instruction]:
+        return iter(self.instructions)
+
+    def _fail(self, inst: Instruction, message: str) -> ProgramError:
+        where = f" ({inst.source})" if inst.source else ""
+        return ProgramError(f"instruction {inst.index} {inst.opcode}{where}: {message}")
+
+    def _validate(self, inst: Instruction) -> None:
+        for d in inst.deps:
+            if not isinstance(d, int) or not 0 <= d < inst.index:
+                raise self._fail(inst, f"dependency {d!r} must be the index of an earlier instruction (0..{inst.index - 1})")
+        if isinstance(inst, DmaCopy):
+            nq = self.chip.dma.engines * self.chip.dma.queues_per_engine
+            if not 0 <= inst.queue < nq:
+                raise self._fail(inst, f"DMA queue {inst.queue} does not exist on {self.chip.name}; use 0..{nq - 1}")
+        elif inst.engine not in inst.engines:
+            names = ", ".join(e.value for e in inst.engines)
+            raise self._fail(inst, f"cannot run on the {inst.engine.value} engine; it runs on: {names}")
+        for v in inst.reads() + inst.writes():
+            self._validate_view(inst, v)
+        check = getattr(self, f"_check_{inst.opcode}", None)
+        if check is not None:
+            check(inst)
+
+    def _validate_view(self, inst: Instruction, v: View) -> None:
+        if id(v.tensor) not in self._tensor_ids:
+            raise self._fail(inst, f"operand {v!r} belongs to no tensor of program {self.name!r}")
+        if len(v.dims) > MAX_FREE_DIMS + 1:
+            raise self._fail(inst, f"operand {v!r} has {len(v.dims)} dimensions; at most a partition dimension and {MAX_FREE_DIMS} free dimensions")
+        if not v.tensor.on_chip:
+            if not isinstance(inst, DmaCopy):
+                raise self._fail(inst, f"operand {v!r} is in HBM; engines read and write SBUF/PSUM only, so move it with a DMA first")
+            return
+        if v.dims and v.dims[0][1] > 1 and v.dims[0][0] != v.tensor.row_elems:
+            raise self._fail(inst, f"operand {v!r} steps over partitions; the partition dimension must have step 1")
+        _check_partitions(f"instruction {inst.index} {inst.opcode} operand {v!r}", v.start_partition, v.partitions, self.chip)
+
+    def _check_matmul_shapes(self, inst: Instruction, k: int, m: int) -> None:
+        te = self.chip.tensor_engine
+        if k > te.pe_rows:
+            raise self._fail(inst, f"contraction (partition) size {k} exceeds the {te.pe_rows} rows of the PE array; split K into tiles of {te.pe_rows}")
+        if m > te.stationary_free_max:
+            raise self._fail(inst, f"stationary free size {m} exceeds {te.stationary_free_max}; split M into tiles of {te.stationary_free_max}")
+
+    def _check_load_stationary(self, inst: LoadStationary) -> None:
+        if inst.src.memory is not Memory.SBUF:
+            raise self._fail(inst, f"stationary {inst.src!r} must be in SBUF")
+        self._check_matmul_shapes(inst, inst.src.partitions, inst.src.free_size)
+
+    def _check_multiply_moving(self, inst: MultiplyMoving) -> None:
+        te = self.chip.tensor_engine
+        if inst.src.memory is not Memory.SBUF:
+            raise self._fail(inst, f"moving {inst.src!r} must be in SBUF")
+        if inst.dst.memory is not Memory.PSUM or inst.dst.dtype is not float32:
+            raise self._fail(inst, f"matmul output {inst.dst!r} must be a float32 PSUM tile")
+        n = inst.src.free_size
+        if n > te.moving_free_max:
+            raise self._fail(inst, f"moving free size {n} exceeds {te.moving_free_max} (one PSUM bank of fp32); split N into tiles of {te.moving_free_max}")
+        stationary = self._last_stationary(inst)
+        if stationary is None:
+            raise self._fail(inst, "no load_stationary precedes this multiply_moving; load the stationary tile first")
+        k, m = stationary.src.partitions, stationary.src.free_size
+        if inst.src.partitions != k:
+            raise self._fail(inst, f"moving has {inst.src.partitions} partitions but the stationary has {k}; both are the contraction size K")
+        if inst.dst.partitions != m or inst.dst.free_size != n:
+            raise self._fail(inst, f"output {inst.dst!r} must be [{m}, {n}] (stationary free x moving free)")
+        self._check_one_bank(inst, inst.dst)
+
+    def _check_one_bank(self, inst: Instruction, v: View) -> None:
+        bank = self.chip.psum.bank_bytes
+        first = v.tensor.byte_offset + v.free_offset * v.dtype.itemsize
+        last = first + _extent(v) * v.dtype.itemsize - 1
+        if first // bank != last // bank:
+            raise self._fail(inst, f"output {v!r} crosses a PSUM bank boundary ({bank} bytes per partition per bank); keep each matmul output inside one bank")
+
+    def _last_stationary(self, inst: Instruction) -> LoadStationary | None:
+        for prev in reversed(self.instructions):
+            if isinstance(prev, LoadStationary):
+                return prev
+        return None
+
+    def _check_transpose(self, inst: Transpose) -> None:
+        te = self.chip.tensor_engine
+        p, f = inst.src.partitions, inst.src.free_size
+        if f > te.pe_cols:
+            raise self._fail(inst, f"transpose input free size {f} exceeds {te.pe_cols}; transpose [P, {te.pe_cols}] tiles")
+        if inst.dst.memory is not Memory.PSUM:
+            raise self._fail(inst, f"transpose output {inst.dst!r} must be in PSUM")
+        if inst.dst.partitions != f or inst.dst.free_size != p:
+            raise self._fail(inst, f"transpose of [{p}, {f}] writes [{f}, {p}], got {inst.dst!r}")
+        self._check_one_bank(inst, inst.dst)
+
+    def _check_same_size(self, inst: Instruction, out: View, *ins: View) -> None:
+        for v in ins:
+            if v.partitions != out.partitions or v.free_size != out.free_size:
+                raise self._fail(inst, f"operand {v!r} has [{v.partitions}, {v.free_size}] elements but {out!r} has [{out.partitions}, {out.free_size}]")
+
+    def _check_per_partition(self, inst: Instruction, out: View, v: object, what: str) -> None:
+        if isinstance(v, View) and (v.partitions != out.partitions or v.free_size != 1):
+            raise self._fail(inst, f"{what} {v!r} must be [{out.partitions}, 1]: one value per partition")
+
+    def _check_activation(self, inst: Activation) -> None:
+        self._check_same_size(inst, inst.dst, inst.src)
+        self._check_per_partition(inst, inst.dst, inst.bias, "bias")
+        self._check_per_partition(inst, inst.dst, inst.scale, "scale")
+        if (inst.reduce_op is None) != (inst.reduce_dst is None):
+            raise self._fail(inst, "reduce_op and reduce_dst go together: give both or neither")
+        self._check_per_partition(inst, inst.dst, inst.reduce_dst, "reduce_dst")
+
+    def _check_tensor_tensor(self, inst: TensorTensor) -> None:
+        self._check_same_size(inst, inst.dst, inst.a, inst.b)
+
+    def _check_tensor_scalar(self, inst: TensorScalar) -> None:
+        self._check_same_size(inst, inst.dst, inst.src)
+        self._check_per_partition(inst, inst.dst, inst.operand0, "operand0")
+        self._check_per_partition(inst, inst.dst, inst.operand1, "operand1")
+        if (inst.op1 is None) != (inst.operand1 is None):
+            raise self._fail(inst, "op1 and operand1 go together: give both or neither")
+
+    def _check_tensor_reduce(self, inst: TensorReduce) -> None:
+        free = inst.src.shape[1:]
+        if not 1 <= inst.num_axes <= len(free):
+            raise self._fail(inst, f"num_axes {inst.num_axes} must be between 1 and the {len(free)} free dimensions of {inst.src!r}")
+        kept = math.prod(free[: len(free) - inst.num_axes])
+        if inst.dst.partitions != inst.src.partitions or inst.dst.free_size != kept:
+            raise self._fail(inst, f"reducing the last {inst.num_axes} free axes of {inst.src!r} gives [{inst.src.partitions}, {kept}], got {inst.dst!r}")
+
+    def _check_tensor_copy(self, inst: TensorCopy) -> None:
+        self._check_same_size(inst, inst.dst, inst.src)
+
+    def _check_select(self, inst: Select) -> None:
+        self._check_same_size(inst, inst.dst, inst.mask, inst.on_true, *([inst.on_false] if isinstance(inst.on_false, View) else []))
+
+    def _check_iota(self, inst: Iota) -> None:
+        if len(inst.steps) != len(inst.dst.shape) - 1:
+            raise self._fail(inst, f"iota needs one step per free dimension of {inst.dst!r} ({len(inst.dst.shape) - 1}), got {len(inst.steps)}")
+
+    def _check_affine_select(self, inst: AffineSelect) -> None:
+        self._check_same_size(inst, inst.dst, inst.src)
+        if len(inst.steps) != len(inst.src.shape) - 1:
+            raise self._fail(inst, f"affine_select needs one step per free dimension of {inst.src!r} ({len(inst.src.shape) - 1}), got {len(inst.steps)}")
+        if inst.cmp not in ALU_COMPARISONS:
+            raise self._fail(inst, f"cmp {inst.cmp.value!r} is not a comparison; use one of {', '.join(c.value for c in ALU_COMPARISONS)}")
+
+    def _check_dma_copy(self, inst: DmaCopy) -> None:
+        if inst.src.size != inst.dst.size:
+            raise self._fail(inst, f"copies {inst.src.size} elements from {inst.src!r} into {inst.dst.size} of {inst.dst!r}; sizes must match")
+        if inst.src.dtype is not inst.dst.dtype:
+            raise self._fail(inst, f"DMA does not convert dtypes ({inst.src.dtype.name} -> {inst.dst.dtype.name}); copy with tensor_copy to convert")
+        for v in (inst.src, inst.dst):
+            if not v.tensor.on_chip and _extent(v) + v.offset > v.tensor.size:
+                raise self._fail(inst, f"access {v!r} reaches past the end of {v.tensor!r}")
+
+    # -- convenience builders ---------------------------------------------
+
+    def matmul(self, dst: View, stationary: View, moving: View, *, accumulate: bool = False, deps: Sequence[int] = (), source: str = "") -> int:
+        """Load ``stationary`` [K, M] and multiply ``moving`` [K, N] into ``dst`` [M, N];
+        returns the index of the multiply."""
+        i = self.add(LoadStationary(stationary, engine=Engine.TENSOR, deps=tuple(deps), source=source))
+        return self.add(MultiplyMoving(dst, moving, accumulate, engine=Engine.TENSOR, deps=(i, *deps), source=source))
+
+    def dma(self, dst: View | Tensor, src: View | Tensor, *, queue: int = 0, deps: Sequence[int] = (), source: str = "") -> int:
+        """Append a DMA copy; tensors are taken whole."""
+        dst_v = dst.view() if isinstance(dst, Tensor) else dst
+        src_v = src.view() if isinstance(src, Tensor) else src
+        return self.add(DmaCopy(dst_v, src_v, queue, deps=tuple(deps), source=source))
+
+    def flops(self) -> int:
+        """Multiply-add FLOPs of every matmul (2 per MAC)."""
+        total = 0
+        k = m = 0
+        for inst in self.instructions:
+            if isinstance(inst, LoadStationary):
+                k, m = inst.src.partitions, inst.src.free_size
+            elif isinstance(inst, MultiplyMoving):
+                total += 2 * k * m * inst.src.free_size
+        return total
+
+
+def _extent(v: View) -> int:
+    """Elements from the view's first element to its last, inclusive, past the partitions."""
+    dims = v.dims[1:] if v.tensor.on_chip else v.dims
+    return 1 + sum(s * (c - 1) for s, c in dims if c > 0)
+
+
+def _check_shape(shape: Sequence[int], where: str) -> tuple[int, ...]:
+    try:
+        shape = tuple(int(s) for s in shape)
+    except TypeError:
+        raise ProgramError(f"{where} tensor shape {shape!r} must be a sequence of integers") from None
+    if not shape or any(s <= 0 for s in shape):
+        raise ProgramError(f"{where} tensor shape {list(shape)} must be non-empty with positive sizes")
+    if len(shape) > MAX_FREE_DIMS + 1:
+        raise ProgramError(f"{where} tensor shape {list(shape)} has {len(shape)} dimensions; at most {MAX_FREE_DIMS + 1}")
+    return shape
+
+
+def _check_partitions(what: str, start: int, count: int, chip: object) -> None:
+    limit = chip.sbuf.partitions
+    if count > limit:
+        raise ProgramError(f"{what}: partition dimension {count} exceeds the {limit} partitions of {chip.name}; tile the first axis into pieces of {limit}")
+    if start < 0 or start + count > limit:
+        raise ProgramError(f"{what}: partitions {start}..{start + count - 1} fall outside 0..{limit - 1} on {chip.name}")
+    if not _alignment_ok(start, count):
+        raise ProgramError(f"{what}: start partition {start} is misaligned for {count} partitions; it must be {_allowed_starts(count)}")
