@@ -1,0 +1,79 @@
+"""DMA engines, queues and the HBM they share.
+
+A DMA instruction is cut into descriptors, one per contiguous chunk common to its
+source and destination. Descriptors are spread over the core's DMA engines; each
+engine moves a chunk at ``engine_bw_gbps`` plus a fixed ``descriptor_overhead_ns``.
+Queues feed the engines in order, so one queue's transfers follow each other
+while transfers on different queues share the engines and the core's share of
+HBM bandwidth.
+
+Sharing is modelled by reservation: the engine pool and HBM each keep the time
+they are next free, and a transfer that starts at ``t`` books ``work / engines``
+of the pool and ``bytes / bandwidth`` of HBM from the first free moment after
+``t``. A transfer ends when its own descriptors are done and both bookings end.
+Transfers book in order of their start times, which the simpy clock guarantees.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from trnsim.hw.spec import ChipSpec
+from trnsim.isa import DmaCopy, Memory
+
+Picos = int
+
+
+@dataclass(frozen=True)
+class DmaPlan:
+    """What a DMA instruction asks of the hardware, fixed before the run."""
+
+    descriptors: int
+    chunk_bytes: int
+    hbm_bytes: int
+    own_ps: Picos       # descriptors spread over the engines it can use
+    pool_ps: Picos      # its share of the whole engine pool
+    hbm_ps: Picos       # its share of HBM bandwidth
+    fixed_ps: Picos     # issue latency, overlaps other transfers
+
+
+def plan_dma(chip: ChipSpec, inst: DmaCopy) -> DmaPlan:
+    """Descriptors, bytes and durations of one DMA instruction on ``chip``."""
+    d = chip.dma
+    run = math.gcd(inst.src.contiguous_run(), inst.dst.contiguous_run())
+    itemsize = inst.src.dtype.itemsize
+    descriptors = inst.src.size // run
+    chunk = run * itemsize
+    per_desc_ns = chunk / d.engine_bw_gbps + d.descriptor_overhead_ns
+    engines_used = min(descriptors, d.engines)
+    rounds = math.ceil(descriptors / engines_used)
+    hbm_sides = (inst.src.memory is Memory.HBM) + (inst.dst.memory is Memory.HBM)
+    hbm_bytes = hbm_sides * inst.src.nbytes
+    return DmaPlan(
+        descriptors=descriptors,
+        chunk_bytes=chunk,
+        hbm_bytes=hbm_bytes,
+        own_ps=round(rounds * per_desc_ns * 1000),
+        pool_ps=round(descriptors * per_desc_ns * 1000 / d.engines),
+        hbm_ps=round(hbm_bytes / chip.hbm_bw_per_core_gbps * 1000),
+        fixed_ps=round(d.fixed_ns * 1000),
+    )
+
+
+class DmaSystem:
+    """The DMA engine pool and HBM of one core, booked by transfers in start order."""
+
+    def __init__(self) -> None:
+        self.pool_free: Picos = 0
+        self.hbm_free: Picos = 0
+
+    def transfer(self, start: Picos, plan: DmaPlan) -> Picos:
+        """Book a transfer issued at ``start``; returns when it ends."""
+        moving = start + plan.fixed_ps
+        self.pool_free = max(self.pool_free, moving) + plan.pool_ps
+        end = max(moving + plan.own_ps, self.pool_free)
+        if plan.hbm_ps:
+            self.hbm_free = max(self.hbm_free, moving) + plan.hbm_ps
+            end = max(end, self.hbm_free)
+        return end

@@ -1,0 +1,146 @@
+"""Cost of each compute instruction on its engine, from the chip's figures.
+
+Costs are in cycles of the engine's own clock and follow the documented cost
+model (HARDWARE.md, "Documented cost model"); :func:`cost_ps` turns them into
+integer picoseconds, the unit of simulated time. Every constant comes from the
+chip file; nothing here knows which chip it is.
+"""
+
+from __future__ import annotations
+
+import math
+
+from trnsim import dtypes
+from trnsim.hw.spec import ChipSpec, VectorEngineSpec
+from trnsim.isa import (Activation, ActivationFunc, AffineSelect, Engine, Instruction, Iota, LoadStationary, Memory,
+                        Memset, MultiplyMoving, ReduceOp, Select, SemaphoreSignal, SemaphoreWait, TensorCopy,
+                        TensorReduce, TensorScalar, TensorTensor, Transpose, View)
+
+Cycles = float
+Picos = int
+
+_HALF = (dtypes.bfloat16, dtypes.float16)
+_FP8 = (dtypes.float8_e4m3, dtypes.float8_e5m2)
+
+
+def cycles_to_ps(cycles: Cycles, clock_ghz: float) -> Picos:
+    """Cycles of a clock in GHz as whole picoseconds (rounded to nearest)."""
+    return round(cycles * 1000.0 / clock_ghz)
+
+
+def _pe_rate(chip: ChipSpec, dtype: dtypes.DType) -> float:
+    """Cycles per column streamed through the PE array for ``dtype``."""
+    te = chip.tensor_engine
+    if dtype is dtypes.float32:
+        return float(te.fp32_cycle_factor)
+    if dtype in _FP8:
+        return 1.0 / te.fp8_rows_factor
+    return 1.0
+
+
+def load_stationary_cycles(chip: ChipSpec, src: View) -> Cycles:
+    """Loading a stationary [K, M]: up to ``stationary_load_speedup`` times faster than streaming M."""
+    te = chip.tensor_engine
+    return math.ceil(src.free_size * _pe_rate(chip, src.dtype) / te.stationary_load_speedup)
+
+
+def multiply_moving_cycles(chip: ChipSpec, moving: View, stationary_free: int) -> Cycles:
+    """max(min(64, M), N) cycles per matmul, scaled by dtype, plus the fixed start-up."""
+    te = chip.tensor_engine
+    columns = max(min(te.stationary_min_cycles, stationary_free), moving.free_size)
+    return te.fixed_cycles + math.ceil(columns * _pe_rate(chip, moving.dtype))
+
+
+def transpose_cycles(chip: ChipSpec, src: View) -> Cycles:
+    """Transpose [P, F] through the PE array: max(P, min(64, F)) plus the fixed start-up."""
+    te = chip.tensor_engine
+    columns = max(src.partitions, min(te.stationary_min_cycles, src.free_size))
+    return te.fixed_cycles + math.ceil(columns * _pe_rate(chip, src.dtype))
+
+
+def _strided(views: tuple[View, ...], spec_stride: int) -> bool:
+    return any(v.max_free_stride_bytes() > spec_stride for v in views)
+
+
+def _is_half_sbuf(views: tuple[View, ...]) -> bool:
+    return all(v.dtype in _HALF and v.memory is Memory.SBUF for v in views)
+
+
+def _elementwise_work(inst: Instruction, fast_half: int) -> float:
+    """Cycles of work per partition row before the per-instruction minimum."""
+    if isinstance(inst, TensorReduce):
+        n = inst.src.free_size
+        halves = inst.src.dtype in _HALF and inst.op in (ReduceOp.ADD, ReduceOp.MAX)
+        return n / 2 if halves else n
+    n = inst.writes()[0].free_size if inst.writes() else 0
+    ins = tuple(v for v in inst.reads() if v.free_size == n)
+    if isinstance(inst, (TensorTensor, Select)):
+        if any(v.memory is Memory.PSUM for v in ins) or _is_half_sbuf(ins + inst.writes()):
+            return n
+        return 2 * n
+    if isinstance(inst, (TensorCopy, TensorScalar, Memset)) and fast_half > 1 and _is_half_sbuf(ins + inst.writes()):
+        return n / fast_half
+    return n
+
+
+def lane_engine_cycles(inst: Instruction, spec: VectorEngineSpec, dependent: bool) -> Cycles:
+    """Vector or scalar engine: SBUF start-up + max(min, work), more for strides and back-to-back dependencies."""
+    if isinstance(inst, (SemaphoreSignal, SemaphoreWait)):
+        return 0
+    if isinstance(inst, Activation):
+        n = inst.src.free_size
+        work = spec.reciprocal_cycle_factor * n if inst.func is ActivationFunc.RECIPROCAL else n
+    else:
+        work = _elementwise_work(inst, spec.bf16_speedup)
+    if _strided(inst.reads() + inst.writes(), spec.large_stride_bytes):
+        work *= 2
+    extra = spec.dependent_issue_cycles if dependent else 0
+    return spec.sbuf_access_cycles + max(spec.min_cycles, math.ceil(work)) + extra
+
+
+def gpsimd_cycles(chip: ChipSpec, inst: Instruction) -> Cycles:
+    """GpSimd: fixed start-up plus one cycle per element of a partition row (each core
+    serves its partitions with a 512-bit SIMD unit)."""
+    if isinstance(inst, (SemaphoreSignal, SemaphoreWait)):
+        return 0
+    g = chip.gpsimd
+    if isinstance(inst, (Iota, AffineSelect)):
+        work = inst.dst.free_size
+    else:
+        work = _elementwise_work(inst, 1)
+    return g.fixed_cycles + math.ceil(work * g.cycles_per_element)
+
+
+def engine_clock_ghz(chip: ChipSpec, engine: Engine) -> float:
+    """Clock of ``engine``; the sync engine runs at the scalar engine's clock (assumption)."""
+    if engine is Engine.TENSOR:
+        return chip.tensor_engine.clock_ghz
+    if engine is Engine.VECTOR:
+        return chip.vector_engine.clock_ghz
+    if engine is Engine.GPSIMD:
+        return chip.gpsimd.clock_ghz
+    return chip.scalar_engine.clock_ghz
+
+
+def cost_ps(chip: ChipSpec, inst: Instruction, *, dependent: bool = False, stationary_free: int = 0) -> Picos:
+    """Simulated duration of a compute instruction in picoseconds.
+
+    ``dependent``: the instruction depends on the one issued just before it on the
+    same engine. ``stationary_free``: M of the stationary loaded for a multiply.
+    """
+    engine = inst.engine
+    if isinstance(inst, LoadStationary):
+        cycles = load_stationary_cycles(chip, inst.src)
+    elif isinstance(inst, MultiplyMoving):
+        cycles = multiply_moving_cycles(chip, inst.src, stationary_free)
+    elif isinstance(inst, Transpose):
+        cycles = transpose_cycles(chip, inst.src)
+    elif engine is Engine.VECTOR:
+        cycles = lane_engine_cycles(inst, chip.vector_engine, dependent)
+    elif engine is Engine.SCALAR:
+        cycles = lane_engine_cycles(inst, chip.scalar_engine, dependent)
+    elif engine is Engine.GPSIMD:
+        cycles = gpsimd_cycles(chip, inst)
+    else:
+        cycles = 0
+    return cycles_to_ps(cycles, engine_clock_ghz(chip, engine))

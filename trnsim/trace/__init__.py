@@ -1,0 +1,19 @@
+"""Traces: the event model, Chrome/Perfetto export and loading, summaries and plots."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+from trnsim.trace.analysis import Summary, busy_ns, summarize
+from trnsim.trace.events import Counter, Slice, Trace, trace_from_run
+from trnsim.trace.export import load, save, to_chrome
+
+__all__ = ["Counter", "Slice", "Summary", "Trace", "busy_ns", "load", "save", "summarize", "to_chrome",
+           "trace_from_run", "write_trace"]
+
+
+def write_trace(result: Any, path: str | os.PathLike) -> Path:
+    """Trace a simulated run and write it to ``path`` as Chrome trace-event JSON."""
+    return save(trace_from_run(result), path)

@@ -1,0 +1,183 @@
+"""The event model of a trace: slices on named tracks, and counters.
+
+A :class:`Trace` is what every layer of trnsim records into and what the
+exporters, the analysis and the plots read. Times are nanoseconds from the start
+of the run. It knows nothing of Programs; :func:`trace_from_run` turns a
+simulated run into one.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+Nanos = float
+
+# Display names and order of a NeuronCore's tracks, as a Neuron profile shows them.
+TRACK_NAMES = {
+    "tensor": "TensorE (matmul)",
+    "tensor.load": "TensorE (load stationary)",
+    "vector": "VectorE",
+    "scalar": "ScalarE",
+    "gpsimd": "GpSimdE",
+    "sync": "Sync",
+}
+
+
+def track_sort_key(track: str) -> tuple[int, int, str]:
+    """Engines first in profile order, then DMA queues by number, then the rest."""
+    order = list(TRACK_NAMES)
+    if track in TRACK_NAMES:
+        return (0, order.index(track), track)
+    if track.startswith("dma.q") and track[5:].isdigit():
+        return (1, int(track[5:]), track)
+    return (2, 0, track)
+
+
+def track_label(track: str) -> str:
+    """Human name of a track (``dma.q3`` is ``DMA queue 3``)."""
+    if track in TRACK_NAMES:
+        return TRACK_NAMES[track]
+    if track.startswith("dma.q"):
+        return f"DMA queue {track[5:]}"
+    return track
+
+
+@dataclass
+class Slice:
+    """One instruction (or op) on one track."""
+
+    track: str
+    name: str
+    start_ns: Nanos
+    dur_ns: Nanos
+    args: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def end_ns(self) -> Nanos:
+        return self.start_ns + self.dur_ns
+
+
+@dataclass
+class Counter:
+    """A value that changes over time, as (time, value) steps."""
+
+    name: str
+    unit: str
+    points: list[tuple[Nanos, float]] = field(default_factory=list)
+
+
+@dataclass
+class Trace:
+    """Slices and counters of one simulated NeuronCore, plus what the run was."""
+
+    process: str = "NeuronCore 0"
+    slices: list[Slice] = field(default_factory=list)
+    counters: list[Counter] = field(default_factory=list)
+    meta: dict[str, Any] = field(default_factory=dict)
+
+    def tracks(self) -> list[str]:
+        """Tracks that hold at least one slice, in profile order."""
+        return sorted({s.track for s in self.slices}, key=track_sort_key)
+
+    def counter(self, name: str) -> Counter:
+        for c in self.counters:
+            if c.name == name:
+                return c
+        raise KeyError(f"trace has no counter {name!r}; it has: {', '.join(c.name for c in self.counters)}")
+
+    @property
+    def total_ns(self) -> Nanos:
+        return float(self.meta.get("total_ns", max((s.end_ns for s in self.slices), default=0.0)))
+
+
+def _rate_counter(name: str, spans: list[tuple[Nanos, Nanos, float]]) -> Counter:
+    """Sum of amounts spread evenly over their spans, as a step function in units per second."""
+    edges: dict[Nanos, float] = {}
+    for start, end, amount in spans:
+        if end <= start or amount == 0:
+            continue
+        rate = amount / ((end - start) * 1e-9)
+        edges[start] = edges.get(start, 0.0) + rate
+        edges[end] = edges.get(end, 0.0) - rate
+    counter = Counter(name, "bytes/s")
+    level = 0.0
+    for t in sorted(edges):
+        level += edges[t]
+        counter.points.append((t, max(0.0, round(level, 3))))
+    return counter
+
+
+def _occupancy_counter(name: str, spans: list[tuple[Nanos, Nanos, float]]) -> Counter:
+    edges: dict[Nanos, float] = {}
+    for start, end, amount in spans:
+        edges[start] = edges.get(start, 0.0) + amount
+        edges[end] = edges.get(end, 0.0) - amount
+    counter = Counter(name, "bytes")
+    level = 0.0
+    for t in sorted(edges):
+        level += edges[t]
+        counter.points.append((t, level))
+    return counter
+
+
+def _effective_peak(program: Any) -> float:
+    """Peak FLOP/s for the program's matmul mix: the bf16 peak, or less where inputs are fp32."""
+    te = program.chip.tensor_engine
+    flops = ideal_s = 0.0
+    m = 0
+    for inst in program.instructions:
+        if inst.opcode == "load_stationary":
+            m = inst.src.partitions * inst.src.free_size
+        elif inst.opcode == "multiply_moving":
+            f = 2.0 * m * inst.src.free_size
+            flops += f
+            ideal_s += f / te.peak_flops(fp32=inst.src.dtype.name == "float32")
+    return flops / ideal_s if ideal_s else te.peak_flops()
+
+
+def trace_from_run(result: Any) -> Trace:
+    """A Trace of a :class:`trnsim.hw.core.RunResult`: one slice per instruction, an HBM
+    traffic counter, and SBUF/PSUM occupancy counters (a tensor occupies its bytes from
+    the first instruction that touches it to the end of the last)."""
+    program = result.program
+    chip = program.chip
+    trace = Trace(meta={
+        "program": program.name,
+        "chip": chip.name,
+        "chip_source": chip.source,
+        "fidelity": result.fidelity,
+        "instructions": len(program.instructions),
+        "total_ns": result.total_ps / 1000,
+        "flops": program.flops(),
+        "peak_flops": _effective_peak(program),
+        "hbm_bw_gbps": chip.hbm_bw_per_core_gbps,
+    })
+    hbm_spans = []
+    live: dict[str, list[float]] = {}
+    sizes: dict[str, tuple[str, int]] = {}
+    for inst in program.instructions:
+        i = inst.index
+        start, end = result.starts[i] / 1000, result.ends[i] / 1000
+        args: dict[str, Any] = {"index": i, "opcode": inst.opcode, "operands": inst.describe(), "deps": list(inst.deps)}
+        if inst.source:
+            args["source"] = inst.source
+        views = inst.reads() + inst.writes()
+        args["bytes"] = sum(v.nbytes for v in views)
+        plan = result.dma_plans.get(i)
+        if plan is not None:
+            args.update(descriptors=plan.descriptors, chunk_bytes=plan.chunk_bytes, hbm_bytes=plan.hbm_bytes)
+            args["bytes"] = inst.reads()[0].nbytes
+            hbm_spans.append((start, end, plan.hbm_bytes))
+        trace.slices.append(Slice(result.tracks[i], inst.opcode, start, end - start, args))
+        for v in views:
+            t = v.tensor
+            if t.on_chip:
+                span = live.setdefault(t.name, [start, end])
+                span[0], span[1] = min(span[0], start), max(span[1], end)
+                sizes[t.name] = (t.memory.value, t.shape[0] * t.partition_bytes)
+    trace.counters.append(_rate_counter("HBM traffic", hbm_spans))
+    for memory, label in (("sbuf", "SBUF occupancy"), ("psum", "PSUM occupancy")):
+        spans = [(s, e, sizes[n][1]) for n, (s, e) in live.items() if sizes[n][0] == memory]
+        trace.counters.append(_occupancy_counter(label, spans))
+    return trace
