@@ -833,7 +833,11 @@ class Program:
         """Load ``stationary`` [K, M] and multiply ``moving`` [K, N] into ``dst`` [M, N];
         returns the index of the multiply."""
         i = self.add(LoadStationary(stationary, engine=Engine.TENSOR, deps=tuple(deps), source=source))
-        return self.add(MultiplyMoving(dst, moving, accumulate, engine=Engine.TENSOR, deps=(i, *deps), source=source))
+        try:
+            return self.add(MultiplyMoving(dst, moving, accumulate, engine=Engine.TENSOR, deps=(i, *deps), source=source))
+        except ProgramError:
+            self.instructions.pop()  # a failed matmul leaves no half behind
+            raise
 
     def dma(self, dst: View | Tensor, src: View | Tensor, *, queue: int = 0, deps: Sequence[int] = (), source: str = "") -> int:
         """Append a DMA copy; tensors are taken whole."""

@@ -1,7 +1,7 @@
 """DMA engines, queues and the HBM they share.
 
 A DMA instruction is cut into descriptors, one per contiguous chunk common to its
-source and destination. Descriptors are spread over the core's DMA engines; each
+source and destination (long chunks are cut at ``max_descriptor_kib``). Descriptors are spread over the core's DMA engines; each
 engine moves a chunk at ``engine_bw_gbps`` plus a fixed ``descriptor_overhead_ns``.
 Queues feed the engines in order, so one queue's transfers follow each other
 while transfers on different queues share the engines and the core's share of
@@ -43,8 +43,8 @@ def plan_dma(chip: ChipSpec, inst: DmaCopy) -> DmaPlan:
     d = chip.dma
     run = math.gcd(inst.src.contiguous_run(), inst.dst.contiguous_run())
     itemsize = inst.src.dtype.itemsize
-    descriptors = inst.src.size // run
-    chunk = run * itemsize
+    chunk = min(run * itemsize, d.max_descriptor_kib * 1024)
+    descriptors = -(-inst.src.nbytes // chunk)
     per_desc_ns = chunk / d.engine_bw_gbps + d.descriptor_overhead_ns
     engines_used = min(descriptors, d.engines)
     rounds = math.ceil(descriptors / engines_used)

@@ -124,6 +124,7 @@ class DmaSpec:
     engine_bw_gbps: float
     fixed_ns: float
     descriptor_overhead_ns: float
+    max_descriptor_kib: int
     semaphore_to_start_ns: float
 
 

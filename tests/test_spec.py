@@ -1,0 +1,90 @@
+"""Chip descriptions: the shipped chips, what-if overrides and loader errors."""
+
+import pytest
+
+from trnsim import ChipSpecError, load_chip, shipped_chips
+from trnsim.hw.spec import DEFAULT_CHIP
+
+PUBLISHED_PER_CORE_BF16_TFLOPS = {"trn1": 92, "trn2": 79, "trn3": 79}
+PUBLISHED_PER_CORE_FP32_TFLOPS = {"trn1": 23, "trn2": 20, "trn3": 20}
+
+
+def test_shipped_chips():
+    assert shipped_chips() == ["trn1", "trn2", "trn3"]
+    assert DEFAULT_CHIP == "trn2"
+
+
+@pytest.mark.parametrize("name", ["trn1", "trn2", "trn3"])
+def test_derived_peak_matches_published(name):
+    chip = load_chip(name)
+    assert chip.name == name
+    assert chip.tensor_engine.peak_flops() / 1e12 == pytest.approx(PUBLISHED_PER_CORE_BF16_TFLOPS[name], abs=0.5)
+    assert chip.tensor_engine.peak_flops(fp32=True) / 1e12 == pytest.approx(PUBLISHED_PER_CORE_FP32_TFLOPS[name], abs=0.5)
+
+
+def test_generations_inherit_and_override():
+    trn1, trn2, trn3 = load_chip("trn1"), load_chip("trn2"), load_chip("trn3")
+    assert (trn1.sbuf.partition_kib, trn2.sbuf.partition_kib, trn3.sbuf.partition_kib) == (192, 224, 256)
+    assert trn2.psum == trn1.psum  # inherited unchanged
+    assert trn1.tensor_engine.clock_ghz == 2.8 and trn2.tensor_engine.clock_ghz == 2.4
+    assert trn2.hbm.bw_gbps == 2900 and trn2.logical_core_size == 2
+    assert trn1.dma_bw_gbps == 272 and trn2.dma_bw_gbps == 368 and trn3.dma_bw_gbps == 528
+    assert trn2.instance("trn2.48xlarge").shape == (4, 4)
+    with pytest.raises(ChipSpecError, match="no instance 'p5'.*trn2.48xlarge"):
+        trn2.instance("p5")
+
+
+def test_default_chip_from_environment(monkeypatch):
+    monkeypatch.setenv("TRNSIM_CHIP", "trn1")
+    assert load_chip().name == "trn1"
+    monkeypatch.delenv("TRNSIM_CHIP")
+    assert load_chip().name == "trn2"
+
+
+def test_what_if_chip_overrides_a_shipped_one(tmp_path):
+    path = tmp_path / "bigsbuf.toml"
+    path.write_text('extends = "trn2"\n[chip]\nname = "trn2-bigsbuf"\n[sbuf]\npartition_kib = 512\n[hbm]\nbw_gbps = 5800\n')
+    chip = load_chip(path)
+    assert chip.name == "trn2-bigsbuf"
+    assert chip.sbuf.partition_kib == 512 and chip.hbm.bw_gbps == 5800
+    assert chip.tensor_engine == load_chip("trn2").tensor_engine
+
+
+@pytest.mark.parametrize("body, message", [
+    ('extends = "trn2"\n[sbuf]\npartition_kib = "big"\n', r"key 'sbuf.partition_kib' must be an integer \(int\), got 'big'"),
+    ('extends = "trn2"\n[tensor_engine]\nclock_ghz = true\n', r"key 'tensor_engine.clock_ghz' must be a number \(float\)"),
+    ('extends = "trn2"\n[sbuf]\npartition_kb = 512\n', r"unknown key 'sbuf.partition_kb'; keys of \[sbuf\] are: partitions, partition_kib"),
+    ('extends = "trn2"\n[sbufs]\npartition_kib = 512\n', r"unknown table or key 'sbufs'"),
+    ('extends = "trn9"\n', r"unknown chip 'trn9'; shipped chips: trn1, trn2, trn3"),
+    ('[chip]\nname = "x"\n', r"missing key 'chip.generation'"),
+    ('extends = "trn2"\n[dma]\nengine_bw_gbps = 0\n', r"key 'dma.engine_bw_gbps' must be positive"),
+    ('extends = "trn2"\n[hbm]\nbw_gbps = -1\n', r"key 'hbm.bw_gbps' must not be negative"),
+    ('extends = "trn2"\n[[instance]]\nname = "x"\nchips = 2\ntopology = "ring"\nshape = "2"\n', r"key 'instance\[0\].shape' must be a list of integers"),
+    ('extends = "trn2"\n[sbuf\n', r"not valid TOML"),
+])
+def test_errors_name_file_key_and_type(tmp_path, body, message):
+    path = tmp_path / "mine.toml"
+    path.write_text(body)
+    with pytest.raises(ChipSpecError, match=message) as info:
+        load_chip(path)
+    assert "mine.toml" in str(info.value) or "trn9" in str(info.value)
+
+
+def test_unknown_chip_name_and_missing_file(tmp_path):
+    with pytest.raises(ChipSpecError, match="unknown chip 'trn4'"):
+        load_chip("trn4")
+    with pytest.raises(ChipSpecError, match="does not exist"):
+        load_chip(tmp_path / "nope.toml")
+
+
+def test_extends_cycle_is_reported(tmp_path):
+    (tmp_path / "a.toml").write_text('extends = "b.toml"\n')
+    (tmp_path / "b.toml").write_text('extends = "a.toml"\n')
+    with pytest.raises(ChipSpecError, match="cycle"):
+        load_chip(tmp_path / "a.toml")
+
+
+def test_specs_are_frozen():
+    chip = load_chip("trn1")
+    with pytest.raises(AttributeError):
+        chip.sbuf.partition_kib = 1  # type: ignore[misc]

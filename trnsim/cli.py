@@ -1,0 +1,94 @@
+"""The ``trnsim`` command: ``demo``, ``chips`` and ``report``."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Sequence
+
+from trnsim.errors import TrnSimError
+
+
+def _chips(args: argparse.Namespace) -> int:
+    from trnsim.hw.spec import load_chip, shipped_chips
+
+    chips = [load_chip(name) for name in shipped_chips()] + [load_chip(path) for path in args.chip or []]
+    rows = [
+        ("generation", lambda c: c.generation),
+        ("NeuronCore", lambda c: c.neuron_core),
+        ("cores per chip", lambda c: str(c.cores_per_chip)),
+        ("logical core (LNC)", lambda c: str(c.logical_core_size)),
+        ("PE clock", lambda c: f"{c.tensor_engine.clock_ghz:g} GHz"),
+        ("PE array", lambda c: f"{c.tensor_engine.pe_rows}x{c.tensor_engine.pe_cols}"),
+        ("peak bf16 / core", lambda c: f"{c.tensor_engine.peak_flops() / 1e12:.1f} TFLOP/s"),
+        ("peak fp32 / core", lambda c: f"{c.tensor_engine.peak_flops(fp32=True) / 1e12:.1f} TFLOP/s"),
+        ("vector clock", lambda c: f"{c.vector_engine.clock_ghz:g} GHz"),
+        ("scalar clock", lambda c: f"{c.scalar_engine.clock_ghz:g} GHz"),
+        ("GpSimd clock", lambda c: f"{c.gpsimd.clock_ghz:g} GHz"),
+        ("SBUF", lambda c: f"{c.sbuf.partitions * c.sbuf.partition_kib // 1024} MiB ({c.sbuf.partitions}x{c.sbuf.partition_kib} KiB)"),
+        ("PSUM", lambda c: f"{c.psum.partitions * c.psum.partition_kib // 1024} MiB ({c.psum.banks} banks)"),
+        ("HBM", lambda c: f"{c.hbm.capacity_gib:g} GiB"),
+        ("HBM bandwidth", lambda c: f"{c.hbm.bw_gbps:g} GB/s"),
+        ("DMA", lambda c: f"{c.dma.engines} engines, {c.dma_bw_gbps:g} GB/s"),
+        ("NeuronLink", lambda c: f"v{c.neuronlink.version}, {c.neuronlink.chip_bw_gbps:g} GB/s"),
+        ("instances", lambda c: ", ".join(i.name for i in c.instances)),
+    ]
+    table = [[""] + [c.name for c in chips]] + [[label] + [f(c) for c in chips] for label, f in rows]
+    widths = [max(len(r[i]) for r in table) for i in range(len(table[0]))]
+    for r in table:
+        print("  ".join(cell.ljust(w) for cell, w in zip(r, widths)).rstrip())
+    return 0
+
+
+def _demo(args: argparse.Namespace) -> int:
+    from trnsim.demo import run_demo
+
+    m, k, n = args.size
+    result = run_demo(m, k, n, chip=args.chip, trace=args.trace)
+    print(result.run.summary())
+    rel = result.max_abs_error / result.reference_scale if result.reference_scale else 0.0
+    status = "matches" if rel < 1e-5 else "DOES NOT match"
+    print(f"result         {status} numpy (max abs error {result.max_abs_error:.3g}, relative {rel:.2g})")
+    print(f"trace          {result.trace_path} (open in https://ui.perfetto.dev)")
+    return 0 if rel < 1e-5 else 1
+
+
+def _report(args: argparse.Namespace) -> int:
+    from trnsim.trace import load, summarize
+
+    print(summarize(load(args.trace)))
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="trnsim", description="Cycle-approximate AWS Trainium simulator")
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    demo = sub.add_parser("demo", help="simulate a tiled bf16 matmul, check it against numpy, write a trace")
+    demo.add_argument("--chip", default=None, help="chip name (trn1, trn2, trn3) or path to a chip TOML; default $TRNSIM_CHIP or trn2")
+    demo.add_argument("--trace", default="traces/demo.json", help="where to write the trace (default traces/demo.json)")
+    demo.add_argument("--size", type=int, nargs=3, metavar=("M", "K", "N"), default=(1024, 1024, 1024),
+                      help="matmul sizes, multiples of 128 (M, K) and 512 (N); default 1024 1024 1024")
+    demo.set_defaults(func=_demo)
+
+    chips = sub.add_parser("chips", help="print the shipped chips side by side")
+    chips.add_argument("--chip", action="append", help="also show this chip TOML (repeatable)")
+    chips.set_defaults(func=_chips)
+
+    report = sub.add_parser("report", help="print the summary of a saved trace")
+    report.add_argument("trace", help="a trace written by trnsim")
+    report.set_defaults(func=_report)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return args.func(args)
+    except TrnSimError as e:
+        print(f"trnsim: error: {e}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())
