@@ -5,7 +5,8 @@ layout of the NKI matmul tutorial: the contraction dimension on partitions).
 Both operands are brought into SBUF once, spread over several DMA queues; each
 [128, 512] output tile accumulates K/128 matmuls in one PSUM bank, the vector
 engine copies it out to SBUF and a DMA writes it to HBM. PSUM banks rotate so
-the tensor engine streams the next tile while the vector engine drains the last.
+the tensor engine streams the next tile while the vector engine drains the last,
+and output tiles rotate through a few SBUF buffers.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ TILE_M = 128
 TILE_N = 512
 DMA_QUEUES = 8
 PSUM_TILES = 4
+OUT_TILES = 4
 
 
 def tiled_matmul(m: int, k: int, n: int, chip: object = None, dtype: object = dtypes.bfloat16) -> Program:
@@ -58,6 +60,8 @@ def tiled_matmul(m: int, k: int, n: int, chip: object = None, dtype: object = dt
 
     banks = [prog.psum([TILE_M, TILE_N], dtypes.float32, f"acc_{i}") for i in range(PSUM_TILES)]
     bank_drained: list[int | None] = [None] * PSUM_TILES
+    outs = [prog.sbuf([TILE_M, TILE_N], dtypes.float32, f"out_{i}") for i in range(OUT_TILES)]
+    out_stored: list[int | None] = [None] * OUT_TILES
     tile = 0
     for mi in range(mt):
         cols = slice(mi * TILE_M, (mi + 1) * TILE_M)
@@ -72,10 +76,12 @@ def tiled_matmul(m: int, k: int, n: int, chip: object = None, dtype: object = dt
                 if ki == 0 and bank_drained[tile % PSUM_TILES] is not None:
                     deps.append(bank_drained[tile % PSUM_TILES])
                 last = prog.matmul(acc, a[:, cols], b[:, span], accumulate=ki > 0, deps=deps)
-            res = prog.sbuf([TILE_M, TILE_N], dtypes.float32, f"out_{mi}_{ni}")
-            copy = prog.add(TensorCopy(res.view(), acc.view(), engine=Engine.VECTOR, deps=(last,)))
+            res = outs[tile % OUT_TILES]
+            before = out_stored[tile % OUT_TILES]
+            copy = prog.add(TensorCopy(res.view(), acc.view(), engine=Engine.VECTOR,
+                                       deps=(last,) if before is None else (last, before)))
             bank_drained[tile % PSUM_TILES] = copy
-            prog.dma(out[cols, span], res, queue=next_queue(), deps=[copy])
+            out_stored[tile % OUT_TILES] = prog.dma(out[cols, span], res, queue=next_queue(), deps=[copy])
             tile += 1
     return prog
 

@@ -14,9 +14,11 @@ import numpy as np
 from trnsim.errors import ProgramError
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class DType:
-    """A chip data type: its name, size in bytes, numpy storage type and kind."""
+    """A chip data type: its name, size in bytes, numpy storage type and kind.
+
+    Each dtype exists once, so dtypes compare by identity."""
 
     name: str
     itemsize: int

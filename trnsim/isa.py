@@ -17,6 +17,7 @@ from __future__ import annotations
 import enum
 import math
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import ClassVar, Iterator, Sequence
 
 from trnsim.dtypes import DType, as_dtype, float32
@@ -110,7 +111,7 @@ class View:
     offset: int
     dims: tuple[tuple[int, int], ...]
 
-    @property
+    @cached_property
     def shape(self) -> tuple[int, ...]:
         return tuple(c for _, c in self.dims)
 
@@ -122,20 +123,20 @@ class View:
     def memory(self) -> Memory:
         return self.tensor.memory
 
-    @property
+    @cached_property
     def size(self) -> int:
         return math.prod(self.shape)
 
-    @property
+    @cached_property
     def nbytes(self) -> int:
         return self.size * self.tensor.dtype.itemsize
 
-    @property
+    @cached_property
     def partitions(self) -> int:
         """Partitions this view spans (on chip), or its leading extent (HBM)."""
         return self.dims[0][1] if self.dims else 1
 
-    @property
+    @cached_property
     def free_size(self) -> int:
         """Elements per partition."""
         return math.prod(c for _, c in self.dims[1:])

@@ -62,11 +62,28 @@ class RunResult:
         return summarize(self)
 
 
-def _track(inst: Instruction) -> str:
-    if isinstance(inst, LoadStationary):
-        return LOAD_TRACK
-    return inst.track
+# What an instruction does to the schedule beyond taking time on its track.
+PLAIN, LOAD, MULTIPLY, SIGNAL, WAIT, DMA = range(6)
 
+
+def _kind(inst: Instruction) -> int:
+    if isinstance(inst, LoadStationary):
+        return LOAD
+    if isinstance(inst, MultiplyMoving):
+        return MULTIPLY
+    if isinstance(inst, SemaphoreSignal):
+        return SIGNAL
+    if isinstance(inst, SemaphoreWait):
+        return WAIT
+    if isinstance(inst, DmaCopy):
+        return DMA
+    return PLAIN
+
+
+def _cost_key(inst: Instruction, dependent: bool, stationary_free: int) -> tuple:
+    """Everything a compute instruction's cost depends on."""
+    views = tuple((v.tensor.dtype, v.tensor.memory, v.dims) for v in inst.reads() + inst.writes())
+    return (type(inst), inst.engine, dependent, stationary_free, getattr(inst, "func", None), getattr(inst, "op", None), views)
 
 
 @dataclass
@@ -75,39 +92,59 @@ class _Static:
 
     tracks: list[str] = field(default_factory=list)
     groups: list[str] = field(default_factory=list)
+    kinds: list[int] = field(default_factory=list)
+    deps: list[tuple[int, ...]] = field(default_factory=list)
     costs: list[Picos] = field(default_factory=list)
     plans: dict[int, DmaPlan] = field(default_factory=dict)
 
 
 def _static_costs(program: Program) -> _Static:
-    """Tracks and durations that depend on the instruction alone, computed once before the run."""
+    """Tracks and durations that depend on the instruction alone, computed once before the run.
+
+    The stationary loads get a track of their own ("tensor.load") but stay in the
+    tensor engine's group: no semaphore between a load and its multiply."""
     chip = program.chip
     static = _Static()
-    tracks, groups, costs, plans = static.tracks, static.groups, static.costs, static.plans
     last_on_engine: dict[Engine, int] = {}
     stationary_free = 0
+    seen: dict[tuple, Picos] = {}  # programs repeat a few instruction shapes many times
+    plans_seen: dict[tuple, DmaPlan] = {}
     for inst in program.instructions:
         i = inst.index
-        tracks.append(_track(inst))
-        groups.append(inst.track)
-        if isinstance(inst, DmaCopy):
-            plans[i] = plan_dma(chip, inst)
-            costs.append(0)
+        kind = _kind(inst)
+        group = inst.track
+        static.tracks.append(LOAD_TRACK if kind == LOAD else group)
+        static.groups.append(group)
+        static.kinds.append(kind)
+        static.deps.append(inst.deps)
+        if kind == DMA:
+            src, dst = inst.src, inst.dst
+            key = (src.tensor.dtype, src.tensor.memory, src.dims, dst.tensor.memory, dst.dims)
+            plan = plans_seen.get(key)
+            if plan is None:
+                plan = plans_seen[key] = plan_dma(chip, inst)
+            static.plans[i] = plan
+            static.costs.append(0)
             continue
-        if isinstance(inst, LoadStationary):
+        if kind == LOAD:
             stationary_free = inst.src.free_size
         dependent = last_on_engine.get(inst.engine, -1) in inst.deps
         last_on_engine[inst.engine] = i
-        costs.append(cost_ps(chip, inst, dependent=dependent, stationary_free=stationary_free))
+        key = _cost_key(inst, dependent, stationary_free if kind == MULTIPLY else 0)
+        cost = seen.get(key)
+        if cost is None:
+            cost = seen[key] = cost_ps(chip, inst, dependent=dependent, stationary_free=stationary_free)
+        static.costs.append(cost)
     return static
 
 
 class _Schedule:
-    """Shared state of one run: when each instruction ends, and who waits for what."""
+    """Shared state of one run: when each instruction starts and ends, and who waits for what."""
 
-    def __init__(self, env: Any, program: Program) -> None:
+    def __init__(self, env: Any, program: Program, static: _Static) -> None:
         self.env = env
         self.program = program
+        self.static = static
         n = len(program.instructions)
         self.starts: list[Picos | None] = [None] * n
         self.ends: list[Picos | None] = [None] * n
@@ -119,19 +156,67 @@ class _Schedule:
         self.sem_ps = round(chip.sync.semaphore_wait_ns * 1000)
         self.sem_to_dma_ps = round(chip.dma.semaphore_to_start_ns * 1000)
 
-    def booked(self, i: int, start: Picos, end: Picos) -> None:
+    def book(self, i: int, start: Picos, end: Picos) -> None:
         self.starts[i] = start
         self.ends[i] = end
-        event = self.waiting.pop(i, None)
-        if event is not None:
-            event.succeed()
+        if self.waiting:
+            event = self.waiting.pop(i, None)
+            if event is not None:
+                event.succeed()
 
-    def ended(self, i: int) -> Any:
-        """An event that fires once instruction ``i`` has its end time."""
-        event = self.waiting.get(i)
-        if event is None:
-            event = self.waiting[i] = self.env.event()
-        return event
+    def ready_now(self, i: int, wait_ps: Picos) -> Picos:
+        """When instruction ``i`` may start, if every dependency is booked; else -1."""
+        ends = self.ends
+        groups = self.static.groups
+        group = groups[i]
+        ready = 0
+        for d in self.static.deps[i]:
+            end = ends[d]
+            if end is None:
+                return -1
+            if groups[d] != group:
+                end += wait_ps
+            if end > ready:
+                ready = end
+        return ready
+
+    def ready(self, i: int, track: str, wait_ps: Picos):
+        """Generator: when instruction ``i`` may start as far as its dependencies go.
+
+        Returns at once when every dependency is booked (the common case); otherwise
+        waits for the missing ones. A dependency in another group costs ``wait_ps``."""
+        ends = self.ends
+        groups = self.static.groups
+        group = groups[i]
+        ready = 0
+        for d in self.static.deps[i]:
+            end = ends[d]
+            if end is None:
+                self.blocked[track] = f"instruction {i} waits for instruction {d}"
+                event = self.waiting.get(d)
+                if event is None:
+                    event = self.waiting[d] = self.env.event()
+                yield event
+                del self.blocked[track]
+                end = ends[d]
+            if groups[d] != group:
+                end += wait_ps
+            if end > ready:
+                ready = end
+        if self.static.kinds[i] == WAIT:
+            ready = yield from self._semaphore(self.program.instructions[i], track, ready)
+        return ready
+
+    def _semaphore(self, inst: SemaphoreWait, track: str, ready: Picos):
+        times = self.sem_times.setdefault(inst.sem, [])
+        while len(times) < inst.count:
+            self.blocked[track] = f"instruction {inst.index} waits for semaphore {inst.sem!r} to reach {inst.count} (now {len(times)})"
+            event = self.sem_waiting.get(inst.sem)
+            if event is None:
+                event = self.sem_waiting[inst.sem] = self.env.event()
+            yield event
+        self.blocked.pop(track, None)
+        return max(ready, sorted(times)[inst.count - 1] + self.sem_ps)
 
     def signal(self, sem: str, at: Picos) -> None:
         self.sem_times.setdefault(sem, []).append(at)
@@ -139,102 +224,70 @@ class _Schedule:
         if event is not None:
             event.succeed()
 
-    def sem_event(self, sem: str) -> Any:
-        event = self.sem_waiting.get(sem)
-        if event is None:
-            event = self.sem_waiting[sem] = self.env.event()
-        return event
 
-
-def _ready(sched: _Schedule, inst: Instruction, track: str, groups: list[str], wait_ps: Picos):
-    """Generator: wait until every dependency of ``inst`` is booked; return when it may start.
-
-    A dependency on another engine or queue costs ``wait_ps`` of semaphore latency."""
-    ready = 0
-    ends = sched.ends
-    for d in inst.deps:
-        end = ends[d]
-        if end is None:
-            sched.blocked[track] = f"instruction {inst.index} waits for instruction {d}"
-            yield sched.ended(d)
-            end = ends[d]
-        if groups[d] != groups[inst.index]:
-            end += wait_ps
-        if end > ready:
-            ready = end
-    if isinstance(inst, SemaphoreWait):
-        times = sched.sem_times.get(inst.sem, [])
-        while len(times) < inst.count:
-            sched.blocked[track] = f"instruction {inst.index} waits for semaphore {inst.sem!r} to reach {inst.count} (now {len(times)})"
-            yield sched.sem_event(inst.sem)
-            times = sched.sem_times.get(inst.sem, [])
-        ready = max(ready, sorted(times)[inst.count - 1] + sched.sem_ps)
-    sched.blocked.pop(track, None)
-    return ready
-
-
-def _engine_process(sched: _Schedule, track: str, indices: list[int], static: _Static):
-    """An in-order compute engine. The tensor engine's stationary loads have a track of
-    their own: a load may overlap the multiply before it, and the next multiply waits
-    for it."""
-    program = sched.program
+def _engine_process(sched: _Schedule, track: str, indices: list[int]):
+    """An in-order compute engine: books each instruction as soon as its dependencies' ends are known."""
+    costs, kinds = sched.static.costs, sched.static.kinds
+    wait = sched.sem_ps
     free = 0
     for i in indices:
-        inst = program.instructions[i]
-        ready = yield from _ready(sched, inst, track, static.groups, sched.sem_ps)
-        start = max(free, ready)
-        end = start + static.costs[i]
-        sched.booked(i, start, end)
-        free = end
-        if isinstance(inst, SemaphoreSignal):
-            sched.signal(inst.sem, end)
+        ready = sched.ready_now(i, wait) if kinds[i] != WAIT else -1
+        if ready < 0:
+            ready = yield from sched.ready(i, track, wait)
+        start = free if free > ready else ready
+        free = start + costs[i]
+        sched.book(i, start, free)
+        if kinds[i] == SIGNAL:
+            sched.signal(sched.program.instructions[i].sem, free)
 
 
-def _tensor_process(sched: _Schedule, indices: list[int], static: _Static):
-    program = sched.program
+def _tensor_process(sched: _Schedule, indices: list[int]):
+    """The tensor engine. A stationary load may start with the multiply before it
+    (the PE array holds the next weights while it streams); a multiply waits for
+    the latest load."""
+    costs, kinds, tracks = sched.static.costs, sched.static.kinds, sched.static.tracks
+    wait = sched.sem_ps
     free = 0             # the PE array is streaming until then
     load_free = 0        # the stationary load port is busy until then
     loaded_at = 0        # the latest stationary is in place from then
     last_start = 0       # start of the latest multiply: a new load may begin then
     for i in indices:
-        inst = program.instructions[i]
-        ready = yield from _ready(sched, inst, static.tracks[i], static.groups, sched.sem_ps)
-        costs = static.costs
-        if isinstance(inst, LoadStationary):
+        ready = sched.ready_now(i, wait) if kinds[i] != WAIT else -1
+        if ready < 0:
+            ready = yield from sched.ready(i, tracks[i], wait)
+        kind = kinds[i]
+        if kind == LOAD:
             start = max(load_free, last_start, ready)
-            end = start + costs[i]
-            load_free = loaded_at = end
+            load_free = loaded_at = end = start + costs[i]
         else:
             start = max(free, loaded_at, ready)
-            end = start + costs[i]
-            free = end
-            if isinstance(inst, MultiplyMoving):
+            free = end = start + costs[i]
+            if kind == MULTIPLY:
                 last_start = start
-        sched.booked(i, start, end)
-        if isinstance(inst, SemaphoreSignal):
-            sched.signal(inst.sem, end)
+        sched.book(i, start, end)
+        if kind == SIGNAL:
+            sched.signal(sched.program.instructions[i].sem, end)
 
 
-def _dma_process(sched: _Schedule, track: str, indices: list[int], static: _Static, dma: DmaSystem):
+def _dma_process(sched: _Schedule, track: str, indices: list[int], dma: DmaSystem):
     """An in-order DMA queue: waits on the clock for each transfer's start, then books
     the shared engine pool and HBM."""
     env = sched.env
-    program = sched.program
+    kinds, plans = sched.static.kinds, sched.static.plans
+    wait = sched.sem_to_dma_ps
     free = 0
     for i in indices:
-        inst = program.instructions[i]
-        ready = yield from _ready(sched, inst, track, static.groups, sched.sem_to_dma_ps)
-        start = max(free, ready)
+        ready = sched.ready_now(i, wait) if kinds[i] != WAIT else -1
+        if ready < 0:
+            ready = yield from sched.ready(i, track, wait)
+        start = free if free > ready else ready
         if start > env.now:
             yield env.timeout(start - env.now)
-        if isinstance(inst, DmaCopy):
-            end = dma.transfer(start, static.plans[i])
-        else:
-            end = start
-            if isinstance(inst, SemaphoreSignal):
-                sched.signal(inst.sem, end)
-        sched.booked(i, start, end)
-        free = end
+        kind = kinds[i]
+        free = dma.transfer(start, plans[i]) if kind == DMA else start
+        sched.book(i, start, free)
+        if kind == SIGNAL:
+            sched.signal(sched.program.instructions[i].sem, free)
 
 
 def run_timing(program: Program) -> RunResult:
@@ -242,29 +295,24 @@ def run_timing(program: Program) -> RunResult:
     import simpy
 
     static = _static_costs(program)
-    tracks = static.tracks
     env = simpy.Environment()
-    sched = _Schedule(env, program)
-    by_track: dict[str, list[int]] = {}
-    for i, track in enumerate(tracks):
-        by_track.setdefault(track, []).append(i)
+    sched = _Schedule(env, program, static)
+    by_group: dict[str, list[int]] = {}
+    for i, group in enumerate(static.groups):
+        by_group.setdefault(group, []).append(i)
     dma = DmaSystem()
-    tensor = [i for t in (Engine.TENSOR.value, LOAD_TRACK) for i in by_track.get(t, [])]
-    tensor.sort()
-    if tensor:
-        env.process(_tensor_process(sched, tensor, static))
-    for track, indices in by_track.items():
-        if track in (Engine.TENSOR.value, LOAD_TRACK):
-            continue
-        if track.startswith("dma."):
-            env.process(_dma_process(sched, track, indices, static, dma))
+    for group, indices in by_group.items():
+        if group == Engine.TENSOR.value:
+            env.process(_tensor_process(sched, indices))
+        elif group.startswith("dma."):
+            env.process(_dma_process(sched, group, indices, dma))
         else:
-            env.process(_engine_process(sched, track, indices, static))
+            env.process(_engine_process(sched, group, indices))
     env.run()
     if any(e is None for e in sched.ends):
         stuck = "; ".join(f"{t}: {why}" for t, why in sorted(sched.blocked.items()))
         raise SimulationError(f"program {program.name!r} cannot finish: {stuck}; signal the semaphore or remove the wait")
-    return RunResult(program, "timing", tracks, sched.starts, sched.ends, static.plans)  # type: ignore[arg-type]
+    return RunResult(program, "timing", static.tracks, sched.starts, sched.ends, static.plans)  # type: ignore[arg-type]
 
 
 def simulate(program: Program, inputs: Mapping[str, Any] | None = None, *, fidelity: str = "timing",

@@ -96,10 +96,16 @@ class OnChipAllocator:
         del self.live[name]
 
     def describe_live(self, start: int, count: int) -> str:
+        """The live allocations on those partitions, largest first (at most eight named)."""
         rows = [a for a in self.live.values() if a.overlaps_partitions(start, count)]
         if not rows:
             return "nothing"
-        return ", ".join(f"{a.name} ({_kib(a.nbytes)} at byte {a.offset})" for a in sorted(rows, key=lambda a: a.offset))
+        rows.sort(key=lambda a: (-a.nbytes, a.offset))
+        text = ", ".join(f"{a.name} ({_kib(a.nbytes)} at byte {a.offset})" for a in rows[:8])
+        if len(rows) > 8:
+            rest = sum(a.nbytes for a in rows[8:])
+            text += f" and {len(rows) - 8} more ({_kib(rest)})"
+        return text
 
 
 def _kib(nbytes: Bytes) -> str:
