@@ -1,0 +1,90 @@
+"""Traces: Chrome trace-event export, loading back, counters and the summary."""
+
+import json
+
+import pytest
+
+from trnsim import Program, TrnSimError, dtypes, simulate
+from trnsim.demo import tiled_matmul
+from trnsim.isa import AluOp, Engine, TensorScalar
+from trnsim.trace import busy_ns, load, summarize, to_chrome, trace_from_run
+from trnsim.trace.events import Slice
+
+
+def overlap_program():
+    p = Program("trn1", name="overlap")
+    h = p.hbm([2, 128, 2048], dtypes.float32, "h", kind="input")
+    s = [p.sbuf([128, 2048], dtypes.float32, f"s{i}") for i in range(2)]
+    d0 = p.dma(s[0], h[0], queue=0)
+    p.dma(s[1], h[1], queue=3)
+    p.add(TensorScalar(s[0], s[0], AluOp.MULTIPLY, 3.0, engine=Engine.VECTOR, deps=(d0,)))
+    return p
+
+
+def test_chrome_json_has_a_track_per_engine_and_queue(tmp_path):
+    path = tmp_path / "t.json"
+    run = simulate(overlap_program(), trace=path)
+    data = json.loads(path.read_text())
+    names = {e["args"]["name"] for e in data["traceEvents"] if e["ph"] == "M" and e["name"] == "thread_name"}
+    assert names == {"VectorE", "DMA queue 0", "DMA queue 3"}
+    slices = [e for e in data["traceEvents"] if e["ph"] == "X"]
+    assert len(slices) == 3
+    vec = next(e for e in slices if e["cat"] == "vector")
+    assert vec["args"]["deps"] == [0] and vec["args"]["opcode"] == "tensor_scalar"
+    assert vec["ts"] == run.starts[2] / 1e6 and vec["dur"] == (run.ends[2] - run.starts[2]) / 1e6
+    dma = next(e for e in slices if e["cat"] == "dma.q0")
+    assert dma["args"]["bytes"] == 128 * 2048 * 4 and dma["args"]["descriptors"] == 128
+    counters = {e["name"] for e in data["traceEvents"] if e["ph"] == "C"}
+    assert counters == {"HBM traffic (bytes/s)", "SBUF occupancy (bytes)"}
+
+
+def test_counters_follow_the_schedule():
+    run = simulate(overlap_program())
+    trace = trace_from_run(run)
+    hbm = trace.counter("HBM traffic")
+    # both transfers move 1 MiB each; the integral of the rate is the bytes moved
+    moved = sum(rate * (t1 - t0) * 1e-9 for (t0, rate), (t1, _) in zip(hbm.points, hbm.points[1:]))
+    assert moved == pytest.approx(2 * 2**20, rel=1e-6)
+    assert hbm.points[-1][1] == 0
+    sbuf = trace.counter("SBUF occupancy")
+    assert max(v for _, v in sbuf.points) == 2 * 128 * 2048 * 4
+    assert sbuf.points[-1][1] == 0
+
+
+def test_load_round_trip_and_summary(tmp_path):
+    path = tmp_path / "m.json"
+    run = simulate(tiled_matmul(256, 256, 512, "trn1"), trace=path)
+    back = load(path)
+    original = trace_from_run(run)
+    assert len(back.slices) == len(original.slices)
+    assert back.tracks() == original.tracks()
+    assert back.meta["total_ns"] == run.time_ns
+    s1, s2 = summarize(back), run.summary()
+    assert s1.total_ns == s2.total_ns and s1.flops == s2.flops == 2 * 256 * 256 * 512
+    assert s1.hbm_bytes == s2.hbm_bytes == 256 * 256 * 2 + 256 * 512 * 2 + 256 * 512 * 4
+    for track, pct in s2.busy_pct.items():
+        assert s1.busy_pct[track] == pytest.approx(pct, abs=1e-6)
+    assert s2.achieved_flops == s2.flops / (run.time_ns * 1e-9)
+    assert s2.peak_flops == run.chip.tensor_engine.peak_flops()
+    text = str(s2)
+    assert "TensorE (matmul)" in text and "TFLOP/s" in text and "GB/s" in text
+
+
+def test_busy_counts_overlaps_once():
+    slices = [Slice("t", "a", 0, 10), Slice("t", "b", 5, 10), Slice("t", "c", 30, 5), Slice("t", "d", 31, 1)]
+    assert busy_ns(slices) == 20
+
+
+def test_load_rejects_other_files(tmp_path):
+    bad = tmp_path / "bad.json"
+    bad.write_text(json.dumps({"traceEvents": []}))
+    with pytest.raises(TrnSimError, match="not a trnsim trace"):
+        load(bad)
+    with pytest.raises(TrnSimError, match="cannot read trace"):
+        load(tmp_path / "missing.json")
+
+
+def test_fp32_matmul_peak_is_the_fp32_peak():
+    p = Program("trn1")
+    p.matmul(p.psum([128, 512], dtypes.float32, "a"), p.sbuf([128, 128], dtypes.float32, "s"), p.sbuf([128, 512], dtypes.float32, "m"))
+    assert to_chrome(trace_from_run(simulate(p)))["otherData"]["peak_flops"] == p.chip.tensor_engine.peak_flops(fp32=True)
