@@ -17,7 +17,6 @@ from __future__ import annotations
 import enum
 import math
 from dataclasses import dataclass, field
-from functools import cached_property
 from typing import ClassVar, Iterator, Sequence
 
 from trnsim.dtypes import DType, as_dtype, float32
@@ -99,21 +98,30 @@ class Tensor:
         return f"{self.memory.value}:{self.name}{list(self.shape)}:{self.dtype.name}"
 
 
-@dataclass(frozen=True, eq=False)
 class View:
     """An access pattern on a tensor: element ``offset`` plus ``(stride, count)`` dims.
 
     Strides and offsets count elements of the tensor's dtype. On chip, ``dims[0]``
-    walks partitions (its stride is the tensor's elements per partition).
+    walks partitions (its stride is the tensor's elements per partition). Views are
+    values: make a new one (by slicing) rather than changing one.
     """
 
-    tensor: Tensor
-    offset: int
-    dims: tuple[tuple[int, int], ...]
+    __slots__ = ("tensor", "offset", "dims", "shape", "size", "free_size", "partitions")
 
-    @cached_property
-    def shape(self) -> tuple[int, ...]:
-        return tuple(c for _, c in self.dims)
+    def __init__(self, tensor: Tensor, offset: int, dims: tuple[tuple[int, int], ...]) -> None:
+        self.tensor = tensor
+        self.offset = offset
+        self.dims = dims
+        shape = []
+        free = 1
+        for _, count in dims:
+            shape.append(count)
+            free *= count
+        self.shape: tuple[int, ...] = tuple(shape)
+        self.partitions: int = shape[0] if shape else 1
+        self.size: int = free
+        #: Elements per partition.
+        self.free_size: int = free // self.partitions if self.partitions else 0
 
     @property
     def dtype(self) -> DType:
@@ -123,23 +131,9 @@ class View:
     def memory(self) -> Memory:
         return self.tensor.memory
 
-    @cached_property
-    def size(self) -> int:
-        return math.prod(self.shape)
-
-    @cached_property
+    @property
     def nbytes(self) -> int:
         return self.size * self.tensor.dtype.itemsize
-
-    @cached_property
-    def partitions(self) -> int:
-        """Partitions this view spans (on chip), or its leading extent (HBM)."""
-        return self.dims[0][1] if self.dims else 1
-
-    @cached_property
-    def free_size(self) -> int:
-        """Elements per partition."""
-        return math.prod(c for _, c in self.dims[1:])
 
     @property
     def start_partition(self) -> int:
@@ -584,13 +578,15 @@ class Program:
 
     Tensors are placed by :meth:`hbm`, :meth:`sbuf` and :meth:`psum` (which check
     capacity against ``chip``); instructions are appended by :meth:`add` or the
-    helpers named after them, each checked against the chip's limits. A Program
-    knows its chip's limits but nothing of how it is timed.
+    helpers named after them, each checked against the chip's limits and costed
+    on it (:class:`trnsim.hw.static.StaticTiming`) as it joins; simulating the
+    Program then only schedules.
     """
 
     def __init__(self, chip: object = None, name: str = "program") -> None:
         from trnsim.hw.memory import OnChipAllocator
         from trnsim.hw.spec import load_chip
+        from trnsim.hw.static import StaticTiming
 
         self.chip = load_chip(chip)
         self.name = name
@@ -604,6 +600,7 @@ class Program:
         self._hbm_bytes = 0
         self._names: set[str] = set()
         self._tensor_ids: set[int] = set()
+        self.timing = StaticTiming(self.chip)
 
     # -- tensors -----------------------------------------------------------
 
@@ -670,6 +667,7 @@ class Program:
         inst.index = len(self.instructions)
         self._validate(inst)
         self.instructions.append(inst)
+        self.timing.add(inst)
         return inst.index
 
     def __len__(self) -> int:
@@ -838,6 +836,7 @@ class Program:
             return self.add(MultiplyMoving(dst, moving, accumulate, engine=Engine.TENSOR, deps=(i, *deps), source=source))
         except ProgramError:
             self.instructions.pop()  # a failed matmul leaves no half behind
+            self.timing.pop()
             raise
 
     def dma(self, dst: View | Tensor, src: View | Tensor, *, queue: int = 0, deps: Sequence[int] = (), source: str = "") -> int:

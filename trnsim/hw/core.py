@@ -18,15 +18,14 @@ from dataclasses import dataclass, field
 from typing import Any, Mapping
 
 from trnsim.errors import ProgramError, SimulationError
-from trnsim.hw.dma import DmaPlan, DmaSystem, plan_dma
-from trnsim.hw.engines import cost_ps
+from trnsim.hw.dma import DmaPlan, DmaSystem
+from trnsim.hw.static import DMA, LOAD, MULTIPLY, SIGNAL, WAIT, StaticTiming
 from trnsim.hw.spec import ChipSpec
-from trnsim.isa import DmaCopy, Engine, Instruction, LoadStationary, MultiplyMoving, Program, SemaphoreSignal, SemaphoreWait
+from trnsim.isa import Engine, Program, SemaphoreWait
 
 Picos = int
 
 FIDELITIES = ("timing", "instruction")
-LOAD_TRACK = "tensor.load"
 
 
 @dataclass
@@ -62,86 +61,10 @@ class RunResult:
         return summarize(self)
 
 
-# What an instruction does to the schedule beyond taking time on its track.
-PLAIN, LOAD, MULTIPLY, SIGNAL, WAIT, DMA = range(6)
-
-
-def _kind(inst: Instruction) -> int:
-    if isinstance(inst, LoadStationary):
-        return LOAD
-    if isinstance(inst, MultiplyMoving):
-        return MULTIPLY
-    if isinstance(inst, SemaphoreSignal):
-        return SIGNAL
-    if isinstance(inst, SemaphoreWait):
-        return WAIT
-    if isinstance(inst, DmaCopy):
-        return DMA
-    return PLAIN
-
-
-def _cost_key(inst: Instruction, dependent: bool, stationary_free: int) -> tuple:
-    """Everything a compute instruction's cost depends on."""
-    views = tuple((v.tensor.dtype, v.tensor.memory, v.dims) for v in inst.reads() + inst.writes())
-    return (type(inst), inst.engine, dependent, stationary_free, getattr(inst, "func", None), getattr(inst, "op", None), views)
-
-
-@dataclass
-class _Static:
-    """What each instruction needs from the run, fixed before it starts."""
-
-    tracks: list[str] = field(default_factory=list)
-    groups: list[str] = field(default_factory=list)
-    kinds: list[int] = field(default_factory=list)
-    deps: list[tuple[int, ...]] = field(default_factory=list)
-    costs: list[Picos] = field(default_factory=list)
-    plans: dict[int, DmaPlan] = field(default_factory=dict)
-
-
-def _static_costs(program: Program) -> _Static:
-    """Tracks and durations that depend on the instruction alone, computed once before the run.
-
-    The stationary loads get a track of their own ("tensor.load") but stay in the
-    tensor engine's group: no semaphore between a load and its multiply."""
-    chip = program.chip
-    static = _Static()
-    last_on_engine: dict[Engine, int] = {}
-    stationary_free = 0
-    seen: dict[tuple, Picos] = {}  # programs repeat a few instruction shapes many times
-    plans_seen: dict[tuple, DmaPlan] = {}
-    for inst in program.instructions:
-        i = inst.index
-        kind = _kind(inst)
-        group = inst.track
-        static.tracks.append(LOAD_TRACK if kind == LOAD else group)
-        static.groups.append(group)
-        static.kinds.append(kind)
-        static.deps.append(inst.deps)
-        if kind == DMA:
-            src, dst = inst.src, inst.dst
-            key = (src.tensor.dtype, src.tensor.memory, src.dims, dst.tensor.memory, dst.dims)
-            plan = plans_seen.get(key)
-            if plan is None:
-                plan = plans_seen[key] = plan_dma(chip, inst)
-            static.plans[i] = plan
-            static.costs.append(0)
-            continue
-        if kind == LOAD:
-            stationary_free = inst.src.free_size
-        dependent = last_on_engine.get(inst.engine, -1) in inst.deps
-        last_on_engine[inst.engine] = i
-        key = _cost_key(inst, dependent, stationary_free if kind == MULTIPLY else 0)
-        cost = seen.get(key)
-        if cost is None:
-            cost = seen[key] = cost_ps(chip, inst, dependent=dependent, stationary_free=stationary_free)
-        static.costs.append(cost)
-    return static
-
-
 class _Schedule:
     """Shared state of one run: when each instruction starts and ends, and who waits for what."""
 
-    def __init__(self, env: Any, program: Program, static: _Static) -> None:
+    def __init__(self, env: Any, program: Program, static: StaticTiming) -> None:
         self.env = env
         self.program = program
         self.static = static
@@ -155,14 +78,6 @@ class _Schedule:
         chip = program.chip
         self.sem_ps = round(chip.sync.semaphore_wait_ns * 1000)
         self.sem_to_dma_ps = round(chip.dma.semaphore_to_start_ns * 1000)
-
-    def book(self, i: int, start: Picos, end: Picos) -> None:
-        self.starts[i] = start
-        self.ends[i] = end
-        if self.waiting:
-            event = self.waiting.pop(i, None)
-            if event is not None:
-                event.succeed()
 
     def ready_now(self, i: int, wait_ps: Picos) -> Picos:
         """When instruction ``i`` may start, if every dependency is booked; else -1."""
@@ -228,6 +143,7 @@ class _Schedule:
 def _engine_process(sched: _Schedule, track: str, indices: list[int]):
     """An in-order compute engine: books each instruction as soon as its dependencies' ends are known."""
     costs, kinds = sched.static.costs, sched.static.kinds
+    starts, ends, waiting = sched.starts, sched.ends, sched.waiting
     wait = sched.sem_ps
     free = 0
     for i in indices:
@@ -236,7 +152,10 @@ def _engine_process(sched: _Schedule, track: str, indices: list[int]):
             ready = yield from sched.ready(i, track, wait)
         start = free if free > ready else ready
         free = start + costs[i]
-        sched.book(i, start, free)
+        starts[i] = start
+        ends[i] = free
+        if waiting and i in waiting:
+            waiting.pop(i).succeed()
         if kinds[i] == SIGNAL:
             sched.signal(sched.program.instructions[i].sem, free)
 
@@ -246,6 +165,7 @@ def _tensor_process(sched: _Schedule, indices: list[int]):
     (the PE array holds the next weights while it streams); a multiply waits for
     the latest load."""
     costs, kinds, tracks = sched.static.costs, sched.static.kinds, sched.static.tracks
+    starts, ends, waiting = sched.starts, sched.ends, sched.waiting
     wait = sched.sem_ps
     free = 0             # the PE array is streaming until then
     load_free = 0        # the stationary load port is busy until then
@@ -264,7 +184,10 @@ def _tensor_process(sched: _Schedule, indices: list[int]):
             free = end = start + costs[i]
             if kind == MULTIPLY:
                 last_start = start
-        sched.book(i, start, end)
+        starts[i] = start
+        ends[i] = end
+        if waiting and i in waiting:
+            waiting.pop(i).succeed()
         if kind == SIGNAL:
             sched.signal(sched.program.instructions[i].sem, end)
 
@@ -274,6 +197,7 @@ def _dma_process(sched: _Schedule, track: str, indices: list[int], dma: DmaSyste
     the shared engine pool and HBM."""
     env = sched.env
     kinds, plans = sched.static.kinds, sched.static.plans
+    starts, ends, waiting = sched.starts, sched.ends, sched.waiting
     wait = sched.sem_to_dma_ps
     free = 0
     for i in indices:
@@ -285,7 +209,10 @@ def _dma_process(sched: _Schedule, track: str, indices: list[int], dma: DmaSyste
             yield env.timeout(start - env.now)
         kind = kinds[i]
         free = dma.transfer(start, plans[i]) if kind == DMA else start
-        sched.book(i, start, free)
+        starts[i] = start
+        ends[i] = free
+        if waiting and i in waiting:
+            waiting.pop(i).succeed()
         if kind == SIGNAL:
             sched.signal(sched.program.instructions[i].sem, free)
 
@@ -294,7 +221,7 @@ def run_timing(program: Program) -> RunResult:
     """Time ``program`` on its chip without computing any data."""
     import simpy
 
-    static = _static_costs(program)
+    static = program.timing
     env = simpy.Environment()
     sched = _Schedule(env, program, static)
     by_group: dict[str, list[int]] = {}

@@ -1,0 +1,70 @@
+"""What each instruction asks of the hardware, worked out once as it joins a Program.
+
+An instruction's track, duration on its engine (or its DMA plan) and dependencies
+do not depend on when it runs, so :class:`StaticTiming` records them as
+:meth:`trnsim.isa.Program.add` accepts each instruction; the simpy run in
+:mod:`trnsim.hw.core` then only schedules.
+"""
+
+from __future__ import annotations
+
+from trnsim.hw.dma import DmaPlan, plan_dma
+from trnsim.hw.engines import cost_ps
+from trnsim.hw.spec import ChipSpec
+from trnsim.isa import DmaCopy, Engine, Instruction, LoadStationary, MultiplyMoving, SemaphoreSignal, SemaphoreWait
+
+Picos = int
+
+# What an instruction does to the schedule beyond taking time on its track.
+PLAIN, LOAD, MULTIPLY, SIGNAL, WAIT, DMA = range(6)
+_KINDS = {LoadStationary: LOAD, MultiplyMoving: MULTIPLY, SemaphoreSignal: SIGNAL, SemaphoreWait: WAIT, DmaCopy: DMA}
+
+LOAD_TRACK = "tensor.load"
+
+
+class StaticTiming:
+    """Per-instruction tracks, groups, kinds, dependencies, durations and DMA plans.
+
+    The stationary loads get a track of their own (``tensor.load``) but stay in the
+    tensor engine's group: no semaphore between a load and its multiply.
+    """
+
+    def __init__(self, chip: ChipSpec) -> None:
+        self.chip = chip
+        self.tracks: list[str] = []
+        self.groups: list[str] = []
+        self.kinds: list[int] = []
+        self.deps: list[tuple[int, ...]] = []
+        self.costs: list[Picos] = []
+        self.plans: dict[int, DmaPlan] = {}
+        self._last_on_engine: dict[Engine, int] = {}
+        self._stationary_free: list[int] = []
+
+    def add(self, inst: Instruction) -> None:
+        """Record ``inst``, the next instruction of the program."""
+        i = inst.index
+        kind = _KINDS.get(type(inst), PLAIN)
+        group = inst.track
+        self.tracks.append(LOAD_TRACK if kind == LOAD else group)
+        self.groups.append(group)
+        self.kinds.append(kind)
+        self.deps.append(inst.deps)
+        previous = self._stationary_free[-1] if self._stationary_free else 0
+        if kind == DMA:
+            self.plans[i] = plan_dma(self.chip, inst)
+            self.costs.append(0)
+            self._stationary_free.append(previous)
+            return
+        stationary_free = inst.src.free_size if kind == LOAD else previous
+        self._stationary_free.append(stationary_free)
+        dependent = self._last_on_engine.get(inst.engine, -1) in inst.deps
+        self._last_on_engine[inst.engine] = i
+        self.costs.append(cost_ps(self.chip, inst, dependent=dependent, stationary_free=stationary_free))
+
+    def pop(self) -> None:
+        """Forget the last instruction recorded (its Program took it back)."""
+        i = len(self.kinds) - 1
+        for column in (self.tracks, self.groups, self.kinds, self.deps, self.costs, self._stationary_free):
+            column.pop()
+        self.plans.pop(i, None)
+        self._last_on_engine = {e: j for e, j in self._last_on_engine.items() if j < i}
