@@ -2,7 +2,7 @@
 
 An allocation covers a range of partitions and a range of bytes inside each of
 them. Two allocations may share bytes only on disjoint partitions. Placement is
-first fit along the byte axis, so the same sequence of allocations always gets
+first fit (or next fit) along the byte axis, so the same sequence of allocations always gets
 the same addresses.
 """
 
@@ -30,13 +30,17 @@ class Allocation:
 
 
 class OnChipAllocator:
-    """First-fit placement of tensors in SBUF or PSUM, with capacity errors that say what is live.
+    """Placement of tensors in SBUF or PSUM, with capacity errors that say what is live.
 
     PSUM (``bank_bytes`` given) keeps a tensor inside one bank when it fits in
-    one, and starts larger tensors on a bank boundary.
+    one, and starts larger tensors on a bank boundary. ``next_fit`` places each
+    tensor after the previous one, wrapping around, rather than at the lowest free
+    address: traced kernels use it so a new tile rarely lands where a tile still
+    being read just was.
     """
 
-    def __init__(self, memory: object, partitions: int, partition_bytes: Bytes, chip_name: str, bank_bytes: Bytes | None = None) -> None:
+    def __init__(self, memory: object, partitions: int, partition_bytes: Bytes, chip_name: str, bank_bytes: Bytes | None = None,
+                 next_fit: bool = False) -> None:
         self.memory = memory
         self.partitions = partitions
         self.partition_bytes = partition_bytes
@@ -44,10 +48,13 @@ class OnChipAllocator:
         self.bank_bytes = bank_bytes
         self.live: dict[str, Allocation] = {}
         self.peak_bytes: Bytes = 0
+        self.next_fit = next_fit
+        self.cursor: Bytes = 0
+        self._used: Bytes = 0
 
     def used_bytes(self) -> Bytes:
         """Bytes allocated, summed over partitions."""
-        return sum(a.partitions * a.nbytes for a in self.live.values())
+        return self._used
 
     def allocate(self, name: str, start: int, count: int, nbytes: Bytes) -> Bytes:
         """Place ``nbytes`` per partition on partitions [start, start + count); returns the byte offset."""
@@ -62,21 +69,32 @@ class OnChipAllocator:
                     f"PSUM allocation {name!r} of {nbytes} bytes per partition is larger than one bank "
                     f"({self.bank_bytes} bytes) but not a whole number of banks; use at most {self.bank_bytes} bytes or whole banks")
         busy = sorted((a.offset, a.offset + a.nbytes) for a in self.live.values() if a.overlaps_partitions(start, count))
-        offset = 0
-        for lo, hi in busy:
-            offset = self._fit(offset, nbytes)
-            if offset + nbytes <= lo:
-                break
-            offset = max(offset, hi)
-        offset = self._fit(offset, nbytes)
-        if offset + nbytes > self.partition_bytes:
+        offset = self._place(busy, nbytes)
+        if offset is None:
             raise AllocationError(
                 f"{label} allocation {name!r} of {_kib(nbytes)} per partition on partitions {start}..{start + count - 1} "
                 f"does not fit on {self.chip_name}: {_kib(self.partition_bytes)} per partition, live there: "
                 f"{self.describe_live(start, count)}; free a tile or make this one smaller")
         self.live[name] = Allocation(name, start, count, offset, nbytes)
-        self.peak_bytes = max(self.peak_bytes, self.used_bytes())
+        self._used += count * nbytes
+        self.peak_bytes = max(self.peak_bytes, self._used)
+        self.cursor = offset + nbytes
         return offset
+
+    def _place(self, busy: list[tuple[Bytes, Bytes]], nbytes: Bytes) -> Bytes | None:
+        """The offset for ``nbytes`` among the ``busy`` byte ranges, or None if none fits.
+
+        First fit looks from byte 0; next fit from where the last allocation ended,
+        wrapping around, so space freed a moment ago is taken last."""
+        candidates = [0] + [hi for _, hi in busy]
+        if self.next_fit:
+            candidates = sorted(set(candidates) | {self.cursor}, key=lambda c: (c < self.cursor, c))
+        for c in candidates:
+            offset = self._fit(c, nbytes)
+            end = offset + nbytes
+            if end <= self.partition_bytes and all(end <= lo or offset >= hi for lo, hi in busy):
+                return offset
+        return None
 
     def _fit(self, offset: Bytes, nbytes: Bytes) -> Bytes:
         """Move ``offset`` so a PSUM tile does not straddle a bank; SBUF offsets stay 4-byte aligned."""
@@ -93,7 +111,8 @@ class OnChipAllocator:
         """Free the allocation called ``name``."""
         if name not in self.live:
             raise AllocationError(f"{self.memory.value.upper()} tensor {name!r} is not allocated; it was never placed or is already freed")
-        del self.live[name]
+        a = self.live.pop(name)
+        self._used -= a.partitions * a.nbytes
 
     def describe_live(self, start: int, count: int) -> str:
         """The live allocations on those partitions, largest first (at most eight named)."""

@@ -1,0 +1,26 @@
+"""trnsim.nki: NKI-style kernels on the simulated NeuronCore, with timing.
+
+Write a kernel as for NKI, with only the imports changed::
+
+    import trnsim.nki as nki
+    import trnsim.nki.language as nl
+    import trnsim.nki.isa as nisa
+
+    @nki.jit
+    def add_kernel(a, b):
+        out = nl.ndarray(a.shape, a.dtype, buffer=nl.shared_hbm)
+        nl.store(out, nl.add(nl.load(a), nl.load(b)))
+        return out
+
+    add_kernel(x, y)                           # numpy in, numpy out, chip numerics
+    nki.benchmark(add_kernel)(x, y).latency_ns  # simulated latency, busy %, trace
+
+Kernels trace into Programs of :mod:`trnsim.isa`; dependencies come from the memory
+each instruction touches, so independent iterations overlap across engines.
+"""
+
+from trnsim.nki import isa, language
+from trnsim.nki.jit import BenchmarkResult, Kernel, benchmark, jit, simulate, trace_program
+from trnsim.nki.tracer import KernelError
+
+__all__ = ["BenchmarkResult", "Kernel", "KernelError", "benchmark", "isa", "jit", "language", "simulate", "trace_program"]

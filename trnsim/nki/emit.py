@@ -1,0 +1,132 @@
+"""The shared machinery of ``nl`` and ``nisa``: making tiles and emitting instructions.
+
+Both styles of NKI end up here: value-returning calls make a fresh destination
+tile and emit into it; destination-passing calls emit into the tile given.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+from trnsim import dtypes
+from trnsim.isa import (Activation, ActivationFunc, AluOp, Engine, Memory, Memset, MultiplyMoving, LoadStationary,
+                        ReduceOp, TensorCopy, TensorReduce, TensorScalar, TensorTensor, Transpose, View)
+from trnsim.nki.tensor import Mask, NkiTensor, _Placement
+from trnsim.nki.tracer import KernelError, Tracer, current
+
+
+def tracer() -> Tracer:
+    return current()
+
+
+def dtype_of(value: Any, default: dtypes.DType | None = None) -> dtypes.DType:
+    if value is None:
+        if default is None:
+            raise KernelError("a dtype is needed here")
+        return default
+    try:
+        return dtypes.as_dtype(value)
+    except Exception as e:
+        raise tracer().fail(str(e)) from None
+
+
+def new_tensor(shape: Sequence[int], dtype: Any, buffer: Memory = Memory.SBUF, name: str | None = None,
+               bases: tuple | None = None) -> NkiTensor:
+    """Place a tensor and wrap it."""
+    tr = tracer()
+    shape = tuple(int(s) for s in shape)
+    if not shape:
+        shape = (1, 1)
+    if buffer is not Memory.HBM and len(shape) == 1:
+        shape = (shape[0], 1)
+    t = tr.place(shape, dtype_of(dtype), buffer, name)
+    placement = _Placement(tr, t)
+    return NkiTensor(placement, t.view(), bases)
+
+
+def like(x: NkiTensor, dtype: Any = None, buffer: Memory = Memory.SBUF, shape: Sequence[int] | None = None) -> NkiTensor:
+    """A fresh tile shaped like ``x`` (same index bases, so masks still apply)."""
+    return new_tensor(shape or x.shape, dtype_of(dtype, x.dtype), buffer, bases=None if shape else x.bases)
+
+
+def readable(x: Any, what: str = "operand") -> NkiTensor:
+    """An on-chip tile to read: results are materialised, HBM is refused."""
+    from trnsim.nki.language import MatmulResult
+
+    if isinstance(x, MatmulResult):
+        return x.materialize()
+    if not isinstance(x, NkiTensor):
+        raise tracer().fail(f"{what} {x!r} is not a tile; pass a tile (nl.load it first) or a number where one is allowed")
+    if x.buffer is Memory.HBM:
+        raise tracer().fail(f"{what} {x.name}{list(x.shape)} is in HBM; engines read SBUF/PSUM only, so nl.load it first")
+    materialize_zero(x)
+    return x
+
+
+def materialize_zero(x: NkiTensor) -> None:
+    """A PSUM tile made by nl.zeros is only zeroed when something other than a matmul needs it."""
+    p = x._placement
+    if p.zero_pending:
+        p.zero_pending = False
+        tracer().emit(Memset(p.tensor.view(), 0.0, engine=Engine.VECTOR), check_written=False)
+
+
+def emit(inst: Any) -> int:
+    return tracer().emit(inst)
+
+
+def clip(mask: Mask | None, *tiles: NkiTensor) -> list[View]:
+    """The views of ``tiles`` restricted to where ``mask`` holds (axis by axis, by index base)."""
+    if mask is None:
+        return [t.view for t in tiles]
+    if not isinstance(mask, Mask):
+        raise tracer().fail(f"mask {mask!r} is not a condition on nl.arange indices (such as i_p + 128 * k < n)")
+    ranges = mask.ranges()
+    bases = next((t.bases for t in tiles if any(b in ranges for b in t.bases if b is not None)), None)
+    if bases is None:
+        return [t.view for t in tiles]
+    index = tuple(slice(*ranges[b]) if b in ranges else slice(None) for b in bases)
+    return [t.view[index] for t in tiles]
+
+
+def copy_to(dst: View, src: View, engine: Engine = Engine.VECTOR) -> int:
+    return emit(TensorCopy(dst, src, engine=engine))
+
+
+def activation(dst: View, src: View, func: ActivationFunc, bias: View | None = None, scale: float | View = 1.0,
+               reduce_op: ReduceOp | None = None, reduce_dst: View | None = None) -> int:
+    return emit(Activation(dst, src, func, bias, scale, reduce_op, reduce_dst, engine=Engine.SCALAR))
+
+
+def tensor_tensor(dst: View, a: View, b: View, op: AluOp, engine: Engine = Engine.VECTOR) -> int:
+    return emit(TensorTensor(dst, a, b, op, engine=engine))
+
+
+def tensor_scalar(dst: View, src: View, op0: AluOp, operand0: Any, op1: AluOp | None = None, operand1: Any = None,
+                  reverse0: bool = False, engine: Engine = Engine.VECTOR) -> int:
+    return emit(TensorScalar(dst, src, op0, operand0, op1, operand1, reverse0, engine=engine))
+
+
+def reduce(dst: View, src: View, op: ReduceOp, num_axes: int, engine: Engine = Engine.VECTOR) -> int:
+    return emit(TensorReduce(dst, src, op, num_axes, engine=engine))
+
+
+def transpose(dst: View, src: View) -> int:
+    return emit(Transpose(dst, src, engine=Engine.TENSOR))
+
+
+def matmul(dst: View, stationary: View, moving: View, accumulate: bool) -> int:
+    """Load ``stationary`` [K, M] and stream ``moving`` [K, N] into ``dst`` [M, N] (PSUM)."""
+    tr = tracer()
+    tr.emit(LoadStationary(stationary, engine=Engine.TENSOR))
+    return tr.emit(MultiplyMoving(dst, moving, accumulate, engine=Engine.TENSOR))
+
+
+def flat2d(v: View) -> View:
+    """A view of [P, f1, f2, ...] seen as [P, f1 * f2 * ...] when its free part is contiguous."""
+    if len(v.dims) <= 2:
+        return v
+    run = v.contiguous_run()
+    if run != v.free_size:
+        raise tracer().fail(f"{v!r} is not contiguous inside each partition; copy it to a fresh tile first")
+    return View(v.tensor, v.offset, (v.dims[0], (1, v.free_size)))

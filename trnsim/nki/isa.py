@@ -1,0 +1,349 @@
+"""``nki.isa`` (``nisa``): one call per engine instruction, with NKI's names.
+
+Each call works in both styles NKI kernels are written in: pass the destination
+tile first (``nisa.tensor_copy(dst=t, src=s)``, ``nisa.nc_matmul(acc, a, b)``), or
+leave it out and take the returned tile (``t = nisa.tensor_copy(s, dtype=...)``).
+``engine=`` picks the engine where the instruction can run on several.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from trnsim import dtypes as _dt
+from trnsim.isa import AffineSelect, ActivationFunc, AluOp, Engine, Iota, Memory, Memset, ReduceOp, View
+from trnsim.nki import emit as _e
+from trnsim.nki import language as nl
+from trnsim.nki.tensor import Affine, Mask, NkiTensor
+
+__all__ = [
+    "nc_matmul", "nc_transpose", "activation", "tensor_tensor", "tensor_scalar", "tensor_reduce", "tensor_copy",
+    "memset", "iota", "affine_select", "dma_copy", "bn_stats", "bn_aggr",
+    "tensor_engine", "vector_engine", "scalar_engine", "gpsimd_engine",
+]
+
+tensor_engine = Engine.TENSOR
+vector_engine = Engine.VECTOR
+scalar_engine = Engine.SCALAR
+gpsimd_engine = Engine.GPSIMD
+
+# numpy / nl functions that NKI passes as ``op``: map them to the engines' operations.
+_ALU_NAMES = {"add": AluOp.ADD, "subtract": AluOp.SUBTRACT, "multiply": AluOp.MULTIPLY, "divide": AluOp.DIVIDE,
+              "maximum": AluOp.MAXIMUM, "minimum": AluOp.MINIMUM, "power": AluOp.POW, "equal": AluOp.IS_EQUAL,
+              "not_equal": AluOp.NOT_EQUAL, "greater": AluOp.IS_GT, "greater_equal": AluOp.IS_GE, "less": AluOp.IS_LT,
+              "less_equal": AluOp.IS_LE}
+_REDUCE_NAMES = {"add": ReduceOp.ADD, "sum": ReduceOp.ADD, "maximum": ReduceOp.MAX, "max": ReduceOp.MAX,
+                 "minimum": ReduceOp.MIN, "min": ReduceOp.MIN}
+_ACT_NAMES = {f.value: f for f in ActivationFunc} | {"copy": ActivationFunc.IDENTITY, "gelu_apprx_tanh": ActivationFunc.GELU_TANH,
+                                                    "negative": None}
+
+
+def _name(op: Any) -> str:
+    return op.value if hasattr(op, "value") else getattr(op, "__name__", str(op))
+
+
+def _alu(op: Any) -> AluOp:
+    if isinstance(op, AluOp):
+        return op
+    found = _ALU_NAMES.get(_name(op))
+    if found is None:
+        raise _e.tracer().fail(f"op {op!r} is not an ALU operation; use one of nl.{', nl.'.join(_ALU_NAMES)}")
+    return found
+
+
+def _red(op: Any) -> ReduceOp:
+    if isinstance(op, ReduceOp):
+        return op
+    found = _REDUCE_NAMES.get(_name(op))
+    if found is None:
+        raise _e.tracer().fail(f"op {op!r} is not a reduction; use nl.add, nl.maximum or nl.minimum")
+    return found
+
+
+def _act(op: Any) -> ActivationFunc:
+    if isinstance(op, ActivationFunc):
+        return op
+    found = _ACT_NAMES.get(_name(op))
+    if found is None:
+        raise _e.tracer().fail(f"op {op!r} is not an activation function; use one of nl.{', nl.'.join(f.value for f in ActivationFunc)}")
+    return found
+
+
+def _split_dst(args: tuple, kwargs: dict, first_is_dst: Any) -> tuple[NkiTensor | None, tuple]:
+    """Destination-passing calls have ``dst=`` or a tile as first argument."""
+    if "dst" in kwargs:
+        return kwargs.pop("dst"), args
+    if args and first_is_dst(args):
+        return args[0], args[1:]
+    return None, args
+
+
+def _engine(engine: Any, default: Engine) -> Engine:
+    return _e.tracer().engine_for(engine, default)
+
+
+def _out(dst: NkiTensor | None, ref: NkiTensor, dtype: Any, shape: Any = None, buffer: Memory = Memory.SBUF) -> NkiTensor:
+    if dst is not None:
+        return dst
+    return _e.new_tensor(shape or ref.shape, _e.dtype_of(dtype, ref.dtype if ref.buffer is Memory.SBUF else _dt.float32), buffer)
+
+
+def _is_tile(x: Any) -> bool:
+    return isinstance(x, NkiTensor)
+
+
+def nc_matmul(*args: Any, **kwargs: Any) -> NkiTensor:
+    """``stationary.T @ moving`` on the tensor engine: ``nc_matmul(dst, stationary, moving)``
+    accumulates into the PSUM tile ``dst`` (the first matmul into fresh space starts the
+    accumulation group); ``nc_matmul(stationary, moving)`` returns a fresh PSUM tile.
+    stationary [K, M] (K <= 128 partitions, M <= 128), moving [K, N] (N <= 512)."""
+    dst, rest = _split_dst(args, kwargs, lambda a: len(a) >= 3)
+    stationary = kwargs.pop("stationary", rest[0] if rest else None)
+    moving = kwargs.pop("moving", rest[1] if len(rest) > 1 else None)
+    result = nl.matmul(stationary, moving, transpose_x=True)
+    if dst is None:
+        return result.materialize()
+    result.accumulate_into(dst)
+    return dst
+
+
+def nc_transpose(*args: Any, engine: Any = None, **kwargs: Any) -> NkiTensor:
+    """[P, F] -> [F, P]: through the PE array (tensor engine, into PSUM) by default."""
+    dst, rest = _split_dst(args, kwargs, lambda a: len(a) >= 2)
+    data = _e.readable(kwargs.pop("data", rest[0] if rest else None), "nc_transpose data")
+    eng = _engine(engine, Engine.TENSOR)
+    if eng is not Engine.TENSOR:
+        raise _e.tracer().fail("nc_transpose runs on the tensor engine in trnsim; pass engine=nisa.tensor_engine")
+    out = dst if dst is not None else _e.new_tensor((data.view.free_size, data.view.partitions), data.dtype, Memory.PSUM)
+    _e.transpose(out.view, _e.flat2d(data.view))
+    return out
+
+
+def activation(*args: Any, bias: Any = None, scale: Any = 1.0, reduce_op: Any = None, reduce_res: Any = None,
+               dtype: Any = None, mask: Mask | None = None, **kwargs: Any) -> NkiTensor:
+    """``op(data * scale + bias)`` on the scalar engine; ``bias`` and a tile ``scale`` are
+    [P, 1]. With ``reduce_op`` (nl.add), ``reduce_res`` [P, 1] gets the sum of the outputs."""
+    dst, rest = _split_dst(args, kwargs, lambda a: _is_tile(a[0]))
+    op = kwargs.pop("op", rest[0] if rest else None)
+    data = _e.readable(kwargs.pop("data", rest[1] if len(rest) > 1 else None), "activation data")
+    out = _out(dst, data, dtype)
+    func = _act(op)
+    b = _e.readable(bias, "activation bias").view if bias is not None else None
+    s = float(scale) if isinstance(scale, (int, float)) else _e.readable(scale, "activation scale").view
+    red = _red(reduce_op) if reduce_op is not None else None
+    if (red is None) != (reduce_res is None):
+        raise _e.tracer().fail("activation: reduce_op and reduce_res go together")
+    d, src = _e.clip(mask, out, data)
+    _e.activation(d, src, func, b, s, red, reduce_res.view if reduce_res is not None else None)
+    return out
+
+
+def tensor_tensor(*args: Any, op: Any = None, dtype: Any = None, engine: Any = None, mask: Mask | None = None,
+                  **kwargs: Any) -> NkiTensor:
+    """``op(data1, data2)`` elementwise on the vector engine (or GpSimd)."""
+    dst, rest = _split_dst(args, kwargs, lambda a: len(a) >= 3 and _is_tile(a[2]))
+    a = _e.readable(kwargs.pop("data1", rest[0] if rest else None), "tensor_tensor data1")
+    b = _e.readable(kwargs.pop("data2", rest[1] if len(rest) > 1 else None), "tensor_tensor data2")
+    if op is None and len(rest) > 2:
+        op = rest[2]
+    out = _out(dst, a, dtype)
+    d, va, vb = _e.clip(mask, out, a, b)
+    _e.tensor_tensor(d, va, vb, _alu(op), _engine(engine, Engine.VECTOR))
+    return out
+
+
+def _operand(v: Any) -> Any:
+    if v is None or isinstance(v, (int, float)):
+        return None if v is None else float(v)
+    return _e.readable(v, "tensor_scalar operand").view
+
+
+def tensor_scalar(*args: Any, op0: Any = None, operand0: Any = None, reverse0: bool = False, op1: Any = None,
+                  operand1: Any = None, reverse1: bool = False, dtype: Any = None, engine: Any = None,
+                  mask: Mask | None = None, **kwargs: Any) -> NkiTensor:
+    """``op1(op0(data, operand0), operand1)``; operands are numbers or [P, 1] tiles."""
+    dst, rest = _split_dst(args, kwargs, lambda a: len(a) >= 2 and _is_tile(a[1]))
+    data = _e.readable(kwargs.pop("data", rest[0] if rest else None), "tensor_scalar data")
+    if op0 is None and len(rest) > 2:
+        op0, operand0 = rest[1], rest[2]
+    if reverse1:
+        raise _e.tracer().fail("tensor_scalar: reverse1 is not supported; swap the operation instead")
+    out = _out(dst, data, dtype)
+    d, src = _e.clip(mask, out, data)
+    _e.tensor_scalar(d, src, _alu(op0), _operand(operand0), _alu(op1) if op1 is not None else None, _operand(operand1),
+                     reverse0, _engine(engine, Engine.VECTOR))
+    return out
+
+
+def tensor_reduce(*args: Any, axis: Any = None, dtype: Any = None, negate: bool = False, keepdims: bool = False,
+                  engine: Any = None, **kwargs: Any) -> NkiTensor:
+    """Reduce ``data`` along trailing free axes with ``op`` (nl.add, nl.maximum, nl.minimum)."""
+    dst, rest = _split_dst(args, kwargs, lambda a: _is_tile(a[0]))
+    op = kwargs.pop("op", rest[0] if rest else None)
+    data = _e.readable(kwargs.pop("data", rest[1] if len(rest) > 1 else None), "tensor_reduce data")
+    if axis is None:
+        axis = kwargs.pop("axis", rest[2] if len(rest) > 2 else -1)
+    n = nl._axes(data, axis)
+    kept = data.shape[: len(data.shape) - n]
+    shape = kept + (1,) * n if keepdims else (kept if len(kept) > 1 else (kept[0], 1))
+    out = _out(dst, data, dtype, shape)
+    _e.reduce(out.view, data.view, _red(op), n, _engine(engine, Engine.VECTOR))
+    if negate:
+        _e.tensor_scalar(out.view, out.view, AluOp.MULTIPLY, -1.0)
+    return out
+
+
+def tensor_copy(*args: Any, dtype: Any = None, engine: Any = None, mask: Mask | None = None, **kwargs: Any) -> NkiTensor:
+    """Copy ``src`` converting to the destination's dtype (vector engine by default)."""
+    dst, rest = _split_dst(args, kwargs, lambda a: len(a) >= 2)
+    src = _e.readable(kwargs.pop("src", rest[0] if rest else None), "tensor_copy src")
+    out = _out(dst, src, dtype)
+    d, s = _e.clip(mask, out, src)
+    _e.copy_to(d, s, _engine(engine, Engine.VECTOR))
+    return out
+
+
+def memset(*args: Any, value: Any = None, dtype: Any = None, engine: Any = None, **kwargs: Any) -> NkiTensor:
+    """Fill a tile: ``memset(dst, value)`` or ``t = memset(shape, value, dtype)``."""
+    dst = kwargs.pop("dst", None)
+    rest = list(args)
+    if dst is None and rest and _is_tile(rest[0]):
+        dst = rest.pop(0)
+    if dst is None:
+        shape = kwargs.pop("shape", rest.pop(0) if rest else None)
+        if value is None:
+            value = rest.pop(0) if rest else 0.0
+        dst = _e.new_tensor(shape, _e.dtype_of(dtype or (rest.pop(0) if rest else None), _dt.float32))
+    elif value is None:
+        value = rest.pop(0) if rest else 0.0
+    _e.emit(Memset(dst.view, float(value), engine=_engine(engine, Engine.VECTOR)))
+    return dst
+
+
+def _affine_pattern(expr: Affine, shape: tuple[int, ...]) -> tuple[tuple[int, ...], int, int]:
+    """Steps per free axis, offset and channel multiplier of an index expression over a tile."""
+    tr = _e.tracer()
+    steps = [0] * (len(shape) - 1)
+    cm = 0
+    for b, c in expr.terms.items():
+        axis = expr.axes.get(b, 0)
+        if axis == 0:
+            cm += c
+        elif axis - 1 < len(steps):
+            steps[axis - 1] += c
+        else:
+            raise tr.fail(f"index expression uses axis {axis}, but the tile has shape {list(shape)}")
+    return tuple(steps), expr.const, cm
+
+
+def _grid_shape(expr: Affine) -> tuple[int, ...]:
+    dims: dict[int, int] = {}
+    for b in expr.terms:
+        dims[expr.axes.get(b, 0)] = expr.sizes[b]
+    n = max(dims) + 1 if dims else 2
+    return tuple(dims.get(i, 1) for i in range(max(n, 2)))
+
+
+def iota(*args: Any, dtype: Any = None, **kwargs: Any) -> NkiTensor:
+    """Fill a tile with an affine index expression of ``nl.arange`` values (GpSimd):
+    ``t = nisa.iota(i_p * 64 + i_f, dtype=nl.int32)`` or ``nisa.iota(dst, expr)``."""
+    dst, rest = _split_dst(args, kwargs, lambda a: _is_tile(a[0]))
+    expr = kwargs.pop("expr", rest[0] if rest else None)
+    if isinstance(expr, int):
+        expr = Affine({}, expr, {}, {})
+    if not isinstance(expr, Affine):
+        raise _e.tracer().fail(f"iota needs an nl.arange expression, got {expr!r}")
+    out = dst if dst is not None else _e.new_tensor(_grid_shape(expr), _e.dtype_of(dtype, _dt.int32))
+    steps, offset, cm = _affine_pattern(expr, out.shape)
+    _e.emit(Iota(out.view, steps, offset, cm, engine=Engine.GPSIMD))
+    return out
+
+
+_CMP = {"lt": AluOp.IS_LT, "le": AluOp.IS_LE, "gt": AluOp.IS_GT, "ge": AluOp.IS_GE}
+
+
+def affine_select(*args: Any, dtype: Any = None, **kwargs: Any) -> NkiTensor:
+    """``on_true`` where an affine condition of the indices holds, else ``on_false_value``
+    (GpSimd): ``nisa.affine_select(pred=(i_p - i_f >= 0), on_true_tile=t, on_false_value=-inf)``."""
+    dst, rest = _split_dst(args, kwargs, lambda a: _is_tile(a[0]))
+    pred = kwargs.pop("pred", rest[0] if rest else None)
+    src = _e.readable(kwargs.pop("on_true_tile", rest[1] if len(rest) > 1 else None), "affine_select on_true_tile")
+    fill = kwargs.pop("on_false_value", rest[2] if len(rest) > 2 else 0.0)
+    if not isinstance(pred, Mask) or len(pred.conds) != 1:
+        raise _e.tracer().fail("affine_select needs one affine condition of nl.arange indices, such as (i_p - i_f >= 0)")
+    expr, op = pred.conds[0]
+    out = _out(dst, src, dtype)
+    steps, offset, cm = _affine_pattern(expr, src.shape)
+    _e.emit(AffineSelect(out.view, src.view, steps, offset, cm, _CMP[op], float(fill), engine=Engine.GPSIMD))
+    return out
+
+
+def dma_copy(*args: Any, **kwargs: Any) -> NkiTensor:
+    """Copy ``src`` to ``dst`` by DMA (HBM, SBUF or PSUM on either side)."""
+    dst = kwargs.pop("dst", args[0] if args else None)
+    src = kwargs.pop("src", args[1] if len(args) > 1 else None)
+    tr = _e.tracer()
+    if not isinstance(dst, NkiTensor) or not isinstance(src, NkiTensor):
+        raise tr.fail("dma_copy needs dst= and src= tensors")
+    if src.view.size != dst.view.size:
+        raise tr.fail(f"dma_copy of {list(src.shape)} into {list(dst.shape)}: sizes differ")
+    _e.materialize_zero(src)
+    tr.dma(dst.view, src.view)
+    return dst
+
+
+BN_STATS_DIM = 6
+BN_AGGR_DIM = 2
+
+
+def bn_stats(*args: Any, dtype: Any = None, **kwargs: Any) -> NkiTensor:
+    """Per-partition statistics of ``data`` [P, F] (F <= 512) for :func:`bn_aggr`:
+    [P, 6] holding the mean, the sum of squared deviations and the count."""
+    dst, rest = _split_dst(args, kwargs, lambda a: len(a) >= 2)
+    data = _e.readable(kwargs.pop("data", rest[0] if rest else None), "bn_stats data")
+    tr = _e.tracer()
+    n = data.view.free_size
+    if n > 512:
+        raise tr.fail(f"bn_stats takes at most 512 elements per partition, got {n}; call it on chunks and bn_aggr them")
+    out = dst if dst is not None else _e.new_tensor((data.view.partitions, BN_STATS_DIM), _e.dtype_of(dtype, _dt.float32))
+    flat = _e.flat2d(data.view)
+    o = out.view
+    _e.reduce(o[:, 0:1], flat, ReduceOp.ADD, 1)
+    _e.tensor_scalar(o[:, 0:1], o[:, 0:1], AluOp.MULTIPLY, 1.0 / n)
+    centred = _e.new_tensor((data.view.partitions, n), _dt.float32)
+    _e.tensor_scalar(centred.view, flat, AluOp.SUBTRACT, o[:, 0:1])
+    _e.activation(centred.view, centred.view, ActivationFunc.SQUARE, reduce_op=ReduceOp.ADD, reduce_dst=o[:, 1:2])
+    _e.emit(Memset(o[:, 2:3], float(n), engine=Engine.VECTOR))
+    _e.emit(Memset(o[:, 3:6], 0.0, engine=Engine.VECTOR))
+    return out
+
+
+def bn_aggr(*args: Any, dtype: Any = None, **kwargs: Any) -> NkiTensor:
+    """Combine :func:`bn_stats` results [P, 6 * k] into [P, 2]: mean and (population) variance."""
+    dst, rest = _split_dst(args, kwargs, lambda a: len(a) >= 2)
+    data = _e.readable(kwargs.pop("data", rest[0] if rest else None), "bn_aggr data")
+    tr = _e.tracer()
+    width = data.view.free_size
+    if width % BN_STATS_DIM:
+        raise tr.fail(f"bn_aggr takes bn_stats results ([P, 6 * k]), got [P, {width}]")
+    k = width // BN_STATS_DIM
+    p = data.view.partitions
+    out = dst if dst is not None else _e.new_tensor((p, BN_AGGR_DIM), _e.dtype_of(dtype, _dt.float32))
+    stats = View(data.view.tensor, data.view.offset, (data.view.dims[0], (BN_STATS_DIM, k), (1, BN_STATS_DIM)))
+    means, m2s, counts = stats[:, :, 0], stats[:, :, 1], stats[:, :, 2]
+    total = _e.new_tensor((p, 1), _dt.float32)
+    _e.reduce(total.view, counts, ReduceOp.ADD, 1)
+    weighted = _e.new_tensor((p, k), _dt.float32)
+    _e.tensor_tensor(weighted.view, means, counts, AluOp.MULTIPLY)
+    o = out.view
+    _e.reduce(o[:, 0:1], weighted.view, ReduceOp.ADD, 1)
+    _e.tensor_tensor(o[:, 0:1], o[:, 0:1], total.view, AluOp.DIVIDE)
+    # M2 = sum(m2_i) + sum(n_i * (mean_i - mean)^2)
+    dev = _e.new_tensor((p, k), _dt.float32)
+    _e.tensor_scalar(dev.view, means, AluOp.SUBTRACT, o[:, 0:1])
+    _e.tensor_tensor(dev.view, dev.view, dev.view, AluOp.MULTIPLY)
+    _e.tensor_tensor(dev.view, dev.view, counts, AluOp.MULTIPLY)
+    _e.tensor_tensor(dev.view, dev.view, m2s, AluOp.ADD)
+    _e.reduce(o[:, 1:2], dev.view, ReduceOp.ADD, 1)
+    _e.tensor_tensor(o[:, 1:2], o[:, 1:2], total.view, AluOp.DIVIDE)
+    return out

@@ -1,0 +1,488 @@
+"""``nki.language`` (``nl``): tiles, memory movement, math and loops, with NKI's names.
+
+Value-returning calls (``t = nl.exp(x)``) make a fresh SBUF tile for the result;
+``nl.matmul`` gives a PSUM result that ``+=`` accumulates (``acc += nl.matmul(a, b,
+transpose_x=True)``). Kernels in the destination-passing style use
+``nl.ndarray`` with :mod:`trnsim.nki.isa`.
+"""
+
+from __future__ import annotations
+
+import builtins
+import math
+from typing import Any, Iterator, Sequence
+
+from trnsim import dtypes as _dt
+from trnsim.isa import ActivationFunc, AluOp, Engine, Memory, Memset, ReduceOp, Select, View
+from trnsim.nki import emit as _e
+from trnsim.nki.tensor import Affine, Mask, NkiTensor, ds
+
+__all__ = [
+    "ndarray", "zeros", "ones", "full", "zeros_like", "empty_like", "load", "store", "copy", "matmul", "transpose",
+    "exp", "log", "sqrt", "rsqrt", "tanh", "sigmoid", "relu", "gelu", "gelu_apprx_tanh", "silu", "square", "abs",
+    "sin", "cos", "erf", "sign", "reciprocal", "softplus", "negative",
+    "add", "subtract", "multiply", "divide", "maximum", "minimum", "power", "equal", "not_equal", "greater",
+    "greater_equal", "less", "less_equal",
+    "sum", "max", "min", "mean", "var", "softmax", "rms_norm", "where", "broadcast_to",
+    "affine_range", "sequential_range", "static_range", "arange", "ds", "program_id", "num_programs", "program_ndim",
+    "sbuf", "psum", "hbm", "shared_hbm", "private_hbm", "tile_size",
+    "float32", "bfloat16", "float16", "float8_e4m3", "float8_e5m2", "int8", "uint8", "int16", "int32", "uint32",
+    "tfloat32", "MatmulResult",
+]
+
+# Memories.
+sbuf = Memory.SBUF
+psum = Memory.PSUM
+hbm = Memory.HBM
+shared_hbm = Memory.HBM
+private_hbm = Memory.HBM
+
+# Dtypes.
+float32 = _dt.float32
+tfloat32 = _dt.float32
+bfloat16 = _dt.bfloat16
+float16 = _dt.float16
+float8_e4m3 = _dt.float8_e4m3
+float8_e5m2 = _dt.float8_e5m2
+int8 = _dt.int8
+uint8 = _dt.uint8
+int16 = _dt.int16
+int32 = _dt.int32
+uint32 = _dt.uint32
+
+
+class tile_size:  # noqa: N801 - NKI's spelling
+    """Tile limits (NKI's ``nl.tile_size``)."""
+
+    pmax = 128
+    psum_fmax = 512
+    gemm_stationary_fmax = 128
+    gemm_moving_fmax = 512
+
+
+# -- creation ---------------------------------------------------------------
+
+def _buffer(buffer: Any) -> Memory:
+    if isinstance(buffer, Memory):
+        return buffer
+    raise _e.tracer().fail(f"buffer {buffer!r} is not one of nl.sbuf, nl.psum, nl.hbm, nl.shared_hbm")
+
+
+def ndarray(shape: Sequence[int], dtype: Any, buffer: Any = sbuf, name: str | None = None) -> NkiTensor:
+    """An uninitialised tensor: a tile in SBUF/PSUM, or an HBM tensor (a kernel output
+    when the kernel returns it)."""
+    return _e.new_tensor(shape, dtype, _buffer(buffer), name)
+
+
+def full(shape: Sequence[int], fill_value: float, dtype: Any, buffer: Any = sbuf, name: str | None = None) -> NkiTensor:
+    """A tile filled with ``fill_value`` (vector engine memset)."""
+    t = ndarray(shape, dtype, buffer, name)
+    _e.emit(Memset(t.view, float(fill_value), engine=Engine.VECTOR))
+    return t
+
+
+def zeros(shape: Sequence[int], dtype: Any, buffer: Any = sbuf, name: str | None = None) -> NkiTensor:
+    """A zero tile. In PSUM the zeroing is left to the first matmul into it (it starts
+    an accumulation group), as the compiler does."""
+    if _buffer(buffer) is Memory.PSUM:
+        t = ndarray(shape, dtype, buffer, name)
+        t._placement.zero_pending = True
+        return t
+    return full(shape, 0.0, dtype, buffer, name)
+
+
+def ones(shape: Sequence[int], dtype: Any, buffer: Any = sbuf, name: str | None = None) -> NkiTensor:
+    return full(shape, 1.0, dtype, buffer, name)
+
+
+def zeros_like(a: NkiTensor, dtype: Any = None, buffer: Any = None) -> NkiTensor:
+    return zeros(a.shape, dtype or a.dtype, buffer or a.buffer)
+
+
+def empty_like(a: NkiTensor, dtype: Any = None, buffer: Any = None) -> NkiTensor:
+    return ndarray(a.shape, dtype or a.dtype, buffer or a.buffer)
+
+
+# -- memory -----------------------------------------------------------------
+
+def load(src: NkiTensor, mask: Mask | None = None, dtype: Any = None) -> NkiTensor:
+    """DMA ``src`` (HBM) into a fresh SBUF tile; ``dtype`` converts after the load."""
+    tr = _e.tracer()
+    if not isinstance(src, NkiTensor):
+        raise tr.fail(f"nl.load needs an HBM tensor slice, got {src!r}")
+    shape = src.shape if len(src.shape) > 1 else (src.shape[0], 1)
+    tile = _e.new_tensor(shape, src.dtype, Memory.SBUF, bases=src.bases if len(src.shape) > 1 else None)
+    dst_v, src_v = _e.clip(mask, tile, src)
+    tr.dma(dst_v, src_v)
+    if dtype is not None and _e.dtype_of(dtype) is not src.dtype:
+        return copy(tile, dtype=dtype)
+    return tile
+
+
+def store(dst: NkiTensor, value: Any, mask: Mask | None = None) -> None:
+    """DMA ``value`` (an SBUF tile; a PSUM tile is copied to SBUF first) into ``dst`` (HBM)."""
+    tr = _e.tracer()
+    value = _e.readable(value, "nl.store value")
+    if value.buffer is Memory.PSUM or value.dtype is not dst.dtype:
+        value = copy(value, dtype=dst.dtype)
+    dst_v, src_v = _e.clip(mask, dst, value)
+    if src_v.size != dst_v.size:
+        raise tr.fail(f"nl.store of {list(value.shape)} elements into {dst.name}{list(dst.shape)}: sizes differ")
+    tr.dma(dst_v, src_v)
+
+
+def copy(x: Any, dtype: Any = None, mask: Mask | None = None) -> NkiTensor:
+    """A copy of ``x`` in a fresh SBUF tile, converted to ``dtype``."""
+    x = _e.readable(x)
+    out = _e.like(x, dtype)
+    dst, src = _e.clip(mask, out, x)
+    _e.copy_to(dst, src)
+    return out
+
+
+def copy_into(target: NkiTensor, value: Any) -> None:
+    """``tile[...] = value``: a copy (or fill, for a number) into part of a tile."""
+    if isinstance(value, (int, float)):
+        _e.emit(Memset(target.view, float(value), engine=Engine.VECTOR))
+        return
+    value = _e.readable(value)
+    if value.view.size != target.view.size:
+        raise _e.tracer().fail(f"assigning {list(value.shape)} elements to {list(target.shape)}: sizes differ")
+    _e.copy_to(target.view, value.view)
+
+
+# -- matmul and transpose ---------------------------------------------------
+
+class MatmulResult:
+    """``nl.matmul``'s result before it lands: ``+=`` accumulates it into a PSUM tile,
+    any other use puts it in a fresh PSUM tile."""
+
+    def __init__(self, stationary: View, moving: View) -> None:
+        self.stationary = stationary
+        self.moving = moving
+        self.shape = (stationary.free_size, moving.free_size)
+        self.dtype = _dt.float32
+        self._tile: NkiTensor | None = None
+
+    def write_into(self, dst: NkiTensor, accumulate: bool) -> None:
+        tr = _e.tracer()
+        if dst.buffer is not Memory.PSUM:
+            raise tr.fail(f"matmul results accumulate in PSUM; {dst.name} is in {dst.buffer.value.upper()} "
+                          "(PSUM accumulation group misuse): make the accumulator with buffer=nl.psum")
+        if dst.view.partitions != self.shape[0] or dst.view.free_size != self.shape[1]:
+            raise tr.fail(f"matmul result is {list(self.shape)} but the accumulator {dst.name} slice is "
+                          f"[{dst.view.partitions}, {dst.view.free_size}] (PSUM accumulation group misuse)")
+        p = dst._placement
+        if p.zero_pending:
+            whole = dst.view.size == p.tensor.size
+            if not whole:
+                _e.materialize_zero(dst)
+            else:
+                p.zero_pending = False
+                accumulate = False
+        elif accumulate and not tr.hazards.written(dst.view):
+            accumulate = False
+        _e.matmul(dst.view, self.stationary, self.moving, accumulate)
+
+    def accumulate_into(self, dst: NkiTensor) -> None:
+        self.write_into(dst, accumulate=True)
+
+    def materialize(self) -> NkiTensor:
+        if self._tile is None:
+            self._tile = _e.new_tensor(self.shape, _dt.float32, Memory.PSUM)
+            self.write_into(self._tile, accumulate=False)
+        return self._tile
+
+
+def _stationary_of(x: NkiTensor, transpose_x: bool) -> View:
+    if transpose_x:
+        return x.view
+    return transpose(x).view
+
+
+def matmul(x: Any, y: Any, transpose_x: bool = False) -> MatmulResult:
+    """``x @ y`` on the tensor engine (fp32 in PSUM). With ``transpose_x=True``, ``x`` is
+    already [K, M] (contraction on partitions) and the result is ``x.T @ y``; otherwise
+    ``x`` [M, K] goes through the PE array's transpose first."""
+    x = _e.readable(x, "matmul x")
+    y = _e.readable(y, "matmul y")
+    st = _stationary_of(x, transpose_x)
+    tr = _e.tracer()
+    if st.partitions != y.view.partitions:
+        raise tr.fail(f"matmul contraction sizes differ: x gives K={st.partitions}, y has K={y.view.partitions} partitions")
+    if st.free_size > tile_size.gemm_stationary_fmax:
+        raise tr.fail(f"matmul M={st.free_size} exceeds nl.tile_size.gemm_stationary_fmax ({tile_size.gemm_stationary_fmax}); tile M")
+    if y.view.free_size > tile_size.gemm_moving_fmax:
+        raise tr.fail(f"moving free size {y.view.free_size} exceeds nl.tile_size.gemm_moving_fmax ({tile_size.gemm_moving_fmax}); tile N into pieces of 512")
+    return MatmulResult(st, _e.flat2d(y.view))
+
+
+def transpose(x: Any, dtype: Any = None) -> NkiTensor:
+    """[P, F] -> [F, P] through the PE array (result in PSUM)."""
+    x = _e.readable(x, "transpose input")
+    out = _e.new_tensor((x.view.free_size, x.view.partitions), dtype or x.dtype, Memory.PSUM)
+    _e.transpose(out.view, _e.flat2d(x.view))
+    return out
+
+
+# -- elementwise ------------------------------------------------------------
+
+def _unary(func: ActivationFunc):
+    def op(x: Any, dtype: Any = None, mask: Mask | None = None) -> NkiTensor:
+        x = _e.readable(x)
+        out = _e.like(x, dtype if dtype is not None else (x.dtype if x.buffer is Memory.SBUF else _dt.float32))
+        dst, src = _e.clip(mask, out, x)
+        _e.activation(dst, src, func)
+        return out
+
+    op.__name__ = func.value
+    op.__doc__ = f"Elementwise {func.value} on the scalar engine, into a fresh SBUF tile."
+    return op
+
+
+exp = _unary(ActivationFunc.EXP)
+log = _unary(ActivationFunc.LOG)
+sqrt = _unary(ActivationFunc.SQRT)
+rsqrt = _unary(ActivationFunc.RSQRT)
+tanh = _unary(ActivationFunc.TANH)
+sigmoid = _unary(ActivationFunc.SIGMOID)
+relu = _unary(ActivationFunc.RELU)
+gelu = _unary(ActivationFunc.GELU)
+gelu_apprx_tanh = _unary(ActivationFunc.GELU_TANH)
+silu = _unary(ActivationFunc.SILU)
+square = _unary(ActivationFunc.SQUARE)
+abs = _unary(ActivationFunc.ABS)  # noqa: A001 - NKI's name
+sin = _unary(ActivationFunc.SIN)
+cos = _unary(ActivationFunc.COS)
+erf = _unary(ActivationFunc.ERF)
+sign = _unary(ActivationFunc.SIGN)
+reciprocal = _unary(ActivationFunc.RECIPROCAL)
+softplus = _unary(ActivationFunc.SOFTPLUS)
+
+
+def negative(x: Any, dtype: Any = None) -> NkiTensor:
+    """``-x`` (vector engine)."""
+    return multiply(x, -1.0, dtype=dtype)
+
+
+def _scalar_operand(v: Any, out: NkiTensor) -> Any:
+    if isinstance(v, (int, float)):
+        return float(v)
+    return v.view
+
+
+def _binary(alu: AluOp, name: str):
+    def op(x: Any, y: Any, dtype: Any = None, mask: Mask | None = None, out: NkiTensor | None = None) -> NkiTensor:
+        tr = _e.tracer()
+        xs, ys = isinstance(x, (int, float)), isinstance(y, (int, float))
+        if xs and ys:
+            raise tr.fail(f"nl.{name} needs at least one tile")
+        a = None if xs else _e.readable(x)
+        b = None if ys else _e.readable(y)
+        ref = a if a is not None and (b is None or a.view.free_size >= b.view.free_size) else b
+        default = ref.dtype if ref.buffer is Memory.SBUF else _dt.float32
+        result = out if out is not None else _e.like(ref, dtype if dtype is not None else default)
+        if a is not None and b is not None and a.view.free_size == b.view.free_size and a.view.partitions == b.view.partitions:
+            dst, va, vb = _e.clip(mask, result, a, b)
+            _e.tensor_tensor(dst, va, vb, alu)
+            return result
+        # one side is a number or one value per partition: tensor_scalar
+        tile, other, reverse = (a, y, False) if ref is a else (b, x, True)
+        if isinstance(other, NkiTensor):
+            other = _e.readable(other)
+            if other.view.free_size != 1 or other.view.partitions != tile.view.partitions:
+                if other.view.partitions == 1 and other.view.free_size == tile.view.free_size:
+                    other = broadcast_to(other, tile.shape)
+                    dst, va, vb = _e.clip(mask, result, tile, other)
+                    _e.tensor_tensor(dst, vb, va, alu) if reverse else _e.tensor_tensor(dst, va, vb, alu)
+                    return result
+                raise tr.fail(f"nl.{name} of {list(tile.shape)} and {list(other.shape)}: shapes must match, or one must be "
+                              f"[P, 1] (one value per partition) or [1, F] (broadcast over partitions)")
+        dst, src = _e.clip(mask, result, tile)
+        _e.tensor_scalar(dst, src, alu, _scalar_operand(other, tile), reverse0=reverse)
+        return result
+
+    op.__name__ = name
+    op.__doc__ = f"Elementwise {name} of two tiles, or a tile and a number or a [P, 1] tile (vector engine)."
+    return op
+
+
+add = _binary(AluOp.ADD, "add")
+subtract = _binary(AluOp.SUBTRACT, "subtract")
+multiply = _binary(AluOp.MULTIPLY, "multiply")
+divide = _binary(AluOp.DIVIDE, "divide")
+maximum = _binary(AluOp.MAXIMUM, "maximum")
+minimum = _binary(AluOp.MINIMUM, "minimum")
+power = _binary(AluOp.POW, "power")
+equal = _binary(AluOp.IS_EQUAL, "equal")
+not_equal = _binary(AluOp.NOT_EQUAL, "not_equal")
+greater = _binary(AluOp.IS_GT, "greater")
+greater_equal = _binary(AluOp.IS_GE, "greater_equal")
+less = _binary(AluOp.IS_LT, "less")
+less_equal = _binary(AluOp.IS_LE, "less_equal")
+
+
+def broadcast_to(x: Any, shape: Sequence[int]) -> NkiTensor:
+    """Copy a [1, F] tile to every partition of a [P, F] tile (a DMA per partition row),
+    or a [P, 1] tile along the free dimension (vector engine)."""
+    x = _e.readable(x)
+    tr = _e.tracer()
+    shape = tuple(shape)
+    if tuple(x.shape) == shape:
+        return x
+    out = _e.new_tensor(shape, x.dtype, Memory.SBUF)
+    if x.view.partitions == 1 and x.view.free_size == out.view.free_size:
+        src = _e.flat2d(x.view)
+        for p in range(shape[0]):
+            tr.dma(_e.flat2d(out.view)[p:p + 1], src)
+        return out
+    if x.view.free_size == 1 and x.view.partitions == shape[0]:
+        zero = full(shape, 0.0, x.dtype)
+        _e.tensor_scalar(out.view, zero.view, AluOp.ADD, x.view)
+        return out
+    raise tr.fail(f"nl.broadcast_to cannot broadcast {list(x.shape)} to {list(shape)}; broadcast [1, F] over partitions or [P, 1] over the free dimension")
+
+
+def where(condition: Any, x: Any, y: Any, dtype: Any = None) -> NkiTensor:
+    """``x`` where ``condition`` is non-zero, else ``y`` (a tile or a number)."""
+    cond = _e.readable(condition, "nl.where condition")
+    xt = _e.readable(x, "nl.where x") if not isinstance(x, (int, float)) else full(cond.shape, x, dtype or _dt.float32)
+    out = _e.like(xt, dtype)
+    other = float(y) if isinstance(y, (int, float)) else _e.readable(y, "nl.where y").view
+    _e.emit(Select(out.view, cond.view, xt.view, other, engine=Engine.VECTOR))
+    return out
+
+
+# -- reductions -------------------------------------------------------------
+
+def _axes(x: NkiTensor, axis: Any) -> int:
+    """How many trailing free axes ``axis`` names; reductions run along free axes."""
+    nd = len(x.shape)
+    axes = sorted({a % nd for a in ((axis,) if isinstance(axis, int) else tuple(axis))})
+    tr = _e.tracer()
+    if 0 in axes:
+        raise tr.fail(f"reductions run along free axes; axis 0 of {list(x.shape)} is the partition axis (nl.transpose to reduce across partitions)")
+    if axes != list(range(nd - len(axes), nd)):
+        raise tr.fail(f"reduce axes {axes} of {list(x.shape)} must be the trailing free axes")
+    return len(axes)
+
+
+def _reduce(op: ReduceOp, name: str):
+    def fn(x: Any, axis: Any, dtype: Any = None, keepdims: bool = False, mask: Mask | None = None) -> NkiTensor:
+        x = _e.readable(x)
+        n = _axes(x, axis)
+        kept = x.shape[: len(x.shape) - n]
+        shape = kept + (1,) * n if keepdims else (kept if len(kept) > 1 else (kept[0], 1))
+        out = _e.new_tensor(shape, dtype or (x.dtype if x.buffer is Memory.SBUF else _dt.float32))
+        src = _e.clip(mask, x)[0]
+        _e.reduce(out.view, src, op, n)
+        return out
+
+    fn.__name__ = name
+    fn.__doc__ = f"{name} along trailing free axes (vector engine)."
+    return fn
+
+
+sum = _reduce(ReduceOp.ADD, "sum")  # noqa: A001 - NKI's name
+max = _reduce(ReduceOp.MAX, "max")  # noqa: A001
+min = _reduce(ReduceOp.MIN, "min")  # noqa: A001
+
+
+def mean(x: Any, axis: Any, dtype: Any = None, keepdims: bool = False) -> NkiTensor:
+    """Mean along trailing free axes."""
+    x = _e.readable(x)
+    n = math.prod(x.shape[len(x.shape) - _axes(x, axis):])
+    total = sum(x, axis, dtype=_dt.float32, keepdims=keepdims)
+    return multiply(total, 1.0 / n, dtype=dtype or _dt.float32)
+
+
+def var(x: Any, axis: Any, dtype: Any = None, keepdims: bool = False) -> NkiTensor:
+    """Population variance along trailing free axes: mean((x - mean(x))^2)."""
+    x = _e.readable(x)
+    m = mean(x, axis, keepdims=True)
+    centred = subtract(x, _per_partition(m), dtype=_dt.float32)
+    return mean(square(centred), axis, dtype=dtype, keepdims=keepdims)
+
+
+def _per_partition(t: NkiTensor) -> NkiTensor:
+    """A [P, 1, 1...] tile seen as [P, 1]."""
+    return t if len(t.shape) == 2 else NkiTensor(t._placement, View(t.view.tensor, t.view.offset, (t.view.dims[0], (1, 1))))
+
+
+def softmax(x: Any, axis: Any = -1, dtype: Any = None) -> NkiTensor:
+    """``exp(x - max) / sum(exp(x - max))`` along the last free axis: a max reduction
+    (vector), one exp with the negated max as bias and a running sum (scalar), a
+    reciprocal and a scale."""
+    x = _e.readable(x)
+    _axes(x, axis)
+    row_max = max(x, axis)
+    neg_max = multiply(row_max, -1.0, dtype=_dt.float32)
+    e = _e.like(x, _dt.float32)
+    total = _e.new_tensor((x.view.partitions, 1), _dt.float32)
+    _e.activation(e.view, x.view, ActivationFunc.EXP, bias=neg_max.view, reduce_op=ReduceOp.ADD, reduce_dst=total.view)
+    inv = reciprocal(total)
+    return multiply(e, inv, dtype=dtype or x.dtype)
+
+
+def rms_norm(x: Any, w: Any, axis: Any = -1, n: int | None = None, epsilon: float = 1e-6, dtype: Any = None) -> NkiTensor:
+    """``x / sqrt(mean(x^2) + epsilon) * w`` along the last free axis; ``w`` is a [1, F]
+    tile (broadcast over partitions) or a tile shaped like ``x``."""
+    x = _e.readable(x)
+    _axes(x, axis)
+    count = n if n is not None else x.view.free_size
+    sq = _e.like(x, _dt.float32)
+    ss = _e.new_tensor((x.view.partitions, 1), _dt.float32)
+    _e.activation(sq.view, x.view, ActivationFunc.SQUARE, reduce_op=ReduceOp.ADD, reduce_dst=ss.view)
+    rstd = _e.new_tensor((x.view.partitions, 1), _dt.float32)
+    _e.tensor_scalar(rstd.view, ss.view, AluOp.MULTIPLY, 1.0 / count, AluOp.ADD, float(epsilon))
+    _e.activation(rstd.view, rstd.view, ActivationFunc.RSQRT)
+    normed = multiply(x, rstd, dtype=_dt.float32)
+    w = _e.readable(w, "rms_norm weight")
+    return multiply(normed, w, dtype=dtype or x.dtype)
+
+
+# -- loops and launch grid --------------------------------------------------
+
+def affine_range(*args: int) -> Iterator[int]:
+    """Iterations with no loop-carried dependency; the schedule may overlap them."""
+    return iter(range(*args))
+
+
+def static_range(*args: int) -> Iterator[int]:
+    """A loop unrolled at trace time (every loop is, in trnsim)."""
+    return iter(range(*args))
+
+
+def sequential_range(*args: int) -> Iterator[int]:
+    """Iterations that run one after another: each starts after the last one ended."""
+    tr = _e.tracer()
+    for i in range(*args):
+        if i != range(*args)[0]:
+            tr.barrier()
+        yield i
+
+
+def arange(*args: int) -> Affine:
+    """An index range for ``x[i_p, i_f]`` indexing and masks (``nl.arange(128)[:, None]``)."""
+    r = range(*args)
+    if r.step != 1:
+        return Affine.base(len(r)) * r.step + r.start
+    return Affine.base(len(r)) + r.start
+
+
+def program_id(axis: int = 0) -> int:
+    """This instance's index along ``axis`` of the launch grid."""
+    tr = _e.tracer()
+    if not 0 <= axis < builtins.max(len(tr.grid), 1):
+        raise tr.fail(f"program_id({axis}): the launch grid has {len(tr.grid)} axes")
+    return tr.program_ids[axis] if tr.grid else 0
+
+
+def num_programs(axis: int = 0) -> int:
+    """Size of the launch grid along ``axis``."""
+    tr = _e.tracer()
+    return tr.grid[axis] if tr.grid else 1
+
+
+def program_ndim() -> int:
+    return len(_e.tracer().grid)

@@ -1,0 +1,306 @@
+"""Kernel-side tensors: HBM arguments and SBUF/PSUM tiles, and index expressions.
+
+A :class:`NkiTensor` is a view of a placed tensor. Slicing it (with integers,
+slices, :func:`ds` or ``nl.arange`` expressions) gives another view of the same
+memory. A tile's space is given back when the last Python reference to it goes
+away, so a tile made inside a loop body is reused by a later iteration (after
+the hazard tracker has ordered the reuse behind the old accesses).
+"""
+
+from __future__ import annotations
+
+import itertools
+from typing import Any
+
+from trnsim.dtypes import DType
+from trnsim.isa import Memory, Tensor, View
+
+_ids = itertools.count()
+
+
+class Affine:
+    """An affine index expression: ``const + sum(coeff * base)`` over ``nl.arange`` bases.
+
+    ``nl.arange(n)`` is a base ranging over 0..n-1; ``[:, None]`` puts it on the
+    partition axis of an index grid and ``[None, :]`` on the free axis (NKI's
+    numpy-style spelling). Comparisons give a :class:`Mask`.
+    """
+
+    __slots__ = ("terms", "const", "sizes", "axes")
+
+    def __init__(self, terms: dict[int, int], const: int, sizes: dict[int, int], axes: dict[int, int]) -> None:
+        self.terms = terms
+        self.const = const
+        self.sizes = sizes
+        self.axes = axes
+
+    @classmethod
+    def base(cls, n: int) -> Affine:
+        b = next(_ids)
+        return cls({b: 1}, 0, {b: n}, {})
+
+    def __getitem__(self, key: object) -> Affine:
+        key = key if isinstance(key, tuple) else (key,)
+        axis = next((i for i, k in enumerate(key) if isinstance(k, slice)), 0)
+        return Affine(dict(self.terms), self.const, dict(self.sizes), {b: axis for b in self.terms})
+
+    def _combine(self, other: object, sign: int) -> Affine:
+        if isinstance(other, Affine):
+            terms = dict(self.terms)
+            for b, c in other.terms.items():
+                terms[b] = terms.get(b, 0) + sign * c
+            return Affine({b: c for b, c in terms.items() if c}, self.const + sign * other.const,
+                          {**self.sizes, **other.sizes}, {**self.axes, **other.axes})
+        if isinstance(other, int):
+            return Affine(dict(self.terms), self.const + sign * other, self.sizes, self.axes)
+        return NotImplemented
+
+    def __add__(self, other: object) -> Affine:
+        return self._combine(other, 1)
+
+    __radd__ = __add__
+
+    def __sub__(self, other: object) -> Affine:
+        return self._combine(other, -1)
+
+    def __rsub__(self, other: object) -> Affine:
+        return (-self)._combine(other, 1)
+
+    def __neg__(self) -> Affine:
+        return Affine({b: -c for b, c in self.terms.items()}, -self.const, self.sizes, self.axes)
+
+    def __mul__(self, k: object) -> Affine:
+        if not isinstance(k, int):
+            return NotImplemented
+        return Affine({b: c * k for b, c in self.terms.items()}, self.const * k, self.sizes, self.axes)
+
+    __rmul__ = __mul__
+
+    def _cmp(self, op: str, value: object) -> Mask:
+        if not isinstance(value, (int, Affine)):
+            return NotImplemented
+        return Mask(((self - value) if isinstance(value, Affine) else self - value, op),)
+
+    def __lt__(self, v: object) -> Mask:
+        return self._cmp("lt", v)
+
+    def __le__(self, v: object) -> Mask:
+        return self._cmp("le", v)
+
+    def __gt__(self, v: object) -> Mask:
+        return self._cmp("gt", v)
+
+    def __ge__(self, v: object) -> Mask:
+        return self._cmp("ge", v)
+
+    def single(self) -> tuple[int, int, int] | None:
+        """(base, coeff, size) when the expression walks one base, else None."""
+        if len(self.terms) != 1:
+            return None
+        (b, c), = self.terms.items()
+        return b, c, self.sizes[b]
+
+
+class Mask:
+    """A conjunction of ``affine (lt|le|gt|ge) 0`` conditions."""
+
+    __slots__ = ("conds",)
+
+    def __init__(self, conds: tuple[tuple[Affine, str], ...]) -> None:
+        self.conds = conds
+
+    def __and__(self, other: Mask) -> Mask:
+        return Mask(self.conds + other.conds)
+
+    def ranges(self) -> dict[int, tuple[int, int]]:
+        """For each base a condition constrains alone: the [lo, hi) of its values that pass.
+
+        An affine condition on one base passes on an interval of it, so each base
+        keeps the intersection of its intervals."""
+        tests = {"lt": lambda v: v < 0, "le": lambda v: v <= 0, "gt": lambda v: v > 0, "ge": lambda v: v >= 0}
+        out: dict[int, tuple[int, int]] = {}
+        for expr, op in self.conds:
+            one = expr.single()
+            if one is None:
+                continue
+            b, c, n = one
+            passing = [k for k in range(n) if tests[op](c * k + expr.const)]
+            lo, hi = (passing[0], passing[-1] + 1) if passing else (0, 0)
+            old_lo, old_hi = out.get(b, (0, n))
+            lo, hi = max(lo, old_lo), min(hi, old_hi)
+            out[b] = (lo, max(lo, hi))
+        return out
+
+
+def ds(start: int, size: int) -> slice:
+    """A slice of ``size`` elements from ``start`` (NKI's ``nl.ds``)."""
+    return slice(start, start + size)
+
+
+class _Placement:
+    """Owns a placed tensor; an on-chip tile's space goes back when this object dies."""
+
+    __slots__ = ("tracer", "tensor", "zero_pending", "__weakref__")
+
+    def __init__(self, tracer: Any, tensor: Tensor) -> None:
+        self.tracer = tracer
+        self.tensor = tensor
+        self.zero_pending = False
+
+    def __del__(self) -> None:
+        if self.tensor.on_chip and self.tracer.live:
+            self.tracer.release(self.tensor)
+
+
+class NkiTensor:
+    """A tensor a kernel works on: an HBM argument or output, or an SBUF/PSUM tile."""
+
+    __slots__ = ("_placement", "view", "bases")
+
+    def __init__(self, placement: _Placement, view: View, bases: tuple[int | None, ...] | None = None) -> None:
+        self._placement = placement
+        self.view = view
+        self.bases = bases if bases is not None else (None,) * len(view.shape)
+
+    @property
+    def tensor(self) -> Tensor:
+        return self.view.tensor
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        return self.view.shape
+
+    @property
+    def dtype(self) -> DType:
+        return self.view.dtype
+
+    @property
+    def ndim(self) -> int:
+        return len(self.view.shape)
+
+    @property
+    def buffer(self) -> Memory:
+        return self.view.memory
+
+    @property
+    def name(self) -> str:
+        return self.view.tensor.name
+
+    def __getitem__(self, index: object) -> NkiTensor:
+        if not isinstance(index, tuple):
+            index = (index,)
+        plain: list[object] = []
+        bases: list[int | None] = []
+        for axis, idx in enumerate(index):
+            if isinstance(idx, Affine):
+                one = idx.single()
+                if one is None and idx.terms:
+                    raise self._placement.tracer.fail(f"index {axis} of {self.name} mixes several nl.arange bases; index each axis with one")
+                if one is None:
+                    plain.append(idx.const)
+                    bases.append(None)
+                    continue
+                b, c, n = one
+                if c <= 0:
+                    raise self._placement.tracer.fail(f"index {axis} of {self.name} steps by {c}; only positive steps are supported")
+                plain.append(slice(idx.const, idx.const + c * (n - 1) + 1, c))
+                bases.append(b)
+            else:
+                plain.append(idx)
+                if isinstance(idx, slice):
+                    bases.append(None)
+                elif not isinstance(idx, int):
+                    raise self._placement.tracer.fail(f"index {idx!r} on axis {axis} of {self.name}: use integers, slices, nl.ds or nl.arange expressions")
+        try:
+            view = self.view[tuple(plain)]
+        except Exception as e:
+            raise self._placement.tracer.fail(f"{self.name}: {e}") from None
+        kept = [b for idx, b in zip(plain, bases) if not isinstance(idx, int)]
+        if self.view.tensor.on_chip and plain and isinstance(plain[0], int):
+            kept.insert(0, None)  # the partition axis stays
+        kept += list(self.bases[len(index):])
+        return NkiTensor(self._placement, view, tuple(kept[: len(view.shape)]))
+
+    def reshape(self, shape: tuple[int, ...] | list[int]) -> NkiTensor:
+        """The same elements under a new shape; the view must be contiguous (past the
+        partition axis for tiles, which keep their partitions)."""
+        shape = tuple(int(s) for s in shape)
+        v = self.view
+        tr = self._placement.tracer
+        total = 1
+        for s_ in shape:
+            total *= s_
+        if total != v.size:
+            raise tr.fail(f"cannot reshape {self.name}{list(v.shape)} ({v.size} elements) to {list(shape)}")
+        body = shape[1:] if v.tensor.on_chip else shape
+        if v.tensor.on_chip and shape[0] != v.partitions:
+            raise tr.fail(f"reshape of tile {self.name} must keep its {v.partitions} partitions, got {list(shape)}")
+        inner = v.free_size if v.tensor.on_chip else v.size
+        if v.contiguous_run() != inner:
+            raise tr.fail(f"reshape of {self.name}{list(v.shape)} needs a contiguous view; copy it first")
+        dims = []
+        acc = 1
+        for n in reversed(body):
+            dims.append((acc, n))
+            acc *= n
+        dims.reverse()
+        if v.tensor.on_chip:
+            dims.insert(0, v.dims[0])
+        return NkiTensor(self._placement, View(v.tensor, v.offset, tuple(dims)))
+
+    def __repr__(self) -> str:
+        return f"NkiTensor({self.view!r})"
+
+    # Expressions in the value-returning style: ``a * b + 1.0``.
+    def _op(self, name: str, other: object, reverse: bool = False) -> NkiTensor:
+        from trnsim.nki import language as nl
+
+        fn = getattr(nl, name)
+        return fn(other, self) if reverse else fn(self, other)
+
+    def __add__(self, o: object) -> NkiTensor:
+        return self._op("add", o)
+
+    def __radd__(self, o: object) -> NkiTensor:
+        return self._op("add", o, True)
+
+    def __sub__(self, o: object) -> NkiTensor:
+        return self._op("subtract", o)
+
+    def __rsub__(self, o: object) -> NkiTensor:
+        return self._op("subtract", o, True)
+
+    def __mul__(self, o: object) -> NkiTensor:
+        return self._op("multiply", o)
+
+    def __rmul__(self, o: object) -> NkiTensor:
+        return self._op("multiply", o, True)
+
+    def __truediv__(self, o: object) -> NkiTensor:
+        return self._op("divide", o)
+
+    def __rtruediv__(self, o: object) -> NkiTensor:
+        return self._op("divide", o, True)
+
+    def __neg__(self) -> NkiTensor:
+        from trnsim.nki import language as nl
+
+        return nl.negative(self)
+
+    def __iadd__(self, other: object) -> NkiTensor:
+        from trnsim.nki import language as nl
+
+        if isinstance(other, nl.MatmulResult):
+            other.accumulate_into(self)
+            return self
+        nl.add(self, other, out=self)
+        return self
+
+    def __setitem__(self, index: object, value: object) -> None:
+        from trnsim.nki import language as nl
+
+        target = self[index]
+        if isinstance(value, nl.MatmulResult):
+            value.write_into(target, accumulate=False)
+        else:
+            nl.copy_into(target, value)

@@ -1,0 +1,169 @@
+"""Tracing a kernel into a Program: the one way trnsim makes Programs from code.
+
+While a kernel body runs, every ``nl``/``nisa`` call appends instructions to the
+current :class:`Tracer`'s Program. The tracer places tiles in SBUF and PSUM,
+finds each instruction's dependencies from the memory it touches, spreads DMAs
+over queues, and stamps each instruction with the kernel source line that made
+it. Errors raised here name that line.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from typing import Any
+
+from trnsim.errors import ProgramError, TrnSimError
+from trnsim.isa import DmaCopy, Engine, Instruction, Memory, Program, Tensor, View
+from trnsim.nki.hazards import Hazards
+
+_NKI_DIR = os.path.dirname(os.path.abspath(__file__))
+# Loads (into SBUF/PSUM) and stores (out of them) go on separate queues, as the Neuron
+# compiler arranges them, so a store waiting for its data never holds up a prefetch.
+LOAD_QUEUES = tuple(range(0, 12))
+STORE_QUEUES = tuple(range(12, 16))
+
+
+class KernelError(TrnSimError, ValueError):
+    """A kernel breaks a hardware or language rule; the message names its source line."""
+
+
+_inside: dict[str, bool] = {}
+
+
+def _in_nki(filename: str) -> bool:
+    found = _inside.get(filename)
+    if found is None:
+        found = _inside[filename] = os.path.dirname(os.path.abspath(filename)) == _NKI_DIR
+    return found
+
+
+def caller_source() -> str:
+    """``file:line`` of the innermost frame outside trnsim.nki (the kernel's line)."""
+    frame = sys._getframe(1)
+    while frame is not None and _in_nki(frame.f_code.co_filename):
+        frame = frame.f_back
+    if frame is None:
+        return ""
+    return f"{frame.f_code.co_filename}:{frame.f_lineno}"
+
+
+_current: list[Tracer] = []
+
+
+def current() -> Tracer:
+    """The tracer of the kernel being traced; errors outside a kernel."""
+    if not _current:
+        raise KernelError("nki language calls only work inside a kernel run by nki.jit, nki.simulate or nki.benchmark")
+    return _current[-1]
+
+
+class Tracer:
+    """State of one kernel trace: the Program, hazards, placements and the launch grid."""
+
+    def __init__(self, chip: Any, name: str) -> None:
+        self.program = Program(chip, name=name)
+        self.program.sbuf_alloc.next_fit = True
+        self.program.psum_alloc.next_fit = True
+        self.hazards = Hazards()
+        self.grid: tuple[int, ...] = ()
+        self.program_ids: tuple[int, ...] = ()
+        self._queue = {LOAD_QUEUES: 0, STORE_QUEUES: 0}
+        self._names: dict[str, int] = {}
+        self._last_on_track: dict[str, int] = {}
+        self._barrier: set[int] = set()
+        self._barrier_done: set[str] = set()
+        self.live = True
+
+    def __enter__(self) -> Tracer:
+        _current.append(self)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        _current.pop()
+
+    @property
+    def chip(self) -> Any:
+        return self.program.chip
+
+    def fresh_name(self, base: str) -> str:
+        n = self._names.get(base, 0)
+        self._names[base] = n + 1
+        return f"{base}_{n}"
+
+    def fail(self, message: str, source: str | None = None) -> KernelError:
+        where = source or caller_source()
+        return KernelError(f"{where}: {message}" if where else message)
+
+    def place(self, shape: tuple[int, ...], dtype: Any, memory: Memory, name: str | None = None) -> Tensor:
+        """Allocate a tile (SBUF/PSUM) or an HBM tensor; errors name the kernel line."""
+        name = self.fresh_name(name or memory.value)
+        try:
+            if memory is Memory.SBUF:
+                t = self.program.sbuf(shape, dtype, name)
+            elif memory is Memory.PSUM:
+                t = self.program.psum(shape, dtype, name)
+            else:
+                t = self.program.hbm(shape, dtype, name)
+        except ProgramError as e:
+            raise self.fail(str(e)) from None
+        if memory is Memory.HBM:
+            self.hazards.register(t)
+        else:
+            self.hazards.placed(t)
+        return t
+
+    def release(self, t: Tensor) -> None:
+        """Give an on-chip tile's space back (its Python object is gone)."""
+        self.hazards.freed(t)
+        self.program.free(t)
+
+    def barrier(self) -> None:
+        """What comes next starts after everything so far has ended (``sequential_range``)."""
+        self._barrier = set(self._last_on_track.values())
+        self._barrier_done = set()
+
+    def next_queue(self, dst: View) -> int:
+        """Round-robin over the load queues for transfers into SBUF/PSUM, the store queues otherwise."""
+        queues = LOAD_QUEUES if dst.tensor.on_chip else STORE_QUEUES
+        n = self._queue[queues]
+        self._queue[queues] = (n + 1) % len(queues)
+        return queues[n]
+
+    def emit(self, inst: Instruction, check_written: bool = True) -> int:
+        """Append ``inst`` with the dependencies its accesses imply; returns its index."""
+        source = caller_source()
+        inst.source = source
+        reads, writes = inst.reads(), inst.writes()
+        if check_written:
+            for v in reads:
+                if v.tensor.memory is not Memory.HBM and not self.hazards.written(v):
+                    raise self.fail(f"reads {_tile_name(v)} before anything wrote it; load, memset or compute it first", source)
+        index = len(self.program.instructions)
+        deps = self.hazards.access(index, reads, writes)
+        track = inst.track
+        if self._barrier and track not in self._barrier_done:
+            deps |= self._barrier
+            self._barrier_done.add(track)
+        inst.deps = tuple(sorted(deps))
+        self._last_on_track[track] = index
+        try:
+            self.program.add(inst)
+        except ProgramError as e:
+            raise self.fail(str(e), source) from None
+        return index
+
+    def dma(self, dst: View, src: View) -> int:
+        return self.emit(DmaCopy(dst, src, self.next_queue(dst)))
+
+    def engine_for(self, engine: Any, default: Engine) -> Engine:
+        """NKI's ``engine=`` argument: None or ``nki.isa`` engine constants."""
+        if engine is None:
+            return default
+        if isinstance(engine, Engine):
+            return engine
+        raise self.fail(f"engine {engine!r} is not one of nisa.vector_engine, nisa.scalar_engine, nisa.gpsimd_engine, nisa.tensor_engine")
+
+
+def _tile_name(v: View) -> str:
+    return f"{v.tensor.memory.value.upper()} tile {v.tensor.name}{list(v.shape)}"
