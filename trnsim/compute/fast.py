@@ -1,0 +1,357 @@
+"""The numeric kernels compiled with numba: :mod:`trnsim.compute.reference`, bit for bit.
+
+Every public function here has the signature and the results of the one of the
+same name in the reference; only the loops differ. The reference's operand
+checks run first, because compiled loops do not check bounds.
+
+Kernels compile on first use and are cached on disk (``cache=True``). Their
+switch codes below are literals, not values looked up from :mod:`trnsim.isa`:
+numba freezes the globals a cached kernel read, so a looked-up code that
+changed would go unnoticed (the constants taken from the reference are fixed
+numbers). ``error_model="numpy"`` makes division by zero give IEEE infinities
+and NaNs, as numpy does, instead of raising. Bit-for-bit agreement assumes
+numba calls the C library's ``exp``, ``tanh``, ... as CPython's ``math`` does;
+with Intel SVML installed numba may vectorise them with its own versions.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numba
+import numpy as np
+
+from trnsim import dtypes
+from trnsim.compute.reference import (F32_NAN, FLOAT_FORMATS, GELU_TANH_CUBIC, GELU_TANH_SCALE, SQRT_2,
+                                      activation_operands, alu_operands, matmul_operands, reduce_operand,
+                                      storage_operand)
+from trnsim.dtypes import DType
+from trnsim.isa import ActivationFunc, AluOp, ReduceOp
+
+__all__ = ["activation", "alu", "decode", "encode", "matmul", "reduce"]
+
+_jit = numba.njit(cache=True, error_model="numpy")
+
+(_IDENTITY, _EXP, _LOG, _SQRT, _RSQRT, _RECIPROCAL, _TANH, _SIGMOID, _RELU, _GELU, _GELU_TANH, _SILU,
+ _SQUARE, _ABS, _SOFTPLUS, _SIN, _COS, _ERF, _SIGN) = range(19)
+_ACT_CODES = {
+    ActivationFunc.IDENTITY: _IDENTITY, ActivationFunc.EXP: _EXP, ActivationFunc.LOG: _LOG,
+    ActivationFunc.SQRT: _SQRT, ActivationFunc.RSQRT: _RSQRT, ActivationFunc.RECIPROCAL: _RECIPROCAL,
+    ActivationFunc.TANH: _TANH, ActivationFunc.SIGMOID: _SIGMOID, ActivationFunc.RELU: _RELU,
+    ActivationFunc.GELU: _GELU, ActivationFunc.GELU_TANH: _GELU_TANH, ActivationFunc.SILU: _SILU,
+    ActivationFunc.SQUARE: _SQUARE, ActivationFunc.ABS: _ABS, ActivationFunc.SOFTPLUS: _SOFTPLUS,
+    ActivationFunc.SIN: _SIN, ActivationFunc.COS: _COS, ActivationFunc.ERF: _ERF, ActivationFunc.SIGN: _SIGN,
+}
+
+(_ADD, _SUBTRACT, _MULTIPLY, _DIVIDE, _MAXIMUM, _MINIMUM, _POW, _ABS_DIFF, _IS_EQUAL, _NOT_EQUAL,
+ _IS_GT, _IS_GE, _IS_LT, _IS_LE, _BYPASS) = range(15)
+_ALU_CODES = {
+    AluOp.ADD: _ADD, AluOp.SUBTRACT: _SUBTRACT, AluOp.MULTIPLY: _MULTIPLY, AluOp.DIVIDE: _DIVIDE,
+    AluOp.MAXIMUM: _MAXIMUM, AluOp.MINIMUM: _MINIMUM, AluOp.POW: _POW, AluOp.ABS_DIFF: _ABS_DIFF,
+    AluOp.IS_EQUAL: _IS_EQUAL, AluOp.NOT_EQUAL: _NOT_EQUAL, AluOp.IS_GT: _IS_GT, AluOp.IS_GE: _IS_GE,
+    AluOp.IS_LT: _IS_LT, AluOp.IS_LE: _IS_LE, AluOp.BYPASS: _BYPASS,
+}
+_REDUCE_CODES = {ReduceOp.ADD: _ADD, ReduceOp.MAX: _MAXIMUM, ReduceOp.MIN: _MINIMUM}
+
+
+# -- conversions ---------------------------------------------------------
+
+
+@_jit
+def _fp32_bits(x):
+    f = np.empty(x.size, np.float32)
+    for i in range(x.size):
+        f[i] = x[i]
+    bits = f.view(np.uint32)
+    for i in range(x.size):
+        if f[i] != f[i]:
+            bits[i] = F32_NAN
+    return bits
+
+
+@_jit
+def _encode_bf16(bits):
+    out = np.empty(bits.size, np.uint16)
+    for i in range(bits.size):
+        b = np.int64(bits[i])
+        out[i] = (b + 0x7FFF + ((b >> 16) & 1)) >> 16
+    return out
+
+
+@_jit
+def _encode_narrow(bits, exp_bits, man_bits, overflow, nan):
+    bias = (1 << (exp_bits - 1)) - 1
+    out = np.empty(bits.size, np.uint16)
+    for i in range(bits.size):
+        b = np.int64(bits[i])
+        magnitude = b & 0x7FFFFFFF
+        if magnitude > 0x7F800000:
+            out[i] = nan
+            continue
+        sign = (b >> 31) << (exp_bits + man_bits)
+        if magnitude < 0x00800000:
+            # fp32 zeros and denormals lie far below half the target's smallest denormal.
+            out[i] = sign
+            continue
+        exponent = (magnitude >> 23) - 127
+        significand = (magnitude & 0x7FFFFF) | 0x800000
+        if exponent >= 1 - bias:
+            shift = 23 - man_bits
+            field = (exponent + bias - 1) << man_bits  # bias - 1: the implicit one in ``kept`` adds the last 1
+        else:
+            shift = min(23 - man_bits + 1 - bias - exponent, 25)
+            field = 0
+        kept = significand >> shift
+        rest = significand - (kept << shift)
+        half = np.int64(1) << (shift - 1)
+        if rest > half or (rest == half and (kept & 1) == 1):
+            kept += 1
+        out[i] = sign | min(field + kept, overflow)
+    return out
+
+
+@_jit
+def _encode_int(x, lo, hi):
+    out = np.empty(x.size, np.int64)
+    for i in range(x.size):
+        v = x[i]
+        if v != v:
+            out[i] = 0
+            continue
+        v = min(max(v, lo), hi)
+        whole = math.floor(v)
+        n = np.int64(whole)
+        frac = v - whole
+        if frac > 0.5 or (frac == 0.5 and (n & 1) == 1):
+            n += 1
+        out[i] = n
+    return out
+
+
+@_jit
+def _decode_bf16(bits):
+    wide = np.empty(bits.size, np.uint32)
+    for i in range(bits.size):
+        wide[i] = np.uint32(bits[i]) << 16
+    return wide.view(np.float32).astype(np.float64)
+
+
+@_jit
+def _decode_narrow(bits, exp_bits, man_bits, finite_only):
+    bias = (1 << (exp_bits - 1)) - 1
+    width = exp_bits + man_bits
+    exp_max = (1 << exp_bits) - 1
+    all_ones = (1 << width) - 1
+    out = np.empty(bits.size, np.float64)
+    for i in range(bits.size):
+        b = np.int64(bits[i])
+        exponent = (b >> man_bits) & exp_max
+        mantissa = b & ((1 << man_bits) - 1)
+        if (finite_only and (b & all_ones) == all_ones) or (not finite_only and exponent == exp_max and mantissa != 0):
+            out[i] = np.nan
+            continue
+        if not finite_only and exponent == exp_max:
+            v = math.inf
+        elif exponent == 0:
+            v = math.ldexp(float(mantissa), 1 - bias - man_bits)
+        else:
+            v = math.ldexp(float(mantissa + (1 << man_bits)), exponent - bias - man_bits)
+        out[i] = -v if (b >> width) & 1 else v
+    return out
+
+
+def encode(values: np.ndarray, dtype: DType) -> np.ndarray:
+    """Round float64 ``values`` to ``dtype``'s storage array; see :func:`trnsim.compute.reference.encode`."""
+    x = np.asarray(values, dtype=np.float64)
+    flat = np.ascontiguousarray(x.reshape(-1))
+    if not dtype.is_float:
+        lo, hi = dtypes.int_range(dtype)
+        return _encode_int(flat, float(lo), float(hi)).astype(dtype.storage).reshape(x.shape)
+    bits = _fp32_bits(flat)
+    if dtype is dtypes.float32:
+        out = bits.view(np.float32)
+    elif dtype is dtypes.bfloat16:
+        out = _encode_bf16(bits)
+    else:
+        fmt = FLOAT_FORMATS[dtype]
+        out = _encode_narrow(bits, fmt.exp_bits, fmt.man_bits, fmt.overflow, fmt.nan).astype(f"u{dtype.itemsize}").view(dtype.storage)
+    return out.reshape(x.shape)
+
+
+def decode(storage: np.ndarray, dtype: DType) -> np.ndarray:
+    """The float64 values of a ``dtype`` storage array; see :func:`trnsim.compute.reference.decode`."""
+    s = storage_operand(storage, dtype)
+    if not dtype.is_float or dtype is dtypes.float32:
+        with np.errstate(invalid="ignore"):  # a signalling NaN widens to a NaN all the same
+            return s.astype(np.float64)
+    flat = np.ascontiguousarray(s).reshape(-1)
+    if dtype is dtypes.bfloat16:
+        out = _decode_bf16(flat)
+    else:
+        fmt = FLOAT_FORMATS[dtype]
+        out = _decode_narrow(flat.view(f"u{dtype.itemsize}").astype(np.uint16), fmt.exp_bits, fmt.man_bits, fmt.finite_only)
+    return out.reshape(s.shape)
+
+
+# -- scalar-engine activation ------------------------------------------------
+
+
+@_jit
+def _sigmoid(z):
+    return 1.0 / (1.0 + math.exp(-z))
+
+
+@_jit
+def _act(code, z):
+    if code == _IDENTITY:
+        return z
+    if code == _EXP:
+        return math.exp(z)
+    if code == _LOG:
+        return math.log(z)
+    if code == _SQRT:
+        return math.sqrt(z)
+    if code == _RSQRT:
+        return 1.0 / math.sqrt(z)
+    if code == _RECIPROCAL:
+        return 1.0 / z
+    if code == _TANH:
+        return math.tanh(z)
+    if code == _SIGMOID:
+        return _sigmoid(z)
+    if code == _RELU:
+        return 0.0 if z <= 0.0 else z
+    if code == _GELU:
+        return 0.5 * z * (1.0 + math.erf(z / SQRT_2))
+    if code == _GELU_TANH:
+        return 0.5 * z * (1.0 + math.tanh(GELU_TANH_SCALE * (z + GELU_TANH_CUBIC * z * z * z)))
+    if code == _SILU:
+        return z * _sigmoid(z)
+    if code == _SQUARE:
+        return z * z
+    if code == _ABS:
+        return abs(z)
+    if code == _SOFTPLUS:
+        return (z if z > 0.0 else 0.0) + math.log1p(math.exp(-abs(z)))
+    if code == _SIN:
+        return math.sin(z)
+    if code == _COS:
+        return math.cos(z)
+    if code == _ERF:
+        return math.erf(z)
+    if z > 0.0:  # sign
+        return 1.0
+    if z < 0.0:
+        return -1.0
+    return z
+
+
+@_jit
+def _activation(x, code, scale, bias):
+    out = np.empty(x.shape, np.float64)
+    for p in range(x.shape[0]):
+        s = scale[p]
+        b = bias[p]
+        for f in range(x.shape[1]):
+            out[p, f] = _act(code, x[p, f] * s + b)
+    return out
+
+
+def activation(x: np.ndarray, func: ActivationFunc | str, scale: np.ndarray, bias: np.ndarray) -> np.ndarray:
+    """``func(x * scale + bias)`` in float64; see :func:`trnsim.compute.reference.activation`."""
+    code = _ACT_CODES[ActivationFunc(func)]
+    x, scale, bias = activation_operands(x, scale, bias)
+    return _activation(x, code, scale, bias)
+
+
+# -- vector-engine ALU -------------------------------------------------------
+
+
+@_jit
+def _alu_op(code, a, b):
+    if code == _ADD:
+        return a + b
+    if code == _SUBTRACT:
+        return a - b
+    if code == _MULTIPLY:
+        return a * b
+    if code == _DIVIDE:
+        return a / b
+    if code == _MAXIMUM:
+        return a if a != a or a > b else b
+    if code == _MINIMUM:
+        return a if a != a or a < b else b
+    if code == _POW:
+        return math.pow(a, b)
+    if code == _ABS_DIFF:
+        return abs(a - b)
+    if code == _IS_EQUAL:
+        return 1.0 if a == b else 0.0
+    if code == _NOT_EQUAL:
+        return 1.0 if a != b else 0.0
+    if code == _IS_GT:
+        return 1.0 if a > b else 0.0
+    if code == _IS_GE:
+        return 1.0 if a >= b else 0.0
+    if code == _IS_LT:
+        return 1.0 if a < b else 0.0
+    if code == _IS_LE:
+        return 1.0 if a <= b else 0.0
+    return a  # bypass
+
+
+@_jit
+def _alu(a, b, code):
+    out = np.empty(a.size, np.float64)
+    for i in range(a.size):
+        out[i] = _alu_op(code, a[i], b[i])
+    return out
+
+
+def alu(a: np.ndarray, b: np.ndarray, op: AluOp | str) -> np.ndarray:
+    """``op(a, b)`` elementwise in float64; see :func:`trnsim.compute.reference.alu`."""
+    code = _ALU_CODES[AluOp(op)]
+    a, b = alu_operands(a, b)
+    return _alu(a.reshape(-1), b.reshape(-1), code).reshape(a.shape)
+
+
+# -- reductions and the PE array ----------------------------------------------
+
+
+@_jit
+def _reduce(x, code):
+    out = np.empty(x.shape[0], np.float64)
+    for p in range(x.shape[0]):
+        if code == _ADD:
+            acc = np.float32(x[p, 0])
+            for i in range(1, x.shape[1]):
+                acc = acc + np.float32(x[p, i])
+            out[p] = acc
+        else:
+            best = x[p, 0]
+            for i in range(1, x.shape[1]):
+                best = _alu_op(code, best, x[p, i])
+            out[p] = best
+    return out
+
+
+def reduce(x: np.ndarray, op: ReduceOp | str) -> np.ndarray:
+    """Reduce ``x`` [P, F] along its free axis to [P]; see :func:`trnsim.compute.reference.reduce`."""
+    code = _REDUCE_CODES[ReduceOp(op)]
+    return _reduce(reduce_operand(x), code)
+
+
+@_jit
+def _matmul(out, stationary, moving):
+    for i in range(stationary.shape[1]):
+        for k in range(stationary.shape[0]):
+            s = stationary[k, i]
+            for j in range(moving.shape[1]):
+                out[i, j] = np.float32(np.float64(out[i, j]) + s * moving[k, j])
+    return out
+
+
+def matmul(acc: np.ndarray, stationary: np.ndarray, moving: np.ndarray) -> np.ndarray:
+    """``acc + stationary.T @ moving`` as the PE array computes it; see :func:`trnsim.compute.reference.matmul`."""
+    out, s, m = matmul_operands(acc, stationary, moving)
+    return _matmul(out, s, m)

@@ -1,0 +1,219 @@
+"""What each instruction computes: a Program run functionally on one NeuronCore.
+
+A :class:`Machine` holds the SBUF, PSUM and HBM bytes of one core and executes
+instructions one at a time, in any order that respects their dependencies
+(program order is one). Operands are read as float64 values decoded from their
+dtypes; every result is rounded into the destination's dtype by ``encode``.
+DMA copies bits and converts nothing.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Callable
+
+import numpy as np
+
+from trnsim.compute.backends import Backend, get_backend
+from trnsim.compute.memory import CoreMemory
+from trnsim.errors import ProgramError
+from trnsim.isa import (Activation, AffineSelect, DmaCopy, Instruction, Iota, LoadStationary, Memset, MultiplyMoving,
+                        Program, Select, SemaphoreSignal, SemaphoreWait, Tensor, TensorCopy, TensorReduce, TensorScalar,
+                        TensorTensor, Transpose, View)
+
+
+class Machine:
+    """The memories of one NeuronCore running ``program``, and the semantics of its instructions.
+
+    ``backend`` names the numeric kernels: ``"numba"`` (compiled) or ``"numpy"``
+    (the reference); both give the same bits. Memories start zeroed; load the
+    inputs with :meth:`bind`, then :meth:`run` and read outputs with :meth:`result`.
+    """
+
+    def __init__(self, program: Program, backend: str = "numba") -> None:
+        self.program = program
+        self.backend: Backend = get_backend(backend)
+        self.memory = CoreMemory(program)
+        # Values [K, M] of the PE array's stationary operand, once one is loaded.
+        self.stationary: np.ndarray | None = None
+        self._handlers: dict[type, Callable] = {
+            LoadStationary: self._load_stationary, MultiplyMoving: self._multiply_moving,
+            Transpose: self._transpose, Activation: self._activation, TensorTensor: self._tensor_tensor,
+            TensorScalar: self._tensor_scalar, TensorReduce: self._tensor_reduce, TensorCopy: self._tensor_copy,
+            Memset: self._memset, Iota: self._iota, Select: self._select, AffineSelect: self._affine_select,
+            DmaCopy: self._dma_copy, SemaphoreSignal: _no_data, SemaphoreWait: _no_data,
+        }
+
+    # -- data in and out ----------------------------------------------------
+
+    def bind(self, tensor: Tensor, array: object) -> None:
+        """Load ``array`` (real numbers of ``tensor``'s shape) into ``tensor``, rounded to its dtype."""
+        values = np.asarray(array)
+        if values.shape != tensor.shape:
+            raise ProgramError(f"bind {tensor!r}: the array has shape {list(values.shape)} but the tensor has shape "
+                               f"{list(tensor.shape)}; pass an array of shape {list(tensor.shape)}")
+        if values.dtype.kind not in "biuf":
+            raise ProgramError(f"bind {tensor!r}: cannot load an array of {values.dtype}; pass real numbers")
+        self.write(tensor.view(), values.astype(np.float64))
+
+    def read(self, view: View) -> np.ndarray:
+        """The float64 values of ``view``, of shape ``view.shape``."""
+        return self.backend.decode(self.memory.array(view), view.dtype)
+
+    def write(self, view: View, values: np.ndarray) -> None:
+        """Round float64 ``values`` (of shape ``view.shape``) to ``view``'s dtype and store them."""
+        values = np.asarray(values, dtype=np.float64)
+        _check_shape(view, values, "values")
+        self.memory.array(view)[...] = self.backend.encode(values, view.dtype)
+
+    def read_raw(self, view: View) -> np.ndarray:
+        """A copy of the storage (bit patterns) of ``view``, of shape ``view.shape``."""
+        return self.memory.array(view).copy()
+
+    def write_raw(self, view: View, bits: np.ndarray) -> None:
+        """Store bit patterns ``bits`` (``view``'s storage type, of shape ``view.shape``) unchanged."""
+        bits = np.asarray(bits)
+        _check_shape(view, bits, "bits")
+        if bits.dtype != view.dtype.storage:
+            raise ProgramError(f"raw write to {view!r}: bits of {bits.dtype} are not {view.dtype.name} storage "
+                               f"({view.dtype.storage}); use write() to convert values")
+        self.memory.array(view)[...] = bits
+
+    def result(self, tensor: Tensor) -> np.ndarray:
+        """The values of ``tensor``: float32 for float dtypes (narrow ones widened), the integer type for ints."""
+        bits = self.read_raw(tensor.view())
+        if not tensor.dtype.is_float:
+            return bits
+        return self.backend.decode(bits, tensor.dtype).astype(np.float32)
+
+    # -- execution ------------------------------------------------------------
+
+    def run(self) -> None:
+        """Execute every instruction of the program in program order."""
+        for inst in self.program.instructions:
+            self.execute(inst)
+
+    def execute(self, inst: Instruction) -> None:
+        """Carry out the effect of one instruction on the memories."""
+        handler = next((self._handlers[c] for c in type(inst).__mro__ if c in self._handlers), None)
+        if handler is None:
+            raise ProgramError(f"instruction {inst.index} {inst.opcode}: the Machine has no semantics for "
+                               f"{type(inst).__name__}; use the instruction classes of trnsim.isa")
+        try:
+            handler(inst)
+        except ProgramError as err:
+            raise ProgramError(f"instruction {inst.index} {inst.opcode}: {err}") from err
+
+    def _rows(self, view: View) -> np.ndarray:
+        """Values of ``view`` as [partitions, free elements]."""
+        return self.read(view).reshape(view.partitions, view.free_size)
+
+    def _per_partition(self, operand: float | View, partitions: int) -> np.ndarray:
+        """A number or a [P, 1] view as float64 [P, 1]."""
+        if isinstance(operand, View):
+            return self._rows(operand)
+        return np.full((partitions, 1), float(operand))
+
+    def _put(self, view: View, values: np.ndarray) -> None:
+        """Write ``values`` in logical order into ``view``, whatever its free shape."""
+        if values.size != view.size:
+            raise ProgramError(f"{values.size} results do not fit {view!r}, which has {view.size} elements")
+        self.write(view, values.reshape(view.shape))
+
+    def _load_stationary(self, inst: LoadStationary) -> None:
+        self.stationary = self._rows(inst.src)
+
+    def _multiply_moving(self, inst: MultiplyMoving) -> None:
+        if self.stationary is None:
+            raise ProgramError("no load_stationary has run; load the stationary tile first")
+        moving = self._rows(inst.src)
+        k, m = self.stationary.shape
+        if moving.shape[0] != k:
+            raise ProgramError(f"moving {inst.src!r} has {moving.shape[0]} partitions but the stationary has {k}; "
+                               "both are the contraction size K")
+        if inst.accumulate:
+            acc = self._rows(inst.dst)
+        else:
+            acc = np.zeros((m, moving.shape[1]), dtype=np.float32)
+        self._put(inst.dst, self.backend.matmul(acc, self.stationary, moving))
+
+    def _transpose(self, inst: Transpose) -> None:
+        self._put(inst.dst, self._rows(inst.src).T)
+
+    def _activation(self, inst: Activation) -> None:
+        x = self._rows(inst.src)
+        partitions = x.shape[0]
+        scale = self._per_partition(inst.scale, partitions)[:, 0]
+        bias = np.zeros(partitions) if inst.bias is None else self._per_partition(inst.bias, partitions)[:, 0]
+        out = self.backend.activation(x, inst.func, scale, bias)
+        bits = self.backend.encode(out, inst.dst.dtype)
+        self.write_raw(inst.dst, bits.reshape(inst.dst.shape))
+        if inst.reduce_op is not None:
+            # The engine reduces what it wrote: the outputs after rounding to dst's dtype.
+            rounded = self.backend.decode(bits, inst.dst.dtype)
+            self._put(inst.reduce_dst, self.backend.reduce(rounded, inst.reduce_op))
+
+    def _tensor_tensor(self, inst: TensorTensor) -> None:
+        self._put(inst.dst, self.backend.alu(self._rows(inst.a), self._rows(inst.b), inst.op))
+
+    def _tensor_scalar(self, inst: TensorScalar) -> None:
+        x = self._rows(inst.src)
+        operand0 = self._per_partition(inst.operand0, x.shape[0])
+        out = self.backend.alu(operand0, x, inst.op0) if inst.reverse0 else self.backend.alu(x, operand0, inst.op0)
+        if inst.op1 is not None:
+            out = self.backend.alu(out, self._per_partition(inst.operand1, x.shape[0]), inst.op1)
+        self._put(inst.dst, out)
+
+    def _tensor_reduce(self, inst: TensorReduce) -> None:
+        free = inst.src.shape[1:]
+        kept = math.prod(free[: len(free) - inst.num_axes])
+        rows = self.read(inst.src).reshape(inst.src.partitions * kept, -1)
+        self._put(inst.dst, self.backend.reduce(rows, inst.op))
+
+    def _tensor_copy(self, inst: TensorCopy) -> None:
+        self._put(inst.dst, self.read(inst.src))
+
+    def _memset(self, inst: Memset) -> None:
+        self._put(inst.dst, np.full(inst.dst.shape, float(inst.value)))
+
+    def _iota(self, inst: Iota) -> None:
+        self._put(inst.dst, _affine(inst.dst.shape, inst.offset, inst.channel_multiplier, inst.steps).astype(np.float64))
+
+    def _select(self, inst: Select) -> None:
+        mask = self._rows(inst.mask)
+        on_false = self._rows(inst.on_false) if isinstance(inst.on_false, View) else float(inst.on_false)
+        self._put(inst.dst, np.where(mask != 0.0, self._rows(inst.on_true), on_false))
+
+    def _affine_select(self, inst: AffineSelect) -> None:
+        pattern = _affine(inst.src.shape, inst.offset, inst.channel_multiplier, inst.steps).astype(np.float64)
+        keep = self.backend.alu(pattern, np.zeros(()), inst.cmp)
+        self._put(inst.dst, np.where(keep != 0.0, self.read(inst.src), float(inst.fill)))
+
+    def _dma_copy(self, inst: DmaCopy) -> None:
+        bits = self.read_raw(inst.src)
+        if bits.size != inst.dst.size:
+            raise ProgramError(f"copies {bits.size} elements into {inst.dst!r}, which has {inst.dst.size}; sizes must match")
+        self.write_raw(inst.dst, bits.reshape(inst.dst.shape))
+
+
+def _no_data(inst: Instruction) -> None:
+    """Semaphores order engines; they move no data."""
+
+
+def _affine(shape: tuple[int, ...], offset: int, channel_multiplier: int, steps: tuple[int, ...]) -> np.ndarray:
+    """int64 ``offset + channel_multiplier * p + sum(steps[k] * i_k)`` over ``shape``, p counted from 0."""
+    if len(steps) != len(shape) - 1:
+        raise ProgramError(f"{len(steps)} steps given for the {len(shape) - 1} free dimensions of shape {list(shape)}; "
+                           "give one step per free dimension")
+    value = np.full(shape, offset, dtype=np.int64)
+    for axis, step in enumerate((channel_multiplier, *steps)):
+        index_shape = [1] * len(shape)
+        index_shape[axis] = shape[axis]
+        value += step * np.arange(shape[axis], dtype=np.int64).reshape(index_shape)
+    return value
+
+
+def _check_shape(view: View, array: np.ndarray, what: str) -> None:
+    if array.shape != view.shape:
+        raise ProgramError(f"{what} of shape {list(array.shape)} do not match {view!r} of shape {list(view.shape)}; "
+                           "reshape them to the view's shape")

@@ -1,0 +1,80 @@
+"""The bytes of one NeuronCore: SBUF, PSUM and the HBM tensors of a Program.
+
+SBUF and PSUM are uint8 arrays [partitions, partition_bytes] of the chip's
+sizes. An on-chip tensor occupies partitions ``start_partition`` onwards, its
+free dimensions row-major from ``byte_offset`` in each. Each HBM tensor has a
+byte buffer of its own, row-major.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from trnsim.errors import ProgramError
+from trnsim.isa import Memory, Program, View
+
+
+class CoreMemory:
+    """Zeroed SBUF, PSUM and HBM buffers for ``program``'s tensors, read and written through Views."""
+
+    def __init__(self, program: Program) -> None:
+        chip = program.chip
+        self.sbuf = np.zeros((chip.sbuf.partitions, chip.sbuf.partition_bytes), dtype=np.uint8)
+        self.psum = np.zeros((chip.psum.partitions, chip.psum.partition_bytes), dtype=np.uint8)
+        self.hbm: dict[int, np.ndarray] = {}
+        self._tensors: set[int] = set()
+        self._program_name = program.name
+        for t in program.tensors:
+            self._tensors.add(id(t))
+            if t.memory is Memory.HBM:
+                self.hbm[id(t)] = np.zeros(t.nbytes, dtype=np.uint8)
+
+    def array(self, view: View) -> np.ndarray:
+        """The elements of ``view`` as a numpy view (shape ``view.shape``, the dtype's storage type).
+
+        Writing to the result writes the simulated memory. Raises ProgramError
+        if the view reaches outside its tensor.
+        """
+        t = view.tensor
+        if id(t) not in self._tensors:
+            raise ProgramError(f"view {view!r} belongs to no tensor of program {self._program_name!r}; "
+                               "make the Machine after adding every tensor")
+        storage = t.dtype.storage
+        if view.size == 0:
+            return np.empty(view.shape, dtype=storage)
+        item = t.dtype.itemsize
+        if t.on_chip:
+            buffer, offset, strides = self._on_chip(view)
+        else:
+            _check_span(view, view.offset, view.dims, t.size, "the tensor")
+            buffer, offset, strides = self.hbm[id(t)], view.offset * item, tuple(s * item for s, _ in view.dims)
+        return np.ndarray(view.shape, dtype=storage, buffer=buffer, offset=offset, strides=strides)
+
+    def _on_chip(self, view: View) -> tuple[np.ndarray, int, tuple[int, ...]]:
+        t = view.tensor
+        mem = self.sbuf if t.memory is Memory.SBUF else self.psum
+        row_bytes = mem.shape[1]
+        first, free_offset = divmod(view.offset, t.row_elems)
+        if not view.dims:
+            raise ProgramError(f"on-chip view {view!r} has no partition dimension; give it one (count 1 for a single partition)")
+        (step, count), free = view.dims[0], view.dims[1:]
+        if count > 1 and step != t.row_elems:
+            raise ProgramError(f"view {view!r} steps {step} elements over partitions; on chip the partition "
+                               f"stride must be the tensor's {t.row_elems} elements per partition")
+        if first < 0 or first + count > t.shape[0]:
+            raise ProgramError(f"view {view!r} covers partitions {first}..{first + count - 1} of {t!r}, "
+                               f"which has {t.shape[0]}; fix the view's offset or partition count")
+        _check_span(view, free_offset, free, t.row_elems, "each partition of the tensor")
+        item = t.dtype.itemsize
+        offset = (t.start_partition + first) * row_bytes + t.byte_offset + free_offset * item
+        return mem, offset, (row_bytes,) + tuple(s * item for s, _ in free)
+
+
+def _check_span(view: View, start: int, dims: tuple[tuple[int, int], ...], limit: int, where: str) -> None:
+    """Raise unless elements ``start + sum(i_k * stride_k)`` all lie in [0, limit)."""
+    lo = start + sum(min(0, s * (c - 1)) for s, c in dims)
+    hi = start + sum(max(0, s * (c - 1)) for s, c in dims)
+    if lo < 0 or hi >= limit:
+        raise ProgramError(f"view {view!r} reaches elements {lo}..{hi} but {where} holds {limit} "
+                           f"({view.tensor!r}); fix the view's offset or strides")
+
