@@ -5,7 +5,6 @@ import json
 import pytest
 
 from trnsim import Program, TrnSimError, dtypes, simulate
-from trnsim.demo import tiled_matmul
 from trnsim.isa import AluOp, Engine, TensorScalar
 from trnsim.trace import busy_ns, load, summarize, to_chrome, trace_from_run
 from trnsim.trace.events import Slice
@@ -51,9 +50,9 @@ def test_counters_follow_the_schedule():
     assert sbuf.points[-1][1] == 0
 
 
-def test_load_round_trip_and_summary(tmp_path):
+def test_load_round_trip_and_summary(tmp_path, small_matmul):
     path = tmp_path / "m.json"
-    run = simulate(tiled_matmul(256, 256, 512, "trn1"), trace=path)
+    run = simulate(small_matmul(), trace=path)
     back = load(path)
     original = trace_from_run(run)
     assert len(back.slices) == len(original.slices)

@@ -708,6 +708,9 @@ class Program:
             return
         if v.dims and v.dims[0][1] > 1 and v.dims[0][0] != v.tensor.row_elems:
             raise self._fail(inst, f"operand {v!r} steps over partitions; the partition dimension must have step 1")
+        t = v.tensor
+        if v.start_partition + v.partitions > t.start_partition + t.shape[0] or v.free_offset + _extent(v) > t.row_elems:
+            raise self._fail(inst, f"operand {v!r} reaches outside {t!r}")
         _check_partitions(f"instruction {inst.index} {inst.opcode} operand {v!r}", v.start_partition, v.partitions, self.chip)
 
     def _check_matmul_shapes(self, inst: Instruction, k: int, m: int) -> None:

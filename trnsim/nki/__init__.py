@@ -20,7 +20,7 @@ each instruction touches, so independent iterations overlap across engines.
 """
 
 from trnsim.nki import isa, language
-from trnsim.nki.jit import BenchmarkResult, Kernel, benchmark, jit, simulate, trace_program
+from trnsim.nki.jit import BenchmarkResult, Kernel, benchmark, jit, simulate, trace_program, typed
 from trnsim.nki.tracer import KernelError
 
-__all__ = ["BenchmarkResult", "Kernel", "KernelError", "benchmark", "isa", "jit", "language", "simulate", "trace_program"]
+__all__ = ["BenchmarkResult", "Kernel", "KernelError", "benchmark", "isa", "jit", "language", "simulate", "trace_program", "typed"]

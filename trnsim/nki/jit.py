@@ -13,7 +13,7 @@ import inspect
 import itertools
 import os
 from dataclasses import dataclass
-from typing import Any, Callable, Sequence
+from typing import Any, Callable
 
 import numpy as np
 
@@ -28,8 +28,28 @@ _TORCH_DTYPES = {"torch.float32": _dt.float32, "torch.bfloat16": _dt.bfloat16, "
                  "torch.uint8": _dt.uint8, "torch.int16": _dt.int16, "torch.int32": _dt.int32}
 
 
+@dataclass(frozen=True)
+class Typed:
+    """A numpy array passed to a kernel as a tensor of a chip dtype numpy lacks
+    (``nki.typed(x, nl.bfloat16)``): its values are rounded to that dtype in HBM."""
+
+    array: np.ndarray
+    dtype: _dt.DType
+
+
+def typed(array: Any, dtype: Any) -> Typed:
+    """``array`` as a kernel argument of chip dtype ``dtype`` (bfloat16, float8_e4m3, ...)."""
+    return Typed(np.asarray(array), _dt.as_dtype(dtype))
+
+
+def _is_tensor_arg(value: Any) -> bool:
+    return isinstance(value, (np.ndarray, np.generic, Typed)) or hasattr(value, "detach")
+
+
 def _as_array(value: Any, name: str) -> tuple[np.ndarray, _dt.DType]:
     """A kernel argument as a numpy array and the chip dtype it stands for."""
+    if isinstance(value, Typed):
+        return value.array, value.dtype
     if hasattr(value, "detach") and hasattr(value, "dtype"):  # a torch tensor
         dtype = _TORCH_DTYPES.get(str(value.dtype))
         if dtype is None:
@@ -81,7 +101,7 @@ class Kernel:
         call_args: dict[str, Any] = {}
         with tracer:
             for name, value in bound.arguments.items():
-                if isinstance(value, (np.ndarray, np.generic)) or hasattr(value, "detach"):
+                if _is_tensor_arg(value):
                     arr, dtype = _as_array(value, name)
                     t = tracer.program.hbm(arr.shape if arr.ndim else (1,), dtype, name, kind="input")
                     tracer.hazards.register(t)
@@ -212,5 +232,3 @@ def trace_program(kernel: Callable, *args: Any, chip: Any = None, **kwargs: Any)
     return kernel.trace(*args, chip=_chip(chip, kernel), **kwargs).tracer.program
 
 
-def grid_ids(grid: Sequence[int]) -> list[tuple[int, ...]]:
-    return list(itertools.product(*(range(g) for g in grid)))

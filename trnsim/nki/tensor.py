@@ -79,7 +79,7 @@ class Affine:
     def _cmp(self, op: str, value: object) -> Mask:
         if not isinstance(value, (int, Affine)):
             return NotImplemented
-        return Mask(((self - value) if isinstance(value, Affine) else self - value, op),)
+        return Mask(((self - value, op),))
 
     def __lt__(self, v: object) -> Mask:
         return self._cmp("lt", v)

@@ -1,9 +1,9 @@
 """Matmul kernels: a basic tiled one and a fully optimised one (NKI matmul tutorial).
 
 Both compute ``result[M, N] = lhsT.T @ rhs`` with ``lhsT`` [K, M] and ``rhs`` [K, N]
-in HBM (contraction dimension first, on partitions), accumulating in fp32 PSUM and
-storing ``result`` in ``rhs``'s dtype... in fp32 here, so tests can compare exactly
-against an fp32 reference. M and K are multiples of 128, N of 512.
+in HBM (contraction dimension first, on partitions; any chip float dtype),
+accumulating in fp32 PSUM and storing an fp32 ``result`` in HBM. M and K are
+multiples of 128, N of 512.
 
 - ``matmul_basic``: one [128, 512] output tile at a time; every K step loads a
   [128, 128] stationary and a [128, 512] moving tile. The small loads (256-byte
@@ -43,11 +43,9 @@ def matmul_basic(lhsT, rhs):
 def matmul_optimized(lhsT, rhs, tiles_in_block_m=16, tiles_in_block_n=2, tiles_in_block_k=8):
     K, M = lhsT.shape
     _, N = rhs.shape
-    bm, bn, bk = tiles_in_block_m, tiles_in_block_n, tiles_in_block_k
-    block_m, block_n, block_k = TILE_M * bm, TILE_N * bn, TILE_K * bk
-    bm = min(bm, M // TILE_M)
-    bn = min(bn, N // TILE_N)
-    bk = min(bk, K // TILE_K)
+    bm = min(tiles_in_block_m, M // TILE_M)
+    bn = min(tiles_in_block_n, N // TILE_N)
+    bk = min(tiles_in_block_k, K // TILE_K)
     block_m, block_n, block_k = TILE_M * bm, TILE_N * bn, TILE_K * bk
     result = nl.ndarray((M, N), nl.float32, buffer=nl.shared_hbm)
     for n2 in nl.affine_range(N // block_n):
