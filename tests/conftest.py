@@ -1,5 +1,7 @@
 """Shared fixtures."""
 
+pytest_plugins = ["pytester"]
+
 import numpy as np
 import pytest
 

@@ -89,6 +89,14 @@ def clip(mask: Mask | None, *tiles: NkiTensor) -> list[View]:
     return [t.view[index] for t in tiles]
 
 
+def check_overrun(hbm: NkiTensor, mask: Mask | None, what: str) -> None:
+    """An index past the end of an HBM tensor is fine only under a mask that keeps the access inside."""
+    if mask is None and any(hbm.overrun):
+        axis, over = next((i, o) for i, o in enumerate(hbm.overrun) if o)
+        raise tracer().fail(f"{what}: the index into {hbm.name}{list(hbm.tensor.shape)} runs {over} elements past its end "
+                            f"on axis {axis}; pass mask= (such as i_p + base < n) to keep the access inside")
+
+
 def copy_to(dst: View, src: View, engine: Engine = Engine.VECTOR) -> int:
     return emit(TensorCopy(dst, src, engine=engine))
 

@@ -113,7 +113,7 @@ class Kernel:
             for ids in itertools.product(*(range(g) for g in self.grid)) if self.grid else [()]:
                 tracer.grid, tracer.program_ids = self.grid, ids
                 result = self.fn(**call_args)
-            outs = _hbm_results(result, tracer)
+            outs = _hbm_results(result, tracer, self.fn)
         tracer.live = False
         return Traced(tracer, inputs, result, outs)
 
@@ -121,12 +121,14 @@ class Kernel:
         return simulate(self)(*args, **kwargs)
 
 
-def _hbm_results(result: Any, tracer: Tracer) -> list[NkiTensor]:
+def _hbm_results(result: Any, tracer: Tracer, fn: Callable) -> list[NkiTensor]:
     items = result if isinstance(result, (tuple, list)) else ([] if result is None else [result])
     outs = []
     for r in items:
         if not isinstance(r, NkiTensor) or r.buffer is not Memory.HBM:
-            raise tracer.fail(f"a kernel returns HBM tensors (nl.ndarray(..., buffer=nl.shared_hbm)), got {r!r}")
+            where = f"{fn.__code__.co_filename}:{fn.__code__.co_firstlineno}"
+            raise tracer.fail(f"kernel {fn.__name__} returns {r!r}; a kernel returns HBM tensors "
+                              "(nl.ndarray(..., buffer=nl.shared_hbm)) it stored into", where)
         if r.tensor not in tracer.program.outputs:
             tracer.program.outputs.append(r.tensor)
         outs.append(r)

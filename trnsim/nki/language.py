@@ -110,7 +110,9 @@ def load(src: NkiTensor, mask: Mask | None = None, dtype: Any = None) -> NkiTens
     tr = _e.tracer()
     if not isinstance(src, NkiTensor):
         raise tr.fail(f"nl.load needs an HBM tensor slice, got {src!r}")
-    shape = src.shape if len(src.shape) > 1 else (src.shape[0], 1)
+    _e.check_overrun(src, mask, "nl.load")
+    asked = tuple(s + o for s, o in zip(src.shape, src.overrun))
+    shape = asked if len(asked) > 1 else (asked[0], 1)
     tile = _e.new_tensor(shape, src.dtype, Memory.SBUF, bases=src.bases if len(src.shape) > 1 else None)
     dst_v, src_v = _e.clip(mask, tile, src)
     tr.dma(dst_v, src_v)
@@ -123,6 +125,7 @@ def store(dst: NkiTensor, value: Any, mask: Mask | None = None) -> None:
     """DMA ``value`` (an SBUF tile; a PSUM tile is copied to SBUF first) into ``dst`` (HBM)."""
     tr = _e.tracer()
     value = _e.readable(value, "nl.store value")
+    _e.check_overrun(dst, mask, "nl.store")
     if value.buffer is Memory.PSUM or value.dtype is not dst.dtype:
         value = copy(value, dtype=dst.dtype)
     dst_v, src_v = _e.clip(mask, dst, value)

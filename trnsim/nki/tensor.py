@@ -155,12 +155,16 @@ class _Placement:
 class NkiTensor:
     """A tensor a kernel works on: an HBM argument or output, or an SBUF/PSUM tile."""
 
-    __slots__ = ("_placement", "view", "bases")
+    __slots__ = ("_placement", "view", "bases", "overrun")
 
-    def __init__(self, placement: _Placement, view: View, bases: tuple[int | None, ...] | None = None) -> None:
+    def __init__(self, placement: _Placement, view: View, bases: tuple[int | None, ...] | None = None,
+                 overrun: tuple[int, ...] | None = None) -> None:
         self._placement = placement
         self.view = view
         self.bases = bases if bases is not None else (None,) * len(view.shape)
+        #: Per axis, how many elements an ``nl.arange`` index asked for past the end of an
+        #: HBM tensor (the last tile of a masked loop); the view stops at the end.
+        self.overrun = overrun if overrun is not None else (0,) * len(view.shape)
 
     @property
     def tensor(self) -> Tensor:
@@ -191,7 +195,9 @@ class NkiTensor:
             index = (index,)
         plain: list[object] = []
         bases: list[int | None] = []
+        over: list[int] = []
         for axis, idx in enumerate(index):
+            over.append(0)
             if isinstance(idx, Affine):
                 one = idx.single()
                 if one is None and idx.terms:
@@ -203,7 +209,13 @@ class NkiTensor:
                 b, c, n = one
                 if c <= 0:
                     raise self._placement.tracer.fail(f"index {axis} of {self.name} steps by {c}; only positive steps are supported")
-                plain.append(slice(idx.const, idx.const + c * (n - 1) + 1, c))
+                stop = idx.const + c * (n - 1) + 1
+                end = self.view.shape[axis] if axis < len(self.view.shape) else stop
+                if not self.view.tensor.on_chip and idx.const < end < stop:
+                    # a mask on the load or store keeps the access inside; they check it has one
+                    over[axis] = n - (end - idx.const + c - 1) // c
+                    stop = end
+                plain.append(slice(idx.const, stop, c))
                 bases.append(b)
             else:
                 plain.append(idx)
@@ -219,7 +231,8 @@ class NkiTensor:
         if self.view.tensor.on_chip and plain and isinstance(plain[0], int):
             kept.insert(0, None)  # the partition axis stays
         kept += list(self.bases[len(index):])
-        return NkiTensor(self._placement, view, tuple(kept[: len(view.shape)]))
+        overrun = [o for idx, o in zip(plain, over) if not isinstance(idx, int)] + [0] * len(view.shape)
+        return NkiTensor(self._placement, view, tuple(kept[: len(view.shape)]), tuple(overrun[: len(view.shape)]))
 
     def reshape(self, shape: tuple[int, ...] | list[int]) -> NkiTensor:
         """The same elements under a new shape; the view must be contiguous (past the
