@@ -1,12 +1,12 @@
 """One NeuronCore: simpy processes that run a Program and time every instruction.
 
-Each engine, and each DMA queue, is a simpy process that takes its own
-instructions in program order. An instruction starts when its engine is free and
+Each engine, and each DMA queue, takes its own instructions in program order. An instruction starts when its engine is free and
 every dependency has ended (plus the semaphore latency when the dependency ran
 elsewhere). Compute engines share nothing but dependencies, so once the end of
 each dependency is known an engine books its instruction at once; DMA queues
-share the engine pool and HBM, so a queue waits on the simpy clock until its
-transfer's start and books the shared resources then, in start order.
+share the engine pool and HBM, so each queue is a simpy process that waits on the
+simulated clock until its transfer's start and books the shared resources then,
+in start order.
 
 Simulated time is kept in integer picoseconds: the same Program on the same chip
 gives the same times on every run and every machine.
@@ -14,6 +14,7 @@ gives the same times on every run and every machine.
 
 from __future__ import annotations
 
+from collections import deque
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
@@ -21,7 +22,7 @@ from trnsim.errors import ProgramError, SimulationError
 from trnsim.hw.dma import DmaPlan, DmaSystem
 from trnsim.hw.static import DMA, LOAD, MULTIPLY, SIGNAL, WAIT, StaticTiming
 from trnsim.hw.spec import ChipSpec
-from trnsim.isa import Engine, Program, SemaphoreWait
+from trnsim.isa import Engine, Program
 
 Picos = int
 
@@ -62,7 +63,13 @@ class RunResult:
 
 
 class _Schedule:
-    """Shared state of one run: when each instruction starts and ends, and who waits for what."""
+    """Shared state of one run: when each instruction starts and ends, and who waits for what.
+
+    Compute engines are :class:`_Engine` objects woken by bookings: when an
+    instruction is booked, the engines waiting for it go on a ready queue and
+    :meth:`drain` lets each book what it now can. DMA queues are simpy processes
+    and wait on simpy events.
+    """
 
     def __init__(self, env: Any, program: Program, static: StaticTiming) -> None:
         self.env = env
@@ -71,16 +78,46 @@ class _Schedule:
         n = len(program.instructions)
         self.starts: list[Picos | None] = [None] * n
         self.ends: list[Picos | None] = [None] * n
-        self.waiting: dict[int, Any] = {}
+        self.events: dict[int, Any] = {}           # simpy events DMA queues wait on
+        self.wakes: dict[int, list[_Engine]] = {}  # engines waiting for an instruction
         self.sem_times: dict[str, list[Picos]] = {}
-        self.sem_waiting: dict[str, Any] = {}
+        self.sem_events: dict[str, Any] = {}
+        self.sem_wakes: dict[str, list[_Engine]] = {}
+        self.ready_engines: deque[_Engine] = deque()
         self.blocked: dict[str, str] = {}
         chip = program.chip
         self.sem_ps = round(chip.sync.semaphore_wait_ns * 1000)
         self.sem_to_dma_ps = round(chip.dma.semaphore_to_start_ns * 1000)
 
-    def ready_now(self, i: int, wait_ps: Picos) -> Picos:
-        """When instruction ``i`` may start, if every dependency is booked; else -1."""
+    def book(self, i: int, start: Picos, end: Picos) -> None:
+        self.starts[i] = start
+        self.ends[i] = end
+        if self.wakes:
+            engines = self.wakes.pop(i, None)
+            if engines:
+                self.ready_engines.extend(engines)
+        if self.events:
+            event = self.events.pop(i, None)
+            if event is not None:
+                event.succeed()
+        if self.static.kinds[i] == SIGNAL:
+            sem = self.program.instructions[i].sem
+            self.sem_times.setdefault(sem, []).append(end)
+            self.ready_engines.extend(self.sem_wakes.pop(sem, ()))
+            event = self.sem_events.pop(sem, None)
+            if event is not None:
+                event.succeed()
+
+    def drain(self) -> None:
+        """Let every woken engine book what it can."""
+        ready = self.ready_engines
+        while ready:
+            ready.popleft().advance()
+
+    def ready_now(self, i: int, wait_ps: Picos) -> tuple[Picos, int | str | None]:
+        """When instruction ``i`` may start, and None; or (-1, what it still waits for):
+        an instruction index or a semaphore name. A dependency in another group costs
+        ``wait_ps`` of semaphore latency."""
         ends = self.ends
         groups = self.static.groups
         group = groups[i]
@@ -88,133 +125,112 @@ class _Schedule:
         for d in self.static.deps[i]:
             end = ends[d]
             if end is None:
-                return -1
-            if groups[d] != group:
-                end += wait_ps
-            if end > ready:
-                ready = end
-        return ready
-
-    def ready(self, i: int, track: str, wait_ps: Picos):
-        """Generator: when instruction ``i`` may start as far as its dependencies go.
-
-        Returns at once when every dependency is booked (the common case); otherwise
-        waits for the missing ones. A dependency in another group costs ``wait_ps``."""
-        ends = self.ends
-        groups = self.static.groups
-        group = groups[i]
-        ready = 0
-        for d in self.static.deps[i]:
-            end = ends[d]
-            if end is None:
-                self.blocked[track] = f"instruction {i} waits for instruction {d}"
-                event = self.waiting.get(d)
-                if event is None:
-                    event = self.waiting[d] = self.env.event()
-                yield event
-                del self.blocked[track]
-                end = ends[d]
+                return -1, d
             if groups[d] != group:
                 end += wait_ps
             if end > ready:
                 ready = end
         if self.static.kinds[i] == WAIT:
-            ready = yield from self._semaphore(self.program.instructions[i], track, ready)
-        return ready
+            inst = self.program.instructions[i]
+            times = self.sem_times.get(inst.sem, [])
+            if len(times) < inst.count:
+                return -1, inst.sem
+            ready = max(ready, sorted(times)[inst.count - 1] + self.sem_ps)
+        return ready, None
 
-    def _semaphore(self, inst: SemaphoreWait, track: str, ready: Picos):
-        times = self.sem_times.setdefault(inst.sem, [])
-        while len(times) < inst.count:
-            self.blocked[track] = f"instruction {inst.index} waits for semaphore {inst.sem!r} to reach {inst.count} (now {len(times)})"
-            event = self.sem_waiting.get(inst.sem)
-            if event is None:
-                event = self.sem_waiting[inst.sem] = self.env.event()
-            yield event
-        self.blocked.pop(track, None)
-        return max(ready, sorted(times)[inst.count - 1] + self.sem_ps)
-
-    def signal(self, sem: str, at: Picos) -> None:
-        self.sem_times.setdefault(sem, []).append(at)
-        event = self.sem_waiting.pop(sem, None)
-        if event is not None:
-            event.succeed()
+    def why(self, i: int, missing: int | str) -> str:
+        if isinstance(missing, str):
+            inst = self.program.instructions[i]
+            have = len(self.sem_times.get(missing, []))
+            return f"instruction {i} waits for semaphore {missing!r} to reach {inst.count} (now {have})"
+        return f"instruction {i} waits for instruction {missing}"
 
 
-def _engine_process(sched: _Schedule, track: str, indices: list[int]):
-    """An in-order compute engine: books each instruction as soon as its dependencies' ends are known."""
-    costs, kinds = sched.static.costs, sched.static.kinds
-    starts, ends, waiting = sched.starts, sched.ends, sched.waiting
-    wait = sched.sem_ps
-    free = 0
-    for i in indices:
-        ready = sched.ready_now(i, wait) if kinds[i] != WAIT else -1
-        if ready < 0:
-            ready = yield from sched.ready(i, track, wait)
-        start = free if free > ready else ready
-        free = start + costs[i]
-        starts[i] = start
-        ends[i] = free
-        if waiting and i in waiting:
-            waiting.pop(i).succeed()
-        if kinds[i] == SIGNAL:
-            sched.signal(sched.program.instructions[i].sem, free)
+class _Engine:
+    """An in-order compute engine: books each instruction as soon as the ends of its
+    dependencies are known. Compute engines share nothing but dependencies, so they
+    need no clock of their own."""
+
+    def __init__(self, sched: _Schedule, track: str, indices: list[int]) -> None:
+        self.sched = sched
+        self.track = track
+        self.indices = indices
+        self.pos = 0
+        self.free: Picos = 0
+
+    def advance(self) -> None:
+        sched = self.sched
+        indices = self.indices
+        wait = sched.sem_ps
+        while self.pos < len(indices):
+            i = indices[self.pos]
+            ready, missing = sched.ready_now(i, wait)
+            if missing is not None:
+                sched.blocked[self.track] = sched.why(i, missing)
+                if isinstance(missing, str):
+                    sched.sem_wakes.setdefault(missing, []).append(self)
+                else:
+                    sched.wakes.setdefault(missing, []).append(self)
+                return
+            self.pos += 1
+            self.book(i, ready)
+        sched.blocked.pop(self.track, None)
+
+    def book(self, i: int, ready: Picos) -> None:
+        start = self.free if self.free > ready else ready
+        self.free = start + self.sched.static.costs[i]
+        self.sched.book(i, start, self.free)
 
 
-def _tensor_process(sched: _Schedule, indices: list[int]):
-    """The tensor engine. A stationary load may start with the multiply before it
-    (the PE array holds the next weights while it streams); a multiply waits for
-    the latest load."""
-    costs, kinds, tracks = sched.static.costs, sched.static.kinds, sched.static.tracks
-    starts, ends, waiting = sched.starts, sched.ends, sched.waiting
-    wait = sched.sem_ps
-    free = 0             # the PE array is streaming until then
-    load_free = 0        # the stationary load port is busy until then
-    loaded_at = 0        # the latest stationary is in place from then
-    last_start = 0       # start of the latest multiply: a new load may begin then
-    for i in indices:
-        ready = sched.ready_now(i, wait) if kinds[i] != WAIT else -1
-        if ready < 0:
-            ready = yield from sched.ready(i, tracks[i], wait)
-        kind = kinds[i]
+class _TensorEngine(_Engine):
+    """The tensor engine. A stationary load may start with the multiply before it (the
+    PE array holds the next weights while it streams); a multiply waits for the latest
+    load."""
+
+    def __init__(self, sched: _Schedule, track: str, indices: list[int]) -> None:
+        super().__init__(sched, track, indices)
+        self.load_free: Picos = 0    # the stationary load port is busy until then
+        self.loaded_at: Picos = 0    # the latest stationary is in place from then
+        self.last_start: Picos = 0   # start of the latest multiply: a new load may begin then
+
+    def book(self, i: int, ready: Picos) -> None:
+        kind = self.sched.static.kinds[i]
+        cost = self.sched.static.costs[i]
         if kind == LOAD:
-            start = max(load_free, last_start, ready)
-            load_free = loaded_at = end = start + costs[i]
+            start = max(self.load_free, self.last_start, ready)
+            self.load_free = self.loaded_at = end = start + cost
         else:
-            start = max(free, loaded_at, ready)
-            free = end = start + costs[i]
+            start = max(self.free, self.loaded_at, ready)
+            self.free = end = start + cost
             if kind == MULTIPLY:
-                last_start = start
-        starts[i] = start
-        ends[i] = end
-        if waiting and i in waiting:
-            waiting.pop(i).succeed()
-        if kind == SIGNAL:
-            sched.signal(sched.program.instructions[i].sem, end)
+                self.last_start = start
+        self.sched.book(i, start, end)
 
 
 def _dma_process(sched: _Schedule, track: str, indices: list[int], dma: DmaSystem):
-    """An in-order DMA queue: waits on the clock for each transfer's start, then books
-    the shared engine pool and HBM."""
+    """An in-order DMA queue: waits on the simpy clock for each transfer's start, then
+    books the shared engine pool and HBM, in start order across queues."""
     env = sched.env
     kinds, plans = sched.static.kinds, sched.static.plans
-    starts, ends, waiting = sched.starts, sched.ends, sched.waiting
     wait = sched.sem_to_dma_ps
     free = 0
     for i in indices:
-        ready = sched.ready_now(i, wait) if kinds[i] != WAIT else -1
-        if ready < 0:
-            ready = yield from sched.ready(i, track, wait)
+        while True:
+            ready, missing = sched.ready_now(i, wait)
+            if missing is None:
+                break
+            sched.blocked[track] = sched.why(i, missing)
+            events = sched.sem_events if isinstance(missing, str) else sched.events
+            if missing not in events:
+                events[missing] = env.event()
+            yield events[missing]
+        sched.blocked.pop(track, None)
         start = free if free > ready else ready
         if start > env.now:
             yield env.timeout(start - env.now)
-        kind = kinds[i]
-        free = dma.transfer(start, plans[i]) if kind == DMA else start
-        starts[i] = start
-        ends[i] = free
-        if waiting and i in waiting:
-            waiting.pop(i).succeed()
-        if kind == SIGNAL:
-            sched.signal(sched.program.instructions[i].sem, free)
+        free = dma.transfer(start, plans[i]) if kinds[i] == DMA else start
+        sched.book(i, start, free)
+        sched.drain()
 
 
 def run_timing(program: Program) -> RunResult:
@@ -229,12 +245,13 @@ def run_timing(program: Program) -> RunResult:
         by_group.setdefault(group, []).append(i)
     dma = DmaSystem()
     for group, indices in by_group.items():
-        if group == Engine.TENSOR.value:
-            env.process(_tensor_process(sched, indices))
-        elif group.startswith("dma."):
+        if group.startswith("dma."):
             env.process(_dma_process(sched, group, indices, dma))
+        elif group == Engine.TENSOR.value:
+            sched.ready_engines.append(_TensorEngine(sched, group, indices))
         else:
-            env.process(_engine_process(sched, group, indices))
+            sched.ready_engines.append(_Engine(sched, group, indices))
+    sched.drain()
     env.run()
     if any(e is None for e in sched.ends):
         stuck = "; ".join(f"{t}: {why}" for t, why in sorted(sched.blocked.items()))

@@ -326,8 +326,8 @@ less_equal = _binary(AluOp.IS_LE, "less_equal")
 
 
 def broadcast_to(x: Any, shape: Sequence[int]) -> NkiTensor:
-    """Copy a [1, F] tile to every partition of a [P, F] tile (a DMA per partition row),
-    or a [P, 1] tile along the free dimension (vector engine)."""
+    """Copy a [1, F] tile to every partition of a [P, F] tile (one DMA that reads the row
+    once per partition), or a [P, 1] tile along the free dimension (vector engine)."""
     x = _e.readable(x)
     tr = _e.tracer()
     shape = tuple(shape)
@@ -335,9 +335,10 @@ def broadcast_to(x: Any, shape: Sequence[int]) -> NkiTensor:
         return x
     out = _e.new_tensor(shape, x.dtype, Memory.SBUF)
     if x.view.partitions == 1 and x.view.free_size == out.view.free_size:
-        src = _e.flat2d(x.view)
-        for p in range(shape[0]):
-            tr.dma(_e.flat2d(out.view)[p:p + 1], src)
+        row = _e.flat2d(x.view)
+        # one DMA rather than one per row: rows 1, 2, ... start on misaligned partitions
+        src = View(row.tensor, row.offset, (row.dims[0], (0, shape[0]), row.dims[1]))
+        tr.dma(_e.flat2d(out.view), src)
         return out
     if x.view.free_size == 1 and x.view.partitions == shape[0]:
         zero = full(shape, 0.0, x.dtype)
