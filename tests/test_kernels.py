@@ -1,0 +1,154 @@
+"""The kernel gallery: every kernel against a float64 numpy reference, in fp32 and bf16,
+and its simulated latency, which must be positive and the same on every run."""
+
+import math
+
+import numpy as np
+import pytest
+import torch
+
+import trnsim.nki as nki
+import trnsim.nki.language as nl
+from trnsim.kernels.attention import flash_attention_fwd
+from trnsim.kernels.matmul import matmul_basic, matmul_optimized
+from trnsim.kernels.norms import layernorm_kernel, rmsnorm_kernel
+from trnsim.kernels.softmax import softmax_kernel
+from trnsim.nki import KernelError
+from trnsim.testing import assert_kernel_matches
+
+DTYPES = (torch.float32, torch.bfloat16)
+
+
+def arrays(seed, dtype, *shapes, scale=1.0, shift=0.0):
+    """Seeded normal arrays as kernel arguments: numpy fp32, or torch bf16 tensors."""
+    rng = np.random.default_rng(seed)
+    out = []
+    for shape in shapes:
+        a = (rng.standard_normal(shape) * scale + shift).astype(np.float32)
+        out.append(a if dtype is torch.float32 else torch.from_numpy(a).to(dtype))
+    return out
+
+
+def assert_dtype(out, dtype):
+    """``out`` holds values of ``dtype`` (numpy has no bf16, so bf16 comes back as fp32 values)."""
+    if dtype is torch.bfloat16:
+        np.testing.assert_array_equal(torch.from_numpy(out).to(torch.bfloat16).float().numpy(), out)
+
+
+# -- float64 references ------------------------------------------------------
+
+def matmul_reference(lhsT, rhs):
+    return lhsT.T @ rhs
+
+
+def softmax_reference(x):
+    e = np.exp(x - x.max(axis=1, keepdims=True))
+    return e / e.sum(axis=1, keepdims=True)
+
+
+def rmsnorm_reference(x, weight, eps):
+    return x / np.sqrt(np.mean(x * x, axis=1, keepdims=True) + eps) * weight
+
+
+def layernorm_reference(x, gamma, beta, eps):
+    mean = x.mean(axis=1, keepdims=True)
+    return (x - mean) / np.sqrt(x.var(axis=1, keepdims=True) + eps) * gamma + beta
+
+
+def attention_reference(q, k, v, causal, key_tile):
+    """``key_tile`` only shapes the kernel's loop; the result does not depend on it."""
+    s = q @ k.T / math.sqrt(q.shape[1])
+    if causal:
+        s = np.where(np.tril(np.ones(s.shape, dtype=bool)), s, -np.inf)
+    return softmax_reference(s) @ v
+
+
+# -- numerics ----------------------------------------------------------------
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=["fp32", "bf16"])
+@pytest.mark.parametrize("kernel", [matmul_basic, matmul_optimized])
+@pytest.mark.parametrize("k, m, n", [(256, 256, 1024), (128, 128, 512)])
+def test_matmul(kernel, k, m, n, dtype):
+    lhsT, rhs = arrays(0, dtype, (k, m), (k, n))
+    out = assert_kernel_matches(kernel, matmul_reference, lhsT, rhs)
+    assert out.dtype == np.float32
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=["fp32", "bf16"])
+@pytest.mark.parametrize("n, d", [(256, 512), (200, 300), (128, 2048)])
+def test_softmax(n, d, dtype):
+    (x,) = arrays(1, dtype, (n, d), scale=3.0)
+    assert_dtype(assert_kernel_matches(softmax_kernel, softmax_reference, x), dtype)
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=["fp32", "bf16"])
+@pytest.mark.parametrize("n, d", [(256, 512), (200, 700), (128, 1100)])
+def test_rmsnorm(n, d, dtype):
+    x, weight = arrays(2, dtype, (n, d), (d,), shift=0.5)
+    assert_dtype(assert_kernel_matches(rmsnorm_kernel, rmsnorm_reference, x, weight, 1e-6), dtype)
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=["fp32", "bf16"])
+@pytest.mark.parametrize("n, d", [(256, 512), (200, 700), (128, 1100)])
+def test_layernorm(n, d, dtype):
+    x, gamma, beta = arrays(3, dtype, (n, d), (d,), (d,), scale=2.0, shift=0.5)
+    assert_dtype(assert_kernel_matches(layernorm_kernel, layernorm_reference, x, gamma, beta, 1e-5), dtype)
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=["fp32", "bf16"])
+@pytest.mark.parametrize("seqlen, d, causal, key_tile", [
+    (256, 64, False, None), (256, 64, True, 128), (512, 128, True, None), (512, 128, False, 128)])
+def test_flash_attention(seqlen, d, causal, key_tile, dtype):
+    q, k, v = arrays(4, dtype, (seqlen, d), (seqlen, d), (seqlen, d))
+    out = assert_kernel_matches(flash_attention_fwd, attention_reference, q, k, v, causal, key_tile)
+    assert_dtype(out, dtype)
+
+
+def test_flash_attention_never_holds_the_score_matrix():
+    seqlen, d = 1024, 128
+    q, k, v = arrays(5, torch.bfloat16, (seqlen, d), (seqlen, d), (seqlen, d))
+    program = nki.trace_program(flash_attention_fwd, q, k, v, causal=True)
+    largest = max(t.size for t in program.tensors if t.on_chip)
+    assert largest == d * seqlen  # k^T; a [seqlen, seqlen] score matrix would be 8 times that
+
+
+def test_flash_attention_refuses_a_key_tile_that_does_not_divide_seqlen():
+    q, k, v = arrays(6, torch.float32, (384, 64), (384, 64), (384, 64))
+    with pytest.raises(KernelError, match="key_tile=512 must be 128 or 512 and divide seqlen=384"):
+        nki.trace_program(flash_attention_fwd, q, k, v, key_tile=512)
+
+
+def test_an_index_past_the_end_needs_a_mask():
+    @nki.jit
+    def unmasked(x):
+        out = nl.ndarray(x.shape, x.dtype, buffer=nl.shared_hbm)
+        i_p = nl.arange(128)[:, None]
+        i_f = nl.arange(x.shape[1])[None, :]
+        for t in nl.affine_range(2):
+            nl.store(out[t * 128 + i_p, i_f], value=nl.load(x[t * 128 + i_p, i_f]))
+        return out
+
+    (x,) = arrays(7, torch.float32, (200, 16))
+    with pytest.raises(KernelError, match=r"nl.load: the index into x\[200, 16\] runs 56 elements past its end on axis 0"):
+        nki.trace_program(unmasked, x)
+
+
+# -- timing ------------------------------------------------------------------
+
+BENCHMARKS = {
+    "matmul_basic": (matmul_basic, lambda: arrays(10, torch.bfloat16, (256, 256), (256, 1024))),
+    "matmul_optimized": (matmul_optimized, lambda: arrays(10, torch.bfloat16, (256, 256), (256, 1024))),
+    "softmax": (softmax_kernel, lambda: arrays(11, torch.bfloat16, (200, 512))),
+    "rmsnorm": (rmsnorm_kernel, lambda: arrays(12, torch.bfloat16, (200, 512), (512,))),
+    "layernorm": (layernorm_kernel, lambda: arrays(13, torch.bfloat16, (200, 512), (512,), (512,))),
+    "flash_attention": (flash_attention_fwd, lambda: arrays(14, torch.bfloat16, (256, 64), (256, 64), (256, 64)) + [True]),
+}
+
+
+@pytest.mark.parametrize("name", BENCHMARKS)
+def test_latency_is_positive_and_deterministic(name):
+    kernel, make_args = BENCHMARKS[name]
+    first, second = (nki.benchmark(kernel)(*make_args()) for _ in range(2))
+    assert first.latency_ns > 0
+    assert first.latency_ns == second.latency_ns
+    assert first.busy_pct == second.busy_pct
