@@ -271,6 +271,8 @@ class Instruction:
 
     opcode: ClassVar[str] = "instruction"
     engines: ClassVar[tuple[Engine, ...]] = ()
+    read_fields: ClassVar[tuple[str, ...]] = ()
+    write_fields: ClassVar[tuple[str, ...]] = ()
 
     def __post_init__(self) -> None:
         # A whole tensor may stand wherever a View is expected.
@@ -284,10 +286,12 @@ class Instruction:
         return self.engine.value
 
     def reads(self) -> tuple[View, ...]:
-        return ()
+        """The operands this instruction reads (fields named in ``read_fields`` that hold Views)."""
+        return tuple(v for v in (getattr(self, n) for n in self.read_fields) if isinstance(v, View))
 
     def writes(self) -> tuple[View, ...]:
-        return ()
+        """The operands this instruction writes (fields named in ``write_fields``)."""
+        return tuple(v for v in (getattr(self, n) for n in self.write_fields) if isinstance(v, View))
 
     def describe(self) -> str:
         """One line: opcode and operands."""
@@ -301,10 +305,9 @@ class LoadStationary(Instruction):
 
     src: View
     opcode = "load_stationary"
+    read_fields = ('src',)
+    write_fields = ()
     engines = (Engine.TENSOR,)
-
-    def reads(self) -> tuple[View, ...]:
-        return (self.src,)
 
 
 @dataclass(eq=False)
@@ -317,13 +320,9 @@ class MultiplyMoving(Instruction):
     src: View
     accumulate: bool = False
     opcode = "multiply_moving"
+    read_fields = ('src',)
+    write_fields = ('dst',)
     engines = (Engine.TENSOR,)
-
-    def reads(self) -> tuple[View, ...]:
-        return (self.src,)
-
-    def writes(self) -> tuple[View, ...]:
-        return (self.dst,)
 
 
 @dataclass(eq=False)
@@ -333,13 +332,9 @@ class Transpose(Instruction):
     dst: View
     src: View
     opcode = "transpose"
+    read_fields = ('src',)
+    write_fields = ('dst',)
     engines = (Engine.TENSOR,)
-
-    def reads(self) -> tuple[View, ...]:
-        return (self.src,)
-
-    def writes(self) -> tuple[View, ...]:
-        return (self.dst,)
 
 
 @dataclass(eq=False)
@@ -356,14 +351,9 @@ class Activation(Instruction):
     reduce_op: ReduceOp | None = None
     reduce_dst: View | None = None
     opcode = "activation"
+    read_fields = ('src', 'bias', 'scale')
+    write_fields = ('dst', 'reduce_dst')
     engines = (Engine.SCALAR,)
-
-    def reads(self) -> tuple[View, ...]:
-        extra = tuple(v for v in (self.bias, self.scale) if isinstance(v, View))
-        return (self.src,) + extra
-
-    def writes(self) -> tuple[View, ...]:
-        return (self.dst,) + ((self.reduce_dst,) if self.reduce_dst is not None else ())
 
 
 @dataclass(eq=False)
@@ -375,13 +365,9 @@ class TensorTensor(Instruction):
     b: View
     op: AluOp = AluOp.ADD
     opcode = "tensor_tensor"
+    read_fields = ('a', 'b')
+    write_fields = ('dst',)
     engines = (Engine.VECTOR, Engine.GPSIMD)
-
-    def reads(self) -> tuple[View, ...]:
-        return (self.a, self.b)
-
-    def writes(self) -> tuple[View, ...]:
-        return (self.dst,)
 
 
 @dataclass(eq=False)
@@ -398,13 +384,9 @@ class TensorScalar(Instruction):
     operand1: float | View | None = None
     reverse0: bool = False
     opcode = "tensor_scalar"
+    read_fields = ('src', 'operand0', 'operand1')
+    write_fields = ('dst',)
     engines = (Engine.VECTOR, Engine.GPSIMD, Engine.SCALAR)
-
-    def reads(self) -> tuple[View, ...]:
-        return (self.src,) + tuple(v for v in (self.operand0, self.operand1) if isinstance(v, View))
-
-    def writes(self) -> tuple[View, ...]:
-        return (self.dst,)
 
 
 @dataclass(eq=False)
@@ -416,13 +398,9 @@ class TensorReduce(Instruction):
     op: ReduceOp = ReduceOp.ADD
     num_axes: int = 1
     opcode = "tensor_reduce"
+    read_fields = ('src',)
+    write_fields = ('dst',)
     engines = (Engine.VECTOR, Engine.GPSIMD)
-
-    def reads(self) -> tuple[View, ...]:
-        return (self.src,)
-
-    def writes(self) -> tuple[View, ...]:
-        return (self.dst,)
 
 
 @dataclass(eq=False)
@@ -432,13 +410,9 @@ class TensorCopy(Instruction):
     dst: View
     src: View
     opcode = "tensor_copy"
+    read_fields = ('src',)
+    write_fields = ('dst',)
     engines = (Engine.VECTOR, Engine.SCALAR, Engine.GPSIMD)
-
-    def reads(self) -> tuple[View, ...]:
-        return (self.src,)
-
-    def writes(self) -> tuple[View, ...]:
-        return (self.dst,)
 
 
 @dataclass(eq=False)
@@ -448,10 +422,9 @@ class Memset(Instruction):
     dst: View
     value: float = 0.0
     opcode = "memset"
+    read_fields = ()
+    write_fields = ('dst',)
     engines = (Engine.VECTOR, Engine.GPSIMD, Engine.SCALAR)
-
-    def writes(self) -> tuple[View, ...]:
-        return (self.dst,)
 
 
 @dataclass(eq=False)
@@ -463,10 +436,9 @@ class Iota(Instruction):
     offset: int = 0
     channel_multiplier: int = 0
     opcode = "iota"
+    read_fields = ()
+    write_fields = ('dst',)
     engines = (Engine.GPSIMD,)
-
-    def writes(self) -> tuple[View, ...]:
-        return (self.dst,)
 
 
 @dataclass(eq=False)
@@ -478,13 +450,9 @@ class Select(Instruction):
     on_true: View
     on_false: float | View = 0.0
     opcode = "select"
+    read_fields = ('mask', 'on_true', 'on_false')
+    write_fields = ('dst',)
     engines = (Engine.VECTOR, Engine.GPSIMD)
-
-    def reads(self) -> tuple[View, ...]:
-        return (self.mask, self.on_true) + ((self.on_false,) if isinstance(self.on_false, View) else ())
-
-    def writes(self) -> tuple[View, ...]:
-        return (self.dst,)
 
 
 @dataclass(eq=False)
@@ -500,13 +468,9 @@ class AffineSelect(Instruction):
     cmp: AluOp = AluOp.IS_GE
     fill: float = 0.0
     opcode = "affine_select"
+    read_fields = ('src',)
+    write_fields = ('dst',)
     engines = (Engine.GPSIMD,)
-
-    def reads(self) -> tuple[View, ...]:
-        return (self.src,)
-
-    def writes(self) -> tuple[View, ...]:
-        return (self.dst,)
 
 
 @dataclass(eq=False)
@@ -517,16 +481,12 @@ class DmaCopy(Instruction):
     src: View
     queue: int = 0
     opcode = "dma_copy"
+    read_fields = ('src',)
+    write_fields = ('dst',)
 
     @property
     def track(self) -> str:
         return f"dma.q{self.queue}"
-
-    def reads(self) -> tuple[View, ...]:
-        return (self.src,)
-
-    def writes(self) -> tuple[View, ...]:
-        return (self.dst,)
 
 
 @dataclass(eq=False)

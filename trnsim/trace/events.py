@@ -91,33 +91,21 @@ class Trace:
         return float(self.meta.get("total_ns", max((s.end_ns for s in self.slices), default=0.0)))
 
 
-def _rate_counter(name: str, spans: list[tuple[Nanos, Nanos, float]]) -> Counter:
-    """Sum of amounts spread evenly over their spans, as a step function in units per second."""
+def _step_counter(name: str, unit: str, spans: list[tuple[Nanos, Nanos, float]], per_second: bool) -> Counter:
+    """The sum over ``spans`` (start, end, amount) as a step function: each amount held
+    from start to end, or with ``per_second`` spread evenly over its span as a rate."""
     edges: dict[Nanos, float] = {}
     for start, end, amount in spans:
-        if end <= start or amount == 0:
+        if per_second and (end <= start or amount == 0):
             continue
-        rate = amount / ((end - start) * 1e-9)
-        edges[start] = edges.get(start, 0.0) + rate
-        edges[end] = edges.get(end, 0.0) - rate
-    counter = Counter(name, "bytes/s")
+        level = amount / ((end - start) * 1e-9) if per_second else amount
+        edges[start] = edges.get(start, 0.0) + level
+        edges[end] = edges.get(end, 0.0) - level
+    counter = Counter(name, unit)
     level = 0.0
     for t in sorted(edges):
         level += edges[t]
-        counter.points.append((t, max(0.0, round(level, 3))))
-    return counter
-
-
-def _occupancy_counter(name: str, spans: list[tuple[Nanos, Nanos, float]]) -> Counter:
-    edges: dict[Nanos, float] = {}
-    for start, end, amount in spans:
-        edges[start] = edges.get(start, 0.0) + amount
-        edges[end] = edges.get(end, 0.0) - amount
-    counter = Counter(name, "bytes")
-    level = 0.0
-    for t in sorted(edges):
-        level += edges[t]
-        counter.points.append((t, level))
+        counter.points.append((t, max(0.0, round(level, 3)) if per_second else level))
     return counter
 
 
@@ -176,8 +164,8 @@ def trace_from_run(result: Any) -> Trace:
                 span = live.setdefault(t.name, [start, end])
                 span[0], span[1] = min(span[0], start), max(span[1], end)
                 sizes[t.name] = (t.memory.value, t.shape[0] * t.partition_bytes)
-    trace.counters.append(_rate_counter("HBM traffic", hbm_spans))
+    trace.counters.append(_step_counter("HBM traffic", "bytes/s", hbm_spans, per_second=True))
     for memory, label in (("sbuf", "SBUF occupancy"), ("psum", "PSUM occupancy")):
         spans = [(s, e, sizes[n][1]) for n, (s, e) in live.items() if sizes[n][0] == memory]
-        trace.counters.append(_occupancy_counter(label, spans))
+        trace.counters.append(_step_counter(label, "bytes", spans, per_second=False))
     return trace
