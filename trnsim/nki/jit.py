@@ -98,21 +98,33 @@ class Kernel:
         sig = inspect.signature(self.fn)
         bound = sig.bind(*args, **kwargs)
         inputs: dict[str, np.ndarray] = {}
-        call_args: dict[str, Any] = {}
+
+        def hbm_input(name: str, value: Any) -> Any:
+            if not _is_tensor_arg(value):
+                return value
+            arr, dtype = _as_array(value, name)
+            t = tracer.program.hbm(arr.shape if arr.ndim else (1,), dtype, name, kind="input")
+            tracer.hazards.register(t)
+            inputs[name] = arr.reshape(t.shape)
+            return NkiTensor(_Placement(tracer, t), t.view())
+
         with tracer:
+            call_args: list[Any] = []
+            call_kwargs: dict[str, Any] = {}
             for name, value in bound.arguments.items():
-                if _is_tensor_arg(value):
-                    arr, dtype = _as_array(value, name)
-                    t = tracer.program.hbm(arr.shape if arr.ndim else (1,), dtype, name, kind="input")
-                    tracer.hazards.register(t)
-                    call_args[name] = NkiTensor(_Placement(tracer, t), t.view())
-                    inputs[name] = arr.reshape(t.shape)
+                kind = sig.parameters[name].kind
+                if kind is inspect.Parameter.VAR_POSITIONAL:
+                    call_args += [hbm_input(f"{name}_{i}", v) for i, v in enumerate(value)]
+                elif kind is inspect.Parameter.VAR_KEYWORD:
+                    call_kwargs.update({k: hbm_input(k, v) for k, v in value.items()})
+                elif kind is inspect.Parameter.KEYWORD_ONLY:
+                    call_kwargs[name] = hbm_input(name, value)
                 else:
-                    call_args[name] = value
+                    call_args.append(hbm_input(name, value))
             result = None
             for ids in itertools.product(*(range(g) for g in self.grid)) if self.grid else [()]:
                 tracer.grid, tracer.program_ids = self.grid, ids
-                result = self.fn(**call_args)
+                result = self.fn(*call_args, **call_kwargs)
             outs = _hbm_results(result, tracer, self.fn)
         tracer.live = False
         return Traced(tracer, inputs, result, outs)

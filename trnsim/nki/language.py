@@ -160,9 +160,10 @@ class MatmulResult:
     """``nl.matmul``'s result before it lands: ``+=`` accumulates it into a PSUM tile,
     any other use puts it in a fresh PSUM tile."""
 
-    def __init__(self, stationary: View, moving: View) -> None:
+    def __init__(self, stationary: View, moving: View, keep: tuple[NkiTensor, ...] = ()) -> None:
         self.stationary = stationary
         self.moving = moving
+        self._keep = keep  # the operand tiles stay placed until the result lands
         self.shape = (stationary.free_size, moving.free_size)
         self.dtype = _dt.float32
         self._tile: NkiTensor | None = None
@@ -197,10 +198,11 @@ class MatmulResult:
         return self._tile
 
 
-def _stationary_of(x: NkiTensor, transpose_x: bool) -> View:
+def _stationary_of(x: NkiTensor, transpose_x: bool) -> NkiTensor:
+    """``x`` [K, M] as is, or ``x`` [M, K] through the PE array and back into SBUF."""
     if transpose_x:
-        return x.view
-    return transpose(x).view
+        return x
+    return copy(transpose(x), dtype=x.dtype)
 
 
 def matmul(x: Any, y: Any, transpose_x: bool = False) -> MatmulResult:
@@ -209,7 +211,8 @@ def matmul(x: Any, y: Any, transpose_x: bool = False) -> MatmulResult:
     ``x`` [M, K] goes through the PE array's transpose first."""
     x = _e.readable(x, "matmul x")
     y = _e.readable(y, "matmul y")
-    st = _stationary_of(x, transpose_x)
+    st_tile = _stationary_of(x, transpose_x)
+    st = st_tile.view
     tr = _e.tracer()
     if st.partitions != y.view.partitions:
         raise tr.fail(f"matmul contraction sizes differ: x gives K={st.partitions}, y has K={y.view.partitions} partitions")
@@ -217,7 +220,7 @@ def matmul(x: Any, y: Any, transpose_x: bool = False) -> MatmulResult:
         raise tr.fail(f"matmul M={st.free_size} exceeds nl.tile_size.gemm_stationary_fmax ({tile_size.gemm_stationary_fmax}); tile M")
     if y.view.free_size > tile_size.gemm_moving_fmax:
         raise tr.fail(f"moving free size {y.view.free_size} exceeds nl.tile_size.gemm_moving_fmax ({tile_size.gemm_moving_fmax}); tile N into pieces of 512")
-    return MatmulResult(st, _e.flat2d(y.view))
+    return MatmulResult(st, _e.flat2d(y.view), keep=(st_tile, y))
 
 
 def transpose(x: Any, dtype: Any = None) -> NkiTensor:
