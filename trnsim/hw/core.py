@@ -84,7 +84,7 @@ class _Schedule:
         self.sem_events: dict[str, Any] = {}
         self.sem_wakes: dict[str, list[_Engine]] = {}
         self.ready_engines: deque[_Engine] = deque()
-        self.blocked: dict[str, str] = {}
+        self.blocked: dict[str, tuple[int, int | str]] = {}  # track: (instruction, what it waits for)
         chip = program.chip
         self.sem_ps = round(chip.sync.semaphore_wait_ns * 1000)
         self.sem_to_dma_ps = round(chip.dma.semaphore_to_start_ns * 1000)
@@ -166,7 +166,7 @@ class _Engine:
             i = indices[self.pos]
             ready, missing = sched.ready_now(i, wait)
             if missing is not None:
-                sched.blocked[self.track] = sched.why(i, missing)
+                sched.blocked[self.track] = (i, missing)
                 if isinstance(missing, str):
                     sched.sem_wakes.setdefault(missing, []).append(self)
                 else:
@@ -219,7 +219,7 @@ def _dma_process(sched: _Schedule, track: str, indices: list[int], dma: DmaSyste
             ready, missing = sched.ready_now(i, wait)
             if missing is None:
                 break
-            sched.blocked[track] = sched.why(i, missing)
+            sched.blocked[track] = (i, missing)
             events = sched.sem_events if isinstance(missing, str) else sched.events
             if missing not in events:
                 events[missing] = env.event()
@@ -254,7 +254,7 @@ def run_timing(program: Program) -> RunResult:
     sched.drain()
     env.run()
     if any(e is None for e in sched.ends):
-        stuck = "; ".join(f"{t}: {why}" for t, why in sorted(sched.blocked.items()))
+        stuck = "; ".join(f"{t}: {sched.why(*why)}" for t, why in sorted(sched.blocked.items()))
         raise SimulationError(f"program {program.name!r} cannot finish: {stuck}; signal the semaphore or remove the wait")
     return RunResult(program, "timing", static.tracks, sched.starts, sched.ends, static.plans)  # type: ignore[arg-type]
 
