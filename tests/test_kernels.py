@@ -97,7 +97,7 @@ def test_layernorm(n, d, dtype):
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=["fp32", "bf16"])
 @pytest.mark.parametrize("seqlen, d, causal, key_tile", [
-    (256, 64, False, None), (256, 64, True, 128), (512, 128, True, None), (512, 128, False, 128)])
+    (256, 64, False, None), (384, 64, True, 128), (512, 128, True, None), (512, 128, False, 128)])
 def test_flash_attention(seqlen, d, causal, key_tile, dtype):
     q, k, v = arrays(4, dtype, (seqlen, d), (seqlen, d), (seqlen, d))
     out = assert_kernel_matches(flash_attention_fwd, attention_reference, q, k, v, causal, key_tile)

@@ -97,6 +97,7 @@ class Kernel:
         tracer = Tracer(chip if chip is not None else self.chip, self.fn.__name__)
         sig = inspect.signature(self.fn)
         bound = sig.bind(*args, **kwargs)
+        bound.apply_defaults()
         inputs: dict[str, np.ndarray] = {}
 
         def hbm_input(name: str, value: Any) -> Any:
