@@ -17,7 +17,7 @@ from __future__ import annotations
 import enum
 import math
 from dataclasses import dataclass, field
-from typing import ClassVar, Iterator, Sequence
+from typing import Callable, ClassVar, Iterator, Sequence
 
 from trnsim.dtypes import DType, as_dtype, float32
 from trnsim.errors import ProgramError
@@ -59,28 +59,23 @@ class Tensor:
     dtype: DType
     start_partition: int = 0
     byte_offset: int = 0
+    #: Whether the tensor is in SBUF or PSUM.
+    on_chip: bool = field(init=False)
+    #: Elements in all.
+    size: int = field(init=False)
+    #: Elements per partition (on chip) or per leading row (HBM).
+    row_elems: int = field(init=False)
+    #: Bytes each partition holds of an on-chip tensor.
+    partition_bytes: int = field(init=False)
+    nbytes: int = field(init=False)
 
-    @property
-    def on_chip(self) -> bool:
-        return self.memory is not Memory.HBM
-
-    @property
-    def size(self) -> int:
-        return math.prod(self.shape)
-
-    @property
-    def row_elems(self) -> int:
-        """Elements per partition (on chip) or per leading row (HBM)."""
-        return math.prod(self.shape[1:])
-
-    @property
-    def partition_bytes(self) -> int:
-        """Bytes each partition holds of an on-chip tensor."""
-        return self.row_elems * self.dtype.itemsize
-
-    @property
-    def nbytes(self) -> int:
-        return self.size * self.dtype.itemsize
+    def __post_init__(self) -> None:
+        # a tensor's shape never changes: its derived sizes are worked out once
+        self.on_chip = self.memory is not Memory.HBM
+        self.row_elems = math.prod(self.shape[1:])
+        self.size = self.row_elems * self.shape[0]
+        self.partition_bytes = self.row_elems * self.dtype.itemsize
+        self.nbytes = self.size * self.dtype.itemsize
 
     def view(self) -> View:
         """The whole tensor as a View."""
@@ -600,7 +595,7 @@ class Program:
         shape = _check_shape(shape, alloc.memory.value)
         dt = as_dtype(dtype)
         label = name if name is not None else f"{alloc.memory.value}{len(self.tensors)}"
-        _check_partitions(f"{alloc.memory.value} tensor {label!r}", start_partition, shape[0], self.chip)
+        _check_partitions(lambda: f"{alloc.memory.value} tensor {label!r}", start_partition, shape[0], self.chip)
         if label in self._names:
             raise ProgramError(f"tensor name {label!r} is already used in program {self.name!r}; pick another")
         nbytes = math.prod(shape[1:]) * dt.itemsize
@@ -671,7 +666,7 @@ class Program:
         t = v.tensor
         if v.start_partition + v.partitions > t.start_partition + t.shape[0] or v.free_offset + _extent(v) > t.row_elems:
             raise self._fail(inst, f"operand {v!r} reaches outside {t!r}")
-        _check_partitions(f"instruction {inst.index} {inst.opcode} operand {v!r}", v.start_partition, v.partitions, self.chip)
+        _check_partitions(lambda: f"instruction {inst.index} {inst.opcode} operand {v!r}", v.start_partition, v.partitions, self.chip)
 
     def _check_matmul_shapes(self, inst: Instruction, k: int, m: int) -> None:
         te = self.chip.tensor_engine
@@ -838,11 +833,12 @@ def _check_shape(shape: Sequence[int], where: str) -> tuple[int, ...]:
     return shape
 
 
-def _check_partitions(what: str, start: int, count: int, chip: object) -> None:
+def _check_partitions(what: Callable[[], str], start: int, count: int, chip: object) -> None:
+    """Partition range and start alignment; ``what`` names the operand (built only on failure)."""
     limit = chip.sbuf.partitions
     if count > limit:
-        raise ProgramError(f"{what}: partition dimension {count} exceeds the {limit} partitions of {chip.name}; tile the first axis into pieces of {limit}")
+        raise ProgramError(f"{what()}: partition dimension {count} exceeds the {limit} partitions of {chip.name}; tile the first axis into pieces of {limit}")
     if start < 0 or start + count > limit:
-        raise ProgramError(f"{what}: partitions {start}..{start + count - 1} fall outside 0..{limit - 1} on {chip.name}")
+        raise ProgramError(f"{what()}: partitions {start}..{start + count - 1} fall outside 0..{limit - 1} on {chip.name}")
     if not _alignment_ok(start, count):
-        raise ProgramError(f"{what}: start partition {start} is misaligned for {count} partitions; it must be {_allowed_starts(count)}")
+        raise ProgramError(f"{what()}: start partition {start} is misaligned for {count} partitions; it must be {_allowed_starts(count)}")

@@ -122,22 +122,18 @@ class Hazards:
     def access(self, index: int, reads: tuple[View, ...], writes: tuple[View, ...]) -> set[int]:
         """Record instruction ``index``'s accesses; return the instructions it must wait for."""
         deps: set[int] = set()
-        for v in reads:
-            acc = self._by_tensor[id(v.tensor)]
-            box = region_of(v)
+        read_boxes = [(self._by_tensor[id(v.tensor)], region_of(v), v) for v in reads]
+        write_boxes = [(self._by_tensor[id(v.tensor)], region_of(v), v) for v in writes]
+        for acc, box, _ in read_boxes:
             deps.update(i for r, i in acc.writes if r.overlaps(box))
             deps.update(acc.inherited)
-        for v in writes:
-            acc = self._by_tensor[id(v.tensor)]
-            box = region_of(v)
+        for acc, box, _ in write_boxes:
             deps.update(i for r, i in acc.writes if r.overlaps(box))
             deps.update(i for r, i in acc.reads if r.overlaps(box))
             deps.update(acc.inherited)
-        for v in reads:
-            self._by_tensor[id(v.tensor)].reads.append((region_of(v), index))
-        for v in writes:
-            acc = self._by_tensor[id(v.tensor)]
-            box = region_of(v)
+        for acc, box, _ in read_boxes:
+            acc.reads.append((box, index))
+        for acc, box, v in write_boxes:
             # what this write covers is ordered behind it from now on
             acc.writes = [(r, i) for r, i in acc.writes if not box.covers(r)] + [(box, index)]
             acc.reads = [(r, i) for r, i in acc.reads if not box.covers(r)]
