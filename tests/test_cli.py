@@ -38,5 +38,6 @@ def test_demo_and_report(tmp_path, capsys):
     threads = {e["args"]["name"] for e in data["traceEvents"] if e["ph"] == "M" and e["name"] == "thread_name"}
     assert {"TensorE (matmul)", "TensorE (load stationary)", "VectorE"} <= threads
     assert any(t.startswith("DMA queue") for t in threads)
-    assert main(["report", str(path)]) == 0
+    assert main(["report", str(path), "--plot", str(tmp_path / "d.png")]) == 0
     assert "simulated time" in capsys.readouterr().out
+    assert (tmp_path / "d.png").stat().st_size > 0

@@ -87,3 +87,15 @@ def test_fp32_matmul_peak_is_the_fp32_peak():
     p = Program("trn1")
     p.matmul(p.psum([128, 512], dtypes.float32, "a"), p.sbuf([128, 128], dtypes.float32, "s"), p.sbuf([128, 512], dtypes.float32, "m"))
     assert to_chrome(trace_from_run(simulate(p)))["otherData"]["peak_flops"] == p.chip.tensor_engine.peak_flops(fp32=True)
+
+
+def test_timeline_and_busy_plots(tmp_path, small_matmul):
+    from trnsim.trace import plot_busy, plot_timeline
+
+    trace = trace_from_run(simulate(small_matmul()))
+    ax = plot_timeline(trace, tmp_path / "t.png")
+    assert [t.get_text() for t in ax.get_yticklabels()][:2] == ["TensorE (matmul)", "TensorE (load stationary)"]
+    assert (tmp_path / "t.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    ax = plot_busy(trace, tmp_path / "b.png")
+    assert len(ax.patches) == len(trace.tracks())
+    assert (tmp_path / "b.png").stat().st_size > 0

@@ -54,9 +54,13 @@ def _demo(args: argparse.Namespace) -> int:
 
 
 def _report(args: argparse.Namespace) -> int:
-    from trnsim.trace import load, summarize
+    from trnsim.trace import load, plot_timeline, summarize
 
-    print(summarize(load(args.trace)))
+    trace = load(args.trace)
+    print(summarize(trace))
+    if args.plot:
+        plot_timeline(trace, args.plot)
+        print(f"timeline       {args.plot}")
     return 0
 
 
@@ -77,6 +81,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     report = sub.add_parser("report", help="print the summary of a saved trace")
     report.add_argument("trace", help="a trace written by trnsim")
+    report.add_argument("--plot", metavar="PNG", help="also draw the timeline, one row per engine and DMA queue, to this image")
     report.set_defaults(func=_report)
     return parser
 
