@@ -18,7 +18,7 @@ import torch.nn.functional as F
 
 from trnsim import Program, ProgramError, dtypes
 from trnsim.compute import Machine, decode, encode, get_backend
-from trnsim.isa import (Activation, ActivationFunc, AffineSelect, AluOp, Engine, Instruction, Iota, Memset, ReduceOp,
+from trnsim.isa import (Activation, ActivationFunc, AffineSelect, AluOp, BnAggr, BnStats, Engine, Instruction, Iota, Memset, ReduceOp,
                         Select, SemaphoreSignal, SemaphoreWait, TensorCopy, TensorReduce, TensorScalar, TensorTensor,
                         Transpose, View)
 
@@ -508,6 +508,33 @@ def test_tensor_reduce_last_axes(op, num_axes):
     xv = rounded(inputs["x"], dtypes.bfloat16).reshape(128, kept, -1)
     fn = {ReduceOp.ADD: np.sum, ReduceOp.MAX: np.max, ReduceOp.MIN: np.min}[op]
     np.testing.assert_allclose(run_both(p, inputs)["out"], fn(xv, axis=2), rtol=1e-6, atol=1e-5)
+
+
+@pytest.mark.parametrize("dtype", [dtypes.float32, dtypes.bfloat16], ids=str)
+def test_bn_stats_and_bn_aggr_give_mean_and_variance(dtype):
+    p = Program("trn1")
+    x = p.hbm([128, 1536], dtype, "x", kind="input")
+    out = p.hbm([128, 2], dtypes.float32, "out", kind="output")
+    sx, stats, res = p.sbuf([128, 1536], dtype, "sx"), p.sbuf([128, 18], dtypes.float32, "st"), p.sbuf([128, 2], dtypes.float32, "r")
+    dma(p, sx, x)
+    for c in range(3):
+        add(p, BnStats(stats[:, 6 * c:6 * c + 6], sx[:, 512 * c:512 * (c + 1)], engine=Engine.VECTOR))
+    add(p, BnAggr(res.view(), stats.view(), engine=Engine.VECTOR))
+    dma(p, out, res)
+    inputs = {"x": np.random.default_rng(21).standard_normal((128, 1536)) * 3 + 2}
+    xv = rounded(inputs["x"], dtype)
+    got = run_both(p, inputs)["out"]
+    np.testing.assert_allclose(got[:, 0], xv.mean(axis=1), rtol=1e-6)
+    np.testing.assert_allclose(got[:, 1], xv.var(axis=1), rtol=1e-5)
+
+
+def test_bn_kernels_backends_agree(backend):
+    x = np.random.default_rng(22).standard_normal((16, 300)) * 1e3
+    stats = backend.bn_stats(x)
+    np.testing.assert_array_equal(stats, get_backend("numpy").bn_stats(x))
+    chunks = np.stack([backend.bn_stats(x[:, :100]), backend.bn_stats(x[:, 100:])], axis=1)
+    np.testing.assert_array_equal(backend.bn_aggr(chunks), get_backend("numpy").bn_aggr(chunks))
+    np.testing.assert_allclose(backend.bn_aggr(chunks), np.stack([x.mean(1), x.var(1)], axis=1), rtol=1e-9)
 
 
 @pytest.mark.parametrize("src_dtype", dtypes.ALL, ids=str)

@@ -12,7 +12,7 @@ import json
 import pytest
 
 from trnsim import Program, SimulationError, dtypes, simulate
-from trnsim.isa import (Activation, ActivationFunc, AffineSelect, Engine, Iota, Memset, SemaphoreSignal, SemaphoreWait,
+from trnsim.isa import (Activation, ActivationFunc, AffineSelect, BnAggr, BnStats, Engine, Iota, Memset, SemaphoreSignal, SemaphoreWait,
                         TensorCopy, TensorReduce, TensorScalar, TensorTensor, Transpose, AluOp)
 
 
@@ -110,6 +110,8 @@ def test_lane_engine_cost_rules():
         (TensorCopy(f[:, 0:512], f[:, ::4], engine=Engine.VECTOR), 60 + 512, 1.12),  # 16-byte stride is fine
         (TensorCopy(f[:, 0:256], f[:, ::8], engine=Engine.VECTOR), 60 + 2 * 256, 1.12),     # 32-byte stride halves bandwidth
         (Memset(f, 0.0, engine=Engine.GPSIMD), 150 + 2048, 1.4),
+        (BnStats(f[:, 0:6], f[:, 0:512], engine=Engine.VECTOR), 60 + 512, 1.12),          # one pass over the input
+        (BnAggr(f[:, 0:2], f[:, 0:18], engine=Engine.VECTOR), 60 + 64, 1.12),
         (Iota(f, (1,), engine=Engine.GPSIMD), 150 + 2048, 1.4),
         (AffineSelect(f, f, (1,), engine=Engine.GPSIMD), 150 + 2048, 1.4),
     ]

@@ -468,6 +468,36 @@ class AffineSelect(Instruction):
     engines = (Engine.GPSIMD,)
 
 
+BN_STATS_WIDTH = 6   # (mean, sum of squared deviations, count, 0, 0, 0) per partition
+BN_STATS_MAX_FREE = 512
+
+
+@dataclass(eq=False)
+class BnStats(Instruction):
+    """Per-partition statistics of ``src`` [P, F] (F <= 512) into ``dst`` [P, 6]: the mean,
+    the sum of squared deviations from it, and the count (then three zeros)."""
+
+    dst: View
+    src: View
+    opcode = "bn_stats"
+    read_fields = ('src',)
+    write_fields = ('dst',)
+    engines = (Engine.VECTOR,)
+
+
+@dataclass(eq=False)
+class BnAggr(Instruction):
+    """Combine ``src`` [P, 6 * k] (k BnStats results side by side) into ``dst`` [P, 2]:
+    mean and population variance over all k chunks."""
+
+    dst: View
+    src: View
+    opcode = "bn_aggr"
+    read_fields = ('src',)
+    write_fields = ('dst',)
+    engines = (Engine.VECTOR,)
+
+
 @dataclass(eq=False)
 class DmaCopy(Instruction):
     """Copy ``src`` to ``dst`` (HBM, SBUF or PSUM; one dtype) on DMA queue ``queue``."""
@@ -774,6 +804,19 @@ class Program:
             raise self._fail(inst, f"affine_select needs one step per free dimension of {inst.src!r} ({len(inst.src.shape) - 1}), got {len(inst.steps)}")
         if inst.cmp not in ALU_COMPARISONS:
             raise self._fail(inst, f"cmp {inst.cmp.value!r} is not a comparison; use one of {', '.join(c.value for c in ALU_COMPARISONS)}")
+
+    def _check_bn_stats(self, inst: BnStats) -> None:
+        if inst.src.free_size > BN_STATS_MAX_FREE:
+            raise self._fail(inst, f"bn_stats takes at most {BN_STATS_MAX_FREE} elements per partition, got {inst.src.free_size}; "
+                                   "run it on chunks and combine them with bn_aggr")
+        if inst.dst.partitions != inst.src.partitions or inst.dst.free_size != BN_STATS_WIDTH:
+            raise self._fail(inst, f"bn_stats of {inst.src!r} writes [{inst.src.partitions}, {BN_STATS_WIDTH}], got {inst.dst!r}")
+
+    def _check_bn_aggr(self, inst: BnAggr) -> None:
+        if inst.src.free_size % BN_STATS_WIDTH or inst.src.contiguous_run() % BN_STATS_WIDTH:
+            raise self._fail(inst, f"bn_aggr takes bn_stats results [P, {BN_STATS_WIDTH} * k] laid out contiguously, got {inst.src!r}")
+        if inst.dst.partitions != inst.src.partitions or inst.dst.free_size != 2:
+            raise self._fail(inst, f"bn_aggr of {inst.src!r} writes [{inst.src.partitions}, 2] (mean, variance), got {inst.dst!r}")
 
     def _check_dma_copy(self, inst: DmaCopy) -> None:
         if inst.src.size != inst.dst.size:

@@ -29,6 +29,10 @@ class Backend(Protocol):
 
     def matmul(self, acc: np.ndarray, stationary: np.ndarray, moving: np.ndarray) -> np.ndarray: ...
 
+    def bn_stats(self, x: np.ndarray) -> np.ndarray: ...
+
+    def bn_aggr(self, stats: np.ndarray) -> np.ndarray: ...
+
 
 def get_backend(name: str) -> Backend:
     """The backend module called ``name``: ``"numpy"`` (reference) or ``"numba"`` (compiled).

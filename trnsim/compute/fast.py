@@ -26,6 +26,7 @@ from trnsim.compute.reference import (F32_NAN, FLOAT_FORMATS, GELU_TANH_CUBIC, G
                                       activation_operands, alu_operands, matmul_operands, reduce_operand,
                                       storage_operand)
 from trnsim.dtypes import DType
+from trnsim.errors import ProgramError
 from trnsim.isa import ActivationFunc, AluOp, ReduceOp
 
 __all__ = ["activation", "alu", "decode", "encode", "matmul", "reduce"]
@@ -355,3 +356,52 @@ def matmul(acc: np.ndarray, stationary: np.ndarray, moving: np.ndarray) -> np.nd
     """``acc + stationary.T @ moving`` as the PE array computes it; see :func:`trnsim.compute.reference.matmul`."""
     out, s, m = matmul_operands(acc, stationary, moving)
     return _matmul(out, s, m)
+
+
+@_jit
+def _bn_stats(x):
+    p_count, n = x.shape
+    out = np.empty((p_count, 3), np.float64)
+    for p in range(p_count):
+        total = 0.0
+        for i in range(n):
+            total = total + x[p, i]
+        mean = total / n
+        m2 = 0.0
+        for i in range(n):
+            d = x[p, i] - mean
+            m2 = m2 + d * d
+        out[p, 0] = mean
+        out[p, 1] = m2
+        out[p, 2] = float(n)
+    return out
+
+
+def bn_stats(x: np.ndarray) -> np.ndarray:
+    """Mean, m2 and count per row; see :func:`trnsim.compute.reference.bn_stats`."""
+    return _bn_stats(reduce_operand(x))
+
+
+@_jit
+def _bn_aggr(stats):
+    out = np.empty((stats.shape[0], 2), np.float64)
+    for p in range(stats.shape[0]):
+        mean, m2, n = stats[p, 0, 0], stats[p, 0, 1], stats[p, 0, 2]
+        for j in range(1, stats.shape[1]):
+            mb, m2b, nb = stats[p, j, 0], stats[p, j, 1], stats[p, j, 2]
+            total = n + nb
+            delta = mb - mean
+            mean = mean + delta * nb / total
+            m2 = m2 + m2b + delta * delta * n * nb / total
+            n = total
+        out[p, 0] = mean
+        out[p, 1] = m2 / n
+    return out
+
+
+def bn_aggr(stats: np.ndarray) -> np.ndarray:
+    """Combine (mean, m2, count) chunks; see :func:`trnsim.compute.reference.bn_aggr`."""
+    stats = np.ascontiguousarray(stats, dtype=np.float64)
+    if stats.ndim != 3 or stats.shape[2] != 3 or stats.shape[1] == 0:
+        raise ProgramError(f"bn_aggr needs stats [P, k, 3] with k >= 1, got shape {list(stats.shape)}")
+    return _bn_aggr(stats)

@@ -17,7 +17,7 @@ import numpy as np
 from trnsim.compute.backends import Backend, get_backend
 from trnsim.compute.memory import CoreMemory
 from trnsim.errors import ProgramError
-from trnsim.isa import (Activation, AffineSelect, DmaCopy, Instruction, Iota, LoadStationary, Memset, MultiplyMoving,
+from trnsim.isa import (BN_STATS_WIDTH, Activation, AffineSelect, BnAggr, BnStats, DmaCopy, Instruction, Iota, LoadStationary, Memset, MultiplyMoving,
                         Program, Select, SemaphoreSignal, SemaphoreWait, Tensor, TensorCopy, TensorReduce, TensorScalar,
                         TensorTensor, Transpose, View)
 
@@ -42,6 +42,7 @@ class Machine:
             TensorScalar: self._tensor_scalar, TensorReduce: self._tensor_reduce, TensorCopy: self._tensor_copy,
             Memset: self._memset, Iota: self._iota, Select: self._select, AffineSelect: self._affine_select,
             DmaCopy: self._dma_copy, SemaphoreSignal: _no_data, SemaphoreWait: _no_data,
+            BnStats: self._bn_stats, BnAggr: self._bn_aggr,
         }
 
     # -- data in and out ----------------------------------------------------
@@ -169,6 +170,16 @@ class Machine:
         kept = math.prod(free[: len(free) - inst.num_axes])
         rows = self.read(inst.src).reshape(inst.src.partitions * kept, -1)
         self._put(inst.dst, self.backend.reduce(rows, inst.op))
+
+    def _bn_stats(self, inst: BnStats) -> None:
+        stats = self.backend.bn_stats(self.read(inst.src).reshape(inst.src.partitions, -1))
+        out = np.zeros((inst.src.partitions, BN_STATS_WIDTH))
+        out[:, :3] = stats
+        self._put(inst.dst, out)
+
+    def _bn_aggr(self, inst: BnAggr) -> None:
+        stats = self.read(inst.src).reshape(inst.src.partitions, -1, BN_STATS_WIDTH)[:, :, :3]
+        self._put(inst.dst, self.backend.bn_aggr(stats))
 
     def _tensor_copy(self, inst: TensorCopy) -> None:
         self._put(inst.dst, self.read(inst.src))

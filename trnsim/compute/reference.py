@@ -24,7 +24,7 @@ from trnsim.dtypes import DType
 from trnsim.errors import ProgramError
 from trnsim.isa import ActivationFunc, AluOp, ReduceOp
 
-__all__ = ["activation", "alu", "decode", "encode", "matmul", "reduce"]
+__all__ = ["activation", "alu", "bn_aggr", "bn_stats", "decode", "encode", "matmul", "reduce"]
 
 F32_NAN = 0x7FC00000
 SQRT_2 = math.sqrt(2.0)
@@ -385,3 +385,43 @@ def matmul(acc: np.ndarray, stationary: np.ndarray, moving: np.ndarray) -> np.nd
         for k in range(s.shape[0]):
             out = (out.astype(np.float64) + s[k, :, None] * m[k, None, :]).astype(np.float32)
     return out
+
+
+def bn_stats(x: np.ndarray) -> np.ndarray:
+    """Mean, sum of squared deviations and count of each row of ``x`` [P, F], as [P, 3].
+
+    Both sums run in float64 in index order: the mean first, then the deviations from it.
+    """
+    x = reduce_operand(x)
+    n = x.shape[1]
+    total = np.zeros(x.shape[0])
+    for i in range(n):
+        total = total + x[:, i]
+    mean = total / n
+    m2 = np.zeros(x.shape[0])
+    for i in range(n):
+        d = x[:, i] - mean
+        m2 = m2 + d * d
+    return np.stack([mean, m2, np.full(x.shape[0], float(n))], axis=1)
+
+
+def bn_aggr(stats: np.ndarray) -> np.ndarray:
+    """Combine per-chunk (mean, m2, count) ``stats`` [P, k, 3] into [P, 2] (mean, variance).
+
+    Chunks join in index order by the pairwise update (Chan et al.): with ``delta`` the
+    difference of the means, ``mean += delta * n_b / n`` and
+    ``m2 += m2_b + delta**2 * n_a * n_b / n``, all in float64.
+    """
+    stats = np.ascontiguousarray(stats, dtype=np.float64)
+    if stats.ndim != 3 or stats.shape[2] != 3 or stats.shape[1] == 0:
+        raise ProgramError(f"bn_aggr needs stats [P, k, 3] with k >= 1, got shape {list(stats.shape)}")
+    mean, m2, n = stats[:, 0, 0].copy(), stats[:, 0, 1].copy(), stats[:, 0, 2].copy()
+    with np.errstate(all="ignore"):
+        for j in range(1, stats.shape[1]):
+            mb, m2b, nb = stats[:, j, 0], stats[:, j, 1], stats[:, j, 2]
+            total = n + nb
+            delta = mb - mean
+            mean = mean + delta * nb / total
+            m2 = m2 + m2b + delta * delta * n * nb / total
+            n = total
+        return np.stack([mean, m2 / n], axis=1)

@@ -12,7 +12,7 @@ import math
 
 from trnsim import dtypes
 from trnsim.hw.spec import ChipSpec, VectorEngineSpec
-from trnsim.isa import (Activation, ActivationFunc, AffineSelect, Engine, Instruction, Iota, LoadStationary, Memory,
+from trnsim.isa import (Activation, ActivationFunc, AffineSelect, BnAggr, BnStats, Engine, Instruction, Iota, LoadStationary, Memory,
                         Memset, MultiplyMoving, ReduceOp, Select, SemaphoreSignal, SemaphoreWait, TensorCopy,
                         TensorReduce, TensorScalar, TensorTensor, Transpose, View)
 
@@ -68,6 +68,8 @@ def _is_half_sbuf(views: tuple[View, ...]) -> bool:
 
 def _elementwise_work(inst: Instruction, fast_half: int) -> float:
     """Cycles of work per partition row before the per-instruction minimum."""
+    if isinstance(inst, (BnStats, BnAggr)):
+        return inst.src.free_size
     if isinstance(inst, TensorReduce):
         n = inst.src.free_size
         halves = inst.src.dtype in _HALF and inst.op in (ReduceOp.ADD, ReduceOp.MAX)

@@ -11,7 +11,8 @@ from __future__ import annotations
 from typing import Any
 
 from trnsim import dtypes as _dt
-from trnsim.isa import AffineSelect, ActivationFunc, AluOp, Engine, Iota, Memory, Memset, ReduceOp, View
+from trnsim.isa import (BN_STATS_WIDTH, AffineSelect, ActivationFunc, AluOp, BnAggr, BnStats, Engine, Iota, Memory, Memset,
+                        ReduceOp)
 from trnsim.nki import emit as _e
 from trnsim.nki import language as nl
 from trnsim.nki.tensor import Affine, Mask, NkiTensor
@@ -292,58 +293,21 @@ def dma_copy(*args: Any, **kwargs: Any) -> NkiTensor:
     return dst
 
 
-BN_STATS_DIM = 6
-BN_AGGR_DIM = 2
-
-
 def bn_stats(*args: Any, dtype: Any = None, **kwargs: Any) -> NkiTensor:
-    """Per-partition statistics of ``data`` [P, F] (F <= 512) for :func:`bn_aggr`:
-    [P, 6] holding the mean, the sum of squared deviations and the count."""
+    """Per-partition statistics of ``data`` [P, F] (F <= 512) for :func:`bn_aggr`, one vector
+    engine instruction: [P, 6] holding the mean, the sum of squared deviations and the count."""
     dst, rest = _split_dst(args, kwargs, lambda a: len(a) >= 2)
     data = _e.readable(kwargs.pop("data", rest[0] if rest else None), "bn_stats data")
-    tr = _e.tracer()
-    n = data.view.free_size
-    if n > 512:
-        raise tr.fail(f"bn_stats takes at most 512 elements per partition, got {n}; call it on chunks and bn_aggr them")
-    out = dst if dst is not None else _e.new_tensor((data.view.partitions, BN_STATS_DIM), _e.dtype_of(dtype, _dt.float32))
-    flat = _e.flat2d(data.view)
-    o = out.view
-    _e.reduce(o[:, 0:1], flat, ReduceOp.ADD, 1)
-    _e.tensor_scalar(o[:, 0:1], o[:, 0:1], AluOp.MULTIPLY, 1.0 / n)
-    centred = _e.new_tensor((data.view.partitions, n), _dt.float32)
-    _e.tensor_scalar(centred.view, flat, AluOp.SUBTRACT, o[:, 0:1])
-    _e.activation(centred.view, centred.view, ActivationFunc.SQUARE, reduce_op=ReduceOp.ADD, reduce_dst=o[:, 1:2])
-    _e.emit(Memset(o[:, 2:3], float(n), engine=Engine.VECTOR))
-    _e.emit(Memset(o[:, 3:6], 0.0, engine=Engine.VECTOR))
+    out = dst if dst is not None else _e.new_tensor((data.view.partitions, BN_STATS_WIDTH), _e.dtype_of(dtype, _dt.float32))
+    _e.emit(BnStats(out.view, _e.flat2d(data.view), engine=Engine.VECTOR))
     return out
 
 
 def bn_aggr(*args: Any, dtype: Any = None, **kwargs: Any) -> NkiTensor:
-    """Combine :func:`bn_stats` results [P, 6 * k] into [P, 2]: mean and (population) variance."""
+    """Combine :func:`bn_stats` results [P, 6 * k] into [P, 2]: mean and population variance
+    (one vector engine instruction)."""
     dst, rest = _split_dst(args, kwargs, lambda a: len(a) >= 2)
     data = _e.readable(kwargs.pop("data", rest[0] if rest else None), "bn_aggr data")
-    tr = _e.tracer()
-    width = data.view.free_size
-    if width % BN_STATS_DIM:
-        raise tr.fail(f"bn_aggr takes bn_stats results ([P, 6 * k]), got [P, {width}]")
-    k = width // BN_STATS_DIM
-    p = data.view.partitions
-    out = dst if dst is not None else _e.new_tensor((p, BN_AGGR_DIM), _e.dtype_of(dtype, _dt.float32))
-    stats = View(data.view.tensor, data.view.offset, (data.view.dims[0], (BN_STATS_DIM, k), (1, BN_STATS_DIM)))
-    means, m2s, counts = stats[:, :, 0], stats[:, :, 1], stats[:, :, 2]
-    total = _e.new_tensor((p, 1), _dt.float32)
-    _e.reduce(total.view, counts, ReduceOp.ADD, 1)
-    weighted = _e.new_tensor((p, k), _dt.float32)
-    _e.tensor_tensor(weighted.view, means, counts, AluOp.MULTIPLY)
-    o = out.view
-    _e.reduce(o[:, 0:1], weighted.view, ReduceOp.ADD, 1)
-    _e.tensor_tensor(o[:, 0:1], o[:, 0:1], total.view, AluOp.DIVIDE)
-    # M2 = sum(m2_i) + sum(n_i * (mean_i - mean)^2)
-    dev = _e.new_tensor((p, k), _dt.float32)
-    _e.tensor_scalar(dev.view, means, AluOp.SUBTRACT, o[:, 0:1])
-    _e.tensor_tensor(dev.view, dev.view, dev.view, AluOp.MULTIPLY)
-    _e.tensor_tensor(dev.view, dev.view, counts, AluOp.MULTIPLY)
-    _e.tensor_tensor(dev.view, dev.view, m2s, AluOp.ADD)
-    _e.reduce(o[:, 1:2], dev.view, ReduceOp.ADD, 1)
-    _e.tensor_tensor(o[:, 1:2], o[:, 1:2], total.view, AluOp.DIVIDE)
+    out = dst if dst is not None else _e.new_tensor((data.view.partitions, 2), _e.dtype_of(dtype, _dt.float32))
+    _e.emit(BnAggr(out.view, _e.flat2d(data.view), engine=Engine.VECTOR))
     return out
