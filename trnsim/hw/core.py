@@ -84,6 +84,16 @@ class _Schedule:
         self.sem_events: dict[str, Any] = {}
         self.sem_wakes: dict[str, list[_Engine]] = {}
         self.ready_engines: deque[_Engine] = deque()
+        self.engines: dict[str, _Engine] = {}
+        # the earliest any track's next instruction can start (its in-order floor)
+        self.floors: dict[str, Picos] = {}
+        self.pending_signals: dict[str, set[int]] = {}
+        for i, kind in enumerate(static.kinds):
+            if kind in (SIGNAL, WAIT):
+                self.pending_signals.setdefault(program.instructions[i].sem, set())
+            if kind == SIGNAL:
+                self.pending_signals[program.instructions[i].sem].add(i)
+        self.relaxed = False
         self.blocked: dict[str, tuple[int, int | str]] = {}  # track: (instruction, what it waits for)
         chip = program.chip
         self.sem_ps = round(chip.sync.semaphore_wait_ns * 1000)
@@ -102,6 +112,7 @@ class _Schedule:
                 event.succeed()
         if self.static.kinds[i] == SIGNAL:
             sem = self.program.instructions[i].sem
+            self.pending_signals[sem].discard(i)
             self.sem_times.setdefault(sem, []).append(end)
             self.ready_engines.extend(self.sem_wakes.pop(sem, ()))
             event = self.sem_events.pop(sem, None)
@@ -135,7 +146,14 @@ class _Schedule:
             times = self.sem_times.get(inst.sem, [])
             if len(times) < inst.count:
                 return -1, inst.sem
-            ready = max(ready, sorted(times)[inst.count - 1] + self.sem_ps)
+            reached = sorted(times)[inst.count - 1]
+            # engines book ahead of the clock, so a signal not booked yet may still end
+            # before the ones that are: wait for any that could
+            if not self.relaxed:
+                for s in self.pending_signals[inst.sem]:
+                    if groups[s] != group and self.floors.get(groups[s], 0) < reached:
+                        return -1, s
+            ready = max(ready, reached + self.sem_ps)
         return ready, None
 
     def why(self, i: int, missing: int | str) -> str:
@@ -179,6 +197,7 @@ class _Engine:
     def book(self, i: int, ready: Picos) -> None:
         start = self.free if self.free > ready else ready
         self.free = start + self.sched.static.costs[i]
+        self.sched.floors[self.track] = self.free
         self.sched.book(i, start, self.free)
 
 
@@ -192,18 +211,23 @@ class _TensorEngine(_Engine):
         self.load_free: Picos = 0    # the stationary load port is busy until then
         self.loaded_at: Picos = 0    # the latest stationary is in place from then
         self.last_start: Picos = 0   # start of the latest multiply: a new load may begin then
+        self.after: Picos = 0        # end of the latest transpose or semaphore on the engine
 
     def book(self, i: int, ready: Picos) -> None:
         kind = self.sched.static.kinds[i]
         cost = self.sched.static.costs[i]
         if kind == LOAD:
-            start = max(self.load_free, self.last_start, ready)
+            start = max(self.load_free, self.last_start, self.after, ready)
             self.load_free = self.loaded_at = end = start + cost
         else:
             start = max(self.free, self.loaded_at, ready)
             self.free = end = start + cost
             if kind == MULTIPLY:
                 self.last_start = start
+            else:
+                # transposes and semaphores hold the array: no load may start before they end
+                self.after = end
+        self.sched.floors[self.track] = min(self.free, self.load_free)
         self.sched.book(i, start, end)
 
 
@@ -229,8 +253,27 @@ def _dma_process(sched: _Schedule, track: str, indices: list[int], dma: DmaSyste
         if start > env.now:
             yield env.timeout(start - env.now)
         free = dma.transfer(start, plans[i]) if kinds[i] == DMA else start
+        sched.floors[track] = free
         sched.book(i, start, free)
         sched.drain()
+
+
+def _relax(sched: _Schedule) -> bool:
+    """Semaphore waits held back for signals that could have ended sooner but cannot be
+    booked before the waits themselves: take the signals booked so far. Returns whether
+    any wait was let go."""
+    held = [(track, i, s) for track, (i, s) in sched.blocked.items()
+            if sched.static.kinds[i] == WAIT and isinstance(s, int)]
+    if not held:
+        return False
+    sched.relaxed = True
+    for track, _, s in held:
+        if track in sched.engines:
+            sched.ready_engines.append(sched.engines[track])
+        elif s in sched.events:
+            sched.events.pop(s).succeed()
+    sched.drain()
+    return True
 
 
 def run_timing(program: Program) -> RunResult:
@@ -247,12 +290,14 @@ def run_timing(program: Program) -> RunResult:
     for group, indices in by_group.items():
         if group.startswith("dma."):
             env.process(_dma_process(sched, group, indices, dma))
-        elif group == Engine.TENSOR.value:
-            sched.ready_engines.append(_TensorEngine(sched, group, indices))
         else:
-            sched.ready_engines.append(_Engine(sched, group, indices))
+            engine = (_TensorEngine if group == Engine.TENSOR.value else _Engine)(sched, group, indices)
+            sched.engines[group] = engine
+            sched.ready_engines.append(engine)
     sched.drain()
     env.run()
+    if any(e is None for e in sched.ends) and _relax(sched):
+        env.run()
     if any(e is None for e in sched.ends):
         stuck = "; ".join(f"{t}: {sched.why(*why)}" for t, why in sorted(sched.blocked.items()))
         raise SimulationError(f"program {program.name!r} cannot finish: {stuck}; signal the semaphore or remove the wait")
