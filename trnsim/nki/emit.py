@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import Any, Sequence
 
 from trnsim import dtypes
-from trnsim.isa import (Activation, ActivationFunc, AluOp, Engine, Memory, Memset, MultiplyMoving, LoadStationary,
+from trnsim.isa import (Activation, ActivationFunc, AluOp, Engine, Memory, MultiplyMoving, LoadStationary,
                         ReduceOp, TensorCopy, TensorReduce, TensorScalar, TensorTensor, Transpose, View)
 from trnsim.nki.tensor import Mask, NkiTensor, _Placement
 from trnsim.nki.tracer import KernelError, Tracer, current
@@ -59,16 +59,7 @@ def readable(x: Any, what: str = "operand") -> NkiTensor:
         raise tracer().fail(f"{what} {x!r} is not a tile; pass a tile (nl.load it first) or a number where one is allowed")
     if x.buffer is Memory.HBM:
         raise tracer().fail(f"{what} {x.name}{list(x.shape)} is in HBM; engines read SBUF/PSUM only, so nl.load it first")
-    materialize_zero(x)
     return x
-
-
-def materialize_zero(x: NkiTensor) -> None:
-    """A PSUM tile made by nl.zeros is only zeroed when something other than a matmul needs it."""
-    p = x._placement
-    if p.zero_pending:
-        p.zero_pending = False
-        tracer().emit(Memset(p.tensor.view(), 0.0, engine=Engine.VECTOR), check_written=False)
 
 
 def emit(inst: Any) -> int:

@@ -288,7 +288,6 @@ def dma_copy(*args: Any, **kwargs: Any) -> NkiTensor:
         raise tr.fail("dma_copy needs dst= and src= tensors")
     if src.view.size != dst.view.size:
         raise tr.fail(f"dma_copy of {list(src.shape)} into {list(dst.shape)}: sizes differ")
-    _e.materialize_zero(src)
     tr.dma(dst.view, src.view)
     return dst
 

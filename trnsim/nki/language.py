@@ -86,7 +86,7 @@ def zeros(shape: Sequence[int], dtype: Any, buffer: Any = sbuf, name: str | None
     an accumulation group), as the compiler does."""
     if _buffer(buffer) is Memory.PSUM:
         t = ndarray(shape, dtype, buffer, name)
-        t._placement.zero_pending = True
+        _e.tracer().zeros[id(t.tensor)] = t.tensor
         return t
     return full(shape, 0.0, dtype, buffer, name)
 
@@ -176,14 +176,10 @@ class MatmulResult:
         if dst.view.partitions != self.shape[0] or dst.view.free_size != self.shape[1]:
             raise tr.fail(f"matmul result is {list(self.shape)} but the accumulator {dst.name} slice is "
                           f"[{dst.view.partitions}, {dst.view.free_size}] (PSUM accumulation group misuse)")
-        p = dst._placement
-        if p.zero_pending:
-            whole = dst.view.size == p.tensor.size
-            if not whole:
-                _e.materialize_zero(dst)
-            else:
-                p.zero_pending = False
-                accumulate = False
+        if id(dst.tensor) in tr.zeros:
+            # a zero accumulator: the first matmul over all of it starts the group; a
+            # matmul into part of it adds to the zeros the tracer writes first
+            accumulate = not tr.covers_whole(dst.view)
         elif accumulate and not tr.hazards.written(dst.view):
             accumulate = False
         _e.matmul(dst.view, self.stationary, self.moving, accumulate)

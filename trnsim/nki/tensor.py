@@ -140,12 +140,11 @@ def ds(start: int, size: int) -> slice:
 class _Placement:
     """Owns a placed tensor; an on-chip tile's space goes back when this object dies."""
 
-    __slots__ = ("tracer", "tensor", "zero_pending", "__weakref__")
+    __slots__ = ("tracer", "tensor", "__weakref__")
 
     def __init__(self, tracer: Any, tensor: Tensor) -> None:
         self.tracer = tracer
         self.tensor = tensor
-        self.zero_pending = False
 
     def __del__(self) -> None:
         if self.tensor.on_chip and self.tracer.live:

@@ -14,8 +14,8 @@ import sys
 from typing import Any
 
 from trnsim.errors import ProgramError, TrnSimError
-from trnsim.isa import DmaCopy, Engine, Instruction, Memory, Program, Tensor, View
-from trnsim.nki.hazards import Hazards
+from trnsim.isa import DmaCopy, Engine, Instruction, Memory, Memset, Program, Tensor, View
+from trnsim.nki.hazards import Hazards, region_of, region_of_tensor
 
 _NKI_DIR = os.path.dirname(os.path.abspath(__file__))
 # Loads (into SBUF/PSUM) and stores (out of them) go on separate queues, as the Neuron
@@ -74,6 +74,9 @@ class Tracer:
         self._barrier: set[int] = set()
         self._barrier_done: set[str] = set()
         self.live = True
+        # PSUM tiles made by nl.zeros, not zeroed yet: the first instruction that writes
+        # all of one stands for the zeroing; anything else gets a memset first
+        self.zeros: dict[int, Tensor] = {}
 
     def __enter__(self) -> Tracer:
         _current.append(self)
@@ -115,6 +118,7 @@ class Tracer:
 
     def release(self, t: Tensor) -> None:
         """Give an on-chip tile's space back (its Python object is gone)."""
+        self.zeros.pop(id(t), None)
         self.hazards.freed(t)
         self.program.free(t)
 
@@ -130,11 +134,26 @@ class Tracer:
         self._queue[queues] = (n + 1) % len(queues)
         return queues[n]
 
+    def covers_whole(self, v: View) -> bool:
+        """Whether ``v`` is all of its tensor."""
+        return region_of(v) == region_of_tensor(v.tensor) and v.size == v.tensor.size
+
+    def _zero_first(self, reads: tuple[View, ...], writes: tuple[View, ...]) -> None:
+        for v in reads + writes:
+            t = self.zeros.pop(id(v.tensor), None)
+            if t is None:
+                continue
+            if v in writes and v not in reads and self.covers_whole(v):
+                continue  # overwritten whole: the zeros never matter
+            self.emit(Memset(t.view(), 0.0, engine=Engine.VECTOR), check_written=False)
+
     def emit(self, inst: Instruction, check_written: bool = True) -> int:
         """Append ``inst`` with the dependencies its accesses imply; returns its index."""
         source = caller_source()
         inst.source = source
         reads, writes = inst.reads(), inst.writes()
+        if self.zeros:
+            self._zero_first(reads, writes)
         if check_written:
             for v in reads:
                 if v.tensor.memory is not Memory.HBM and not self.hazards.written(v):
