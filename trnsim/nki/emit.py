@@ -72,10 +72,16 @@ def clip(mask: Mask | None, *tiles: NkiTensor) -> list[View]:
         return [t.view for t in tiles]
     if not isinstance(mask, Mask):
         raise tracer().fail(f"mask {mask!r} is not a condition on nl.arange indices (such as i_p + 128 * k < n)")
+    tr = tracer()
+    if any(expr.single() is None for expr, _ in mask.conds):
+        raise tr.fail("a mask condition relating two indices (such as i_p >= i_f) cannot clip an access to a box; "
+                      "mask with nisa.affine_select, or give each index its own bound")
     ranges = mask.ranges()
     bases = next((t.bases for t in tiles if any(b in ranges for b in t.bases if b is not None)), None)
-    if bases is None:
-        return [t.view for t in tiles]
+    named = {b for t in tiles for b in t.bases if b is not None}
+    if bases is None or not set(ranges) <= named:
+        raise tr.fail("the mask bounds an nl.arange index that none of the operands was indexed with; "
+                      "index the tiles with the same nl.arange expressions the mask uses")
     index = tuple(slice(*ranges[b]) if b in ranges else slice(None) for b in bases)
     return [t.view[index] for t in tiles]
 

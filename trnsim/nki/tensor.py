@@ -112,6 +112,12 @@ class Mask:
     def __and__(self, other: Mask) -> Mask:
         return Mask(self.conds + other.conds)
 
+    def __bool__(self) -> bool:
+        from trnsim.nki.tracer import KernelError
+
+        raise KernelError("a mask has no truth value: combine conditions with & (as in (i_p >= 64) & (i_p < 128)), "
+                          "not with 'and' or chained comparisons")
+
     def ranges(self) -> dict[int, tuple[int, int]]:
         """For each base a condition constrains alone: the [lo, hi) of its values that pass.
 
