@@ -191,9 +191,12 @@ def test_launch_grid_and_program_id():
         nl.store(out[i * rows:(i + 1) * rows, :], value=nl.add(t, float(i)))
         return out
 
-    x = np.zeros((256, 8), np.float32)
+    x = np.arange(256 * 8, dtype=np.float32).reshape(256, 8)
     out = k[2](x)
-    assert (out[:128] == 0).all() and (out[128:] == 1).all()
+    np.testing.assert_array_equal(out[:128], x[:128])
+    np.testing.assert_array_equal(out[128:], x[128:] + 1)
+    out = k[2, 2](np.ones((256, 8), np.float32))
+    assert (out[:128] == 1).all() and (out[128:] == 2).all()  # both instances along axis 1 write the same rows
     with pytest.raises(KernelError, match="launch grid"):
         k[0]
 

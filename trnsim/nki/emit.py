@@ -39,9 +39,16 @@ def new_tensor(shape: Sequence[int], dtype: Any, buffer: Memory = Memory.SBUF, n
         shape = (1, 1)
     if buffer is not Memory.HBM and len(shape) == 1:
         shape = (shape[0], 1)
+    if buffer is Memory.HBM:
+        shared = tr.shared_hbm(shape, dtype_of(dtype))
+        if shared is not None:
+            return shared
     t = tr.place(shape, dtype_of(dtype), buffer, name)
     placement = _Placement(tr, t)
-    return NkiTensor(placement, t.view(), bases)
+    result = NkiTensor(placement, t.view(), bases)
+    if buffer is Memory.HBM:
+        tr.hbm_made.append(result)
+    return result
 
 
 def like(x: NkiTensor, dtype: Any = None, buffer: Memory = Memory.SBUF, shape: Sequence[int] | None = None) -> NkiTensor:

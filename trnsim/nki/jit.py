@@ -124,7 +124,8 @@ class Kernel:
                     call_args.append(hbm_input(name, value))
             result = None
             for ids in itertools.product(*(range(g) for g in self.grid)) if self.grid else [()]:
-                tracer.grid, tracer.program_ids = self.grid, ids
+                tracer.grid = self.grid
+                tracer.start_instance(ids)
                 result = self.fn(*call_args, **call_kwargs)
             outs = _hbm_results(result, tracer, self.fn)
         tracer.live = False

@@ -77,6 +77,10 @@ class Tracer:
         # PSUM tiles made by nl.zeros, not zeroed yet: the first instruction that writes
         # all of one stands for the zeroing; anything else gets a memset first
         self.zeros: dict[int, Tensor] = {}
+        # HBM tensors the first grid instance made; later instances get the same ones,
+        # in the order they ask, so every instance writes into the one output
+        self.hbm_made: list[Any] = []
+        self._hbm_asked = 0
 
     def __enter__(self) -> Tracer:
         _current.append(self)
@@ -115,6 +119,27 @@ class Tracer:
         else:
             self.hazards.placed(t)
         return t
+
+    def start_instance(self, ids: tuple[int, ...]) -> None:
+        """Begin tracing the launch-grid instance ``ids``."""
+        self.program_ids = ids
+        self._hbm_asked = 0
+
+    def shared_hbm(self, shape: tuple[int, ...], dtype: Any) -> Any:
+        """For a grid instance after the first: the HBM tensor the first one made at this
+        point of the kernel (None for the first instance)."""
+        if not self.program_ids or not any(self.program_ids):
+            return None
+        k = self._hbm_asked
+        self._hbm_asked += 1
+        if k >= len(self.hbm_made):
+            raise self.fail(f"grid instance {self.program_ids} makes more HBM tensors than instance 0; "
+                            "every instance must make the same outputs")
+        made = self.hbm_made[k]
+        if made.shape != tuple(shape) or made.dtype is not dtype:
+            raise self.fail(f"grid instance {self.program_ids} makes HBM tensor {k} as {list(shape)} {dtype.name}, "
+                            f"instance 0 made it {list(made.shape)} {made.dtype.name}; make the same outputs in every instance")
+        return made
 
     def release(self, t: Tensor) -> None:
         """Give an on-chip tile's space back (its Python object is gone)."""
