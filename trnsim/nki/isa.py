@@ -70,11 +70,12 @@ def _act(op: Any) -> ActivationFunc:
     return found
 
 
-def _split_dst(args: tuple, kwargs: dict, first_is_dst: Any) -> tuple[NkiTensor | None, tuple]:
-    """Destination-passing calls have ``dst=`` or a tile as first argument."""
+def _split_dst(args: tuple, kwargs: dict, first_is_dst: Any, operand: str) -> tuple[NkiTensor | None, tuple]:
+    """Destination-passing calls have ``dst=``, or a tile as first argument: one followed by
+    the operands (``first_is_dst``), or one given beside the ``operand`` keyword."""
     if "dst" in kwargs:
         return kwargs.pop("dst"), args
-    if args and first_is_dst(args):
+    if args and (first_is_dst(args) or (operand in kwargs and _is_tile(args[0]))):
         return args[0], args[1:]
     return None, args
 
@@ -98,7 +99,7 @@ def nc_matmul(*args: Any, **kwargs: Any) -> NkiTensor:
     accumulates into the PSUM tile ``dst`` (the first matmul into fresh space starts the
     accumulation group); ``nc_matmul(stationary, moving)`` returns a fresh PSUM tile.
     stationary [K, M] (K <= 128 partitions, M <= 128), moving [K, N] (N <= 512)."""
-    dst, rest = _split_dst(args, kwargs, lambda a: len(a) >= 3)
+    dst, rest = _split_dst(args, kwargs, lambda a: len(a) >= 3, "stationary")
     stationary = kwargs.pop("stationary", rest[0] if rest else None)
     moving = kwargs.pop("moving", rest[1] if len(rest) > 1 else None)
     result = nl.matmul(stationary, moving, transpose_x=True)
@@ -110,7 +111,7 @@ def nc_matmul(*args: Any, **kwargs: Any) -> NkiTensor:
 
 def nc_transpose(*args: Any, engine: Any = None, **kwargs: Any) -> NkiTensor:
     """[P, F] -> [F, P]: through the PE array (tensor engine, into PSUM) by default."""
-    dst, rest = _split_dst(args, kwargs, lambda a: len(a) >= 2)
+    dst, rest = _split_dst(args, kwargs, lambda a: len(a) >= 2, "data")
     data = _e.readable(kwargs.pop("data", rest[0] if rest else None), "nc_transpose data")
     eng = _engine(engine, Engine.TENSOR)
     if eng is not Engine.TENSOR:
@@ -124,7 +125,7 @@ def activation(*args: Any, bias: Any = None, scale: Any = 1.0, reduce_op: Any = 
                dtype: Any = None, mask: Mask | None = None, **kwargs: Any) -> NkiTensor:
     """``op(data * scale + bias)`` on the scalar engine; ``bias`` and a tile ``scale`` are
     [P, 1]. With ``reduce_op`` (nl.add), ``reduce_res`` [P, 1] gets the sum of the outputs."""
-    dst, rest = _split_dst(args, kwargs, lambda a: _is_tile(a[0]))
+    dst, rest = _split_dst(args, kwargs, lambda a: _is_tile(a[0]), "data")
     op = kwargs.pop("op", rest[0] if rest else None)
     data = _e.readable(kwargs.pop("data", rest[1] if len(rest) > 1 else None), "activation data")
     out = _out(dst, data, dtype)
@@ -142,7 +143,7 @@ def activation(*args: Any, bias: Any = None, scale: Any = 1.0, reduce_op: Any = 
 def tensor_tensor(*args: Any, op: Any = None, dtype: Any = None, engine: Any = None, mask: Mask | None = None,
                   **kwargs: Any) -> NkiTensor:
     """``op(data1, data2)`` elementwise on the vector engine (or GpSimd)."""
-    dst, rest = _split_dst(args, kwargs, lambda a: len(a) >= 3 and _is_tile(a[2]))
+    dst, rest = _split_dst(args, kwargs, lambda a: len(a) >= 3 and _is_tile(a[2]), "data1")
     a = _e.readable(kwargs.pop("data1", rest[0] if rest else None), "tensor_tensor data1")
     b = _e.readable(kwargs.pop("data2", rest[1] if len(rest) > 1 else None), "tensor_tensor data2")
     if op is None and len(rest) > 2:
@@ -163,7 +164,7 @@ def tensor_scalar(*args: Any, op0: Any = None, operand0: Any = None, reverse0: b
                   operand1: Any = None, reverse1: bool = False, dtype: Any = None, engine: Any = None,
                   mask: Mask | None = None, **kwargs: Any) -> NkiTensor:
     """``op1(op0(data, operand0), operand1)``; operands are numbers or [P, 1] tiles."""
-    dst, rest = _split_dst(args, kwargs, lambda a: len(a) >= 2 and _is_tile(a[1]))
+    dst, rest = _split_dst(args, kwargs, lambda a: len(a) >= 2 and _is_tile(a[1]), "data")
     data = _e.readable(kwargs.pop("data", rest[0] if rest else None), "tensor_scalar data")
     if op0 is None and len(rest) > 2:
         op0, operand0 = rest[1], rest[2]
@@ -179,7 +180,7 @@ def tensor_scalar(*args: Any, op0: Any = None, operand0: Any = None, reverse0: b
 def tensor_reduce(*args: Any, axis: Any = None, dtype: Any = None, negate: bool = False, keepdims: bool = False,
                   engine: Any = None, **kwargs: Any) -> NkiTensor:
     """Reduce ``data`` along trailing free axes with ``op`` (nl.add, nl.maximum, nl.minimum)."""
-    dst, rest = _split_dst(args, kwargs, lambda a: _is_tile(a[0]))
+    dst, rest = _split_dst(args, kwargs, lambda a: _is_tile(a[0]), "data")
     op = kwargs.pop("op", rest[0] if rest else None)
     data = _e.readable(kwargs.pop("data", rest[1] if len(rest) > 1 else None), "tensor_reduce data")
     if axis is None:
@@ -196,7 +197,7 @@ def tensor_reduce(*args: Any, axis: Any = None, dtype: Any = None, negate: bool 
 
 def tensor_copy(*args: Any, dtype: Any = None, engine: Any = None, mask: Mask | None = None, **kwargs: Any) -> NkiTensor:
     """Copy ``src`` converting to the destination's dtype (vector engine by default)."""
-    dst, rest = _split_dst(args, kwargs, lambda a: len(a) >= 2)
+    dst, rest = _split_dst(args, kwargs, lambda a: len(a) >= 2, "src")
     src = _e.readable(kwargs.pop("src", rest[0] if rest else None), "tensor_copy src")
     out = _out(dst, src, dtype)
     d, s = _e.clip(mask, out, src)
@@ -248,7 +249,7 @@ def _grid_shape(expr: Affine) -> tuple[int, ...]:
 def iota(*args: Any, dtype: Any = None, **kwargs: Any) -> NkiTensor:
     """Fill a tile with an affine index expression of ``nl.arange`` values (GpSimd):
     ``t = nisa.iota(i_p * 64 + i_f, dtype=nl.int32)`` or ``nisa.iota(dst, expr)``."""
-    dst, rest = _split_dst(args, kwargs, lambda a: _is_tile(a[0]))
+    dst, rest = _split_dst(args, kwargs, lambda a: _is_tile(a[0]), "expr")
     expr = kwargs.pop("expr", rest[0] if rest else None)
     if isinstance(expr, int):
         expr = Affine({}, expr, {}, {})
@@ -266,7 +267,7 @@ _CMP = {"lt": AluOp.IS_LT, "le": AluOp.IS_LE, "gt": AluOp.IS_GT, "ge": AluOp.IS_
 def affine_select(*args: Any, dtype: Any = None, **kwargs: Any) -> NkiTensor:
     """``on_true`` where an affine condition of the indices holds, else ``on_false_value``
     (GpSimd): ``nisa.affine_select(pred=(i_p - i_f >= 0), on_true_tile=t, on_false_value=-inf)``."""
-    dst, rest = _split_dst(args, kwargs, lambda a: _is_tile(a[0]))
+    dst, rest = _split_dst(args, kwargs, lambda a: _is_tile(a[0]), "on_true_tile")
     pred = kwargs.pop("pred", rest[0] if rest else None)
     src = _e.readable(kwargs.pop("on_true_tile", rest[1] if len(rest) > 1 else None), "affine_select on_true_tile")
     fill = kwargs.pop("on_false_value", rest[2] if len(rest) > 2 else 0.0)
@@ -295,7 +296,7 @@ def dma_copy(*args: Any, **kwargs: Any) -> NkiTensor:
 def bn_stats(*args: Any, dtype: Any = None, **kwargs: Any) -> NkiTensor:
     """Per-partition statistics of ``data`` [P, F] (F <= 512) for :func:`bn_aggr`, one vector
     engine instruction: [P, 6] holding the mean, the sum of squared deviations and the count."""
-    dst, rest = _split_dst(args, kwargs, lambda a: len(a) >= 2)
+    dst, rest = _split_dst(args, kwargs, lambda a: len(a) >= 2, "data")
     data = _e.readable(kwargs.pop("data", rest[0] if rest else None), "bn_stats data")
     out = dst if dst is not None else _e.new_tensor((data.view.partitions, BN_STATS_WIDTH), _e.dtype_of(dtype, _dt.float32))
     _e.emit(BnStats(out.view, _e.flat2d(data.view), engine=Engine.VECTOR))
@@ -305,7 +306,7 @@ def bn_stats(*args: Any, dtype: Any = None, **kwargs: Any) -> NkiTensor:
 def bn_aggr(*args: Any, dtype: Any = None, **kwargs: Any) -> NkiTensor:
     """Combine :func:`bn_stats` results [P, 6 * k] into [P, 2]: mean and population variance
     (one vector engine instruction)."""
-    dst, rest = _split_dst(args, kwargs, lambda a: len(a) >= 2)
+    dst, rest = _split_dst(args, kwargs, lambda a: len(a) >= 2, "data")
     data = _e.readable(kwargs.pop("data", rest[0] if rest else None), "bn_aggr data")
     out = dst if dst is not None else _e.new_tensor((data.view.partitions, 2), _e.dtype_of(dtype, _dt.float32))
     _e.emit(BnAggr(out.view, _e.flat2d(data.view), engine=Engine.VECTOR))

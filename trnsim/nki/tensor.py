@@ -320,5 +320,8 @@ class NkiTensor:
         target = self[index]
         if isinstance(value, nl.MatmulResult):
             value.write_into(target, accumulate=False)
+        elif isinstance(value, NkiTensor) and value.view.tensor is target.view.tensor and \
+                value.view.offset == target.view.offset and value.view.dims == target.view.dims:
+            return  # ``t[i] += x`` already wrote t[i] in place; Python only stores it back
         else:
             nl.copy_into(target, value)
