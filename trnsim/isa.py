@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from typing import Callable, ClassVar, Iterator, Sequence
 
 from trnsim.dtypes import DType, as_dtype, float32
-from trnsim.errors import ProgramError
+from trnsim.errors import AllocationError, ProgramError
 
 
 class Memory(str, enum.Enum):
@@ -601,6 +601,11 @@ class Program:
         """A tensor in HBM; ``kind`` is ``"input"``, ``"output"`` or ``"internal"``."""
         shape = _check_shape(shape, "hbm")
         dt = as_dtype(dtype)
+        nbytes = math.prod(shape) * dt.itemsize
+        capacity = self.chip.hbm.capacity_bytes
+        if self._hbm_bytes + nbytes > capacity:
+            raise AllocationError(f"HBM tensor {name or 'hbm'!r} of {nbytes / 2**30:.2f} GiB does not fit: {self._hbm_bytes / 2**30:.2f} GiB "
+                                  f"already placed of the {capacity / 2**30:.0f} GiB on {self.chip.name}; use smaller tensors or a chip with more HBM")
         t = Tensor(self._name(name, "hbm"), Memory.HBM, shape, dt, byte_offset=self._hbm_bytes)
         self._hbm_bytes += t.nbytes
         self.tensors.append(t)
@@ -685,6 +690,8 @@ class Program:
     def _validate_view(self, inst: Instruction, v: View) -> None:
         if id(v.tensor) not in self._tensor_ids:
             raise self._fail(inst, f"operand {v!r} belongs to no tensor of program {self.name!r}")
+        if v.size == 0:
+            raise self._fail(inst, f"operand {v!r} is empty; drop the instruction or fix the slice")
         if len(v.dims) > MAX_FREE_DIMS + 1:
             raise self._fail(inst, f"operand {v!r} has {len(v.dims)} dimensions; at most a partition dimension and {MAX_FREE_DIMS} free dimensions")
         if not v.tensor.on_chip:
@@ -817,6 +824,10 @@ class Program:
             raise self._fail(inst, f"bn_aggr takes bn_stats results [P, {BN_STATS_WIDTH} * k] laid out contiguously, got {inst.src!r}")
         if inst.dst.partitions != inst.src.partitions or inst.dst.free_size != 2:
             raise self._fail(inst, f"bn_aggr of {inst.src!r} writes [{inst.src.partitions}, 2] (mean, variance), got {inst.dst!r}")
+
+    def _check_semaphore_wait(self, inst: SemaphoreWait) -> None:
+        if not isinstance(inst.count, int) or inst.count < 1:
+            raise self._fail(inst, f"semaphore_wait count {inst.count!r} must be a positive integer (the signals to wait for)")
 
     def _check_dma_copy(self, inst: DmaCopy) -> None:
         if inst.src.size != inst.dst.size:

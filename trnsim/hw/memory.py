@@ -103,9 +103,10 @@ class OnChipAllocator:
         bank = self.bank_bytes
         if nbytes > bank:
             return (offset + bank - 1) // bank * bank
+        offset = (offset + 3) // 4 * 4
         if offset // bank != (offset + nbytes - 1) // bank:
             return (offset // bank + 1) * bank
-        return (offset + 3) // 4 * 4
+        return offset
 
     def release(self, name: str) -> None:
         """Free the allocation called ``name``."""

@@ -281,7 +281,8 @@ def _binary(alu: AluOp, name: str):
             raise tr.fail(f"nl.{name} needs at least one tile")
         a = None if xs else _e.readable(x)
         b = None if ys else _e.readable(y)
-        ref = a if a is not None and (b is None or a.view.free_size >= b.view.free_size) else b
+        # the result takes the shape of the larger operand (partitions first, then free size)
+        ref = a if a is not None and (b is None or (a.view.partitions, a.view.free_size) >= (b.view.partitions, b.view.free_size)) else b
         default = ref.dtype if ref.buffer is Memory.SBUF else _dt.float32
         result = out if out is not None else _e.like(ref, dtype if dtype is not None else default)
         if a is not None and b is not None and a.view.free_size == b.view.free_size and a.view.partitions == b.view.partitions:
@@ -289,9 +290,8 @@ def _binary(alu: AluOp, name: str):
             _e.tensor_tensor(dst, va, vb, alu)
             return result
         # one side is a number or one value per partition: tensor_scalar
-        tile, other, reverse = (a, y, False) if ref is a else (b, x, True)
+        tile, other, reverse = (a, b if b is not None else y, False) if ref is a else (b, a if a is not None else x, True)
         if isinstance(other, NkiTensor):
-            other = _e.readable(other)
             if other.view.free_size != 1 or other.view.partitions != tile.view.partitions:
                 if other.view.partitions == 1 and other.view.free_size == tile.view.free_size:
                     other = broadcast_to(other, tile.shape)
