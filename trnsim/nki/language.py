@@ -115,7 +115,8 @@ def load(src: NkiTensor, mask: Mask | None = None, dtype: Any = None) -> NkiTens
     shape = asked if len(asked) > 1 else (asked[0], 1)
     tile = _e.new_tensor(shape, src.dtype, Memory.SBUF, bases=src.bases if len(src.shape) > 1 else None)
     dst_v, src_v = _e.clip(mask, tile, src)
-    tr.dma(dst_v, src_v)
+    if dst_v.size:  # a mask may leave nothing to move
+        tr.dma(dst_v, src_v)
     if dtype is not None and _e.dtype_of(dtype) is not src.dtype:
         return copy(tile, dtype=dtype)
     return tile
@@ -124,6 +125,8 @@ def load(src: NkiTensor, mask: Mask | None = None, dtype: Any = None) -> NkiTens
 def store(dst: NkiTensor, value: Any, mask: Mask | None = None) -> None:
     """DMA ``value`` (an SBUF tile; a PSUM tile is copied to SBUF first) into ``dst`` (HBM)."""
     tr = _e.tracer()
+    if not isinstance(dst, NkiTensor) or dst.buffer is not Memory.HBM:
+        raise tr.fail(f"nl.store needs an HBM tensor (or slice of one) as dst, got {dst!r}")
     value = _e.readable(value, "nl.store value")
     _e.check_overrun(dst, mask, "nl.store")
     if value.buffer is Memory.PSUM or value.dtype is not dst.dtype:
@@ -131,7 +134,8 @@ def store(dst: NkiTensor, value: Any, mask: Mask | None = None) -> None:
     dst_v, src_v = _e.clip(mask, dst, value)
     if src_v.size != dst_v.size:
         raise tr.fail(f"nl.store of {list(value.shape)} elements into {dst.name}{list(dst.shape)}: sizes differ")
-    tr.dma(dst_v, src_v)
+    if dst_v.size:
+        tr.dma(dst_v, src_v)
 
 
 def copy(x: Any, dtype: Any = None, mask: Mask | None = None) -> NkiTensor:

@@ -214,6 +214,10 @@ class NkiTensor:
                 b, c, n = one
                 if c <= 0:
                     raise self._placement.tracer.fail(f"index {axis} of {self.name} steps by {c}; only positive steps are supported")
+                if idx.const < 0:
+                    raise self._placement.tracer.fail(
+                        f"index {axis} of {self.name} starts at {idx.const}, before the start of the axis; "
+                        "shift the nl.arange expression so it starts at 0 or more")
                 stop = idx.const + c * (n - 1) + 1
                 end = self.view.shape[axis] if axis < len(self.view.shape) else stop
                 if not self.view.tensor.on_chip and idx.const < end < stop:

@@ -19,9 +19,17 @@ from trnsim.nki.hazards import Hazards, region_of, region_of_tensor
 
 _NKI_DIR = os.path.dirname(os.path.abspath(__file__))
 # Loads (into SBUF/PSUM) and stores (out of them) go on separate queues, as the Neuron
-# compiler arranges them, so a store waiting for its data never holds up a prefetch.
-LOAD_QUEUES = tuple(range(0, 12))
-STORE_QUEUES = tuple(range(12, 16))
+# compiler arranges them, so a store waiting for its data never holds up a prefetch:
+# the first 16 queues, three quarters for loads.
+KERNEL_QUEUES = 16
+
+
+def _queue_split(chip: Any) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    n = min(KERNEL_QUEUES, chip.dma.engines * chip.dma.queues_per_engine)
+    if n < 2:
+        return (0,), (0,)
+    loads = max(1, n * 3 // 4)
+    return tuple(range(loads)), tuple(range(loads, n))
 
 
 class KernelError(TrnSimError, ValueError):
@@ -68,7 +76,8 @@ class Tracer:
         self.hazards = Hazards()
         self.grid: tuple[int, ...] = ()
         self.program_ids: tuple[int, ...] = ()
-        self._queue = {LOAD_QUEUES: 0, STORE_QUEUES: 0}
+        self._loads, self._stores = _queue_split(self.program.chip)
+        self._queue = {self._loads: 0, self._stores: 0}
         self._names: dict[str, int] = {}
         self._last_on_track: dict[str, int] = {}
         self._barrier: set[int] = set()
@@ -154,7 +163,7 @@ class Tracer:
 
     def next_queue(self, dst: View) -> int:
         """Round-robin over the load queues for transfers into SBUF/PSUM, the store queues otherwise."""
-        queues = LOAD_QUEUES if dst.tensor.on_chip else STORE_QUEUES
+        queues = self._loads if dst.tensor.on_chip else self._stores
         n = self._queue[queues]
         self._queue[queues] = (n + 1) % len(queues)
         return queues[n]
