@@ -40,6 +40,8 @@ def _name(dtype: Any) -> str:
     if hasattr(dtype, "is_floating_point") or str(dtype).startswith("torch."):
         return {"torch.float32": "float32", "torch.bfloat16": "bfloat16", "torch.float16": "float16",
                 "torch.float8_e4m3fn": "float8_e4m3", "torch.float8_e5m2": "float8_e5m2"}.get(str(dtype), str(dtype))
+    if str(dtype) == "float64":
+        return "float32"  # kernels take float64 arrays as float32
     return _dt.as_dtype(dtype).name
 
 

@@ -62,6 +62,8 @@ def load(path: str | os.PathLike) -> Trace:
     other = data.get("otherData", {}) if isinstance(data, dict) else {}
     if other.get("format") != FORMAT:
         raise TrnSimError(f"{path} is not a trnsim trace (otherData.format is {other.get('format')!r}, expected {FORMAT!r})")
+    if not isinstance(other.get("tracks"), list) or not isinstance(data.get("traceEvents"), list) or "process" not in other:
+        raise TrnSimError(f"{path} is a damaged trnsim trace: it lacks otherData.tracks, otherData.process or traceEvents")
     tracks = other["tracks"]
     by_tid = {n + 1: t for n, t in enumerate(tracks)}
     meta = {k: v for k, v in other.items() if k not in ("format", "process", "tracks")}
