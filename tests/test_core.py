@@ -247,3 +247,30 @@ def test_fidelity_and_inputs_are_checked():
         simulate(p, fidelity="fast")
     with pytest.raises(Exception, match="computes no data"):
         simulate(p, {"x": 1})
+
+
+def test_semaphore_wait_takes_the_earliest_signal_even_if_booked_later():
+    p = prog()
+    a = p.sbuf([128, 8192], dtypes.float32, "a")
+    b = p.sbuf([128, 8], dtypes.float32, "b")
+    p.add(Memset(a, 0.0, engine=Engine.VECTOR))                      # 0: long
+    p.add(SemaphoreSignal(sem="s", engine=Engine.VECTOR))            # 1: late signal
+    p.add(SemaphoreWait(sem="s", count=1, engine=Engine.GPSIMD))     # 2
+    p.add(Memset(b, 0.0, engine=Engine.SCALAR))                      # 3: short
+    p.add(SemaphoreSignal(sem="s", engine=Engine.SCALAR))            # 4: early signal
+    r = simulate(p)
+    early = ps(60 + 64, 1.4)
+    assert r.ends[4] == early < r.ends[1]
+    assert r.ends[2] == early + 190_000
+
+
+def test_stationary_load_waits_for_a_transpose_before_it():
+    p = prog()
+    s = p.sbuf([128, 128], dtypes.bfloat16, "s")
+    m = p.sbuf([128, 512], dtypes.bfloat16, "m")
+    t = p.psum([128, 128], dtypes.bfloat16, "t")
+    acc = p.psum([128, 512], dtypes.float32, "acc")
+    p.add(Transpose(t, s, engine=Engine.TENSOR))
+    p.matmul(acc, s, m)
+    r = simulate(p)
+    assert r.starts[1] == r.ends[0]  # the PE array is busy with the transpose until then

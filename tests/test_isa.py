@@ -139,3 +139,23 @@ def test_flops_counts_every_multiply():
     assert p.flops() == 2 * 2 * 128 * 128 * 512
     assert [i.opcode for i in p] == ["load_stationary", "multiply_moving"] * 2
     assert acc.memory is Memory.PSUM
+
+
+def test_empty_operands_bad_semaphore_counts_and_hbm_capacity():
+    from trnsim.isa import Memset, SemaphoreWait
+
+    p = prog()
+    s = p.sbuf([128, 16], dtypes.float32, "s")
+    with pytest.raises(ProgramError, match="is empty; drop the instruction or fix the slice"):
+        p.add(Memset(s[:, 0:0], 0.0, engine=Engine.VECTOR))
+    with pytest.raises(ProgramError, match="semaphore_wait count 0 must be a positive integer"):
+        p.add(SemaphoreWait(sem="x", count=0, engine=Engine.SCALAR))
+    with pytest.raises(AllocationError, match="does not fit: 0.00 GiB already placed of the 32 GiB on trn1"):
+        p.hbm([64, 1024, 1024, 1024], dtypes.float32, "huge")
+
+
+def test_small_psum_tiles_never_straddle_a_bank():
+    p = prog()
+    p.psum([128, 1021], dtypes.bfloat16, "a")  # 2042 bytes
+    b = p.psum([128, 3], dtypes.bfloat16, "b")
+    assert b.byte_offset // 2048 == (b.byte_offset + 5) // 2048

@@ -286,3 +286,80 @@ def test_pytest_plugin(pytester):
     """)
     result = pytester.runpytest("--trnsim-chip", "trn3", "-p", "no:cacheprovider")
     result.assert_outcomes(passed=2)
+
+
+def test_review_regressions_in_the_language():
+    x = np.arange(128 * 4, dtype=np.float32).reshape(128, 4)
+
+    @nki.jit
+    def copy_into_zeros(x):
+        out = nl.ndarray(x.shape, x.dtype, buffer=nl.shared_hbm)
+        acc = nl.zeros((128, 4), nl.float32, buffer=nl.psum)
+        nisa.tensor_copy(acc, src=nl.load(x))  # positional dst beside a keyword operand
+        nl.store(out, value=acc)
+        return out
+
+    np.testing.assert_array_equal(copy_into_zeros(x), x)
+
+    @nki.jit
+    def row_first(x, row):
+        out = nl.ndarray(x.shape, x.dtype, buffer=nl.shared_hbm)
+        nl.store(out, value=nl.add(nl.load(row), nl.load(x)))
+        return out
+
+    row = np.ones((1, 4), np.float32)
+    np.testing.assert_array_equal(row_first(x, row), x + 1)
+
+    @nki.jit
+    def two_index_mask(x):
+        i_p, i_f = nl.arange(128)[:, None], nl.arange(4)[None, :]
+        return nl.load(x[i_p, i_f], mask=(i_p >= i_f))  # two-index-mask
+
+    with pytest.raises(KernelError, match="relating two indices"):
+        nki.trace_program(two_index_mask, x)
+
+    @nki.jit
+    def chained(x):
+        i_p = nl.arange(128)[:, None]
+        return nl.load(x[i_p, 0:4], mask=(64 <= i_p < 128))
+
+    with pytest.raises(KernelError, match="combine conditions with &"):
+        nki.trace_program(chained, x)
+
+    @nki.jit
+    def negative_start(x):
+        i_p, i_f = nl.arange(128)[:, None], nl.arange(4)[None, :]
+        return nl.load(x[i_p, i_f - 1])  # negative-start
+
+    expect_error(negative_start, x, match="starts at -1, before the start of the axis", tag="negative-start")
+
+
+def test_slice_accumulation_writes_once():
+    @nki.jit
+    def k(a, b):
+        out = nl.ndarray((128, 512), nl.float32, buffer=nl.shared_hbm)
+        acc = nl.zeros((128, 1024), nl.float32, buffer=nl.psum)
+        ta, tb = nl.load(a), nl.load(b)
+        acc[:, 0:512] += nl.matmul(ta, tb, transpose_x=True)
+        nl.store(out, value=acc[:, 0:512])
+        return out
+
+    a = np.ones((128, 128), np.float32)
+    b = np.ones((128, 512), np.float32)
+    prog = nki.trace_program(k, a, b)
+    assert [i.opcode for i in prog].count("tensor_copy") == 1  # only the copy out for the store
+    assert (k(a, b) == 128).all()
+
+
+def test_float64_arguments_in_kernel_ci():
+    x = np.random.default_rng(5).standard_normal((128, 16))
+    assert_kernel_matches(scale_rows, lambda a: np.exp(a) * 2, x)
+
+
+def test_kernels_run_on_a_chip_with_few_dma_queues(tmp_path):
+    chip = tmp_path / "fewq.toml"
+    chip.write_text('extends = "trn2"\n[chip]\nname = "fewq"\n[dma]\nengines = 2\nqueues_per_engine = 1\n')
+    x = np.ones((256, 64), np.float32)
+    r = nki.benchmark(scale_rows, chip=str(chip))(x)
+    assert set(t for t in r.busy_pct if t.startswith("dma")) == {"dma.q0", "dma.q1"}
+    assert_allclose(r.outputs, np.exp(x.astype(np.float64)) * 2, "float32")

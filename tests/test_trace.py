@@ -99,3 +99,11 @@ def test_timeline_and_busy_plots(tmp_path, small_matmul):
     ax = plot_busy(trace, tmp_path / "b.png")
     assert len(ax.patches) == len(trace.tracks())
     assert (tmp_path / "b.png").stat().st_size > 0
+
+
+def test_fp8_matmul_peak_counts_the_fast_fp8_path():
+    p = Program("trn2")
+    p.matmul(p.psum([128, 512], dtypes.float32, "a"), p.sbuf([128, 128], dtypes.float8_e4m3, "s"),
+             p.sbuf([128, 512], dtypes.float8_e4m3, "m"))
+    s = simulate(p).summary()
+    assert s.peak_flops == 2 * p.chip.tensor_engine.peak_flops() and s.pct_of_peak <= 100
