@@ -94,6 +94,8 @@ class _Schedule:
             if kind == SIGNAL:
                 self.pending_signals[program.instructions[i].sem].add(i)
         self.relaxed = False
+        # floors only matter to semaphore waits; programs without them skip the bookkeeping
+        self.watch_floors = WAIT in static.kinds
         self.blocked: dict[str, tuple[int, int | str]] = {}  # track: (instruction, what it waits for)
         chip = program.chip
         self.sem_ps = round(chip.sync.semaphore_wait_ns * 1000)
@@ -110,7 +112,7 @@ class _Schedule:
             event = self.events.pop(i, None)
             if event is not None:
                 event.succeed()
-        if self.static.kinds[i] == SIGNAL:
+        if self.watch_floors and self.static.kinds[i] == SIGNAL:
             sem = self.program.instructions[i].sem
             self.pending_signals[sem].discard(i)
             self.sem_times.setdefault(sem, []).append(end)
@@ -197,7 +199,8 @@ class _Engine:
     def book(self, i: int, ready: Picos) -> None:
         start = self.free if self.free > ready else ready
         self.free = start + self.sched.static.costs[i]
-        self.sched.floors[self.track] = self.free
+        if self.sched.watch_floors:
+            self.sched.floors[self.track] = self.free
         self.sched.book(i, start, self.free)
 
 
@@ -227,7 +230,8 @@ class _TensorEngine(_Engine):
             else:
                 # transposes and semaphores hold the array: no load may start before they end
                 self.after = end
-        self.sched.floors[self.track] = min(self.free, self.load_free)
+        if self.sched.watch_floors:
+            self.sched.floors[self.track] = min(self.free, self.load_free)
         self.sched.book(i, start, end)
 
 
@@ -253,7 +257,8 @@ def _dma_process(sched: _Schedule, track: str, indices: list[int], dma: DmaSyste
         if start > env.now:
             yield env.timeout(start - env.now)
         free = dma.transfer(start, plans[i]) if kinds[i] == DMA else start
-        sched.floors[track] = free
+        if sched.watch_floors:
+            sched.floors[track] = free
         sched.book(i, start, free)
         sched.drain()
 
