@@ -35,39 +35,34 @@ _ALU_NAMES = {"add": AluOp.ADD, "subtract": AluOp.SUBTRACT, "multiply": AluOp.MU
               "less_equal": AluOp.IS_LE}
 _REDUCE_NAMES = {"add": ReduceOp.ADD, "sum": ReduceOp.ADD, "maximum": ReduceOp.MAX, "max": ReduceOp.MAX,
                  "minimum": ReduceOp.MIN, "min": ReduceOp.MIN}
-_ACT_NAMES = {f.value: f for f in ActivationFunc} | {"copy": ActivationFunc.IDENTITY, "gelu_apprx_tanh": ActivationFunc.GELU_TANH,
-                                                    "negative": None}
+_ACT_NAMES = {f.value: f for f in ActivationFunc} | {"copy": ActivationFunc.IDENTITY, "gelu_apprx_tanh": ActivationFunc.GELU_TANH}
 
 
 def _name(op: Any) -> str:
     return op.value if hasattr(op, "value") else getattr(op, "__name__", str(op))
 
 
-def _alu(op: Any) -> AluOp:
-    if isinstance(op, AluOp):
+def _lookup(op: Any, kind: type, names: dict[str, Any], what: str, choices: str) -> Any:
+    """The engine operation ``op`` (an enum member, or an nl/numpy function) stands for."""
+    if isinstance(op, kind):
         return op
-    found = _ALU_NAMES.get(_name(op))
+    found = names.get(_name(op))
     if found is None:
-        raise _e.tracer().fail(f"op {op!r} is not an ALU operation; use one of nl.{', nl.'.join(_ALU_NAMES)}")
+        raise _e.tracer().fail(f"op {op!r} is not {what}; use {choices}")
     return found
+
+
+def _alu(op: Any) -> AluOp:
+    return _lookup(op, AluOp, _ALU_NAMES, "an ALU operation", "one of nl." + ", nl.".join(_ALU_NAMES))
 
 
 def _red(op: Any) -> ReduceOp:
-    if isinstance(op, ReduceOp):
-        return op
-    found = _REDUCE_NAMES.get(_name(op))
-    if found is None:
-        raise _e.tracer().fail(f"op {op!r} is not a reduction; use nl.add, nl.maximum or nl.minimum")
-    return found
+    return _lookup(op, ReduceOp, _REDUCE_NAMES, "a reduction", "nl.add, nl.maximum or nl.minimum")
 
 
 def _act(op: Any) -> ActivationFunc:
-    if isinstance(op, ActivationFunc):
-        return op
-    found = _ACT_NAMES.get(_name(op))
-    if found is None:
-        raise _e.tracer().fail(f"op {op!r} is not an activation function; use one of nl.{', nl.'.join(f.value for f in ActivationFunc)}")
-    return found
+    return _lookup(op, ActivationFunc, _ACT_NAMES, "an activation function",
+                   "one of nl." + ", nl.".join(f.value for f in ActivationFunc))
 
 
 def _split_dst(args: tuple, kwargs: dict, first_is_dst: Any, operand: str) -> tuple[NkiTensor | None, tuple]:
