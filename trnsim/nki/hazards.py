@@ -33,32 +33,86 @@ class Region:
 
 
 def region_of(view: View) -> Region:
-    """The box of partitions and bytes ``view`` touches (conservative for strided views)."""
+    """The box ``view`` touches: partitions x bytes on chip; rows x bytes within a row in
+    HBM (so column slices of an HBM tensor do not overlap). Conservative for strides."""
     t = view.tensor
     size = t.dtype.itemsize
+    row = t.row_elems
     if t.on_chip:
-        dims = view.dims[1:]
-        lo = view.free_offset
         p0 = view.start_partition
-        p1 = p0 + view.partitions
+        lo = view.free_offset
+        return Region(p0, p0 + view.partitions, t.byte_offset + lo * size,
+                      t.byte_offset + (lo + _extent(view.dims[1:])) * size)
+    lo = view.offset
+    rest = _extent(view.dims[1:])
+    if view.dims and view.dims[0][0] == row and lo % row + rest <= row:
+        p0, c0, c1 = lo // row, lo % row, lo % row + rest
+        p1 = p0 + view.dims[0][1]
     else:
-        dims = view.dims
-        lo = view.offset
-        p0, p1 = 0, 1
-    hi = lo + 1 + sum(s * (c - 1) for s, c in dims if c > 0)
-    return Region(p0, p1, t.byte_offset + lo * size, t.byte_offset + hi * size)
+        hi = lo + _extent(view.dims)
+        p0, p1 = lo // row, (hi - 1) // row + 1
+        c0, c1 = (lo % row, (hi - 1) % row + 1) if p1 - p0 == 1 else (0, row)
+    return Region(p0, p1, t.byte_offset + c0 * size, t.byte_offset + c1 * size)
+
+
+def _extent(dims: tuple[tuple[int, int], ...]) -> int:
+    """Elements from the first to one past the last that ``dims`` walk."""
+    return 1 + sum(s * (c - 1) for s, c in dims if c > 0)
 
 
 def region_of_tensor(t: Tensor) -> Region:
     if t.on_chip:
         return Region(t.start_partition, t.start_partition + t.shape[0], t.byte_offset, t.byte_offset + t.partition_bytes)
-    return Region(0, 1, t.byte_offset, t.byte_offset + t.nbytes)
+    return Region(0, t.shape[0], t.byte_offset, t.byte_offset + t.row_elems * t.dtype.itemsize)
+
+
+class RegionList:
+    """(region, value) pairs kept sorted by first byte, so the pairs that can overlap a
+    box are found by bisection: those starting before the box ends, and no further
+    back than the longest region."""
+
+    def __init__(self) -> None:
+        self.items: list[tuple[Region, object]] = []
+        self._longest = 0
+
+    def __iter__(self):
+        return iter(self.items)
+
+    def __bool__(self) -> bool:
+        return bool(self.items)
+
+    def span(self, box: Region) -> tuple[int, int]:
+        """Indices [lo, hi) of the items that may overlap ``box``."""
+        hi = bisect.bisect_left(self.items, box.b1, key=lambda g: g[0].b0)
+        lo = bisect.bisect_left(self.items, box.b0 - self._longest, key=lambda g: g[0].b0, hi=hi)
+        return lo, hi
+
+    def overlapping(self, box: Region):
+        lo, hi = self.span(box)
+        return [(r, v) for r, v in self.items[lo:hi] if r.overlaps(box)]
+
+    def add(self, region: Region, value: object) -> None:
+        bisect.insort(self.items, (region, value), key=lambda g: g[0].b0)
+        self._longest = max(self._longest, region.b1 - region.b0)
+
+    def replace(self, box: Region, keep: "list[tuple[Region, object]]") -> None:
+        """Put ``keep`` where the items that may overlap ``box`` were."""
+        lo, hi = self.span(box)
+        keep.sort(key=lambda g: g[0].b0)
+        self.items[lo:hi] = keep
+        for r, _ in keep:
+            self._longest = max(self._longest, r.b1 - r.b0)
+
+    def drop_covered(self, box: Region) -> None:
+        """Forget the items ``box`` covers wholly."""
+        lo, hi = self.span(box)
+        self.items[lo:hi] = [(r, v) for r, v in self.items[lo:hi] if not box.covers(r)]
 
 
 @dataclass
 class _Accesses:
-    writes: list[tuple[Region, int]] = field(default_factory=list)
-    reads: list[tuple[Region, int]] = field(default_factory=list)
+    writes: RegionList = field(default_factory=RegionList)
+    reads: RegionList = field(default_factory=RegionList)
     inherited: tuple[int, ...] = ()
 
 
@@ -67,8 +121,7 @@ class Hazards:
 
     def __init__(self) -> None:
         self._by_tensor: dict[int, _Accesses] = {}
-        self._ghosts: dict[Memory, list[tuple[Region, tuple[int, ...]]]] = {Memory.SBUF: [], Memory.PSUM: []}
-        self._longest: dict[Memory, int] = {Memory.SBUF: 0, Memory.PSUM: 0}
+        self._ghosts: dict[Memory, RegionList] = {Memory.SBUF: RegionList(), Memory.PSUM: RegionList()}
 
     def placed(self, t: Tensor) -> None:
         """A new on-chip tensor: it inherits what touched the space it now holds."""
@@ -76,13 +129,10 @@ class Hazards:
         if t.on_chip:
             box = region_of_tensor(t)
             ghosts = self._ghosts[t.memory]
-            # ghosts are sorted by first byte; only those starting before box.b1 and
-            # within the longest ghost's length of box.b0 can overlap it
-            hi = bisect.bisect_left(ghosts, box.b1, key=lambda g: g[0].b0)
-            lo = bisect.bisect_left(ghosts, box.b0 - self._longest[t.memory], key=lambda g: g[0].b0)
+            lo, hi = ghosts.span(box)
             inherited: set[int] = set()
             keep = []
-            for region, idx in ghosts[lo:hi]:
+            for region, idx in ghosts.items[lo:hi]:
                 if not region.overlaps(box):
                     keep.append((region, idx))
                     continue
@@ -95,8 +145,7 @@ class Hazards:
                         keep.append((Region(region.p0, region.p1, box.b1, region.b1), idx))
                 else:
                     keep.append((region, idx))
-            keep.sort(key=lambda g: g[0].b0)
-            ghosts[lo:hi] = keep
+            ghosts.replace(box, keep)
             acc.inherited = tuple(sorted(inherited))
         self._by_tensor[id(t)] = acc
 
@@ -107,17 +156,14 @@ class Hazards:
             return
         last = {i for _, i in acc.writes} | {i for _, i in acc.reads} | set(acc.inherited)
         if last:
-            region = region_of_tensor(t)
-            bisect.insort(self._ghosts[t.memory], (region, tuple(sorted(last))), key=lambda g: g[0].b0)
-            self._longest[t.memory] = max(self._longest[t.memory], region.b1 - region.b0)
+            self._ghosts[t.memory].add(region_of_tensor(t), tuple(sorted(last)))
 
     def written(self, view: View) -> bool:
         """Whether anything has written part of the region ``view`` covers."""
         acc = self._by_tensor.get(id(view.tensor))
         if acc is None:
             return False
-        box = region_of(view)
-        return any(r.overlaps(box) for r, _ in acc.writes)
+        return bool(acc.writes.overlapping(region_of(view)))
 
     def access(self, index: int, reads: tuple[View, ...], writes: tuple[View, ...]) -> set[int]:
         """Record instruction ``index``'s accesses; return the instructions it must wait for."""
@@ -125,18 +171,19 @@ class Hazards:
         read_boxes = [(self._by_tensor[id(v.tensor)], region_of(v), v) for v in reads]
         write_boxes = [(self._by_tensor[id(v.tensor)], region_of(v), v) for v in writes]
         for acc, box, _ in read_boxes:
-            deps.update(i for r, i in acc.writes if r.overlaps(box))
+            deps.update(i for _, i in acc.writes.overlapping(box))
             deps.update(acc.inherited)
         for acc, box, _ in write_boxes:
-            deps.update(i for r, i in acc.writes if r.overlaps(box))
-            deps.update(i for r, i in acc.reads if r.overlaps(box))
+            deps.update(i for _, i in acc.writes.overlapping(box))
+            deps.update(i for _, i in acc.reads.overlapping(box))
             deps.update(acc.inherited)
         for acc, box, _ in read_boxes:
-            acc.reads.append((box, index))
+            acc.reads.add(box, index)
         for acc, box, v in write_boxes:
             # what this write covers is ordered behind it from now on
-            acc.writes = [(r, i) for r, i in acc.writes if not box.covers(r)] + [(box, index)]
-            acc.reads = [(r, i) for r, i in acc.reads if not box.covers(r)]
+            acc.writes.drop_covered(box)
+            acc.writes.add(box, index)
+            acc.reads.drop_covered(box)
             if acc.inherited and box.covers(region_of_tensor(v.tensor)):
                 acc.inherited = ()
         deps.discard(index)
