@@ -8,11 +8,23 @@ leave it out and take the returned tile (``t = nisa.tensor_copy(s, dtype=...)``)
 
 from __future__ import annotations
 
+from numbers import Real
 from typing import Any
 
 from trnsim import dtypes as _dt
-from trnsim.isa import (BN_STATS_WIDTH, AffineSelect, ActivationFunc, AluOp, BnAggr, BnStats, Engine, Iota, Memory, Memset,
-                        ReduceOp)
+from trnsim.isa import (
+    BN_STATS_WIDTH,
+    ActivationFunc,
+    AffineSelect,
+    AluOp,
+    BnAggr,
+    BnStats,
+    Engine,
+    Iota,
+    Memory,
+    Memset,
+    ReduceOp,
+)
 from trnsim.nki import emit as _e
 from trnsim.nki import language as nl
 from trnsim.nki.tensor import Affine, Mask, NkiTensor
@@ -126,7 +138,7 @@ def activation(*args: Any, bias: Any = None, scale: Any = 1.0, reduce_op: Any = 
     out = _out(dst, data, dtype)
     func = _act(op)
     b = _e.readable(bias, "activation bias").view if bias is not None else None
-    s = float(scale) if isinstance(scale, (int, float)) else _e.readable(scale, "activation scale").view
+    s = float(scale) if isinstance(scale, Real) else _e.readable(scale, "activation scale").view
     red = _red(reduce_op) if reduce_op is not None else None
     if (red is None) != (reduce_res is None):
         raise _e.tracer().fail("activation: reduce_op and reduce_res go together")
@@ -150,7 +162,7 @@ def tensor_tensor(*args: Any, op: Any = None, dtype: Any = None, engine: Any = N
 
 
 def _operand(v: Any) -> Any:
-    if v is None or isinstance(v, (int, float)):
+    if v is None or isinstance(v, Real):
         return None if v is None else float(v)
     return _e.readable(v, "tensor_scalar operand").view
 

@@ -10,10 +10,20 @@ from __future__ import annotations
 
 import builtins
 import math
+from numbers import Real
 from typing import Any, Iterator, Sequence
 
 from trnsim import dtypes as _dt
-from trnsim.isa import ActivationFunc, AluOp, Engine, Memory, Memset, ReduceOp, Select, View
+from trnsim.isa import (
+    ActivationFunc,
+    AluOp,
+    Engine,
+    Memory,
+    Memset,
+    ReduceOp,
+    Select,
+    View,
+)
 from trnsim.nki import emit as _e
 from trnsim.nki.tensor import Affine, Mask, NkiTensor, ds
 
@@ -149,7 +159,7 @@ def copy(x: Any, dtype: Any = None, mask: Mask | None = None) -> NkiTensor:
 
 def copy_into(target: NkiTensor, value: Any) -> None:
     """``tile[...] = value``: a copy (or fill, for a number) into part of a tile."""
-    if isinstance(value, (int, float)):
+    if isinstance(value, Real):
         _e.emit(Memset(target.view, float(value), engine=Engine.VECTOR))
         return
     value = _e.readable(value)
@@ -272,7 +282,7 @@ def negative(x: Any, dtype: Any = None) -> NkiTensor:
 
 
 def _scalar_operand(v: Any, out: NkiTensor) -> Any:
-    if isinstance(v, (int, float)):
+    if isinstance(v, Real):
         return float(v)
     return v.view
 
@@ -280,7 +290,7 @@ def _scalar_operand(v: Any, out: NkiTensor) -> Any:
 def _binary(alu: AluOp, name: str):
     def op(x: Any, y: Any, dtype: Any = None, mask: Mask | None = None, out: NkiTensor | None = None) -> NkiTensor:
         tr = _e.tracer()
-        xs, ys = isinstance(x, (int, float)), isinstance(y, (int, float))
+        xs, ys = isinstance(x, Real), isinstance(y, Real)
         if xs and ys:
             raise tr.fail(f"nl.{name} needs at least one tile")
         a = None if xs else _e.readable(x)
@@ -353,9 +363,9 @@ def broadcast_to(x: Any, shape: Sequence[int]) -> NkiTensor:
 def where(condition: Any, x: Any, y: Any, dtype: Any = None) -> NkiTensor:
     """``x`` where ``condition`` is non-zero, else ``y`` (a tile or a number)."""
     cond = _e.readable(condition, "nl.where condition")
-    xt = _e.readable(x, "nl.where x") if not isinstance(x, (int, float)) else full(cond.shape, x, dtype or _dt.float32)
+    xt = _e.readable(x, "nl.where x") if not isinstance(x, Real) else full(cond.shape, x, dtype or _dt.float32)
     out = _e.like(xt, dtype)
-    other = float(y) if isinstance(y, (int, float)) else _e.readable(y, "nl.where y").view
+    other = float(y) if isinstance(y, Real) else _e.readable(y, "nl.where y").view
     _e.emit(Select(out.view, cond.view, xt.view, other, engine=Engine.VECTOR))
     return out
 
