@@ -14,7 +14,7 @@ import sys
 from typing import Any
 
 from trnsim.errors import ProgramError, TrnSimError
-from trnsim.isa import DmaCopy, Engine, Instruction, Memory, Memset, Program, Tensor, View
+from trnsim.isa import DmaCopy, Engine, Instruction, LoadStationary, Memory, Memset, Program, Tensor, View
 from trnsim.nki.hazards import Hazards, region_of, region_of_tensor
 
 _NKI_DIR = os.path.dirname(os.path.abspath(__file__))
@@ -194,7 +194,8 @@ class Tracer:
                     raise self.fail(f"reads {_tile_name(v)} before anything wrote it; load, memset or compute it first", source)
         index = len(self.program.instructions)
         deps = self.hazards.access(index, reads, writes)
-        track = inst.track
+        # stationary loads overlap the multiply before them, so a barrier needs the last of each
+        track = "tensor.load" if isinstance(inst, LoadStationary) else inst.track
         if self._barrier and track not in self._barrier_done:
             deps |= self._barrier
             self._barrier_done.add(track)
