@@ -1,0 +1,376 @@
+"""Programs: tensors placed in HBM, SBUF and PSUM, and instructions checked against the chip.
+
+A :class:`Program` owns tensors and a list of instructions (see :mod:`trnsim.isa`).
+Tensors are placed by :meth:`Program.hbm`, :meth:`Program.sbuf` and
+:meth:`Program.psum`; every instruction is checked against the chip's limits
+(partitions, alignment, capacity, PSUM banks, matmul sizes) and costed on it as it
+joins, so simulating a Program only schedules it.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Callable, Iterator, Sequence
+
+from trnsim.dtypes import as_dtype, float32
+from trnsim.errors import AllocationError, ProgramError
+from trnsim.isa import (ALU_COMPARISONS, BN_STATS_MAX_FREE, BN_STATS_WIDTH, MAX_FREE_DIMS, Activation, AffineSelect,
+                        BnAggr, BnStats, DmaCopy, Engine, Instruction, Iota, LoadStationary, Memory, MultiplyMoving,
+                        Select, SemaphoreWait, Tensor, TensorCopy, TensorReduce, TensorScalar, TensorTensor,
+                        Transpose, View)
+
+
+def _alignment_ok(start: int, count: int) -> bool:
+    if count > 64:
+        return start == 0
+    if count > 32:
+        return start in (0, 64)
+    return start in (0, 32, 64, 96)
+
+
+def _allowed_starts(count: int) -> str:
+    if count > 64:
+        return "0"
+    if count > 32:
+        return "0 or 64"
+    return "0, 32, 64 or 96"
+
+
+class Program:
+    """Tensors and a list of instructions with explicit dependencies.
+
+    Tensors are placed by :meth:`hbm`, :meth:`sbuf` and :meth:`psum` (which check
+    capacity against ``chip``); instructions are appended by :meth:`add` or the
+    helpers named after them, each checked against the chip's limits and costed
+    on it (:class:`trnsim.hw.static.StaticTiming`) as it joins; simulating the
+    Program then only schedules.
+    """
+
+    def __init__(self, chip: object = None, name: str = "program") -> None:
+        from trnsim.hw.memory import OnChipAllocator
+        from trnsim.hw.spec import load_chip
+        from trnsim.hw.static import StaticTiming
+
+        self.chip = load_chip(chip)
+        self.name = name
+        self.instructions: list[Instruction] = []
+        self.tensors: list[Tensor] = []
+        self.inputs: list[Tensor] = []
+        self.outputs: list[Tensor] = []
+        self.sbuf_alloc = OnChipAllocator(Memory.SBUF, self.chip.sbuf.partitions, self.chip.sbuf.partition_bytes, self.chip.name)
+        self.psum_alloc = OnChipAllocator(Memory.PSUM, self.chip.psum.partitions, self.chip.psum.partition_bytes, self.chip.name,
+                                          bank_bytes=self.chip.psum.bank_bytes)
+        self._hbm_bytes = 0
+        self._names: set[str] = set()
+        self._tensor_ids: set[int] = set()
+        self.timing = StaticTiming(self.chip)
+
+    # -- tensors -----------------------------------------------------------
+
+    def _name(self, name: str | None, kind: str) -> str:
+        if name is None:
+            name = f"{kind}{len(self.tensors)}"
+        if name in self._names:
+            raise ProgramError(f"tensor name {name!r} is already used in program {self.name!r}; pick another")
+        self._names.add(name)
+        return name
+
+    def hbm(self, shape: Sequence[int], dtype: object = float32, name: str | None = None, *, kind: str = "internal") -> Tensor:
+        """A tensor in HBM; ``kind`` is ``"input"``, ``"output"`` or ``"internal"``."""
+        shape = _check_shape(shape, "hbm")
+        dt = as_dtype(dtype)
+        nbytes = math.prod(shape) * dt.itemsize
+        capacity = self.chip.hbm.capacity_bytes
+        if self._hbm_bytes + nbytes > capacity:
+            raise AllocationError(f"HBM tensor {name or 'hbm'!r} of {nbytes / 2**30:.2f} GiB does not fit: {self._hbm_bytes / 2**30:.2f} GiB "
+                                  f"already placed of the {capacity / 2**30:.0f} GiB on {self.chip.name}; use smaller tensors or a chip with more HBM")
+        t = Tensor(self._name(name, "hbm"), Memory.HBM, shape, dt, byte_offset=self._hbm_bytes)
+        self._hbm_bytes += t.nbytes
+        self.tensors.append(t)
+        self._tensor_ids.add(id(t))
+        if kind == "input":
+            self.inputs.append(t)
+        elif kind == "output":
+            self.outputs.append(t)
+        elif kind != "internal":
+            raise ProgramError(f"hbm tensor kind {kind!r}: use 'input', 'output' or 'internal'")
+        return t
+
+    def sbuf(self, shape: Sequence[int], dtype: object = float32, name: str | None = None, *, start_partition: int = 0) -> Tensor:
+        """A tensor in SBUF: ``shape[0]`` partitions, the rest row-major in each partition."""
+        return self._on_chip(self.sbuf_alloc, shape, dtype, name, start_partition)
+
+    def psum(self, shape: Sequence[int], dtype: object = float32, name: str | None = None, *, start_partition: int = 0) -> Tensor:
+        """A tensor in PSUM; it must fit in one bank (2 KiB per partition) or span whole banks."""
+        return self._on_chip(self.psum_alloc, shape, dtype, name, start_partition)
+
+    def _on_chip(self, alloc: object, shape: Sequence[int], dtype: object, name: str | None, start_partition: int) -> Tensor:
+        shape = _check_shape(shape, alloc.memory.value)
+        dt = as_dtype(dtype)
+        label = name if name is not None else f"{alloc.memory.value}{len(self.tensors)}"
+        _check_partitions(lambda: f"{alloc.memory.value} tensor {label!r}", start_partition, shape[0], self.chip)
+        if label in self._names:
+            raise ProgramError(f"tensor name {label!r} is already used in program {self.name!r}; pick another")
+        nbytes = math.prod(shape[1:]) * dt.itemsize
+        offset = alloc.allocate(label, start_partition, shape[0], nbytes)
+        name = self._name(label, alloc.memory.value)
+        t = Tensor(name, alloc.memory, shape, dt, start_partition=start_partition, byte_offset=offset)
+        self.tensors.append(t)
+        self._tensor_ids.add(id(t))
+        return t
+
+    def free(self, tensor: Tensor) -> None:
+        """Return an on-chip tensor's space to its allocator (its name stays taken)."""
+        if tensor.memory is Memory.SBUF:
+            self.sbuf_alloc.release(tensor.name)
+        elif tensor.memory is Memory.PSUM:
+            self.psum_alloc.release(tensor.name)
+        else:
+            raise ProgramError(f"free({tensor!r}): only SBUF and PSUM tensors are freed")
+
+    # -- instructions ------------------------------------------------------
+
+    def add(self, inst: Instruction) -> int:
+        """Check ``inst`` against the chip and append it; returns its index."""
+        inst.index = len(self.instructions)
+        self._validate(inst)
+        self.instructions.append(inst)
+        self.timing.add(inst)
+        return inst.index
+
+    def __len__(self) -> int:
+        return len(self.instructions)
+
+    def __iter__(self) -> Iterator[Instruction]:
+        return iter(self.instructions)
+
+    def _fail(self, inst: Instruction, message: str) -> ProgramError:
+        where = f" ({inst.source})" if inst.source else ""
+        return ProgramError(f"instruction {inst.index} {inst.opcode}{where}: {message}")
+
+    def _validate(self, inst: Instruction) -> None:
+        for d in inst.deps:
+            if not isinstance(d, int) or not 0 <= d < inst.index:
+                raise self._fail(inst, f"dependency {d!r} must be the index of an earlier instruction (0..{inst.index - 1})")
+        if isinstance(inst, DmaCopy):
+            nq = self.chip.dma.engines * self.chip.dma.queues_per_engine
+            if not 0 <= inst.queue < nq:
+                raise self._fail(inst, f"DMA queue {inst.queue} does not exist on {self.chip.name}; use 0..{nq - 1}")
+        elif inst.engine not in inst.engines:
+            names = ", ".join(e.value for e in inst.engines)
+            raise self._fail(inst, f"cannot run on the {inst.engine.value} engine; it runs on: {names}")
+        for v in inst.reads() + inst.writes():
+            self._validate_view(inst, v)
+        check = getattr(self, f"_check_{inst.opcode}", None)
+        if check is not None:
+            check(inst)
+
+    def _validate_view(self, inst: Instruction, v: View) -> None:
+        if id(v.tensor) not in self._tensor_ids:
+            raise self._fail(inst, f"operand {v!r} belongs to no tensor of program {self.name!r}")
+        if v.size == 0:
+            raise self._fail(inst, f"operand {v!r} is empty; drop the instruction or fix the slice")
+        if len(v.dims) > MAX_FREE_DIMS + 1:
+            raise self._fail(inst, f"operand {v!r} has {len(v.dims)} dimensions; at most a partition dimension and {MAX_FREE_DIMS} free dimensions")
+        if not v.tensor.on_chip:
+            if not isinstance(inst, DmaCopy):
+                raise self._fail(inst, f"operand {v!r} is in HBM; engines read and write SBUF/PSUM only, so move it with a DMA first")
+            return
+        if v.dims and v.dims[0][1] > 1 and v.dims[0][0] != v.tensor.row_elems:
+            raise self._fail(inst, f"operand {v!r} steps over partitions; the partition dimension must have step 1")
+        t = v.tensor
+        if v.start_partition + v.partitions > t.start_partition + t.shape[0] or v.free_offset + _extent(v) > t.row_elems:
+            raise self._fail(inst, f"operand {v!r} reaches outside {t!r}")
+        _check_partitions(lambda: f"instruction {inst.index} {inst.opcode} operand {v!r}", v.start_partition, v.partitions, self.chip)
+
+    def _check_matmul_shapes(self, inst: Instruction, k: int, m: int) -> None:
+        te = self.chip.tensor_engine
+        if k > te.pe_rows:
+            raise self._fail(inst, f"contraction (partition) size {k} exceeds the {te.pe_rows} rows of the PE array; split K into tiles of {te.pe_rows}")
+        if m > te.stationary_free_max:
+            raise self._fail(inst, f"stationary free size {m} exceeds {te.stationary_free_max}; split M into tiles of {te.stationary_free_max}")
+
+    def _check_load_stationary(self, inst: LoadStationary) -> None:
+        if inst.src.memory is not Memory.SBUF:
+            raise self._fail(inst, f"stationary {inst.src!r} must be in SBUF")
+        self._check_matmul_shapes(inst, inst.src.partitions, inst.src.free_size)
+
+    def _check_multiply_moving(self, inst: MultiplyMoving) -> None:
+        te = self.chip.tensor_engine
+        if inst.src.memory is not Memory.SBUF:
+            raise self._fail(inst, f"moving {inst.src!r} must be in SBUF")
+        if inst.dst.memory is not Memory.PSUM or inst.dst.dtype is not float32:
+            raise self._fail(inst, f"matmul output {inst.dst!r} must be a float32 PSUM tile")
+        n = inst.src.free_size
+        if n > te.moving_free_max:
+            raise self._fail(inst, f"moving free size {n} exceeds {te.moving_free_max} (one PSUM bank of fp32); split N into tiles of {te.moving_free_max}")
+        stationary = self._last_stationary(inst)
+        if stationary is None:
+            raise self._fail(inst, "no load_stationary precedes this multiply_moving; load the stationary tile first")
+        k, m = stationary.src.partitions, stationary.src.free_size
+        if inst.src.partitions != k:
+            raise self._fail(inst, f"moving has {inst.src.partitions} partitions but the stationary has {k}; both are the contraction size K")
+        if inst.dst.partitions != m or inst.dst.free_size != n:
+            raise self._fail(inst, f"output {inst.dst!r} must be [{m}, {n}] (stationary free x moving free)")
+        self._check_one_bank(inst, inst.dst)
+
+    def _check_one_bank(self, inst: Instruction, v: View) -> None:
+        bank = self.chip.psum.bank_bytes
+        first = v.tensor.byte_offset + v.free_offset * v.dtype.itemsize
+        last = first + _extent(v) * v.dtype.itemsize - 1
+        if first // bank != last // bank:
+            raise self._fail(inst, f"output {v!r} crosses a PSUM bank boundary ({bank} bytes per partition per bank); keep each matmul output inside one bank")
+
+    def _last_stationary(self, inst: Instruction) -> LoadStationary | None:
+        for prev in reversed(self.instructions):
+            if isinstance(prev, LoadStationary):
+                return prev
+        return None
+
+    def _check_transpose(self, inst: Transpose) -> None:
+        te = self.chip.tensor_engine
+        p, f = inst.src.partitions, inst.src.free_size
+        if f > te.pe_cols:
+            raise self._fail(inst, f"transpose input free size {f} exceeds {te.pe_cols}; transpose [P, {te.pe_cols}] tiles")
+        if inst.dst.memory is not Memory.PSUM:
+            raise self._fail(inst, f"transpose output {inst.dst!r} must be in PSUM")
+        if inst.dst.partitions != f or inst.dst.free_size != p:
+            raise self._fail(inst, f"transpose of [{p}, {f}] writes [{f}, {p}], got {inst.dst!r}")
+        self._check_one_bank(inst, inst.dst)
+
+    def _check_same_size(self, inst: Instruction, out: View, *ins: View) -> None:
+        for v in ins:
+            if v.partitions != out.partitions or v.free_size != out.free_size:
+                raise self._fail(inst, f"operand {v!r} has [{v.partitions}, {v.free_size}] elements but {out!r} has [{out.partitions}, {out.free_size}]")
+
+    def _check_per_partition(self, inst: Instruction, out: View, v: object, what: str) -> None:
+        if isinstance(v, View) and (v.partitions != out.partitions or v.free_size != 1):
+            raise self._fail(inst, f"{what} {v!r} must be [{out.partitions}, 1]: one value per partition")
+
+    def _check_activation(self, inst: Activation) -> None:
+        self._check_same_size(inst, inst.dst, inst.src)
+        self._check_per_partition(inst, inst.dst, inst.bias, "bias")
+        self._check_per_partition(inst, inst.dst, inst.scale, "scale")
+        if (inst.reduce_op is None) != (inst.reduce_dst is None):
+            raise self._fail(inst, "reduce_op and reduce_dst go together: give both or neither")
+        self._check_per_partition(inst, inst.dst, inst.reduce_dst, "reduce_dst")
+
+    def _check_tensor_tensor(self, inst: TensorTensor) -> None:
+        self._check_same_size(inst, inst.dst, inst.a, inst.b)
+
+    def _check_tensor_scalar(self, inst: TensorScalar) -> None:
+        self._check_same_size(inst, inst.dst, inst.src)
+        self._check_per_partition(inst, inst.dst, inst.operand0, "operand0")
+        self._check_per_partition(inst, inst.dst, inst.operand1, "operand1")
+        if (inst.op1 is None) != (inst.operand1 is None):
+            raise self._fail(inst, "op1 and operand1 go together: give both or neither")
+
+    def _check_tensor_reduce(self, inst: TensorReduce) -> None:
+        free = inst.src.shape[1:]
+        if not 1 <= inst.num_axes <= len(free):
+            raise self._fail(inst, f"num_axes {inst.num_axes} must be between 1 and the {len(free)} free dimensions of {inst.src!r}")
+        kept = math.prod(free[: len(free) - inst.num_axes])
+        if inst.dst.partitions != inst.src.partitions or inst.dst.free_size != kept:
+            raise self._fail(inst, f"reducing the last {inst.num_axes} free axes of {inst.src!r} gives [{inst.src.partitions}, {kept}], got {inst.dst!r}")
+
+    def _check_tensor_copy(self, inst: TensorCopy) -> None:
+        self._check_same_size(inst, inst.dst, inst.src)
+
+    def _check_select(self, inst: Select) -> None:
+        self._check_same_size(inst, inst.dst, inst.mask, inst.on_true, *([inst.on_false] if isinstance(inst.on_false, View) else []))
+
+    def _check_iota(self, inst: Iota) -> None:
+        if len(inst.steps) != len(inst.dst.shape) - 1:
+            raise self._fail(inst, f"iota needs one step per free dimension of {inst.dst!r} ({len(inst.dst.shape) - 1}), got {len(inst.steps)}")
+
+    def _check_affine_select(self, inst: AffineSelect) -> None:
+        self._check_same_size(inst, inst.dst, inst.src)
+        if len(inst.steps) != len(inst.src.shape) - 1:
+            raise self._fail(inst, f"affine_select needs one step per free dimension of {inst.src!r} ({len(inst.src.shape) - 1}), got {len(inst.steps)}")
+        if inst.cmp not in ALU_COMPARISONS:
+            raise self._fail(inst, f"cmp {inst.cmp.value!r} is not a comparison; use one of {', '.join(c.value for c in ALU_COMPARISONS)}")
+
+    def _check_bn_stats(self, inst: BnStats) -> None:
+        if inst.src.free_size > BN_STATS_MAX_FREE:
+            raise self._fail(inst, f"bn_stats takes at most {BN_STATS_MAX_FREE} elements per partition, got {inst.src.free_size}; "
+                                   "run it on chunks and combine them with bn_aggr")
+        if inst.dst.partitions != inst.src.partitions or inst.dst.free_size != BN_STATS_WIDTH:
+            raise self._fail(inst, f"bn_stats of {inst.src!r} writes [{inst.src.partitions}, {BN_STATS_WIDTH}], got {inst.dst!r}")
+
+    def _check_bn_aggr(self, inst: BnAggr) -> None:
+        if inst.src.free_size % BN_STATS_WIDTH or inst.src.contiguous_run() % BN_STATS_WIDTH:
+            raise self._fail(inst, f"bn_aggr takes bn_stats results [P, {BN_STATS_WIDTH} * k] laid out contiguously, got {inst.src!r}")
+        if inst.dst.partitions != inst.src.partitions or inst.dst.free_size != 2:
+            raise self._fail(inst, f"bn_aggr of {inst.src!r} writes [{inst.src.partitions}, 2] (mean, variance), got {inst.dst!r}")
+
+    def _check_semaphore_wait(self, inst: SemaphoreWait) -> None:
+        if not isinstance(inst.count, int) or inst.count < 1:
+            raise self._fail(inst, f"semaphore_wait count {inst.count!r} must be a positive integer (the signals to wait for)")
+
+    def _check_dma_copy(self, inst: DmaCopy) -> None:
+        if inst.src.size != inst.dst.size:
+            raise self._fail(inst, f"copies {inst.src.size} elements from {inst.src!r} into {inst.dst.size} of {inst.dst!r}; sizes must match")
+        if inst.src.dtype is not inst.dst.dtype:
+            raise self._fail(inst, f"DMA does not convert dtypes ({inst.src.dtype.name} -> {inst.dst.dtype.name}); copy with tensor_copy to convert")
+        for v in (inst.src, inst.dst):
+            if not v.tensor.on_chip and _extent(v) + v.offset > v.tensor.size:
+                raise self._fail(inst, f"access {v!r} reaches past the end of {v.tensor!r}")
+
+    # -- convenience builders ---------------------------------------------
+
+    def matmul(self, dst: View, stationary: View, moving: View, *, accumulate: bool = False, deps: Sequence[int] = (), source: str = "") -> int:
+        """Load ``stationary`` [K, M] and multiply ``moving`` [K, N] into ``dst`` [M, N];
+        returns the index of the multiply."""
+        i = self.add(LoadStationary(stationary, engine=Engine.TENSOR, deps=tuple(deps), source=source))
+        try:
+            return self.add(MultiplyMoving(dst, moving, accumulate, engine=Engine.TENSOR, deps=(i, *deps), source=source))
+        except ProgramError:
+            self.instructions.pop()  # a failed matmul leaves no half behind
+            self.timing.pop()
+            raise
+
+    def dma(self, dst: View | Tensor, src: View | Tensor, *, queue: int = 0, deps: Sequence[int] = (), source: str = "") -> int:
+        """Append a DMA copy; tensors are taken whole."""
+        dst_v = dst.view() if isinstance(dst, Tensor) else dst
+        src_v = src.view() if isinstance(src, Tensor) else src
+        return self.add(DmaCopy(dst_v, src_v, queue, deps=tuple(deps), source=source))
+
+    def flops(self) -> int:
+        """Multiply-add FLOPs of every matmul (2 per MAC)."""
+        total = 0
+        k = m = 0
+        for inst in self.instructions:
+            if isinstance(inst, LoadStationary):
+                k, m = inst.src.partitions, inst.src.free_size
+            elif isinstance(inst, MultiplyMoving):
+                total += 2 * k * m * inst.src.free_size
+        return total
+
+
+def _extent(v: View) -> int:
+    """Elements from the view's first element to its last, inclusive, past the partitions."""
+    dims = v.dims[1:] if v.tensor.on_chip else v.dims
+    return 1 + sum(s * (c - 1) for s, c in dims if c > 0)
+
+
+def _check_shape(shape: Sequence[int], where: str) -> tuple[int, ...]:
+    try:
+        shape = tuple(int(s) for s in shape)
+    except TypeError:
+        raise ProgramError(f"{where} tensor shape {shape!r} must be a sequence of integers") from None
+    if not shape or any(s <= 0 for s in shape):
+        raise ProgramError(f"{where} tensor shape {list(shape)} must be non-empty with positive sizes")
+    if len(shape) > MAX_FREE_DIMS + 1:
+        raise ProgramError(f"{where} tensor shape {list(shape)} has {len(shape)} dimensions; at most {MAX_FREE_DIMS + 1}")
+    return shape
+
+
+def _check_partitions(what: Callable[[], str], start: int, count: int, chip: object) -> None:
+    """Partition range and start alignment; ``what`` names the operand (built only on failure)."""
+    limit = chip.sbuf.partitions
+    if count > limit:
+        raise ProgramError(f"{what()}: partition dimension {count} exceeds the {limit} partitions of {chip.name}; tile the first axis into pieces of {limit}")
+    if start < 0 or start + count > limit:
+        raise ProgramError(f"{what()}: partitions {start}..{start + count - 1} fall outside 0..{limit - 1} on {chip.name}")
+    if not _alignment_ok(start, count):
+        raise ProgramError(f"{what()}: start partition {start} is misaligned for {count} partitions; it must be {_allowed_starts(count)}")
