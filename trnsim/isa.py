@@ -199,6 +199,11 @@ class View:
         return f"{self.tensor.memory.value}:{self.tensor.name}@{self.offset}{list(self.shape)}:{self.tensor.dtype.name}"
 
 
+def dims_extent(dims: tuple[tuple[int, int], ...]) -> int:
+    """Elements from the first element ``dims`` walk to one past the last."""
+    return 1 + sum(s * (c - 1) for s, c in dims if c > 0)
+
+
 Operand = View
 Scalar = float
 

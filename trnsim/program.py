@@ -17,7 +17,7 @@ from trnsim.errors import AllocationError, ProgramError
 from trnsim.isa import (ALU_COMPARISONS, BN_STATS_MAX_FREE, BN_STATS_WIDTH, MAX_FREE_DIMS, Activation, AffineSelect,
                         BnAggr, BnStats, DmaCopy, Engine, Instruction, Iota, LoadStationary, Memory, MultiplyMoving,
                         Select, SemaphoreWait, Tensor, TensorCopy, TensorReduce, TensorScalar, TensorTensor,
-                        Transpose, View)
+                        Transpose, View, dims_extent)
 
 
 def _alignment_ok(start: int, count: int) -> bool:
@@ -349,8 +349,7 @@ class Program:
 
 def _extent(v: View) -> int:
     """Elements from the view's first element to its last, inclusive, past the partitions."""
-    dims = v.dims[1:] if v.tensor.on_chip else v.dims
-    return 1 + sum(s * (c - 1) for s, c in dims if c > 0)
+    return dims_extent(v.dims[1:] if v.tensor.on_chip else v.dims)
 
 
 def _check_shape(shape: Sequence[int], where: str) -> tuple[int, ...]:

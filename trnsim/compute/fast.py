@@ -23,10 +23,9 @@ import numpy as np
 
 from trnsim import dtypes
 from trnsim.compute.reference import (F32_NAN, FLOAT_FORMATS, GELU_TANH_CUBIC, GELU_TANH_SCALE, SQRT_2,
-                                      activation_operands, alu_operands, matmul_operands, reduce_operand,
+                                      activation_operands, alu_operands, bn_aggr_operand, matmul_operands, reduce_operand,
                                       storage_operand)
 from trnsim.dtypes import DType
-from trnsim.errors import ProgramError
 from trnsim.isa import ActivationFunc, AluOp, ReduceOp
 
 __all__ = ["activation", "alu", "decode", "encode", "matmul", "reduce"]
@@ -401,7 +400,4 @@ def _bn_aggr(stats):
 
 def bn_aggr(stats: np.ndarray) -> np.ndarray:
     """Combine (mean, m2, count) chunks; see :func:`trnsim.compute.reference.bn_aggr`."""
-    stats = np.ascontiguousarray(stats, dtype=np.float64)
-    if stats.ndim != 3 or stats.shape[2] != 3 or stats.shape[1] == 0:
-        raise ProgramError(f"bn_aggr needs stats [P, k, 3] with k >= 1, got shape {list(stats.shape)}")
-    return _bn_aggr(stats)
+    return _bn_aggr(bn_aggr_operand(stats))

@@ -108,6 +108,14 @@ def reduce_operand(x: np.ndarray) -> np.ndarray:
     return x
 
 
+def bn_aggr_operand(stats: np.ndarray) -> np.ndarray:
+    """Contiguous float64 ``stats`` [P, k, 3] with k >= 1, checked."""
+    stats = np.ascontiguousarray(stats, dtype=np.float64)
+    if stats.ndim != 3 or stats.shape[2] != 3 or stats.shape[1] == 0:
+        raise ProgramError(f"bn_aggr needs stats [P, k, 3] with k >= 1, got shape {list(stats.shape)}")
+    return stats
+
+
 def matmul_operands(acc: np.ndarray, stationary: np.ndarray, moving: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """A float32 copy of ``acc`` [M, N] and contiguous float64 ``stationary`` [K, M], ``moving`` [K, N], checked."""
     out = np.array(acc, dtype=np.float32)
@@ -412,9 +420,7 @@ def bn_aggr(stats: np.ndarray) -> np.ndarray:
     difference of the means, ``mean += delta * n_b / n`` and
     ``m2 += m2_b + delta**2 * n_a * n_b / n``, all in float64.
     """
-    stats = np.ascontiguousarray(stats, dtype=np.float64)
-    if stats.ndim != 3 or stats.shape[2] != 3 or stats.shape[1] == 0:
-        raise ProgramError(f"bn_aggr needs stats [P, k, 3] with k >= 1, got shape {list(stats.shape)}")
+    stats = bn_aggr_operand(stats)
     mean, m2, n = stats[:, 0, 0].copy(), stats[:, 0, 1].copy(), stats[:, 0, 2].copy()
     with np.errstate(all="ignore"):
         for j in range(1, stats.shape[1]):

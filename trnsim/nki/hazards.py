@@ -13,7 +13,7 @@ from __future__ import annotations
 import bisect
 from dataclasses import dataclass, field
 
-from trnsim.isa import Memory, Tensor, View
+from trnsim.isa import Memory, Tensor, View, dims_extent
 
 
 @dataclass(frozen=True)
@@ -42,22 +42,17 @@ def region_of(view: View) -> Region:
         p0 = view.start_partition
         lo = view.free_offset
         return Region(p0, p0 + view.partitions, t.byte_offset + lo * size,
-                      t.byte_offset + (lo + _extent(view.dims[1:])) * size)
+                      t.byte_offset + (lo + dims_extent(view.dims[1:])) * size)
     lo = view.offset
-    rest = _extent(view.dims[1:])
+    rest = dims_extent(view.dims[1:])
     if view.dims and view.dims[0][0] == row and lo % row + rest <= row:
         p0, c0, c1 = lo // row, lo % row, lo % row + rest
         p1 = p0 + view.dims[0][1]
     else:
-        hi = lo + _extent(view.dims)
+        hi = lo + dims_extent(view.dims)
         p0, p1 = lo // row, (hi - 1) // row + 1
         c0, c1 = (lo % row, (hi - 1) % row + 1) if p1 - p0 == 1 else (0, row)
     return Region(p0, p1, t.byte_offset + c0 * size, t.byte_offset + c1 * size)
-
-
-def _extent(dims: tuple[tuple[int, int], ...]) -> int:
-    """Elements from the first to one past the last that ``dims`` walk."""
-    return 1 + sum(s * (c - 1) for s, c in dims if c > 0)
 
 
 def region_of_tensor(t: Tensor) -> Region:
