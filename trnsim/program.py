@@ -335,17 +335,18 @@ class Program:
         src_v = src.view() if isinstance(src, Tensor) else src
         return self.add(DmaCopy(dst_v, src_v, queue, deps=tuple(deps), source=source))
 
-    def flops(self) -> int:
-        """Multiply-add FLOPs of every matmul (2 per MAC)."""
-        total = 0
+    def matmuls(self) -> Iterator[tuple[int, MultiplyMoving]]:
+        """Each multiply with its FLOPs (2 per MAC of the stationary loaded before it)."""
         k = m = 0
         for inst in self.instructions:
             if isinstance(inst, LoadStationary):
                 k, m = inst.src.partitions, inst.src.free_size
             elif isinstance(inst, MultiplyMoving):
-                total += 2 * k * m * inst.src.free_size
-        return total
+                yield 2 * k * m * inst.src.free_size, inst
 
+    def flops(self) -> int:
+        """Multiply-add FLOPs of every matmul (2 per MAC)."""
+        return sum(f for f, _ in self.matmuls())
 
 def _extent(v: View) -> int:
     """Elements from the view's first element to its last, inclusive, past the partitions."""

@@ -114,17 +114,12 @@ def _effective_peak(program: Any) -> float:
     more where they are fp8 on chips with a faster fp8 path."""
     te = program.chip.tensor_engine
     flops = ideal_s = 0.0
-    m = 0
-    for inst in program.instructions:
-        if inst.opcode == "load_stationary":
-            m = inst.src.partitions * inst.src.free_size
-        elif inst.opcode == "multiply_moving":
-            f = 2.0 * m * inst.src.free_size
-            flops += f
-            rate = te.peak_flops(fp32=inst.src.dtype.name == "float32")
-            if inst.src.dtype.name.startswith("float8"):
-                rate *= te.fp8_rows_factor  # fp8 streams two or four rows at once on NC-v3/v4
-            ideal_s += f / rate
+    for f, inst in program.matmuls():
+        flops += f
+        rate = te.peak_flops(fp32=inst.src.dtype.name == "float32")
+        if inst.src.dtype.name.startswith("float8"):
+            rate *= te.fp8_rows_factor  # fp8 streams two or four rows at once on NC-v3/v4
+        ideal_s += f / rate
     return flops / ideal_s if ideal_s else te.peak_flops()
 
 
