@@ -1,7 +1,9 @@
 """trnsim: a cycle-approximate simulator of AWS Trainium.
 
 The simulator core (chips, instruction set, timing, numerics, traces) runs on
-numpy arrays; nothing here imports torch.
+numpy arrays and never imports torch; importing trnsim registers the PyTorch
+``neuron`` device (trnsim.backend), as ``import torch`` alone does when trnsim is
+installed.
 """
 
 from trnsim.errors import AllocationError, ChipSpecError, ProgramError, SimulationError, TrnSimError
@@ -9,6 +11,10 @@ from trnsim.hw.spec import ChipSpec, load_chip, shipped_chips
 from trnsim.isa import Program
 
 __version__ = "0.1.0"
+
+from trnsim.backend import register as _register_device  # noqa: E402
+
+_register_device()
 
 __all__ = [
     "AllocationError",

@@ -136,6 +136,17 @@ class SyncSpec:
 
 
 @dataclass(frozen=True)
+class RuntimeSpec:
+    """The host runtime driving one core in eager mode."""
+
+    op_launch_us: float
+
+    @property
+    def op_launch_ps(self) -> int:
+        return round(self.op_launch_us * 1_000_000)
+
+
+@dataclass(frozen=True)
 class NeuronLinkSpec:
     """Chip-to-chip links for collectives."""
 
@@ -175,9 +186,15 @@ class ChipSpec:
     psum: PsumSpec
     dma: DmaSpec
     sync: SyncSpec
+    runtime: RuntimeSpec
     neuronlink: NeuronLinkSpec
     instances: tuple[InstanceSpec, ...]
     source: str
+
+    @property
+    def device_hbm_bytes(self) -> int:
+        """HBM one logical core (one process's ``neuron`` device) owns: its cores' share."""
+        return self.hbm.capacity_bytes * self.logical_core_size // self.cores_per_chip
 
     @property
     def hbm_bw_per_core_gbps(self) -> float:
@@ -209,6 +226,7 @@ _TABLES: dict[str, type] = {
     "psum": PsumSpec,
     "dma": DmaSpec,
     "sync": SyncSpec,
+    "runtime": RuntimeSpec,
     "neuronlink": NeuronLinkSpec,
 }
 

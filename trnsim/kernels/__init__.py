@@ -1,7 +1,13 @@
 """The kernel library, written in trnsim.nki: each kernel is readable and copyable.
 
 - :mod:`trnsim.kernels.matmul`: tiled matmul, basic and fully optimised
+- :mod:`trnsim.kernels.gemm`: matmul of any sizes, batched
 - :mod:`trnsim.kernels.softmax`: row softmax, with a masked last tile of rows
-- :mod:`trnsim.kernels.norms`: RMSNorm and LayerNorm over the last axis
+- :mod:`trnsim.kernels.reduce`: sum, max, min, mean and log-softmax over the last axis, rows of any length
+- :mod:`trnsim.kernels.norms`: RMSNorm and LayerNorm over the last axis; GroupNorm
 - :mod:`trnsim.kernels.attention`: fused (flash-style) attention forward for one head, optionally causal
+- :mod:`trnsim.kernels.elementwise`: unary, binary and scalar arithmetic, casts, the AdamW step
+- :mod:`trnsim.kernels.conv`: 2-D convolution as an implicit GEMM
+- :mod:`trnsim.kernels.gather`: embedding lookup (row gather)
+- :mod:`trnsim.kernels.movement`: concatenation by DMA
 """

@@ -9,7 +9,12 @@ as a [1, D] row and broadcast to all 128 partitions, then reused by every row ti
 - ``layernorm_kernel``: ``(x - mean) / sqrt(var + eps) * gamma + beta``; mean and
   (population) variance come from ``nisa.bn_stats`` on chunks of at most 512 columns,
   combined by ``nisa.bn_aggr``.
+- ``groupnorm_kernel``: torch's ``group_norm`` over [N, C, H, W], channels on
+  partitions; the statistics of channels that share a group are brought together
+  (and back) by two small matmuls with a channel-to-group membership matrix.
 """
+
+import math
 
 import trnsim.nki as nki
 import trnsim.nki.isa as nisa
@@ -18,6 +23,8 @@ import trnsim.nki.language as nl
 TILE_P = 128          # nl.tile_size.pmax
 BN_STATS_FMAX = 512   # the most columns one bn_stats instruction takes
 BN_STATS_DIM = 6      # values per partition of one bn_stats result
+GN_FREE_MAX = 4096    # group norm: columns per block, 16 KiB per partition in fp32
+GN_KEEP_BYTES = 64 * 1024  # per partition: an image up to this size stays in SBUF between the passes
 
 
 def _broadcast_row(v):
@@ -102,4 +109,99 @@ def layernorm_kernel(x, gamma, beta, eps=1e-5):
         scaled = nl.multiply(normed, g, dtype=nl.float32)
         y = nl.add(scaled, b, dtype=x.dtype)
         nl.store(out[rows, i_f], value=y, mask=(rows < N))
+    return out
+
+
+def _membership(c0, channels, per_group, groups, value, transposed):
+    """Which group each of the channels c0.. belongs to: [channels, groups] holding
+    ``value`` where channel c0 + c is in group g and 0 elsewhere, or [groups, channels]
+    when ``transposed`` (a memset and two GpSimd affine selects)."""
+    shape = (groups, channels) if transposed else (channels, groups)
+    i_p = nl.arange(shape[0])[:, None]
+    i_f = nl.arange(shape[1])[None, :]
+    channel, group = (c0 + i_f, i_p) if transposed else (c0 + i_p, i_f)
+    fill = nl.full(shape, value, nl.float32)
+    above = nisa.affine_select(pred=(channel - group * per_group >= 0), on_true_tile=fill, on_false_value=0.0)
+    return nisa.affine_select(pred=(group * per_group + (per_group - 1) - channel >= 0), on_true_tile=above,
+                              on_false_value=0.0)
+
+
+@nki.jit
+def groupnorm_kernel(x, gamma, beta, groups, eps=1e-5):
+    """Group normalisation as torch's ``group_norm``: the C channels form ``groups``
+    groups of C / groups consecutive channels; each (image, group) is normalised over
+    its channels and positions (population variance), then each channel is scaled by
+    ``gamma`` and shifted by ``beta``.
+
+    Args:
+        x: [N, C, *spatial] in HBM (NCHW, [N, C, L] or [N, C]), any chip float dtype;
+            any sizes.
+        gamma: [C] in HBM, any chip float dtype, or None (no scale).
+        beta: [C] in HBM, any chip float dtype, or None (no shift).
+        groups: divides C; at most 128.
+        eps: added to the variance before the square root.
+
+    Returns:
+        ``x``'s shape and dtype in HBM.
+
+    Memories: each image is read as [C, H*W], channels on partitions (128 at a time,
+    the last tile as many as are left), in blocks of at most 4096 positions. Per
+    block the vector engine sums the values and the scalar engine their squares
+    (fp32 SBUF). The per-channel means of x and x^2 [C, 2] go through the PE array
+    twice: against a [C, groups] membership matrix (entries 1 / channels per group,
+    accumulated in PSUM over channel tiles) to give each group's, and against its
+    transpose to hand them back to every channel. The per-channel scale and shift
+    ([P, 1] fp32 tiles) are applied to every block, alternately on the scalar and
+    vector engines, and stored. An image of at most 64 KiB per partition stays in
+    SBUF between the passes; a larger one is loaded again.
+    """
+    n_img, channels = x.shape[0], x.shape[1]
+    if channels % groups or not 1 <= groups <= TILE_P:
+        raise nki.KernelError(f"groupnorm_kernel: groups={groups} must divide C={channels} and be at most {TILE_P}")
+    per_group = channels // groups
+    hw = math.prod(x.shape[2:])
+    out = nl.ndarray(x.shape, x.dtype, buffer=nl.shared_hbm)
+    x3, out3 = x.reshape((n_img, channels, hw)), out.reshape((n_img, channels, hw))
+    tiles = [(c0, min(TILE_P, channels - c0)) for c0 in range(0, channels, TILE_P)]
+    to_group = [_membership(c0, ct, per_group, groups, 1.0 / per_group, False) for c0, ct in tiles]
+    from_group = [_membership(c0, ct, per_group, groups, 1.0, True) for c0, ct in tiles]
+    scales = [nl.load(gamma.reshape((channels, 1))[c0:c0 + ct, :]) if gamma is not None else None for c0, ct in tiles]
+    shifts = [nl.load(beta.reshape((channels, 1))[c0:c0 + ct, :]) if beta is not None else None for c0, ct in tiles]
+    starts = list(range(0, hw, GN_FREE_MAX))
+    keep = len(tiles) * hw * x.dtype.itemsize <= GN_KEEP_BYTES
+    for n in nl.affine_range(n_img):
+        group_moments = nl.zeros((groups, 2), nl.float32, buffer=nl.psum)
+        kept = []
+        for t, (c0, ct) in enumerate(tiles):
+            partials = nl.ndarray((ct, 2, len(starts)), nl.float32)
+            blocks = []
+            for i, s0 in enumerate(starts):
+                block = nl.load(x3[n, c0:c0 + ct, s0:min(s0 + GN_FREE_MAX, hw)])
+                nisa.tensor_reduce(dst=partials[:, 0, i:i + 1], op=nl.add, data=block, axis=1)
+                nisa.activation(op=nl.square, data=block, reduce_op=nl.add, reduce_res=partials[:, 1, i:i + 1],
+                                dtype=nl.float32)
+                blocks.append(block if keep else None)
+            kept.append(blocks)
+            moments = nisa.tensor_scalar(nisa.tensor_reduce(op=nl.add, data=partials, axis=2, dtype=nl.float32),
+                                         op0=nl.multiply, operand0=1.0 / hw)
+            group_moments += nl.matmul(to_group[t], moments, transpose_x=True)
+        group_moments = nl.copy(group_moments, dtype=nl.float32)
+        for t, (c0, ct) in enumerate(tiles):
+            moments = nisa.nc_matmul(from_group[t], group_moments)
+            mean = moments[:, 0:1]
+            var = nisa.tensor_tensor(moments[:, 1:2], nisa.tensor_tensor(mean, mean, op=nl.multiply), op=nl.subtract)
+            rstd = nl.rsqrt(nisa.tensor_scalar(var, op0=nl.maximum, operand0=0.0, op1=nl.add, operand1=float(eps)))
+            scale = rstd if scales[t] is None else nisa.tensor_tensor(rstd, scales[t], op=nl.multiply, dtype=nl.float32)
+            neg_shift = nisa.tensor_tensor(mean, scale, op=nl.multiply, dtype=nl.float32)
+            shift = (nl.multiply(neg_shift, -1.0) if shifts[t] is None else
+                     nisa.tensor_tensor(shifts[t], neg_shift, op=nl.subtract, dtype=nl.float32))
+            for i, s0 in enumerate(starts):
+                cols = slice(s0, min(s0 + GN_FREE_MAX, hw))
+                block = kept[t][i] if keep else nl.load(x3[n, c0:c0 + ct, cols])
+                if i % 2:
+                    y = nisa.tensor_scalar(block, op0=nl.multiply, operand0=scale, op1=nl.add, operand1=shift,
+                                           dtype=x.dtype)
+                else:
+                    y = nisa.activation(op="identity", data=block, scale=scale, bias=shift, dtype=x.dtype)
+                nl.store(out3[n, c0:c0 + ct, cols], value=y)
     return out

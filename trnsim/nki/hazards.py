@@ -104,6 +104,55 @@ class RegionList:
         self.items[lo:hi] = [(r, v) for r, v in self.items[lo:hi] if not box.covers(r)]
 
 
+def _first_row(g: tuple[Region, object]) -> int:
+    return g[0].p0
+
+
+def _first_byte(g: tuple[Region, object]) -> int:
+    return g[0].b0
+
+
+class RowIndexedRegionList(RegionList):
+    """A :class:`RegionList` for HBM, where accesses are disjoint by columns (column
+    blocks of one set of rows) or by rows (row tiles of the same columns): the pairs
+    are also kept sorted by first row, and each query bisects whichever order leaves
+    fewer candidates, so both patterns trace in linear time."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._by_row: list[tuple[Region, object]] = []
+        self._tallest = 0
+
+    def _candidates(self, box: Region) -> list[tuple[Region, object]]:
+        lo, hi = self.span(box)
+        row_hi = bisect.bisect_left(self._by_row, box.p1, key=_first_row)
+        row_lo = bisect.bisect_left(self._by_row, box.p0 - self._tallest, key=_first_row, hi=row_hi)
+        if row_hi - row_lo < hi - lo:
+            return self._by_row[row_lo:row_hi]
+        return self.items[lo:hi]
+
+    def overlapping(self, box: Region):
+        return [(r, v) for r, v in self._candidates(box) if r.overlaps(box)]
+
+    def add(self, region: Region, value: object) -> None:
+        pair = (region, value)
+        bisect.insort(self.items, pair, key=_first_byte)
+        bisect.insort(self._by_row, pair, key=_first_row)
+        self._longest = max(self._longest, region.b1 - region.b0)
+        self._tallest = max(self._tallest, region.p1 - region.p0)
+
+    def replace(self, box: Region, keep: list[tuple[Region, object]]) -> None:
+        raise NotImplementedError("HBM region lists are never replaced; only on-chip ghost lists are")
+
+    def drop_covered(self, box: Region) -> None:
+        for pair in [g for g in self._candidates(box) if box.covers(g[0])]:
+            for items, key in ((self.items, _first_byte), (self._by_row, _first_row)):
+                i = bisect.bisect_left(items, key(pair), key=key)
+                while items[i] is not pair:
+                    i += 1
+                del items[i]
+
+
 @dataclass
 class _Accesses:
     writes: RegionList = field(default_factory=RegionList)
@@ -186,4 +235,4 @@ class Hazards:
 
     def register(self, t: Tensor) -> None:
         """Start tracking an HBM tensor (never freed, never shared)."""
-        self._by_tensor.setdefault(id(t), _Accesses())
+        self._by_tensor.setdefault(id(t), _Accesses(RowIndexedRegionList(), RowIndexedRegionList()))

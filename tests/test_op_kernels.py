@@ -1,0 +1,374 @@
+"""The op kernels the PyTorch backend times aten ops with: each against a float64 numpy
+reference in fp32 and bf16 on ragged shapes, traced from zero-memory placeholder
+arrays (as the backend traces them) in instruction counts that follow the work, and
+with a simulated latency that is positive and the same on every run."""
+
+import math
+
+import numpy as np
+import pytest
+import torch
+
+import trnsim.nki as nki
+from trnsim.kernels.conv import conv2d_kernel
+from trnsim.kernels.elementwise import (
+    binary_kernel,
+    cast_kernel,
+    fused_adamw_kernel,
+    scalar_kernel,
+    unary_kernel,
+)
+from trnsim.kernels.gather import embedding_kernel
+from trnsim.kernels.gemm import matmul_general
+from trnsim.kernels.movement import concat_kernel
+from trnsim.kernels.norms import groupnorm_kernel
+from trnsim.kernels.reduce import log_softmax_kernel, reduce_kernel
+from trnsim.nki import KernelError
+from trnsim.nki.hazards import Region, RowIndexedRegionList
+from trnsim.testing import assert_kernel_matches
+
+DTYPES = (torch.float32, torch.bfloat16)
+IDS = ["fp32", "bf16"]
+RAGGED = [(130, 700), (1, 1), (257, 3000)]
+
+
+def arrays(seed, dtype, *shapes, scale=1.0, shift=0.0, positive=False):
+    """Seeded normal arrays as kernel arguments: numpy fp32, or torch bf16 tensors."""
+    rng = np.random.default_rng(seed)
+    out = []
+    for shape in shapes:
+        a = rng.standard_normal(shape) * scale + shift
+        a = (np.abs(a) + 0.5 if positive else a).astype(np.float32)
+        out.append(a if dtype is torch.float32 else torch.from_numpy(a).to(dtype))
+    return out
+
+
+def placeholder(*shape, dtype=np.float32):
+    """A zero-memory array of ``shape``: what the backend traces kernels with."""
+    return np.broadcast_to(np.zeros((), dtype), shape)
+
+
+def assert_dtype(out, dtype):
+    """``out`` holds values of ``dtype`` (numpy has no bf16, so bf16 comes back as fp32 values)."""
+    if dtype is torch.bfloat16:
+        np.testing.assert_array_equal(torch.from_numpy(out).to(torch.bfloat16).float().numpy(), out)
+
+
+# -- float64 references ------------------------------------------------------
+
+def _erf(z):
+    return np.vectorize(math.erf)(z)
+
+
+UNARY = {
+    "exp": np.exp, "log": np.log, "sqrt": np.sqrt, "rsqrt": lambda z: 1 / np.sqrt(z), "reciprocal": lambda z: 1 / z,
+    "tanh": np.tanh, "sigmoid": lambda z: 1 / (1 + np.exp(-z)), "relu": lambda z: np.maximum(z, 0),
+    "gelu": lambda z: 0.5 * z * (1 + _erf(z / math.sqrt(2))), "silu": lambda z: z / (1 + np.exp(-z)),
+    "square": np.square, "abs": np.abs, "identity": lambda z: z,
+}
+POSITIVE_ONLY = {"log", "sqrt", "rsqrt", "reciprocal"}
+BINARY = {"add": np.add, "subtract": np.subtract, "multiply": np.multiply, "divide": np.divide,
+          "maximum": np.maximum, "minimum": np.minimum}
+REDUCE = {"sum": np.sum, "max": np.max, "min": np.min, "mean": np.mean}
+
+
+def unary_reference(op, scale):
+    return lambda x, *_: UNARY[op](x * scale)
+
+
+def adamw_reference(p, g, m, v, lr, beta1, beta2, eps, wd, step):
+    p = p * (1 - lr * wd)
+    m = beta1 * m + (1 - beta1) * g
+    v = beta2 * v + (1 - beta2) * g * g
+    denom = np.sqrt(v / (1 - beta2 ** step)) + eps
+    return p - lr / (1 - beta1 ** step) * m / denom, m, v
+
+
+def log_softmax_reference(x):
+    shifted = x - x.max(axis=-1, keepdims=True)
+    return shifted - np.log(np.exp(shifted).sum(axis=-1, keepdims=True))
+
+
+def groupnorm_reference(x, gamma, beta, groups, eps):
+    t = lambda a: None if a is None else torch.from_numpy(a)
+    return torch.nn.functional.group_norm(t(x), groups, t(gamma), t(beta), eps).numpy()
+
+
+def matmul_reference(lhsT, rhs):
+    return np.swapaxes(lhsT, -1, -2) @ rhs
+
+
+def conv_reference(x, w, stride, padding):
+    xt = torch.from_numpy(x)
+    out = torch.nn.functional.conv2d(xt if x.ndim == 4 else xt[None], torch.from_numpy(w), stride=stride, padding=padding)
+    return (out if x.ndim == 4 else out[0]).numpy()
+
+
+# -- elementwise ---------------------------------------------------------------
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=IDS)
+@pytest.mark.parametrize("op", UNARY)
+def test_unary(op, dtype):
+    (x,) = arrays(20, dtype, (130, 700), positive=op in POSITIVE_ONLY)
+    assert_dtype(assert_kernel_matches(unary_kernel, unary_reference(op, 1.0), x, op), dtype)
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=IDS)
+@pytest.mark.parametrize("shape", RAGGED + [(3, 5, 7)])
+def test_unary_shapes_and_scale(shape, dtype):
+    (x,) = arrays(21, dtype, shape)
+    assert_dtype(assert_kernel_matches(unary_kernel, unary_reference("tanh", -0.5), x, "tanh", -0.5), dtype)
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=IDS)
+@pytest.mark.parametrize("op", BINARY)
+def test_binary(op, dtype):
+    x, y = arrays(22, dtype, (130, 700), (130, 700), positive=op == "divide")
+    assert_dtype(assert_kernel_matches(binary_kernel, lambda a, b, _: BINARY[op](a, b), x, y, op), dtype)
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=IDS)
+@pytest.mark.parametrize("x_shape, y_shape", [
+    ((1, 1), (1, 1)), ((257, 3000), (257, 3000)), ((70, 10), (700,)),  # same size, flat
+    ((130, 700), (700,)), ((1000, 30), (30,)), ((300, 5000), (1, 5000)), ((2, 130, 9), (9,)),  # rows
+    ((130, 700), (130, 1)), ((5, 1), (5, 1))])  # columns
+def test_binary_broadcasts(x_shape, y_shape, dtype):
+    x, y = arrays(23, dtype, x_shape, y_shape)
+    expected = lambda a, b, _: a - (b.reshape(a.shape) if b.size == a.size else b)
+    assert_dtype(assert_kernel_matches(binary_kernel, expected, x, y, "subtract"), dtype)
+
+
+def test_binary_refuses_shapes_it_cannot_broadcast():
+    x, y = arrays(24, torch.float32, (130, 700), (7, 1))
+    with pytest.raises(KernelError, match=r"y \[7, 1\] neither matches x \[130, 700\]"):
+        nki.trace_program(binary_kernel, x, y)
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=IDS)
+@pytest.mark.parametrize("op, value, reverse, expected", [
+    ("add", 1.5, False, lambda x: x + 1.5), ("multiply", -3.0, False, lambda x: x * -3.0),
+    ("subtract", 2.0, True, lambda x: 2.0 - x), ("divide", 4.0, True, lambda x: 4.0 / x),
+    ("maximum", 0.25, False, lambda x: np.maximum(x, 0.25))])
+@pytest.mark.parametrize("shape", [(130, 700), (1, 1)])
+def test_scalar(shape, op, value, reverse, expected, dtype):
+    (x,) = arrays(25, dtype, shape, positive=op == "divide")
+    out = assert_kernel_matches(scalar_kernel, lambda a, *_: expected(a), x, op, value, reverse)
+    assert_dtype(out, dtype)
+
+
+@pytest.mark.parametrize("src, dst", [(torch.float32, "bfloat16"), (torch.bfloat16, "float32"),
+                                      (torch.float32, "float32"), (torch.bfloat16, "bfloat16")])
+@pytest.mark.parametrize("shape", RAGGED)
+def test_cast_rounds_to_nearest_even(shape, src, dst):
+    (x,) = arrays(26, src, shape, scale=100.0)
+    expected = torch.as_tensor(x).to(getattr(torch, dst)).float().numpy()
+    np.testing.assert_array_equal(cast_kernel(x, dst), expected)
+
+
+def test_a_copy_is_one_dma():
+    program = nki.trace_program(cast_kernel, placeholder(4096, 4096), "float32")
+    assert [i.opcode for i in program] == ["dma_copy"]
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=IDS)
+@pytest.mark.parametrize("shape", [(130, 700), (1, 1), (3, 5, 7)])
+def test_fused_adamw(shape, dtype):
+    p, g, m = arrays(27, dtype, shape, shape, shape)
+    (v,) = arrays(28, dtype, shape, positive=True)
+    outs = assert_kernel_matches(fused_adamw_kernel, adamw_reference, p, g, m, v, 1e-2, 0.9, 0.999, 1e-8, 0.1, 3)
+    for out in outs:
+        assert_dtype(out, dtype)
+
+
+# -- reductions and norms --------------------------------------------------------
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=IDS)
+@pytest.mark.parametrize("op", REDUCE)
+@pytest.mark.parametrize("shape", RAGGED + [(1000, 7), (300, 5000), (3, 20000), (2, 9000), (2, 3, 50)])
+def test_reduce(shape, op, dtype):
+    (x,) = arrays(29, dtype, shape, shift=0.5)
+    out = assert_kernel_matches(reduce_kernel, lambda a, _: REDUCE[op](a, axis=-1, keepdims=True), x, op)
+    assert out.shape == shape[:-1] + (1,)
+    assert_dtype(out, dtype)
+
+
+def test_reduce_spreads_a_few_long_rows_over_the_partitions():
+    program = nki.trace_program(reduce_kernel, placeholder(1, 10**7), "sum")
+    assert max(i.writes()[0].partitions for i in program if i.opcode == "tensor_reduce") == 128
+    assert len(program) < 50
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=IDS)
+@pytest.mark.parametrize("shape", RAGGED + [(3, 9000), (2, 17000), (2, 3, 40)])
+def test_log_softmax(shape, dtype):
+    (x,) = arrays(30, dtype, shape, scale=3.0)
+    assert_dtype(assert_kernel_matches(log_softmax_kernel, log_softmax_reference, x), dtype)
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=IDS)
+@pytest.mark.parametrize("shape, groups, affine", [
+    ((2, 6, 5, 7), 3, True), ((2, 130, 70), 13, True), ((1, 4, 80, 80), 1, True), ((1, 2, 130, 130), 2, False),
+    ((3, 8), 4, True)])
+def test_groupnorm(shape, groups, affine, dtype):
+    x, gamma, beta = arrays(31, dtype, shape, shape[1:2], shape[1:2], scale=2.0, shift=0.5)
+    args = (x, gamma, beta) if affine else (x, None, None)
+    assert_dtype(assert_kernel_matches(groupnorm_kernel, groupnorm_reference, *args, groups, 1e-5), dtype)
+
+
+# -- matmul, gather, conv, movement ------------------------------------------------
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=IDS)
+@pytest.mark.parametrize("lhs_shape, rhs_shape", [
+    ((1, 1), (1, 1)), ((3, 5), (3, 7)), ((130, 257), (130, 700)), ((1100, 130), (1100, 1500)),
+    ((3, 70, 40), (70, 90)), ((2, 130, 20), (2, 130, 600)),
+    ((300, 3), (300, 2500))])  # lhsT kept in SBUF while two wide N blocks stream past
+def test_matmul_general(lhs_shape, rhs_shape, dtype):
+    lhsT, rhs = arrays(32, dtype, lhs_shape, rhs_shape)
+    assert_dtype(assert_kernel_matches(matmul_general, matmul_reference, lhsT, rhs), dtype)
+
+
+def test_matmul_general_refuses_mismatched_contractions():
+    lhsT, rhs = arrays(33, torch.float32, (130, 20), (129, 20))
+    with pytest.raises(KernelError, match="contracts over K=130, rhs \\[129, 20\\] over K=129"):
+        nki.trace_program(matmul_general, lhsT, rhs)
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=IDS)
+@pytest.mark.parametrize("index_shape", [(300,), (4, 25), (1,)])
+def test_embedding(index_shape, dtype):
+    (table,) = arrays(34, dtype, (1000, 70))
+    indices = np.random.default_rng(35).integers(0, 1000, index_shape).astype(np.int32)
+    out = nki.simulate(embedding_kernel)(table, indices, indices.ravel().tolist())
+    np.testing.assert_array_equal(out, torch.as_tensor(table).float().numpy()[indices])
+
+
+def test_embedding_without_index_values_is_one_dma_per_128_rows():
+    program = nki.trace_program(embedding_kernel, placeholder(32000, 4096), placeholder(65536, dtype=np.int32))
+    gathers = [i for i in program if i.opcode == "dma_copy" and not i.dst.tensor.on_chip]
+    assert len(gathers) == 512
+    assert {i.src.contiguous_run() for i in gathers} == {4096}  # one descriptor per row, as a gather
+
+
+def test_embedding_checks_its_index_values():
+    (table,) = arrays(36, torch.float32, (10, 4))
+    with pytest.raises(KernelError, match="index 10 is outside the table's rows 0..9"):
+        nki.trace_program(embedding_kernel, table, np.zeros(2, np.int32), [3, 10])
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=IDS)
+@pytest.mark.parametrize("x_shape, w_shape, stride, padding", [
+    ((3, 9, 11), (5, 3, 3, 3), 1, 1), ((2, 4, 10, 9), (6, 4, 3, 2), 2, (1, 0)), ((130, 6, 7), (140, 130, 3, 3), 1, 0),
+    ((3, 20, 20), (8, 3, 7, 7), 2, 3), ((1, 1, 1), (1, 1, 1, 1), 1, 0), ((4, 5, 600), (3, 4, 1, 3), (1, 3), (0, 1)),
+    ((2, 8, 8), (4, 2, 1, 1), 2, 0)])
+def test_conv2d(x_shape, w_shape, stride, padding, dtype):
+    x, w = arrays(37, dtype, x_shape, w_shape)
+    assert_dtype(assert_kernel_matches(conv2d_kernel, conv_reference, x, w, stride, padding), dtype)
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=IDS)
+@pytest.mark.parametrize("shapes, axis", [
+    ([(130, 700), (1, 700), (257, 700)], 0), ([(3, 5, 7), (3, 2, 7)], 1), ([(4, 3), (4, 1)], -1), ([(1, 1)], 0)])
+def test_concat(shapes, axis, dtype):
+    xs = arrays(38, dtype, *shapes)
+    out = nki.simulate(concat_kernel)(*xs, axis=axis)
+    np.testing.assert_array_equal(out, np.concatenate([torch.as_tensor(x).float().numpy() for x in xs], axis))
+
+
+def test_concat_refuses_mismatched_inputs():
+    a, b = arrays(39, torch.float32, (3, 4), (3, 5))
+    with pytest.raises(KernelError, match=r"input 1 is \[3, 5\] float32, input 0 \[3, 4\] float32"):
+        nki.trace_program(concat_kernel, a, b, axis=0)
+
+
+# -- HBM hazards: the gathers' one-row DMAs and row tiles trace in linear time ------
+
+def test_row_indexed_region_lists_find_what_a_full_scan_finds():
+    rng = np.random.default_rng(53)
+    regions, kept = RowIndexedRegionList(), []
+
+    def box():
+        p0, b0 = int(rng.integers(0, 300)), int(rng.integers(0, 300))
+        return Region(p0, p0 + int(rng.choice([1, 3, 128])), b0, b0 + int(rng.choice([4, 40, 400])))
+
+    for i in range(600):
+        r = box()
+        if i % 5 == 4:
+            regions.drop_covered(r)
+            kept = [(k, v) for k, v in kept if not r.covers(k)]
+        else:
+            regions.add(r, i)
+            kept.append((r, i))
+        q = box()
+        assert sorted(v for _, v in regions.overlapping(q)) == sorted(v for k, v in kept if k.overlaps(q))
+    assert sorted(v for _, v in regions) == sorted(v for _, v in kept)
+
+
+def test_gathered_rows_wait_for_no_other_row():
+    table, indices = placeholder(50, 8), placeholder(3000, dtype=np.int32)
+    program = nki.trace_program(embedding_kernel, table, indices, [i % 50 for i in range(3000)])
+    gathers = [i for i in program if i.opcode == "dma_copy" and not i.dst.tensor.on_chip]
+    assert len(gathers) == 3000 and all(not i.deps for i in gathers)
+
+
+# -- tracing from placeholders and timing ---------------------------------------
+
+def _bf16(*shape):
+    return nki.typed(placeholder(*shape), "bfloat16")
+
+
+# kernel, placeholder arguments, instructions: a few per [128, <= 4096] block (elementwise,
+# reductions), per 128 x 512 matmul tile, per gathered block of rows, per filter tap
+TRACES = {
+    "unary": (unary_kernel, lambda: (placeholder(4096, 4096), "gelu"), 32 * 3),
+    "unary_ragged": (unary_kernel, lambda: (placeholder(257, 3000), "exp"), (2 + 1) * 3),
+    "binary": (binary_kernel, lambda: (placeholder(4096, 4096), placeholder(4096, 4096), "add"), 32 * 4),
+    "binary_row": (binary_kernel, lambda: (placeholder(257, 3000), placeholder(3000), "multiply"),
+                   2 + 2 * 3 + 1 + 3),  # the row and its broadcast, two folded blocks, the last row
+    "scalar": (scalar_kernel, lambda: (placeholder(257, 3000), "multiply", 2.0), 3 * 3),
+    "cast": (cast_kernel, lambda: (placeholder(4096, 4096), "bfloat16"), 32 * 3),
+    "adamw": (fused_adamw_kernel, lambda: tuple(placeholder(4096, 4096) for _ in range(4)), 64 * 19),
+    "reduce": (reduce_kernel, lambda: (placeholder(257, 3000), "mean"), 2 * 4 + 4),
+    "log_softmax": (log_softmax_kernel, lambda: (placeholder(4096, 32000),),
+                    32 * (8 * 4 + 6 + 8 * 3)),  # per row tile: 8 blocks of statistics, their sum, 8 results
+    "groupnorm": (groupnorm_kernel, lambda: (placeholder(8, 320, 64, 64), placeholder(320), placeholder(320), 32),
+                  3 * 6 + 6 + 8 * (3 * 7 + 1 + 3 * 11)),  # 3 channel tiles; per image: statistics, group, results
+    "matmul": (matmul_general, lambda: (placeholder(1000, 1000), placeholder(1000, 1000)),
+               2 * 8 + 8 * (2 * 16 + 2 + 2 + 1)),  # 2 K chunks of 4 tiles, 8 x 2 output tiles
+    "bmm": (matmul_general, lambda: (_bf16(48, 64, 128), _bf16(48, 64, 128)), 48 * 6),
+    "embedding": (embedding_kernel, lambda: (_bf16(32000, 4096), placeholder(2048, dtype=np.int32)), 1 + 16),
+    "conv2d": (conv2d_kernel, lambda: (_bf16(64, 56, 56), _bf16(64, 64, 3, 3), 1, 1),
+               11 + 3 + 7 * (9 * 2 + 1) + 1),  # weights, padded input, 7 pieces of 8 rows x 9 taps, store
+    "concat": (concat_kernel, lambda: (placeholder(130, 700), placeholder(257, 700)), 2),
+}
+
+
+@pytest.mark.parametrize("name", TRACES)
+def test_traces_from_placeholders_in_instructions_that_follow_the_work(name):
+    kernel, make_args, instructions = TRACES[name]
+    program = nki.trace_program(kernel, *make_args())
+    assert len(program) == instructions
+
+
+BENCHMARKS = {
+    "unary": (unary_kernel, lambda: arrays(40, torch.bfloat16, (200, 700)) + ["silu"]),
+    "binary": (binary_kernel, lambda: arrays(41, torch.bfloat16, (200, 700), (700,))),
+    "scalar": (scalar_kernel, lambda: arrays(42, torch.bfloat16, (200, 700)) + ["add", 1.0]),
+    "cast": (cast_kernel, lambda: arrays(43, torch.float32, (200, 700)) + ["bfloat16"]),
+    "adamw": (fused_adamw_kernel, lambda: arrays(44, torch.float32, *[(200, 700)] * 3) + arrays(45, torch.float32, (200, 700), positive=True)),
+    "reduce": (reduce_kernel, lambda: arrays(46, torch.bfloat16, (200, 700)) + ["max"]),
+    "log_softmax": (log_softmax_kernel, lambda: arrays(47, torch.bfloat16, (200, 700))),
+    "groupnorm": (groupnorm_kernel, lambda: arrays(48, torch.bfloat16, (2, 64, 9, 9), (64,), (64,)) + [8]),
+    "matmul": (matmul_general, lambda: arrays(49, torch.bfloat16, (300, 200), (300, 700))),
+    "embedding": (embedding_kernel, lambda: arrays(50, torch.bfloat16, (500, 64)) + [np.arange(200, dtype=np.int32) * 2, list(range(0, 400, 2))]),
+    "conv2d": (conv2d_kernel, lambda: arrays(51, torch.bfloat16, (16, 12, 12), (32, 16, 3, 3)) + [1, 1]),
+    "concat": (concat_kernel, lambda: arrays(52, torch.bfloat16, (130, 70), (20, 70))),
+}
+
+
+@pytest.mark.parametrize("name", BENCHMARKS)
+def test_latency_is_positive_and_deterministic(name):
+    kernel, make_args = BENCHMARKS[name]
+    first, second = (nki.benchmark(kernel)(*make_args()) for _ in range(2))
+    assert first.latency_ns > 0
+    assert first.latency_ns == second.latency_ns
+    assert first.busy_pct == second.busy_pct

@@ -1,0 +1,64 @@
+"""The ``neuron`` PyTorch device: registration, ``torch.neuron``, storage and dispatch.
+
+:func:`register` runs once, from ``import trnsim`` or from PyTorch's backend autoload
+(``import torch`` with trnsim installed; ``TORCH_DEVICE_BACKEND_AUTOLOAD=0`` turns it
+off). It only registers: the simulator is loaded by the first op that needs a time.
+"""
+
+from __future__ import annotations
+
+_registered = False
+
+
+def register() -> None:
+    """Register the ``neuron`` device with PyTorch (idempotent)."""
+    global _registered
+    if _registered:
+        return
+    import torch
+
+    # the same steps as torch.utils.backend_registration._setup_privateuseone_for_python_backend,
+    # with the rename first so that modules below can name torch.device("neuron")
+    if torch._C._get_privateuse1_backend_name() != "neuron":
+        torch.utils.rename_privateuse1_backend("neuron")
+    torch.utils.generate_methods_for_privateuse1_backend()
+    from trnsim.backend import device, dispatch, hostshims, rng
+
+    class _Hooks(torch._C._acc.PrivateUse1Hooks):
+        def is_available(self) -> bool:
+            return True
+
+        def has_primary_context(self, dev_id) -> bool:
+            return True
+
+        def is_built(self) -> bool:
+            return True
+
+    class _Guard(torch._C._acc.DeviceGuard):
+        def type_(self):
+            return torch._C._autograd.DeviceType.PrivateUse1
+
+    torch._register_device_module("neuron", device)
+    global _hooks, _guard
+    _hooks, _guard = _Hooks(), _Guard()
+    torch._C._acc.register_python_privateuseone_hook(_hooks)
+    torch._C._acc.register_python_privateuseone_device_guard(_guard)
+    global _lib
+    _lib = torch.library.Library("_", "IMPL")
+    _lib.fallback(dispatch.fallback, "PrivateUse1")
+    rng.install()
+    hostshims.install()
+    _registered = True
+
+
+def coverage() -> dict[str, list[str]]:
+    """Which aten ops are timed by a kernel, which by a bandwidth estimate; see
+    :func:`trnsim.backend.costs.coverage`."""
+    from trnsim.backend.costs import coverage as _coverage
+
+    return _coverage()
+
+
+def _autoload() -> None:
+    """Entry point of group ``torch.backends``: called by ``import torch``."""
+    register()

@@ -1,0 +1,83 @@
+"""Simulated device time of aten ops.
+
+Ops that dominate real models have a kernel: a Program from :mod:`trnsim.kernels`
+traced for the op's shapes and dtypes and simulated on the chip (see
+:mod:`trnsim.backend.opkernels`). Every other op gets a bandwidth-bound estimate:
+one DMA's fixed cost plus the bytes it reads and writes over the core's HBM
+bandwidth. :func:`coverage` lists which is which.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import torch
+
+from trnsim.backend import state
+from trnsim.backend.timeline import OpCost
+
+# Ops that make, free or re-describe memory without device work.
+NO_DEVICE_WORK = frozenset({
+    "aten::empty.memory_format", "aten::empty_strided", "aten::resize_", "aten::set_.source_Storage",
+    "aten::set_.source_Storage_storage_offset", "aten::set_.source_Tensor", "aten::set_", "aten::is_pinned",
+    "aten::is_set_to", "aten::record_stream", "aten::_has_same_storage_numel", "aten::sym_size",
+})
+
+
+def tensor_bytes(x: torch.Tensor) -> int:
+    return x.numel() * x.element_size()
+
+
+def moved_bytes(flat: list, out: Any) -> int:
+    """Bytes an op reads (its tensor arguments) and writes (its new results)."""
+    total = sum(tensor_bytes(x) for x in flat if isinstance(x, torch.Tensor))
+    outs = out if isinstance(out, (list, tuple)) else (out,)
+    ids = {id(x) for x in flat}
+    total += sum(tensor_bytes(o) for o in outs if isinstance(o, torch.Tensor) and id(o) not in ids)
+    return total
+
+
+def estimate(nbytes: int) -> OpCost:
+    """Bandwidth-bound time of moving ``nbytes`` through HBM on the device's core(s)."""
+    chip = state.chip()
+    bw = chip.hbm_bw_per_core_gbps * chip.logical_core_size  # GB/s == bytes/ns
+    ns = chip.dma.fixed_ns + nbytes / bw
+    return OpCost(ps=math.ceil(ns * 1000), source="estimate")
+
+
+def op_cost(name: str, flat: list, out: Any) -> OpCost:
+    """Simulated cost of op ``name`` (flattened arguments ``flat``, results ``out``)."""
+    if name in NO_DEVICE_WORK:
+        return OpCost(ps=0, source="none")
+    from trnsim.backend import opkernels
+
+    cost = opkernels.kernel_cost(name, flat, out)
+    if cost is not None:
+        return cost
+    return estimate(moved_bytes(flat, out))
+
+
+def coverage() -> dict[str, list[str]]:
+    """Which aten ops have a kernel and which a bandwidth estimate.
+
+    Returns ``{"kernel": [...], "estimate": [...], "none": [...]}``: op names with a
+    kernel from trnsim.kernels, ops the device runs with an estimated time (every
+    other aten op with a CPU kernel), and ops that do no device work.
+    """
+    from trnsim.backend import opkernels
+
+    kernel = sorted(opkernels.KERNEL_OPS)
+    none = sorted(NO_DEVICE_WORK)
+    skip = set(kernel) | set(none)
+    names = set()
+    for qual in torch._C._dispatch_get_all_op_names():
+        if not qual.startswith("aten::"):
+            continue
+        base, _, overload = qual.partition(".")
+        if not torch._C._dispatch_has_kernel_for_dispatch_key(qual, "CPU") and \
+           not torch._C._dispatch_has_kernel_for_dispatch_key(qual, "CompositeExplicitAutograd"):
+            continue
+        names.add(qual)
+    est = sorted(n for n in names if n not in skip)
+    return {"kernel": kernel, "estimate": est, "none": none}

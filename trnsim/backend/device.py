@@ -1,0 +1,209 @@
+"""``torch.neuron``: the device module, named and shaped like ``torch.cuda``.
+
+One simulated NeuronCore per process (``device_count() == 1``), as Neuron runs one
+process per core; more cores come through torch.distributed. Besides the
+``torch.cuda`` names it gives trnsim's own view of the device: :func:`chip`,
+:func:`elapsed_ms` / :func:`clock` (the simulated timeline) and :func:`current_trace`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from typing import Any
+
+import torch
+
+from trnsim.backend import rng, state, timeline
+from trnsim.backend.streams import Event, Stream, current_stream, default_stream, stream
+
+__all__ = [
+    "Event", "Stream", "chip", "clock", "current_device", "current_stream", "current_trace", "default_stream",
+    "device", "device_count", "elapsed_ms", "empty_cache", "fidelity", "get_amp_supported_dtype", "get_rng_state",
+    "get_rng_state_all", "initial_seed", "is_available", "is_bf16_supported", "is_initialized", "manual_seed",
+    "manual_seed_all", "max_memory_allocated", "max_memory_reserved", "mem_get_info", "memory_allocated",
+    "memory_reserved", "memory_stats", "reset_peak_memory_stats", "seed", "seed_all", "set_chip", "set_device",
+    "set_fidelity", "set_rng_state", "set_rng_state_all", "stream", "synchronize",
+]
+
+
+def is_available() -> bool:
+    """Always True: the device is simulated."""
+    return True
+
+
+def is_initialized() -> bool:
+    return True
+
+
+def _is_in_bad_fork() -> bool:
+    return False
+
+
+def device_count() -> int:
+    """Number of ``neuron`` devices this process drives: 1 (one logical NeuronCore)."""
+    return 1
+
+
+def current_device() -> int:
+    return 0
+
+
+def _index(dev: Any) -> int:
+    if dev is None:
+        return 0
+    if isinstance(dev, int):
+        idx = dev
+    else:
+        d = torch.device(dev)
+        if d.type != "neuron":
+            raise ValueError(f"expected a neuron device, got {d}")
+        idx = 0 if d.index is None else d.index
+    if idx != 0:
+        raise ValueError(f"neuron device index {idx} does not exist: this process drives one NeuronCore "
+                         "(neuron:0); use torch.distributed (torchrun) for more")
+    return idx
+
+
+def set_device(dev: Any) -> None:
+    """Select the current device; only ``0`` exists."""
+    _index(dev)
+
+
+class device(contextlib.ContextDecorator):
+    """Context manager that selects device ``idx`` (only 0 exists)."""
+
+    def __init__(self, idx: Any) -> None:
+        self.idx = _index(idx)
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, *exc: Any) -> None:
+        return None
+
+
+def synchronize(dev: Any = None) -> None:
+    """Wait (in simulated time) until the device has finished every op issued so far."""
+    _index(dev)
+    timeline.sync("synchronize")
+
+
+# -- memory ------------------------------------------------------------------
+
+def memory_allocated(dev: Any = None) -> int:
+    """Bytes of simulated HBM held by live neuron tensors."""
+    _index(dev)
+    return state.memory.allocated
+
+
+def max_memory_allocated(dev: Any = None) -> int:
+    """Peak of :func:`memory_allocated` since start or the last reset."""
+    _index(dev)
+    return state.memory.peak
+
+
+def memory_reserved(dev: Any = None) -> int:
+    """Bytes reserved: equal to :func:`memory_allocated` (trnsim keeps no cache)."""
+    return memory_allocated(dev)
+
+
+def max_memory_reserved(dev: Any = None) -> int:
+    return max_memory_allocated(dev)
+
+
+def reset_peak_memory_stats(dev: Any = None) -> None:
+    _index(dev)
+    state.memory.peak = state.memory.allocated
+
+
+def mem_get_info(dev: Any = None) -> tuple[int, int]:
+    """(free, total) bytes of the device's HBM."""
+    _index(dev)
+    total = state.device_capacity()
+    return total - state.memory.allocated, total
+
+
+def memory_stats(dev: Any = None) -> dict[str, int]:
+    """Allocator statistics under ``torch.cuda.memory_stats`` key names."""
+    _index(dev)
+    m = state.memory
+    return {
+        "allocated_bytes.all.current": m.allocated, "allocated_bytes.all.peak": m.peak,
+        "allocated_bytes.all.allocated": m.total_allocated, "allocated_bytes.all.freed": m.total_freed,
+        "reserved_bytes.all.current": m.allocated, "reserved_bytes.all.peak": m.peak,
+        "active_bytes.all.current": m.allocated, "active_bytes.all.peak": m.peak,
+        "allocation.all.current": m.allocations - m.frees, "allocation.all.allocated": m.allocations,
+        "allocation.all.freed": m.frees, "num_ooms": m.ooms, "num_alloc_retries": 0,
+    }
+
+
+def empty_cache() -> None:
+    """Nothing to release: freed tensors return their HBM at once."""
+
+
+# -- random numbers ----------------------------------------------------------
+
+manual_seed = rng.manual_seed
+manual_seed_all = rng.manual_seed
+seed = rng.seed
+seed_all = rng.seed
+initial_seed = rng.initial_seed
+get_rng_state = rng.get_rng_state
+set_rng_state = rng.set_rng_state
+
+
+def get_rng_state_all() -> list[torch.Tensor]:
+    return [get_rng_state()]
+
+
+def set_rng_state_all(states: list[torch.Tensor]) -> None:
+    set_rng_state(states[0])
+
+
+# -- dtypes ------------------------------------------------------------------
+
+def is_bf16_supported(including_emulation: bool = True) -> bool:
+    return True
+
+
+def get_amp_supported_dtype() -> list[torch.dtype]:
+    """Dtypes autocast may use on ``neuron``: bfloat16 (preferred) and float16."""
+    return [torch.bfloat16, torch.float16]
+
+
+# -- trnsim's own view -------------------------------------------------------
+
+def chip():
+    """The ChipSpec of the device (``$TRNSIM_CHIP``, default trn2)."""
+    return state.chip()
+
+
+def set_chip(spec: Any) -> None:
+    """Simulate another chip from now on (a name, a TOML path or a ChipSpec)."""
+    state.set_chip(spec)
+    timeline.reset_caches()
+
+
+fidelity = state.fidelity
+
+
+def set_fidelity(value: str) -> None:
+    """``op`` (default), ``instruction`` or ``timing``; see docs/device.md."""
+    state.set_fidelity(value)
+
+
+def clock() -> state.Clock:
+    """The simulated timeline: host and device times in picoseconds, ops issued, syncs."""
+    return state.clock
+
+
+def elapsed_ms() -> float:
+    """Simulated milliseconds until the device finishes what has been issued."""
+    return state.clock.device / 1e9
+
+
+def current_trace():
+    """The :class:`trnsim.profile` recording now, or None."""
+    from trnsim.backend import profiler
+
+    return profiler.current()

@@ -1,0 +1,57 @@
+"""Pinned host memory for the ``neuron`` device.
+
+PyTorch asks a device's C++ hooks for a pinned-memory allocator, which a pure-Python
+device cannot give, so trnsim serves ``Tensor.pin_memory()`` / ``is_pinned()`` for
+``neuron`` itself: a pinned tensor is a copy in ordinary host memory that trnsim
+remembers as pinned (the simulated host has no pageable/pinned distinction that
+changes any time). Requests for other devices go to PyTorch's own kernels.
+"""
+
+from __future__ import annotations
+
+import weakref
+
+import torch
+
+_pinned: dict[int, weakref.ref] = {}
+_ORIGINAL = torch._C.DispatchKeySet(torch._C.DispatchKey.CompositeExplicitAutograd)
+
+
+def _for_neuron(device) -> bool:
+    if device is None:
+        acc = torch.accelerator.current_accelerator()
+        return acc is not None and acc.type == "neuron"
+    return torch.device(device).type == "neuron"
+
+
+def _pinned_ptr(t: torch.Tensor) -> bool:
+    st = t.untyped_storage()
+    ref = _pinned.get(st.data_ptr())
+    return ref is not None and ref() is not None and st.nbytes() > 0
+
+
+def _pin_memory(self: torch.Tensor, device=None) -> torch.Tensor:
+    if not _for_neuron(device):
+        return torch.ops.aten._pin_memory.default.redispatch(_ORIGINAL, self, device)
+    out = torch.empty_like(self, memory_format=torch.contiguous_format) if self.numel() else self.clone()
+    out.copy_(self)
+    st = out.untyped_storage()
+    ptr = st.data_ptr()
+    _pinned[ptr] = weakref.ref(st, lambda _r, p=ptr: _pinned.pop(p, None))
+    return out
+
+
+def _is_pinned(self: torch.Tensor, device=None) -> bool:
+    if device is not None and not _for_neuron(device):
+        return torch.ops.aten.is_pinned.default.redispatch(_ORIGINAL, self, device)
+    return _pinned_ptr(self)
+
+
+_lib = None
+
+
+def install() -> None:
+    global _lib
+    _lib = torch.library.Library("aten", "IMPL")
+    _lib.impl("_pin_memory", _pin_memory, "CPU")
+    _lib.impl("is_pinned", _is_pinned, "CPU")

@@ -1,0 +1,132 @@
+"""Process-wide state of the one simulated ``neuron`` device: its chip, fidelity,
+HBM account and simulated clock. Nothing here loads the simulator."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+
+import torch
+
+FIDELITIES = ("op", "instruction", "timing")
+
+
+class MemoryAccount:
+    """Exact byte counts of simulated HBM, like the CUDA caching allocator's statistics
+    (without a cache: reserved equals allocated)."""
+
+    def __init__(self) -> None:
+        self.capacity: int | None = None   # set when the chip is first needed
+        self.allocated = 0
+        self.peak = 0
+        self.total_allocated = 0
+        self.total_freed = 0
+        self.allocations = 0
+        self.frees = 0
+        self.ooms = 0
+
+    def check(self, nbytes: int) -> None:
+        """Raise torch.OutOfMemoryError if ``nbytes`` more would not fit."""
+        cap = self.capacity if self.capacity is not None else device_capacity()
+        if self.allocated + nbytes > cap:
+            self.ooms += 1
+            chip_name = chip().name
+            raise torch.OutOfMemoryError(
+                f"neuron out of memory: tried to allocate {_fmt(nbytes)} with {_fmt(self.allocated)} already "
+                f"allocated of the {_fmt(cap)} HBM of one {chip_name} NeuronCore ({_fmt(cap - self.allocated)} free); "
+                "free tensors, use smaller batches or a chip with more HBM (TRNSIM_CHIP)")
+
+    def allocate(self, nbytes: int) -> None:
+        self.check(nbytes)
+        self.allocated += nbytes
+        self.total_allocated += nbytes
+        self.allocations += 1
+        if self.allocated > self.peak:
+            self.peak = self.allocated
+
+    def free(self, nbytes: int) -> None:
+        self.allocated -= nbytes
+        self.total_freed += nbytes
+        self.frees += 1
+
+
+def _fmt(n: int) -> str:
+    for unit, size in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if n >= size:
+            return f"{n / size:.2f} {unit}"
+    return f"{n} bytes"
+
+
+@dataclass
+class Clock:
+    """Simulated time of the eager timeline, in picoseconds.
+
+    ``host`` is when the host issues its next op, ``device`` when the device finishes
+    the last op it was given; ops run one after another on the device.
+    """
+
+    host: int = 0
+    device: int = 0
+    ops: int = 0
+    syncs: int = 0
+    sync_log: list = field(default_factory=list)
+
+
+memory = MemoryAccount()
+clock = Clock()
+_chip = None
+_fidelity: str | None = None
+
+
+def chip():
+    """The chip of the ``neuron`` device (``$TRNSIM_CHIP``, default trn2), loaded once."""
+    global _chip
+    if _chip is None:
+        from trnsim.hw.spec import load_chip
+
+        _chip = load_chip(None)
+        memory.capacity = _chip.device_hbm_bytes
+    return _chip
+
+
+def set_chip(spec) -> None:
+    """Use ``spec`` (a name, a TOML path or a ChipSpec) for the device from now on."""
+    global _chip
+    from trnsim.hw.spec import load_chip
+
+    new = load_chip(spec)
+    if memory.allocated > new.device_hbm_bytes:
+        raise torch.OutOfMemoryError(
+            f"cannot switch the neuron device to {new.name}: {_fmt(memory.allocated)} is allocated and it has "
+            f"{_fmt(new.device_hbm_bytes)}; free tensors first")
+    _chip = new
+    memory.capacity = new.device_hbm_bytes
+
+
+def device_capacity() -> int:
+    return chip().device_hbm_bytes
+
+
+def fidelity() -> str:
+    """The current fidelity: ``op`` (default), ``instruction`` or ``timing``."""
+    global _fidelity
+    if _fidelity is None:
+        value = os.environ.get("TRNSIM_FIDELITY", "op")
+        if value not in FIDELITIES:
+            raise ValueError(f"TRNSIM_FIDELITY={value!r} is not a fidelity; use one of {', '.join(FIDELITIES)}")
+        _fidelity = value
+    return _fidelity
+
+
+def set_fidelity(value: str) -> None:
+    """Switch fidelity for the ops that follow (tensors made under ``timing`` keep no data)."""
+    global _fidelity
+    if value not in FIDELITIES:
+        raise ValueError(f"fidelity {value!r} is not one of {', '.join(FIDELITIES)}")
+    _fidelity = value
+
+
+def no_data_error() -> RuntimeError:
+    return RuntimeError(
+        "this neuron tensor was made under TRNSIM_FIDELITY=timing, which keeps shapes and times but no values; "
+        "run with fidelity 'op' or 'instruction' to read values")

@@ -1,0 +1,96 @@
+"""Neuron storages: host memory accounted against the simulated HBM.
+
+A neuron tensor is a plain ``torch.Tensor`` whose StorageImpl points at a host (CPU)
+buffer. The buffer and its HBM account hang off the Python storage object, which
+PyTorch keeps alive as long as the StorageImpl lives, so views, detach and
+in-place ops all share it, and the bytes are returned when the last user goes.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from trnsim.backend import state
+
+_CPU = torch._C.DispatchKeySet(torch._C.DispatchKey.CPU)
+_SET = torch.ops.aten.set_.source_Storage_storage_offset
+_construct = torch._C._construct_storage_from_data_pointer
+_create_empty = torch._C._acc.create_empty_tensor
+
+
+_DEVICE: list[torch.device] = []
+
+
+def _device() -> torch.device:
+    if not _DEVICE:
+        _DEVICE.append(torch.device("neuron", 0))
+    return _DEVICE[0]
+
+
+class HbmBlock:
+    """One allocation of simulated HBM: the host storage that backs it and its size.
+
+    ``host`` is a CPU ``UntypedStorage`` (None in timing fidelity, where no data is
+    kept). Dropping the block returns its bytes to the device's account.
+    """
+
+    __slots__ = ("host", "nbytes", "__weakref__")
+
+    def __init__(self, host: torch.UntypedStorage | None, nbytes: int) -> None:
+        state.memory.allocate(nbytes)
+        self.host = host
+        self.nbytes = nbytes
+
+    def __del__(self) -> None:
+        try:
+            state.memory.free(self.nbytes)
+        except Exception:  # interpreter shutdown: the account is gone already
+            pass
+
+
+def block_of(t: torch.Tensor) -> HbmBlock:
+    """The HBM block behind neuron tensor ``t``."""
+    return t.untyped_storage()._trnsim_block
+
+
+def neuron_storage(host: torch.UntypedStorage) -> torch.UntypedStorage:
+    """A neuron storage over the memory of the CPU storage ``host`` (zero-copy)."""
+    nbytes = host.nbytes()
+    block = HbmBlock(host, nbytes)
+    st = _construct(host.data_ptr(), _device(), nbytes)
+    st._trnsim_block = block
+    return st
+
+
+def timing_storage(nbytes: int) -> torch.UntypedStorage:
+    """A neuron storage of ``nbytes`` with no host memory (timing fidelity)."""
+    block = HbmBlock(None, nbytes)
+    st = _construct(0, _device(), nbytes)
+    st._trnsim_block = block
+    return st
+
+
+def on_storage(st: torch.UntypedStorage, dtype: torch.dtype, size, stride, offset: int) -> torch.Tensor:
+    """A neuron tensor viewing neuron storage ``st``."""
+    t = _create_empty(size, dtype)
+    _SET.redispatch(_CPU, t, st, offset, size, stride)
+    return t
+
+
+def adopt(cpu: torch.Tensor) -> torch.Tensor:
+    """A neuron tensor that takes over the memory of CPU tensor ``cpu`` (zero-copy)."""
+    return on_storage(neuron_storage(cpu.untyped_storage()), cpu.dtype, cpu.shape, cpu.stride(),
+                      cpu.storage_offset())
+
+
+def rebind(t: torch.Tensor, st: torch.UntypedStorage, size, stride, offset: int) -> None:
+    """Point neuron tensor ``t`` at storage ``st`` with new geometry (in place)."""
+    _SET.redispatch(_CPU, t, st, offset, size, stride)
+
+
+def host_alias(t: torch.Tensor) -> torch.Tensor:
+    """A CPU tensor aliasing the host memory of neuron tensor ``t`` (zero-copy)."""
+    host = t.untyped_storage()._trnsim_block.host
+    if host is None:
+        raise state.no_data_error()
+    return torch.empty(0, dtype=t.dtype).set_(host, t.storage_offset(), t.shape, t.stride())

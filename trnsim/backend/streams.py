@@ -1,0 +1,106 @@
+"""Streams and events on the simulated timeline.
+
+The device runs ops one after another whichever stream issued them (trnsim models
+one in-order queue per core), so streams order nothing beyond that; events read the
+simulated clock, and :meth:`Event.elapsed_time` is in simulated milliseconds.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from trnsim.backend import state, timeline
+
+
+class Stream:
+    """A ``neuron`` stream (``torch.cuda.Stream`` shape); ``priority`` is kept, not modelled."""
+
+    def __init__(self, device: Any = None, priority: int = 0) -> None:
+        self.device = torch.device("neuron", 0)
+        self.priority = priority
+
+    def synchronize(self) -> None:
+        timeline.sync("stream.synchronize")
+
+    def query(self) -> bool:
+        """True when the device has caught up with the host (it always has after a sync)."""
+        return state.clock.device <= state.clock.host
+
+    def wait_event(self, event: Event) -> None:
+        """Ops issued later start after ``event`` (already true on one in-order queue)."""
+
+    def wait_stream(self, other: Stream) -> None:
+        """Ops issued later start after ``other``'s (already true on one in-order queue)."""
+
+    def record_event(self, event: Event | None = None) -> Event:
+        event = event if event is not None else Event()
+        event.record(self)
+        return event
+
+    def __eq__(self, other: object) -> bool:
+        return self is other
+
+    def __hash__(self) -> int:
+        return id(self)
+
+    def __repr__(self) -> str:
+        return f"<torch.neuron.Stream device=neuron:0 priority={self.priority}>"
+
+
+_default = Stream()
+_current = [_default]
+
+
+def default_stream(device: Any = None) -> Stream:
+    return _default
+
+
+def current_stream(device: Any = None) -> Stream:
+    return _current[-1]
+
+
+class stream:
+    """Context manager that makes ``s`` the current stream."""
+
+    def __init__(self, s: Stream | None) -> None:
+        self.s = s
+
+    def __enter__(self) -> Stream | None:
+        if self.s is not None:
+            _current.append(self.s)
+        return self.s
+
+    def __exit__(self, *exc: Any) -> None:
+        if self.s is not None:
+            _current.pop()
+
+
+class Event:
+    """A point on the device timeline; ``elapsed_time`` gives simulated milliseconds."""
+
+    def __init__(self, enable_timing: bool = False, blocking: bool = False, interprocess: bool = False) -> None:
+        self.enable_timing = enable_timing
+        self.time_ps: int | None = None
+
+    def record(self, stream: Stream | None = None) -> None:
+        """Mark the time the device reaches this point of the issued work."""
+        self.time_ps = max(state.clock.device, state.clock.host)
+
+    def query(self) -> bool:
+        return self.time_ps is not None and self.time_ps <= state.clock.host
+
+    def synchronize(self) -> None:
+        timeline.sync("event.synchronize")
+
+    def wait(self, stream: Stream | None = None) -> None:
+        """Later work waits for this event (already true on one in-order queue)."""
+
+    def elapsed_time(self, end: Event) -> float:
+        """Simulated milliseconds from this event to ``end``."""
+        if not (self.enable_timing and end.enable_timing):
+            raise RuntimeError("Both events must be created with enable_timing=True to use elapsed_time")
+        if self.time_ps is None or end.time_ps is None:
+            raise RuntimeError("Both events must be recorded before calling elapsed_time")
+        return (end.time_ps - self.time_ps) / 1e9

@@ -1,0 +1,117 @@
+"""The eager timeline: simulated time of each op, memoized, on one device queue.
+
+The host issues ops; each costs the host the chip's ``runtime.op_launch_us`` and
+cannot start on the device before it is launched. The device runs ops one after
+another. ``synchronize()``, ``.item()``, ``.cpu()`` and printing make the host wait
+for the device. An op's device time comes from :mod:`trnsim.backend.costs` and is
+memoized on (op, shapes, strides, dtypes, other arguments, chip, fidelity), so a
+training loop pays the simulation once per distinct op.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from trnsim.backend import state
+
+
+@dataclass(frozen=True)
+class OpCost:
+    """Simulated device time of one op and where it came from.
+
+    ``source`` is ``"kernel"`` (a Program from trnsim.kernels was simulated; ``run`` is
+    its RunResult and ``kernel`` its name), ``"estimate"`` (bytes moved over HBM
+    bandwidth) or ``"none"`` (no device work, such as allocation).
+    """
+
+    ps: int
+    source: str
+    kernel: str = ""
+    run: Any = None
+    scale: int = 1     # the kernel's Program covered 1/scale of the op, repeated
+
+
+@dataclass(frozen=True)
+class OpRecord:
+    """One op on the eager timeline (what a profile records)."""
+
+    name: str
+    shapes: tuple
+    dtypes: tuple
+    start_ps: int
+    end_ps: int
+    cost: OpCost
+
+
+_memo: dict[tuple, OpCost] = {}
+_recorders: list[list] = []
+_LAUNCH: list[int] = []
+
+
+def _meta_key(x: Any) -> Any:
+    if isinstance(x, torch.Tensor):
+        return (tuple(x.shape), x.stride(), x.dtype, x.device.type)
+    if isinstance(x, (int, float, bool, str, type(None), torch.dtype, torch.device, torch.memory_format,
+                      torch.layout)):
+        return x
+    return type(x).__name__
+
+
+def key_of(name: str, flat: list) -> tuple:
+    return (name, state.chip().name, state.fidelity(), *map(_meta_key, flat))
+
+
+def cost_of(name: str, flat: list, out: Any) -> OpCost:
+    """The (memoized) simulated cost of op ``name`` with flattened arguments ``flat``."""
+    key = key_of(name, flat)
+    cost = _memo.get(key)
+    if cost is None:
+        from trnsim.backend import costs
+
+        cost = _memo[key] = costs.op_cost(name, flat, out)
+    return cost
+
+
+def charge(op: Any, info: Any, flat: list, out: Any) -> None:
+    """Put op ``info.name`` on the timeline."""
+    cost = cost_of(info.name, flat, out)
+    if cost.source == "none":
+        return
+    clock = state.clock
+    launch = _LAUNCH[0] if _LAUNCH else _launch_ps()
+    issued = clock.host + launch
+    start = issued if issued > clock.device else clock.device
+    clock.host = issued
+    clock.device = start + cost.ps
+    clock.ops += 1
+    if _recorders:
+        shapes = tuple(tuple(x.shape) for x in flat if isinstance(x, torch.Tensor))
+        dtypes = tuple(str(x.dtype).removeprefix("torch.") for x in flat if isinstance(x, torch.Tensor))
+        rec = OpRecord(info.name, shapes, dtypes, start, clock.device, cost)
+        for r in _recorders:
+            r.append(rec)
+
+
+def _launch_ps() -> int:
+    _LAUNCH.append(state.chip().runtime.op_launch_ps)
+    return _LAUNCH[0]
+
+
+def sync(reason: str = "synchronize") -> None:
+    """The host waits until the device has finished everything issued so far."""
+    clock = state.clock
+    if clock.device > clock.host:
+        clock.host = clock.device
+    clock.syncs += 1
+    if _recorders:
+        for r in _recorders:
+            r.append(("sync", reason, clock.host))
+
+
+def reset_caches() -> None:
+    """Forget memoized op times and the launch cost (after a chip or fidelity change)."""
+    _memo.clear()
+    _LAUNCH.clear()

@@ -1,0 +1,277 @@
+"""Elementwise kernels: unary activations, binary and scalar arithmetic, casts, AdamW.
+
+Elementwise work does not care which element sits on which partition, so every
+kernel here sees its tensors as flat (any shape, contiguous in HBM) and lays the
+first ``128 * F`` elements out as 128 partitions of F consecutive elements (the
+last ``numel % 128`` go in one extra one-partition tile). Each tile is at most
+``FREE_MAX`` columns, so a kernel issues a handful of instructions per
+[128, FREE_MAX] tile whatever the tensor's shape: one [1, 10**7] tensor uses all
+128 partitions, as a [4096, 4096] one does.
+
+- ``unary_kernel``: ``op(x * scale)`` on the scalar engine (any ``nl`` activation).
+- ``binary_kernel``: ``op(x, y)`` on the vector engine; ``y`` has ``x``'s element
+  count, or is a row [D] broadcast over the rows of ``x`` [..., D], or a column
+  [N, 1] broadcast along the rows of ``x`` [N, D].
+- ``scalar_kernel``: ``op(x, value)`` (or ``op(value, x)``) on the vector engine.
+- ``cast_kernel``: a dtype conversion through SBUF, or an HBM-to-HBM DMA when the
+  dtype stays.
+- ``fused_adamw_kernel``: one AdamW step (torch's ``_fused_adamw_``) over four tensors.
+"""
+
+import math
+
+import trnsim.nki as nki
+import trnsim.nki.isa as nisa
+import trnsim.nki.language as nl
+
+TILE_P = 128          # nl.tile_size.pmax
+FREE_MAX = 4096       # columns per tile: 16 KiB per partition in fp32
+ADAMW_FREE_MAX = 2048  # AdamW keeps about ten tiles live per step
+ENGINES = (nisa.vector_engine, nisa.scalar_engine)  # both copy and convert; alternate them
+
+
+def flat_views(t, free_max):
+    """The HBM tensor ``t`` (any shape) as a list of 2-D views: [128, <= free_max] column
+    blocks of its first ``128 * (numel // 128)`` elements laid out 128 partitions by
+    ``numel // 128``, then [1, numel % 128] for the rest. Tensors of one element count
+    give views of the same shapes, element for element."""
+    numel = math.prod(t.shape)
+    flat = t.reshape((numel,))
+    cols = numel // TILE_P
+    views = []
+    if cols:
+        main = flat[0:TILE_P * cols].reshape((TILE_P, cols))
+        views += [main[:, c0:min(c0 + free_max, cols)] for c0 in range(0, cols, free_max)]
+    if numel % TILE_P:
+        views.append(flat[TILE_P * cols:numel].reshape((1, numel % TILE_P)))
+    return views
+
+
+def _new_like(x, dtype):
+    return nl.ndarray(x.shape, dtype if dtype is not None else x.dtype, buffer=nl.shared_hbm)
+
+
+@nki.jit
+def unary_kernel(x, op="exp", scale=1.0, dtype=None):
+    """``op(x * scale)`` elementwise on the scalar engine.
+
+    Args:
+        x: any shape in HBM, any chip float dtype.
+        op: an activation function name or ``nl`` function: exp, log, sqrt, rsqrt,
+            reciprocal, tanh, sigmoid, relu, gelu, gelu_apprx_tanh, silu, square, abs,
+            softplus, sin, cos, erf, sign, identity (or copy). ``op="identity",
+            scale=-1.0`` is negation.
+        scale: multiplies ``x`` before ``op``.
+        dtype: of the result; ``x``'s by default.
+
+    Returns:
+        ``x``'s shape in HBM.
+
+    Memories: each [128, <= 4096] block is loaded into SBUF, goes through one scalar
+    engine activation into an SBUF tile of the result dtype (computed in fp32) and is
+    stored to HBM. PSUM is not used.
+    """
+    out = _new_like(x, dtype)
+    for src, dst in zip(flat_views(x, FREE_MAX), flat_views(out, FREE_MAX)):
+        tile = nl.load(src)
+        y = nisa.activation(op=op, data=tile, scale=float(scale), dtype=out.dtype)
+        nl.store(dst, value=y)
+    return out
+
+
+@nki.jit
+def binary_kernel(x, y, op="add", dtype=None):
+    """``op(x, y)`` elementwise on the vector engine (``tensor_tensor``).
+
+    Args:
+        x: any shape in HBM, any chip float dtype.
+        y: in HBM, any chip float dtype, either with ``x``'s element count (its shape
+            may differ: both are read as flat), or [D] / [1, D] broadcast over the rows
+            of ``x`` [..., D], or [N, 1] with ``x`` [N, D] (one value per row).
+        op: add, subtract, multiply, divide, maximum, minimum, power or a comparison
+            (equal, not_equal, greater, greater_equal, less, less_equal, giving 1.0 or
+            0.0), as a name or ``nl`` function.
+        dtype: of the result; ``x``'s by default.
+
+    Returns:
+        ``x``'s shape in HBM.
+
+    Memories: same-size operands: both [128, <= 4096] blocks are loaded into SBUF and
+    one vector instruction writes the result tile, stored to HBM. A broadcast row is
+    loaded once per column block and copied to all 128 partitions (one DMA); when rows
+    are shorter than 4096, each partition holds several consecutive rows of ``x``
+    and the row is repeated along the free axis to match. A column [N, 1] is loaded as
+    a [128, 1] tile per row tile and applied with ``tensor_scalar``. PSUM is not used.
+    """
+    out = _new_like(x, dtype)
+    if math.prod(y.shape) == math.prod(x.shape):
+        for a, b, dst in zip(flat_views(x, FREE_MAX), flat_views(y, FREE_MAX), flat_views(out, FREE_MAX)):
+            res = nisa.tensor_tensor(nl.load(a), nl.load(b), op=op, dtype=out.dtype)
+            nl.store(dst, value=res)
+        return out
+    d = x.shape[-1] if len(x.shape) else 1
+    if math.prod(y.shape) == d and (len(y.shape) == 1 or y.shape[0] == 1):
+        _broadcast_rows(x, y, out, op)
+        return out
+    if len(x.shape) == 2 and tuple(y.shape) == (x.shape[0], 1):
+        _broadcast_columns(x, y, out, op)
+        return out
+    raise nki.KernelError(f"binary_kernel: y {list(y.shape)} neither matches x {list(x.shape)} in size, nor is a row "
+                          f"[{d}] or a column [{x.shape[0]}, 1] to broadcast; expand it first")
+
+
+def _broadcast_rows(x, y, out, op):
+    """``op(x, y)`` with ``y`` [D] broadcast over the rows of ``x`` [R, D]."""
+    d = x.shape[-1]
+    rows = math.prod(x.shape) // d
+    x2, out2, y_row = x.reshape((rows, d)), out.reshape((rows, d)), y.reshape((1, d))
+    per_part = rows // TILE_P
+    first_row = 0
+    if per_part > 1 and d < FREE_MAX:
+        # short rows: each partition holds `per_part` consecutive rows, a block `group` of them
+        group = min(per_part, FREE_MAX // d)
+        row = nl.ndarray((1, group * d), y.dtype)
+        for g in nl.affine_range(group):
+            nisa.dma_copy(dst=row[:, g * d:(g + 1) * d], src=y_row)
+        pattern = nl.broadcast_to(row, (TILE_P, group * d))
+        xm = x2[0:TILE_P * per_part, :].reshape((TILE_P, per_part * d))
+        om = out2[0:TILE_P * per_part, :].reshape((TILE_P, per_part * d))
+        for r0 in nl.affine_range(0, per_part, group):
+            cols = slice(r0 * d, min(r0 + group, per_part) * d)
+            n = cols.stop - cols.start
+            res = nisa.tensor_tensor(nl.load(xm[:, cols]), pattern[:, 0:n], op=op, dtype=out.dtype)
+            nl.store(om[:, cols], value=res)
+        first_row = TILE_P * per_part
+    for c0 in nl.affine_range(0, d, FREE_MAX):
+        cw = min(FREE_MAX, d - c0)
+        parts = min(TILE_P, rows - first_row)
+        if parts <= 0:
+            break
+        pattern = nl.broadcast_to(nl.load(y_row[:, c0:c0 + cw]), (parts, cw))
+        for r0 in nl.affine_range(first_row, rows, TILE_P):
+            p = min(TILE_P, rows - r0)
+            res = nisa.tensor_tensor(nl.load(x2[r0:r0 + p, c0:c0 + cw]), pattern[0:p, :], op=op, dtype=out.dtype)
+            nl.store(out2[r0:r0 + p, c0:c0 + cw], value=res)
+
+
+def _broadcast_columns(x, y, out, op):
+    """``op(x, y)`` with ``y`` [N, 1] broadcast along the rows of ``x`` [N, D]."""
+    n, d = x.shape
+    for r0 in nl.affine_range(0, n, TILE_P):
+        p = min(TILE_P, n - r0)
+        column = nl.load(y[r0:r0 + p, :])
+        for c0 in nl.affine_range(0, d, FREE_MAX):
+            cw = min(FREE_MAX, d - c0)
+            res = nisa.tensor_scalar(nl.load(x[r0:r0 + p, c0:c0 + cw]), op0=op, operand0=column, dtype=out.dtype)
+            nl.store(out[r0:r0 + p, c0:c0 + cw], value=res)
+
+
+@nki.jit
+def scalar_kernel(x, op="multiply", value=1.0, reverse=False, dtype=None):
+    """``op(x, value)`` elementwise on the vector engine (``tensor_scalar``); with
+    ``reverse``, ``op(value, x)`` (``rsub``, ``rdiv``).
+
+    Args:
+        x: any shape in HBM, any chip float dtype.
+        op: an ALU operation (add, subtract, multiply, divide, maximum, minimum, power,
+            or a comparison giving 1.0 or 0.0), as a name or ``nl`` function.
+        value: the number.
+        reverse: put ``value`` first.
+        dtype: of the result; ``x``'s by default.
+
+    Returns:
+        ``x``'s shape in HBM.
+
+    Memories: each [128, <= 4096] block is loaded into SBUF, goes through one vector
+    instruction into an SBUF tile of the result dtype and is stored to HBM. PSUM is
+    not used.
+    """
+    out = _new_like(x, dtype)
+    for src, dst in zip(flat_views(x, FREE_MAX), flat_views(out, FREE_MAX)):
+        res = nisa.tensor_scalar(nl.load(src), op0=op, operand0=float(value), reverse0=bool(reverse), dtype=out.dtype)
+        nl.store(dst, value=res)
+    return out
+
+
+@nki.jit
+def cast_kernel(x, dtype):
+    """``x`` converted to ``dtype`` (round to nearest even), or copied when ``dtype`` is
+    ``x``'s.
+
+    Args:
+        x: any shape in HBM, any chip dtype.
+        dtype: of the result (an ``nl`` dtype or its name).
+
+    Returns:
+        ``x``'s shape in HBM, of ``dtype``.
+
+    Memories: a conversion loads each [128, <= 4096] block into SBUF, converts it with
+    one ``tensor_copy`` (alternately on the vector and scalar engines) and stores it.
+    A copy without conversion is one HBM-to-HBM DMA: no engine touches it. PSUM is
+    not used.
+    """
+    out = nl.ndarray(x.shape, dtype, buffer=nl.shared_hbm)
+    if out.dtype is x.dtype:
+        nisa.dma_copy(dst=out, src=x)
+        return out
+    for i, (src, dst) in enumerate(zip(flat_views(x, FREE_MAX), flat_views(out, FREE_MAX))):
+        res = nisa.tensor_copy(nl.load(src), dtype=out.dtype, engine=ENGINES[i % 2])
+        nl.store(dst, value=res)
+    return out
+
+
+@nki.jit
+def fused_adamw_kernel(param, grad, exp_avg, exp_avg_sq, lr=1e-3, beta1=0.9, beta2=0.999, eps=1e-8,
+                       weight_decay=1e-2, step=1):
+    """One AdamW step, as ``torch.optim.AdamW`` (no amsgrad, no maximize) takes it:
+
+        param *= 1 - lr * weight_decay
+        exp_avg = beta1 * exp_avg + (1 - beta1) * grad
+        exp_avg_sq = beta2 * exp_avg_sq + (1 - beta2) * grad**2
+        param -= lr / (1 - beta1**step) * exp_avg / (sqrt(exp_avg_sq / (1 - beta2**step)) + eps)
+
+    Args:
+        param, grad, exp_avg, exp_avg_sq: one shape (any) in HBM, fp32 (other chip
+            float dtypes work too; the arithmetic is fp32).
+        lr, beta1, beta2, eps, weight_decay: numbers.
+        step: the step number after this update (1 for the first), a number: the
+            bias corrections are worked out on the host.
+
+    Returns:
+        (new param, new exp_avg, new exp_avg_sq) in HBM, each of its input's dtype; an
+        in-place optimizer writes them over the inputs.
+
+    Memories: the four [128, <= 2048] blocks are loaded into SBUF; twelve instructions
+    split over the scalar engine (the scaled copies, the square and the square root)
+    and the vector engine (the sums, the division) compute the three results into
+    SBUF tiles that are stored to HBM. PSUM is not used.
+    """
+    shapes = {tuple(t.shape) for t in (param, grad, exp_avg, exp_avg_sq)}
+    if len(shapes) != 1:
+        raise nki.KernelError(f"fused_adamw_kernel: param, grad, exp_avg and exp_avg_sq must share one shape, got {sorted(shapes)}")
+    new_p, new_m, new_v = (_new_like(t, None) for t in (param, exp_avg, exp_avg_sq))
+    step_size = lr / (1.0 - beta1 ** step)
+    inv_bc2 = 1.0 / (1.0 - beta2 ** step)
+    views = [flat_views(t, ADAMW_FREE_MAX) for t in (param, grad, exp_avg, exp_avg_sq, new_p, new_m, new_v)]
+    for p_v, g_v, m_v, v_v, p_out, m_out, v_out in zip(*views):
+        p = nl.load(p_v)
+        g = nl.load(g_v)
+        m = nl.load(m_v)
+        v = nl.load(v_v)
+        f32 = nl.float32
+        g_m = nisa.activation(op="identity", data=g, scale=1.0 - beta1, dtype=f32)
+        g_v2 = nisa.activation(op=nl.square, data=g, scale=math.sqrt(1.0 - beta2), dtype=f32)
+        m_new = nisa.tensor_tensor(nisa.tensor_scalar(m, op0=nl.multiply, operand0=beta1, dtype=f32), g_m, op=nl.add,
+                                   dtype=new_m.dtype)
+        v_new = nisa.tensor_tensor(nisa.tensor_scalar(v, op0=nl.multiply, operand0=beta2, dtype=f32), g_v2, op=nl.add,
+                                   dtype=new_v.dtype)
+        nl.store(m_out, value=m_new)
+        nl.store(v_out, value=v_new)
+        denom = nisa.tensor_scalar(nisa.activation(op=nl.sqrt, data=v_new, scale=inv_bc2, dtype=f32),
+                                   op0=nl.add, operand0=float(eps))
+        update = nisa.tensor_tensor(m_new, denom, op=nl.divide, dtype=f32)
+        decayed = nisa.activation(op="identity", data=p, scale=1.0 - lr * weight_decay, dtype=f32)
+        step_t = nisa.tensor_scalar(update, op0=nl.multiply, operand0=-step_size, engine=nisa.scalar_engine)
+        p_new = nisa.tensor_tensor(decayed, step_t, op=nl.add, dtype=new_p.dtype)
+        nl.store(p_out, value=p_new)
+    return new_p, new_m, new_v

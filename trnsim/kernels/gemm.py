@@ -1,0 +1,145 @@
+"""General matmul: any K, M, N (and a batch), with partial tiles at the edges.
+
+``matmul_general`` computes ``result[M, N] = lhsT.T @ rhs`` for ``lhsT`` [K, M] and
+``rhs`` [K, N] of any sizes, or a batch of them (``lhsT`` [B, K, M], ``rhs``
+[B, K, N], either one may stay 2-D and is then shared by every batch entry). It
+is :func:`trnsim.kernels.matmul.matmul_optimized` without the divisibility rules:
+
+- outputs are made in blocks of up to 2048 x 1024 (16 M tiles of 128 by 2 N tiles
+  of 512); the last block, tile and K tile of each axis are as large as what is
+  left (a K tile of 3 rows contracts over 3 partitions);
+- K streams through in chunks of 1024 rows (512 in fp32): the chunk's [128, block]
+  tiles of both operands are loaded with one DMA each (2-4 KiB rows), and while one
+  chunk is multiplied the next one loads (loads rotate over 12 DMA queues, stores
+  use the other 4);
+- within a chunk each stationary [128, 128] tile serves both N tiles of the block
+  before the next one is loaded, and the partial sums of a chunk accumulate in
+  PSUM;
+- when N spans several blocks and all of K for one M block of lhsT takes at most
+  32 KiB per partition (a matrix-vector product, or a short K), that panel is
+  loaded once and every N block of rhs streams under it; with M at most 128 the
+  N blocks are 2048 wide;
+- a single chunk (K <= 1024) goes from PSUM straight to the output dtype; with
+  several, the first chunk's partial sums are copied into an fp32 SBUF
+  accumulator, later ones added to it (vector engine), and the last addition
+  writes the output dtype.
+"""
+
+import trnsim.nki as nki
+import trnsim.nki.isa as nisa
+import trnsim.nki.language as nl
+
+TILE_K = 128          # nl.tile_size.pmax
+TILE_M = 128          # nl.tile_size.gemm_stationary_fmax
+TILE_N = 512          # nl.tile_size.gemm_moving_fmax
+BLOCK_M = 16 * TILE_M
+BLOCK_N = 2 * TILE_N
+WIDE_BLOCK_N = 4 * TILE_N  # when M is one tile: 4 KiB rows of rhs per DMA, four PSUM banks per block
+RESIDENT_BYTES = 32 * 1024  # per partition: an lhsT panel [K, M block] this small is loaded once
+CHUNK_K_BYTES = 2048  # K rows per chunk times the operand itemsize: 1024 rows of bf16, 512 of fp32
+ENGINES = (nisa.vector_engine, nisa.scalar_engine)  # PSUM evacuation alternates between them
+
+
+def _operand(t, b, what):
+    """Batch entry ``b`` of an HBM operand [B, K, X], or the operand itself when 2-D."""
+    if len(t.shape) == 2:
+        return t
+    if len(t.shape) == 3:
+        return t[b]
+    raise nki.KernelError(f"matmul_general: {what} is {list(t.shape)}; give [K, {what[-1]}] or [batch, K, {what[-1]}]")
+
+
+@nki.jit
+def matmul_general(lhsT, rhs, dtype=None):
+    """``lhsT.T @ rhs`` for any sizes, batched when either operand is 3-D.
+
+    Args:
+        lhsT: [K, M] or [B, K, M] in HBM, the left operand transposed (contraction
+            first), any chip float dtype (fp32, bf16, fp16, fp8).
+        rhs: [K, N] or [B, K, N] in HBM, of any chip float dtype.
+        dtype: of the result; ``lhsT``'s by default (torch's matmul keeps the
+            operand dtype). Products accumulate in fp32 whatever it is.
+
+    Returns:
+        [M, N], or [B, M, N] when either operand is 3-D, in HBM. All batch entries run
+        in one Program, one after another (their loads overlap the previous entry's
+        multiplies).
+
+    Memories: per block and K chunk, the operand tiles [<= 128 K rows, block] are
+    loaded into SBUF; each [<= 128, <= 512] output tile accumulates in one PSUM bank
+    (fp32); the output block is assembled in SBUF (an fp32 accumulator [<= 128,
+    <= 1024] per M tile when K spans several chunks) and stored to HBM one
+    [<= 128, <= 1024] tile at a time.
+    """
+    batched = len(lhsT.shape) == 3 or len(rhs.shape) == 3
+    batch = max(lhsT.shape[0] if len(lhsT.shape) == 3 else 1, rhs.shape[0] if len(rhs.shape) == 3 else 1)
+    for t, what in ((lhsT, "lhsT"), (rhs, "rhs")):
+        if len(t.shape) == 3 and t.shape[0] != batch:
+            raise nki.KernelError(f"matmul_general: {what} has batch {t.shape[0]}, the other operand {batch}; "
+                                  "give both the same batch or one of them 2-D")
+    K, M = lhsT.shape[-2:]
+    K2, N = rhs.shape[-2:]
+    if K != K2:
+        raise nki.KernelError(f"matmul_general: lhsT {list(lhsT.shape)} contracts over K={K}, rhs {list(rhs.shape)} "
+                              f"over K={K2}; both put K first (lhsT is the left operand transposed)")
+    out_dtype = dtype if dtype is not None else lhsT.dtype
+    result = nl.ndarray((batch, M, N) if batched else (M, N), out_dtype, buffer=nl.shared_hbm)
+    itemsize = max(lhsT.dtype.itemsize, rhs.dtype.itemsize)
+    chunk_k = max(TILE_K, CHUNK_K_BYTES // itemsize // TILE_K * TILE_K)
+    k_tiles = [(k, min(TILE_K, K - k)) for k in range(0, K, TILE_K)]
+    block_n = WIDE_BLOCK_N if M <= TILE_M else BLOCK_N
+    # a panel kept for several N blocks saves reloading it; for one, streaming K overlaps better
+    resident = N > block_n and len(k_tiles) * min(M, BLOCK_M) * lhsT.dtype.itemsize <= RESIDENT_BYTES
+    for b in nl.affine_range(batch):
+        a, w = _operand(lhsT, b, "lhsT [K, M]"), _operand(rhs, b, "rhs [K, N]")
+        out = result[b] if batched else result
+        if resident:
+            for m0 in nl.affine_range(0, M, BLOCK_M):
+                bm = min(BLOCK_M, M - m0)
+                panel = [nl.load(a[k:k + kp, m0:m0 + bm]) for k, kp in k_tiles]
+                for n0 in nl.affine_range(0, N, block_n):
+                    _block(a, w, out, m0, bm, n0, min(block_n, N - n0), chunk_k, panel)
+        else:
+            for n0 in nl.affine_range(0, N, block_n):
+                for m0 in nl.affine_range(0, M, BLOCK_M):
+                    _block(a, w, out, m0, min(BLOCK_M, M - m0), n0, min(block_n, N - n0), chunk_k)
+    return result
+
+
+def _block(lhsT, rhs, out, m0, bm, n0, bn, chunk_k, panel=None):
+    """Output block ``out[m0:m0+bm, n0:n0+bn]``, K streamed in chunks of ``chunk_k`` rows;
+    ``panel`` holds all K tiles of ``lhsT[:, m0:m0+bm]`` when they are already in SBUF."""
+    K = lhsT.shape[0]
+    chunks = list(range(0, K, chunk_k))
+    m_tiles = list(range(0, bm, TILE_M))
+    n_tiles = [(j, min(TILE_N, bn - j)) for j in range(0, bn, TILE_N)]
+    acc = [None] * len(m_tiles)
+    evacuations = 0
+    for c, k0 in enumerate(chunks):
+        k_tiles = [(k, min(TILE_K, K - k)) for k in range(k0, min(k0 + chunk_k, K), TILE_K)]
+        rhs_tiles = [nl.load(rhs[k:k + kp, n0:n0 + bn]) for k, kp in k_tiles]
+        if panel is None:
+            lhs_tiles = [nl.load(lhsT[k:k + kp, m0:m0 + bm]) for k, kp in k_tiles]
+        else:
+            lhs_tiles = panel[k0 // TILE_K:k0 // TILE_K + len(k_tiles)]
+        for i, mt in enumerate(m_tiles):
+            mp = min(TILE_M, bm - mt)
+            parts = [nl.zeros((mp, nsz), nl.float32, buffer=nl.psum) for _, nsz in n_tiles]
+            for lhs_t, rhs_t in zip(lhs_tiles, rhs_tiles):
+                stationary = lhs_t[:, mt:mt + mp]
+                for part, (j, nsz) in zip(parts, n_tiles):
+                    part += nl.matmul(stationary, rhs_t[:, j:j + nsz], transpose_x=True)
+            last = c == len(chunks) - 1
+            target = nl.ndarray((mp, bn), out.dtype) if last else acc[i] if c else nl.ndarray((mp, bn), nl.float32)
+            for part, (j, nsz) in zip(parts, n_tiles):
+                cols = slice(j, j + nsz)
+                if c == 0:
+                    nisa.tensor_copy(dst=target[:, cols], src=part, engine=ENGINES[evacuations % 2])
+                    evacuations += 1
+                else:
+                    nisa.tensor_tensor(dst=target[:, cols], data1=acc[i][:, cols], data2=part, op=nl.add)
+            if last:
+                nl.store(out[m0 + mt:m0 + mt + mp, n0:n0 + bn], value=target)
+                acc[i] = None
+            else:
+                acc[i] = target
