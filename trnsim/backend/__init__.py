@@ -13,9 +13,10 @@ _registered = False
 def register() -> None:
     """Register the ``neuron`` device with PyTorch (idempotent)."""
     global _registered
+    import torch  # first: a first import of torch autoloads trnsim and registers
+
     if _registered:
         return
-    import torch
 
     # the same steps as torch.utils.backend_registration._setup_privateuseone_for_python_backend,
     # with the rename first so that modules below can name torch.device("neuron")
