@@ -47,6 +47,9 @@ def register() -> None:
     global _lib
     _lib = torch.library.Library("_", "IMPL")
     _lib.fallback(dispatch.fallback, "PrivateUse1")
+    global _aten_lib
+    _aten_lib = torch.library.Library("aten", "IMPL")
+    dispatch.register_overrides(_aten_lib)
     rng.install()
     hostshims.install()
     _registered = True

@@ -46,13 +46,14 @@ def estimate(nbytes: int) -> OpCost:
     return OpCost(ps=math.ceil(ns * 1000), source="estimate")
 
 
-def op_cost(name: str, flat: list, out: Any) -> OpCost:
-    """Simulated cost of op ``name`` (flattened arguments ``flat``, results ``out``)."""
+def op_cost(name: str, args: tuple, kwargs: dict, flat: list, out: Any) -> OpCost:
+    """Simulated cost of op ``name`` (arguments ``args``/``kwargs``, flattened ``flat``;
+    results ``out``)."""
     if name in NO_DEVICE_WORK:
         return OpCost(ps=0, source="none")
     from trnsim.backend import opkernels
 
-    cost = opkernels.kernel_cost(name, flat, out)
+    cost = opkernels.kernel_cost(opkernels.Call(name, args, kwargs, flat, out))
     if cost is not None:
         return cost
     return estimate(moved_bytes(flat, out))

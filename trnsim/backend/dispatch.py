@@ -101,7 +101,8 @@ def _to_host(flat: list, info: _OpInfo) -> tuple[list, dict[int, Any], torch.Ten
     return out, owners, seen
 
 
-def _compute(op, info: _OpInfo, args: tuple, kwargs: dict):
+def _compute(op, info: _OpInfo, args: tuple, kwargs: dict, host_op=None):
+    """Run ``op`` (or ``host_op``, the CPU op that does its work) on host aliases."""
     flat, spec = tree_flatten((args, kwargs))
     to_device = info.has_device and _wants_neuron(kwargs)
     if state.fidelity() == "timing":
@@ -111,11 +112,12 @@ def _compute(op, info: _OpInfo, args: tuple, kwargs: dict):
     host_flat, owners, seen = _to_host(flat, info)
     h_args, h_kwargs = tree_unflatten(host_flat, spec)
     try:
+        run = host_op if host_op is not None else op
         if info.random and (seen is not None or to_device):
             with rng.swapped_default():
-                result = op(*h_args, **h_kwargs)
+                result = run(*h_args, **h_kwargs)
         else:
-            result = op(*h_args, **h_kwargs)
+            result = run(*h_args, **h_kwargs)
     except Exception as e:
         _reraise(e, info)
     for i, name in info.mutable:
@@ -130,7 +132,7 @@ def _compute(op, info: _OpInfo, args: tuple, kwargs: dict):
     host_ids = {id(h): n for h, n in zip(host_flat, flat) if h is not n}
     keep_cpu = info.has_device and not to_device and kwargs.get("device") is not None
     out = _from_host(result, host_ids, owners, keep_cpu)
-    timeline.charge(op, info, flat, out)
+    timeline.charge(op, info, args, kwargs, flat, out)
     return out
 
 
@@ -234,7 +236,7 @@ def _copy(op, info: _OpInfo, args: tuple, kwargs: dict):
         h_dst = storage.host_alias(dst) if dst.device.type == "neuron" else dst
         h_src = storage.host_alias(src) if src.device.type == "neuron" else src
         h_dst.copy_(h_src)
-    timeline.charge(op, info, flat, dst)
+    timeline.charge(op, info, (dst, src), {}, flat, dst)
     return dst
 
 
@@ -297,6 +299,23 @@ def _no_time(op, info: _OpInfo, args: tuple, kwargs: dict):
     return op(*h_args, **h_kwargs)
 
 
+def _conv(op, info: _OpInfo, args: tuple, kwargs: dict):
+    """PyTorch routes a device's convolutions to ``convolution_overrideable``; the CPU's
+    ``convolution`` does the work."""
+    return _compute(op, info, args, kwargs, host_op=_aten.convolution.default)
+
+
+def _conv_backward(op, info: _OpInfo, args: tuple, kwargs: dict):
+    grad, x, w, stride, padding, dilation, transposed, output_padding, groups, mask = args
+
+    def host(grad, x, w, stride, padding, dilation, transposed, output_padding, groups, mask):
+        bias_sizes = [w.shape[1] * groups if transposed else w.shape[0]]
+        return _aten.convolution_backward.default(grad, x, w, bias_sizes, stride, padding, dilation, transposed,
+                                                  output_padding, groups, mask)
+
+    return _compute(op, info, args, kwargs, host_op=host)
+
+
 def _record_stream(op, info: _OpInfo, args: tuple, kwargs: dict):
     return None
 
@@ -315,6 +334,23 @@ _SPECIAL: dict[str, Callable] = {
     "aten::set_.source_Tensor": _set_storage,
     "aten::set_": _set_storage,
     "aten::record_stream": _record_stream,
+    "aten::convolution_overrideable": _conv,
+    "aten::convolution_backward_overrideable": _conv_backward,
     "aten::is_pinned": _no_time,
     "aten::is_set_to": _no_time,
 }
+
+
+# Ops with a CompositeExplicitAutograd kernel that would win over the fallback.
+_OVERRIDES = ("convolution_overrideable", "convolution_backward_overrideable")
+
+
+def register_overrides(lib: torch.library.Library) -> None:
+    """Register the fallback itself as the neuron kernel of :data:`_OVERRIDES`."""
+    for name in _OVERRIDES:
+        op = getattr(_aten, name).default
+
+        def kernel(*args, _op=op, **kwargs):
+            return fallback(_op, *args, **kwargs)
+
+        lib.impl(name, kernel, "PrivateUse1")

@@ -1,7 +1,439 @@
-"""Aten ops timed by kernels from trnsim.kernels (filled in below)."""
+"""Aten ops timed by kernels from :mod:`trnsim.kernels`.
 
-KERNEL_OPS: dict = {}
+Each entry of :data:`KERNEL_OPS` turns an op's arguments into a kernel call on
+placeholder arrays of the same shapes and dtypes (``np.broadcast_to`` of one zero:
+no memory), traces it into a Program and simulates its timing. Layout changes the
+chip would need (a transpose for ``mm``'s stationary operand, flattening leading
+dimensions) are free here: the kernel sees the operands in its own layout.
+
+Very large ops are traced on a slice and scaled: a matmul whose Program would pass
+:data:`MAX_TILES` output tiles is timed on a slab of its rows (``OpCost.scale``).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any, Callable
+
+import numpy as np
+import torch
+
+from trnsim.backend import state
+from trnsim.backend.timeline import OpCost
 
 
-def kernel_cost(name, flat, out):
-    return None
+@dataclass(frozen=True)
+class Call:
+    """One op call being costed: its name, arguments (also flattened) and results."""
+
+    name: str
+    args: tuple
+    kwargs: dict
+    flat: list
+    out: Any
+
+    def arg(self, index: int, name: str, default: Any = None) -> Any:
+        if index < len(self.args):
+            return self.args[index]
+        return self.kwargs.get(name, default)
+
+MAX_TILES = 4096      # [128 x 512] output tiles a traced matmul may have before it is sliced
+
+_NP = {torch.float32: np.float32, torch.float16: np.float16, torch.int32: np.int32, torch.int8: np.int8,
+       torch.uint8: np.uint8, torch.int16: np.int16}
+_TYPED = {torch.bfloat16: "bfloat16", torch.float8_e4m3fn: "float8_e4m3", torch.float8_e5m2: "float8_e5m2"}
+
+
+def _ph(shape, dtype: torch.dtype) -> Any:
+    """A zero-memory placeholder array standing for a tensor of ``shape`` and ``dtype``."""
+    import trnsim.nki as nki
+
+    shape = tuple(int(s) for s in shape) or (1,)
+    if dtype in _TYPED:
+        return nki.typed(np.broadcast_to(np.zeros((), np.float32), shape), _TYPED[dtype])
+    np_dtype = _NP.get(dtype)
+    if np_dtype is None:   # int64, bool, float64: timed as the chip's 32-bit or 8-bit types
+        np_dtype = np.uint8 if dtype == torch.bool else (np.float32 if dtype.is_floating_point else np.int32)
+    return np.broadcast_to(np.zeros((), np_dtype), shape)
+
+
+def _chip_dtype(dtype: torch.dtype) -> str:
+    if dtype in _TYPED:
+        return _TYPED[dtype]
+    if dtype in (torch.float16,):
+        return "float16"
+    return "float32" if dtype.is_floating_point else "int32"
+
+
+def _run(kernel: Callable, name: str, *args: Any, repeat: int = 1, **kwargs: Any) -> OpCost:
+    from trnsim.hw.core import simulate
+
+    traced = kernel.trace(*args, chip=state.chip(), **kwargs)
+    run = simulate(traced.tracer.program, None, fidelity="timing")
+    return OpCost(ps=run.total_ps * repeat, source="kernel", kernel=name, run=run, scale=repeat)
+
+
+def _tensors(flat: list) -> list[torch.Tensor]:
+    return [x for x in flat if isinstance(x, torch.Tensor)]
+
+
+# -- matmul family -----------------------------------------------------------
+
+def _matmul(b: int, m: int, k: int, n: int, dtype: torch.dtype) -> OpCost:
+    from trnsim.kernels.gemm import matmul_general
+
+    m, k, n = max(m, 1), max(k, 1), max(n, 1)
+    tiles = b * math.ceil(m / 128) * math.ceil(n / 512)
+    scale = 1
+    if tiles > MAX_TILES:      # time a slab of the batch, then of the rows, and repeat it
+        if b > 1:
+            scale = math.ceil(tiles / MAX_TILES)
+            b = max(1, b // scale)
+            scale = math.ceil((tiles // (math.ceil(m / 128) * math.ceil(n / 512))) / b)
+        else:
+            rows = max(128, (MAX_TILES // math.ceil(n / 512)) * 128)
+            scale = math.ceil(m / rows)
+            m = rows
+    lhs = (b, k, m) if b > 1 else (k, m)
+    rhs = (b, k, n) if b > 1 else (k, n)
+    out_dtype = _chip_dtype(dtype) if dtype.is_floating_point else "float32"
+    return _run(matmul_general, "matmul_general", _ph(lhs, dtype), _ph(rhs, dtype), dtype=out_dtype, repeat=scale)
+
+
+def _mm(call: Call) -> OpCost:
+    flat, out = call.flat, call.out
+    a, b = _tensors(flat)[-2:]
+    return _matmul(1, a.shape[0], a.shape[1], b.shape[1], a.dtype)
+
+
+def _bmm(call: Call) -> OpCost:
+    flat, out = call.flat, call.out
+    a, b = _tensors(flat)[-2:]
+    return _matmul(a.shape[0], a.shape[1], a.shape[2], b.shape[2], a.dtype)
+
+
+def _mv(call: Call) -> OpCost:
+    flat, out = call.flat, call.out
+    a, v = _tensors(flat)[-2:]
+    return _matmul(1, a.shape[0], a.shape[1], 1, a.dtype)
+
+
+# -- elementwise -------------------------------------------------------------
+
+_UNARY = {"exp": "exp", "log": "log", "sqrt": "sqrt", "rsqrt": "rsqrt", "reciprocal": "reciprocal",
+          "tanh": "tanh", "sigmoid": "sigmoid", "relu": "relu", "gelu": "gelu", "silu": "silu", "abs": "abs",
+          "neg": "identity", "sin": "sin", "cos": "cos", "erf": "erf", "sign": "sign", "softplus": "softplus",
+          "square": "square"}
+_BINARY = {"add": "add", "sub": "subtract", "mul": "multiply", "div": "divide", "maximum": "maximum",
+           "minimum": "minimum", "pow": "pow", "eq": "is_equal", "ne": "not_equal", "gt": "is_gt", "ge": "is_ge",
+           "lt": "is_lt", "le": "is_le", "rsub": "subtract"}
+
+
+def _base(name: str) -> str:
+    base = name.removeprefix("aten::").split(".")[0]
+    return base[:-1] if base.endswith("_") and not base.startswith("_") else base
+
+
+def _unary(call: Call) -> OpCost:
+    flat, out = call.flat, call.out
+    from trnsim.kernels.elementwise import unary_kernel
+
+    x = _tensors(flat)[0]
+    func = _UNARY[_base(call.name)]
+    return _run(unary_kernel, f"unary_kernel[{func}]", _ph(x.shape, x.dtype), op=func,
+                scale=1.0 if func != "identity" else -1.0)
+
+
+def _binary(call: Call) -> OpCost:
+    flat, out = call.flat, call.out
+    from trnsim.kernels.elementwise import binary_kernel, scalar_kernel
+
+    ts = _tensors(flat)
+    op = _BINARY[_base(call.name)]
+    x = ts[0]
+    big = [t for t in ts if t.dim() > 0]
+    if len(ts) == 1 or len(big) <= 1:
+        y = big[0] if big else x
+        return _run(scalar_kernel, f"scalar_kernel[{op}]", _ph(y.shape, y.dtype), op=op, value=1.0)
+    a, b = big[0], big[1]
+    shape = torch.broadcast_shapes(a.shape, b.shape)
+    if tuple(a.shape) == tuple(b.shape):
+        return _run(binary_kernel, f"binary_kernel[{op}]", _ph(shape, a.dtype), _ph(shape, b.dtype), op=op)
+    rows = math.prod(shape[:-1]) if len(shape) > 1 else 1
+    d = shape[-1] if shape else 1
+    small = b if b.numel() <= a.numel() else a
+    if small.numel() == d:      # a row broadcast over the rows
+        return _run(binary_kernel, f"binary_kernel[{op}]", _ph((rows, d), a.dtype), _ph((d,), small.dtype), op=op)
+    if small.numel() == rows:   # a column broadcast along the rows
+        return _run(binary_kernel, f"binary_kernel[{op}]", _ph((rows, d), a.dtype), _ph((rows, 1), small.dtype),
+                    op=op)
+    return _run(binary_kernel, f"binary_kernel[{op}]", _ph(shape, a.dtype), _ph(shape, a.dtype), op=op)
+
+
+
+
+def _cast(call: Call) -> OpCost:
+    flat, out = call.flat, call.out
+    from trnsim.kernels.elementwise import cast_kernel
+
+    if not isinstance(out, torch.Tensor):
+        return None
+    src = next((t for t in _tensors(flat) if t is not out), _tensors(flat)[0])
+    if src.device.type != "neuron" or out.device.type != "neuron":
+        return None
+    return _run(cast_kernel, "cast_kernel", _ph(out.shape, src.dtype), dtype=_chip_dtype(out.dtype))
+
+
+# -- reductions, softmax, norms --------------------------------------------
+
+def _rows_cols(x: torch.Tensor, dims: Any) -> tuple[int, int]:
+    """The op's reduction as [rows, D]: D is the product of the reduced dimensions."""
+    if dims is None or dims == [] or (isinstance(dims, (list, tuple)) and len(dims) == 0):
+        return 1, max(x.numel(), 1)
+    dims = [dims] if isinstance(dims, int) else list(dims)
+    d = math.prod(x.shape[i] for i in dims) if x.dim() else 1
+    return max(x.numel() // max(d, 1), 1), max(d, 1)
+
+
+def _reduce(call: Call) -> OpCost:
+    flat, out = call.flat, call.out
+    from trnsim.kernels.reduce import reduce_kernel
+
+    x = _tensors(flat)[0]
+    base = _base(call.name)
+    op = {"sum": "sum", "mean": "mean", "amax": "max", "amin": "min", "max": "max", "min": "min",
+          "argmax": "max", "argmin": "min", "norm": "sum", "linalg_vector_norm": "sum", "var": "mean",
+          "std": "mean", "prod": "sum", "logsumexp": "sum", "any": "max", "all": "min"}[base]
+    dims = call.arg(1, "dim")
+    if isinstance(dims, bool) or not isinstance(dims, (int, list, tuple, type(None))):
+        dims = None
+    rows, d = _rows_cols(x, dims)
+    dtype = x.dtype if x.dtype.is_floating_point else torch.float32
+    return _run(reduce_kernel, f"reduce_kernel[{op}]", _ph((rows, d), dtype), op=op)
+
+
+def _softmax(call: Call) -> OpCost:
+    flat, out = call.flat, call.out
+    from trnsim.kernels.reduce import log_softmax_kernel
+    from trnsim.kernels.softmax import softmax_kernel
+
+    x = _tensors(flat)[0]
+    dim = call.arg(1, "dim", -1)
+    rows, d = _rows_cols(x, dim % max(x.dim(), 1) if x.dim() else None)
+    kernel = log_softmax_kernel if "log" in call.name else softmax_kernel
+    return _run(kernel, kernel.__name__, _ph((rows, d), x.dtype))
+
+
+def _layer_norm(call: Call) -> OpCost:
+    flat, out = call.flat, call.out
+    from trnsim.kernels.norms import layernorm_kernel
+
+    x = _tensors(flat)[0]
+    d = math.prod(call.arg(1, "normalized_shape"))
+    return _run(layernorm_kernel, "layernorm_kernel", _ph((max(x.numel() // max(d, 1), 1), d), x.dtype),
+                _ph((d,), x.dtype), _ph((d,), x.dtype))
+
+
+def _rms_norm(call: Call) -> OpCost:
+    flat, out = call.flat, call.out
+    from trnsim.kernels.norms import rmsnorm_kernel
+
+    x = _tensors(flat)[0]
+    d = math.prod(call.arg(1, "normalized_shape"))
+    return _run(rmsnorm_kernel, "rmsnorm_kernel", _ph((max(x.numel() // max(d, 1), 1), d), x.dtype),
+                _ph((d,), x.dtype))
+
+
+def _group_norm(call: Call) -> OpCost:
+    flat, out = call.flat, call.out
+    from trnsim.kernels.norms import groupnorm_kernel
+
+    x = _tensors(flat)[0]
+    groups = call.arg(6, "group", 1)
+    if groups > 128 or x.dim() < 2:
+        return None
+    c = x.shape[1]
+    return _run(groupnorm_kernel, "groupnorm_kernel", _ph(x.shape, x.dtype), _ph((c,), x.dtype),
+                _ph((c,), x.dtype), groups=groups)
+
+
+def _attention(call: Call) -> OpCost:
+    flat, out = call.flat, call.out
+    from trnsim.kernels.attention import flash_attention_fwd
+
+    q, k, v = _tensors(flat)[:3]
+    if q.dim() < 2 or k.shape[-2] != q.shape[-2]:
+        return None
+    s, d = q.shape[-2], q.shape[-1]
+    heads = math.prod(q.shape[:-2]) if q.dim() > 2 else 1
+    if d > 128 or s % 128:
+        return None
+    causal = any(a is True for a in flat)
+    return _run(flash_attention_fwd, "flash_attention_fwd", _ph((s, d), q.dtype), _ph((s, d), k.dtype),
+                _ph((s, d), v.dtype), causal=causal, repeat=heads)
+
+
+# -- gather, conv, movement, optimizers -----------------------------------
+
+def _embedding(call: Call) -> OpCost:
+    flat, out = call.flat, call.out
+    from trnsim.kernels.gather import embedding_kernel
+
+    ts = _tensors(flat)
+    table, idx = ts[0], ts[1]
+    if table.dim() != 2:
+        return None
+    return _run(embedding_kernel, "embedding_kernel", _ph(table.shape, table.dtype),
+                _ph((max(idx.numel(), 1),), torch.int32))
+
+
+def _index_select(call: Call) -> OpCost:
+    flat, out = call.flat, call.out
+    from trnsim.kernels.gather import embedding_kernel
+
+    ts = _tensors(flat)
+    x, idx = ts[0], ts[-1]
+    dim = call.arg(1, "dim", 0)
+    if x.dim() == 0:
+        return None
+    rows = x.shape[dim]
+    d = max(x.numel() // max(rows, 1), 1)
+    return _run(embedding_kernel, "embedding_kernel", _ph((max(rows, 1), d), x.dtype),
+                _ph((max(idx.numel(), 1),), torch.int32))
+
+
+def _conv(call: Call) -> OpCost:
+    flat, out = call.flat, call.out
+    from trnsim.kernels.conv import conv2d_kernel
+
+    ts = _tensors(flat)
+    x, w = ts[0], ts[1]
+    stride, padding, dilation = call.arg(3, "stride"), call.arg(4, "padding"), call.arg(5, "dilation")
+    transposed, groups = call.arg(6, "transposed"), call.arg(8, "groups")
+    if x.dim() != 4 or w.dim() != 4 or groups != 1 or transposed or any(dd != 1 for dd in dilation):
+        return None
+    return _run(conv2d_kernel, "conv2d_kernel", _ph(x.shape, x.dtype), _ph(w.shape, w.dtype),
+                stride=tuple(stride), padding=tuple(padding))
+
+
+def _cat(call: Call) -> OpCost:
+    flat, out = call.flat, call.out
+    from trnsim.kernels.movement import concat_kernel
+
+    ts = [t for t in _tensors(flat) if t is not out and t.numel()]
+    if not ts or not isinstance(out, torch.Tensor):
+        return None
+    dim = call.arg(1, "dim", 0) % out.dim()
+    return _run(concat_kernel, "concat_kernel", *[_ph(t.shape, t.dtype) for t in ts], axis=dim)
+
+
+def _adamw(call: Call) -> OpCost:
+    flat, out = call.flat, call.out
+    from trnsim.kernels.elementwise import fused_adamw_kernel
+
+    lists = [a for a in flat if isinstance(a, torch.Tensor)]
+    params = [t for t in lists if t.is_floating_point() and t.dim() > 0]
+    n = len(params) // 4 if len(params) >= 4 else 0
+    if not n:
+        return None
+    ps = total = 0
+    for p in params[:n]:
+        c = _cost_cached(fused_adamw_kernel, "fused_adamw_kernel", p)
+        ps += c.ps
+        total += 1
+    return OpCost(ps=ps, source="kernel", kernel=f"fused_adamw_kernel x{total}")
+
+
+_adam_memo: dict = {}
+
+
+def _cost_cached(kernel, name, p: torch.Tensor) -> OpCost:
+    key = (name, tuple(p.shape), p.dtype, state.chip().name)
+    c = _adam_memo.get(key)
+    if c is None:
+        f = torch.float32
+        c = _adam_memo[key] = _run(kernel, name, _ph(p.shape, f), _ph(p.shape, f), _ph(p.shape, f),
+                                   _ph(p.shape, f))
+    return c
+
+
+def _foreach(call: Call) -> OpCost:
+    """A ``_foreach_*`` op: one elementwise kernel per tensor of the first list."""
+    flat, out = call.flat, call.out
+    from trnsim.backend.timeline import cost_of
+
+    base = _base(call.name).removeprefix("_foreach_")
+    first = call.args[0] if call.args and isinstance(call.args[0], (list, tuple)) else []
+    if not first:
+        return None
+    name = f"aten::{base}.Tensor" if base in _BINARY else f"aten::{base}"
+    if name not in KERNEL_OPS:
+        return None
+    ps = 0
+    for t in call.args[0]:
+        ps += cost_of(name, (t, 1.0) if base in _BINARY else (t,), {}, t).ps
+    return OpCost(ps=ps, source="kernel", kernel=f"{base} x{len(first)}")
+
+
+def _register() -> dict[str, Callable]:
+    table: dict[str, Callable] = {}
+    for n in ("mm", "mm.out", "addmm", "addmm.out", "addmm_", "_addmm_activation"):
+        table[f"aten::{n}"] = _mm
+    for n in ("bmm", "bmm.out", "baddbmm", "baddbmm_", "baddbmm.out"):
+        table[f"aten::{n}"] = _bmm
+    for n in ("mv", "addmv", "addmv_"):
+        table[f"aten::{n}"] = _mv
+    for u in _UNARY:
+        for n in (u, f"{u}_", f"{u}.out"):
+            table[f"aten::{n}"] = _unary
+    for b in _BINARY:
+        for ov in ("Tensor", "Scalar", "out", "Tensor_Tensor", "Tensor_Scalar"):
+            table[f"aten::{b}.{ov}"] = _binary
+            table[f"aten::{b}_.{ov}"] = _binary
+        table[f"aten::{b}"] = _binary
+    for n in ("_to_copy", "copy_", "clone", "_copy_from"):
+        table[f"aten::{n}"] = _cast
+    for r in ("sum", "mean", "amax", "amin", "argmax", "argmin", "prod", "logsumexp", "any", "all", "var", "std",
+              "linalg_vector_norm", "norm", "max", "min"):
+        for ov in ("", ".dim_IntList", ".default", ".dim", ".correction", ".out", ".IntList_out", ".dims"):
+            table[f"aten::{r}{ov}"] = _reduce
+    for n in ("_softmax", "_log_softmax", "softmax.int", "log_softmax.int", "_softmax.out", "_log_softmax.out"):
+        table[f"aten::{n}"] = _softmax
+    table["aten::native_layer_norm"] = _layer_norm
+    table["aten::_fused_rms_norm"] = _rms_norm
+    table["aten::native_group_norm"] = _group_norm
+    for n in ("_scaled_dot_product_flash_attention_for_cpu", "_scaled_dot_product_attention_math",
+              "_scaled_dot_product_fused_attention_overrideable"):
+        table[f"aten::{n}"] = _attention
+    table["aten::embedding"] = _embedding
+    table["aten::index_select"] = _index_select
+    table["aten::index_select.out"] = _index_select
+    for n in ("convolution_overrideable", "convolution", "_convolution"):
+        table[f"aten::{n}"] = _conv
+    for n in ("cat", "cat.out", "_cat"):
+        table[f"aten::{n}"] = _cat
+    for n in ("_fused_adamw_", "_fused_adamw_.tensor_lr", "_fused_adam_", "_fused_adam_.tensor_lr"):
+        table[f"aten::{n}"] = _adamw
+    for op in ("add", "sub", "mul", "div", "maximum", "minimum", "pow", "exp", "sqrt", "neg", "reciprocal", "abs",
+               "sigmoid", "tanh", "log"):
+        for ov in ("", ".List", ".Scalar", ".ScalarList", ".Tensor"):
+            table[f"aten::_foreach_{op}{ov}"] = _foreach
+            table[f"aten::_foreach_{op}_{ov}"] = _foreach
+    return table
+
+
+KERNEL_OPS: dict[str, Callable] = _register()
+
+
+def kernel_cost(call: Call) -> OpCost | None:
+    """The kernel-simulated cost of ``call``, or None where no kernel applies."""
+    fn = KERNEL_OPS.get(call.name)
+    if fn is None:
+        return None
+    from trnsim.errors import TrnSimError
+
+    try:
+        return fn(call)
+    except (TrnSimError, StopIteration, IndexError, ValueError, ZeroDivisionError, TypeError):
+        return None   # a shape the kernel does not take: the estimate times it

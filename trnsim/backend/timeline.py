@@ -10,10 +10,11 @@ training loop pays the simulation once per distinct op.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import torch
+from torch.utils._pytree import tree_flatten
 
 from trnsim.backend import state
 
@@ -30,7 +31,7 @@ class OpCost:
     ps: int
     source: str
     kernel: str = ""
-    run: Any = None
+    run: Any = field(default=None, repr=False, compare=False)
     scale: int = 1     # the kernel's Program covered 1/scale of the op, repeated
 
 
@@ -64,20 +65,22 @@ def key_of(name: str, flat: list) -> tuple:
     return (name, state.chip().name, state.fidelity(), *map(_meta_key, flat))
 
 
-def cost_of(name: str, flat: list, out: Any) -> OpCost:
-    """The (memoized) simulated cost of op ``name`` with flattened arguments ``flat``."""
+def cost_of(name: str, args: tuple, kwargs: dict, out: Any, flat: list | None = None) -> OpCost:
+    """The (memoized) simulated cost of op ``name`` called with ``args`` and ``kwargs``."""
+    if flat is None:
+        flat = tree_flatten((args, kwargs))[0]
     key = key_of(name, flat)
     cost = _memo.get(key)
     if cost is None:
         from trnsim.backend import costs
 
-        cost = _memo[key] = costs.op_cost(name, flat, out)
+        cost = _memo[key] = costs.op_cost(name, args, kwargs, flat, out)
     return cost
 
 
-def charge(op: Any, info: Any, flat: list, out: Any) -> None:
+def charge(op: Any, info: Any, args: tuple, kwargs: dict, flat: list, out: Any) -> None:
     """Put op ``info.name`` on the timeline."""
-    cost = cost_of(info.name, flat, out)
+    cost = cost_of(info.name, args, kwargs, out, flat)
     if cost.source == "none":
         return
     clock = state.clock
