@@ -25,6 +25,8 @@ __all__ = [
     "SimulationError",
     "TrnSimError",
     "load_chip",
+    "profile",
+    "set_fidelity",
     "shipped_chips",
     "simulate",
 ]
@@ -35,3 +37,17 @@ def simulate(program: Program, inputs: dict | None = None, *, fidelity: str = "t
     from trnsim.hw.core import simulate as _simulate
 
     return _simulate(program, inputs, fidelity=fidelity, trace=trace)
+
+
+def profile(path=None, *, engines: bool = True):
+    """Record the ``neuron`` device's ops; see :class:`trnsim.backend.profiler.profile`."""
+    from trnsim.backend.profiler import profile as _profile
+
+    return _profile(path, engines=engines)
+
+
+def set_fidelity(value: str) -> None:
+    """``op`` (default), ``instruction`` or ``timing`` for the ``neuron`` device."""
+    from trnsim.backend.state import set_fidelity as _set
+
+    _set(value)

@@ -64,6 +64,19 @@ def _report(args: argparse.Namespace) -> int:
     return 0
 
 
+def _coverage(args: argparse.Namespace) -> int:
+    from trnsim.backend import coverage
+
+    cov = coverage()
+    print(f"aten ops on neuron: {len(cov['kernel'])} timed by a kernel from trnsim.kernels, "
+          f"{len(cov['estimate'])} by a bandwidth estimate, {len(cov['none'])} with no device work")
+    for kind in ("kernel", "estimate", "none") if args.all else ("kernel",):
+        print(f"\n[{kind}]")
+        for name in cov[kind]:
+            print(f"  {name}")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="trnsim", description="Cycle-approximate AWS Trainium simulator")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -83,6 +96,10 @@ def build_parser() -> argparse.ArgumentParser:
     report.add_argument("trace", help="a trace written by trnsim")
     report.add_argument("--plot", metavar="PNG", help="also draw the timeline, one row per engine and DMA queue, to this image")
     report.set_defaults(func=_report)
+
+    cov = sub.add_parser("coverage", help="list the aten ops the neuron device times with a kernel or an estimate")
+    cov.add_argument("--all", action="store_true", help="also list the estimated ops and those without device work")
+    cov.set_defaults(func=_coverage)
     return parser
 
 

@@ -5,6 +5,10 @@ device cannot give, so trnsim serves ``Tensor.pin_memory()`` / ``is_pinned()`` f
 ``neuron`` itself: a pinned tensor is a copy in ordinary host memory that trnsim
 remembers as pinned (the simulated host has no pageable/pinned distinction that
 changes any time). Requests for other devices go to PyTorch's own kernels.
+
+``torch.load`` onto ``neuron`` (saved neuron tensors, or ``map_location="neuron"``)
+would ask the device for an allocator; trnsim's deserializer adopts the loaded host
+storage instead. Saved files are plain PyTorch checkpoints.
 """
 
 from __future__ import annotations
@@ -55,3 +59,25 @@ def install() -> None:
     _lib = torch.library.Library("aten", "IMPL")
     _lib.impl("_pin_memory", _pin_memory, "CPU")
     _lib.impl("is_pinned", _is_pinned, "CPU")
+    install_serialization()
+
+
+def _tag(obj) -> str | None:
+    if getattr(obj, "device", None) is not None and obj.device.type == "neuron":
+        return "neuron:0"
+    return None
+
+
+def _deserialize(obj, location: str):
+    """``torch.load`` onto ``neuron``: the loaded host storage becomes the device's memory."""
+    if not location.startswith("neuron"):
+        return None
+    from trnsim.backend import storage
+
+    if obj.device.type == "neuron":
+        return obj
+    return storage.neuron_storage(obj.untyped_storage() if hasattr(obj, "untyped_storage") else obj)
+
+
+def install_serialization() -> None:
+    torch.serialization.register_package(5, _tag, _deserialize)

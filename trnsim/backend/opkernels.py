@@ -7,7 +7,8 @@ chip would need (a transpose for ``mm``'s stationary operand, flattening leading
 dimensions) are free here: the kernel sees the operands in its own layout.
 
 Very large ops are traced on a slice and scaled: a matmul whose Program would pass
-:data:`MAX_TILES` output tiles is timed on a slab of its rows (``OpCost.scale``).
+:data:`MAX_MULTIPLIES` multiplies is timed on a slab of its batch, rows or columns and
+repeated (``OpCost.scale``).
 """
 
 from __future__ import annotations
@@ -38,7 +39,7 @@ class Call:
             return self.args[index]
         return self.kwargs.get(name, default)
 
-MAX_TILES = 4096      # [128 x 512] output tiles a traced matmul may have before it is sliced
+MAX_MULTIPLIES = 8192   # [128 x 128] x [128 x 512] multiplies a traced matmul may have before it is sliced
 
 _NP = {torch.float32: np.float32, torch.float16: np.float16, torch.int32: np.int32, torch.int8: np.int8,
        torch.uint8: np.uint8, torch.int16: np.int16}
@@ -84,17 +85,25 @@ def _matmul(b: int, m: int, k: int, n: int, dtype: torch.dtype) -> OpCost:
     from trnsim.kernels.gemm import matmul_general
 
     m, k, n = max(m, 1), max(k, 1), max(n, 1)
-    tiles = b * math.ceil(m / 128) * math.ceil(n / 512)
+    steps = math.ceil(k / 128)
     scale = 1
-    if tiles > MAX_TILES:      # time a slab of the batch, then of the rows, and repeat it
-        if b > 1:
-            scale = math.ceil(tiles / MAX_TILES)
-            b = max(1, b // scale)
-            scale = math.ceil((tiles // (math.ceil(m / 128) * math.ceil(n / 512))) / b)
-        else:
-            rows = max(128, (MAX_TILES // math.ceil(n / 512)) * 128)
-            scale = math.ceil(m / rows)
-            m = rows
+    # trace at most MAX_MULTIPLIES multiplies: slice the batch, then rows, then columns
+    for axis in ("b", "m", "n"):
+        mults = b * math.ceil(m / 128) * math.ceil(n / 512) * steps
+        if mults <= MAX_MULTIPLIES:
+            break
+        if axis == "b" and b > 1:
+            keep = max(1, b * MAX_MULTIPLIES // mults)
+            scale *= math.ceil(b / keep)
+            b = keep
+        elif axis == "m" and m > 128:
+            keep = max(128, (m * MAX_MULTIPLIES // mults) // 128 * 128)
+            scale *= math.ceil(m / keep)
+            m = keep
+        elif axis == "n" and n > 512:
+            keep = max(512, (n * MAX_MULTIPLIES // mults) // 512 * 512)
+            scale *= math.ceil(n / keep)
+            n = keep
     lhs = (b, k, m) if b > 1 else (k, m)
     rhs = (b, k, n) if b > 1 else (k, n)
     out_dtype = _chip_dtype(dtype) if dtype.is_floating_point else "float32"
@@ -388,7 +397,7 @@ def _register() -> dict[str, Callable]:
         for n in (u, f"{u}_", f"{u}.out"):
             table[f"aten::{n}"] = _unary
     for b in _BINARY:
-        for ov in ("Tensor", "Scalar", "out", "Tensor_Tensor", "Tensor_Scalar"):
+        for ov in ("Tensor", "Scalar", "out", "Tensor_out", "Scalar_out", "Tensor_Tensor", "Tensor_Scalar", "Self"):
             table[f"aten::{b}.{ov}"] = _binary
             table[f"aten::{b}_.{ov}"] = _binary
         table[f"aten::{b}"] = _binary

@@ -92,5 +92,7 @@ def host_alias(t: torch.Tensor) -> torch.Tensor:
     """A CPU tensor aliasing the host memory of neuron tensor ``t`` (zero-copy)."""
     host = t.untyped_storage()._trnsim_block.host
     if host is None:
+        if t.untyped_storage().nbytes() == 0:
+            return torch.empty_strided(t.shape, t.stride(), dtype=t.dtype)
         raise state.no_data_error()
     return torch.empty(0, dtype=t.dtype).set_(host, t.storage_offset(), t.shape, t.stride())

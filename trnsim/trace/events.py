@@ -15,6 +15,8 @@ Nanos = float
 
 # Display names and order of a NeuronCore's tracks, as a Neuron profile shows them.
 TRACK_NAMES = {
+    "ops": "PyTorch ops",
+    "host": "Host (sync points)",
     "tensor": "TensorE (matmul)",
     "tensor.load": "TensorE (load stationary)",
     "vector": "VectorE",

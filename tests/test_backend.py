@@ -1,0 +1,316 @@
+"""The ``neuron`` PyTorch device: registration, torch.neuron, HBM storage, op semantics,
+timeline, fidelities, what training scripts touch, and profiling."""
+
+import io
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+import trnsim
+from trnsim.backend import state, timeline
+
+DEV = "neuron"
+
+
+def _py(code: str, **env) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          env={**os.environ, **env}, timeout=120)
+
+
+# -- registration -------------------------------------------------------------
+
+def test_autoload_registers_the_device_on_import_torch():
+    r = _py("import sys, torch; print(torch.ones(2, device='neuron') + 1); "
+            "print(torch.accelerator.current_accelerator()); print('trnsim' in sys.modules)")
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.splitlines() == ["tensor([2., 2.], device='neuron:0')", "neuron", "True"]
+
+
+def test_autoload_can_be_turned_off_and_import_trnsim_registers():
+    r = _py("import torch; print(torch._C._get_privateuse1_backend_name()); import trnsim; "
+            "print(torch._C._get_privateuse1_backend_name(), torch.zeros(1, device='neuron').device)",
+            TORCH_DEVICE_BACKEND_AUTOLOAD="0")
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.splitlines() == ["privateuseone", "neuron neuron:0"]
+
+
+def test_autoload_does_not_load_the_simulator():
+    r = _py("import sys, torch; torch.ones(1, device='neuron'); "
+            "print(sorted(m for m in ('simpy', 'numba', 'matplotlib', 'trnsim.hw.core') if m in sys.modules))")
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip() == "[]"
+
+
+# -- torch.neuron ---------------------------------------------------------------
+
+def test_device_module_mirrors_torch_cuda():
+    n = torch.neuron
+    assert n.is_available() and n.device_count() == 1 and n.current_device() == 0
+    n.set_device(0)
+    with n.device(0):
+        pass
+    with pytest.raises(ValueError, match="neuron device index 1 does not exist"):
+        n.set_device(1)
+    assert n.is_bf16_supported() and torch.bfloat16 in n.get_amp_supported_dtype()
+    assert n.chip().name == "trn2"
+    free, total = n.mem_get_info()
+    assert total == 24 * 2**30 and free == total - n.memory_allocated()
+    s = n.Stream(priority=-1)
+    assert s.priority == -1
+    with n.stream(s):
+        assert n.current_stream() is s
+    assert n.current_stream() is n.default_stream()
+
+
+def test_memory_statistics_are_exact_and_freeing_returns_bytes():
+    base = torch.neuron.memory_allocated()
+    torch.neuron.reset_peak_memory_stats()
+    x = torch.empty(1000, 256, device=DEV)
+    assert torch.neuron.memory_allocated() == base + 1000 * 256 * 4
+    v = x[10:20].t()
+    y = x.view(-1)
+    del x
+    assert torch.neuron.memory_allocated() == base + 1000 * 256 * 4   # views keep the storage
+    del v, y
+    assert torch.neuron.memory_allocated() == base
+    assert torch.neuron.max_memory_allocated() == base + 1000 * 256 * 4
+    stats = torch.neuron.memory_stats()
+    assert stats["allocated_bytes.all.current"] == base
+
+
+def test_exceeding_hbm_raises_oom_and_the_process_stays_usable():
+    cap = torch.neuron.mem_get_info()[1]
+    with pytest.raises(torch.OutOfMemoryError, match=r"tried to allocate 32\.00 GiB .* of the 24\.00 GiB HBM"):
+        torch.empty(cap // 4 + 2**30 * 2, device=DEV)
+    big = torch.empty(2**30 // 4, device=DEV)       # 1 GiB fits afterwards
+    assert big.numel() == 2**28
+    assert torch.neuron.memory_stats()["num_ooms"] >= 1
+
+
+def test_rng_matches_cpu_after_torch_manual_seed_and_generators():
+    torch.manual_seed(7)
+    a = torch.randn(5, device=DEV)
+    torch.manual_seed(7)
+    b = torch.randn(5)
+    assert torch.equal(a.cpu(), b)
+    g = torch.Generator(device=DEV)
+    assert g.device == torch.device("neuron", 0) and isinstance(g, torch.Generator)
+    g.manual_seed(3)
+    c = torch.rand(4, device=DEV, generator=g)
+    assert torch.equal(c.cpu(), torch.rand(4, generator=torch.Generator().manual_seed(3)))
+    state_ = torch.neuron.get_rng_state()
+    d1 = F.dropout(torch.ones(64, device=DEV), 0.5)
+    torch.neuron.set_rng_state(state_)
+    d2 = F.dropout(torch.ones(64, device=DEV), 0.5)
+    assert torch.equal(d1.cpu(), d2.cpu())
+
+
+# -- op semantics -------------------------------------------------------------
+
+def test_views_inplace_out_promotion_and_edge_cases():
+    x = torch.arange(12.0).reshape(3, 4).to(DEV)
+    v = x[1:, ::2]
+    v.mul_(-1)
+    assert x.cpu()[1].tolist() == [-4.0, 5.0, -6.0, 7.0]
+    assert v.is_contiguous() is False and v.untyped_storage().data_ptr() == x.untyped_storage().data_ptr()
+    out = torch.empty(0, device=DEV)
+    torch.add(x, 1, out=out)                        # out= resized by the kernel
+    assert out.shape == (3, 4) and torch.equal(out.cpu(), x.cpu() + 1)
+    i = torch.tensor([1, 2], device=DEV)
+    assert (i + 0.5).dtype == torch.float32 and (i * 2).dtype == torch.int64
+    assert torch.tensor(3.0, device=DEV).item() == 3.0
+    e = torch.empty(0, 5, device=DEV)
+    assert e.sum(0).cpu().tolist() == [0.0] * 5
+    assert (x.t() @ x).cpu().allclose(x.cpu().t() @ x.cpu())
+    assert (x + torch.tensor(2.0)).device.type == "neuron"   # a CPU scalar may mix in
+    with pytest.raises(RuntimeError, match="Expected all tensors to be on the same device"):
+        x + torch.ones(3, 4)
+
+
+def test_conv_sdpa_embedding_and_norms_match_cpu():
+    torch.manual_seed(0)
+    xs = [torch.randn(2, 3, 9, 9), torch.randn(4, 3, 3, 3), torch.randn(2, 2, 16, 8), torch.randn(10, 6),
+          torch.randn(4, 6)]
+    def run(dev):
+        x, w, q, table, h = [t.to(dev).requires_grad_() for t in xs]
+        outs = [F.conv2d(x, w, stride=2, padding=1), F.scaled_dot_product_attention(q, q, q, is_causal=True),
+                F.embedding(torch.tensor([[1, 3], [9, 0]], device=dev), table), F.layer_norm(h, (6,)),
+                F.group_norm(x, 3), h.log_softmax(-1)]
+        sum(o.float().sum() for o in outs).backward()
+        return outs + [x.grad, w.grad, q.grad, table.grad, h.grad]
+    for a, b in zip(run(DEV), run("cpu")):
+        torch.testing.assert_close(a.cpu(), b)
+
+
+def test_save_load_roundtrip_and_cpu_only_checkpoints(tmp_path):
+    m = torch.nn.Linear(4, 3).to(DEV)
+    path = tmp_path / "ckpt.pt"
+    torch.save({"model": m.state_dict(), "x": torch.arange(3.0, device=DEV)}, path)
+    on_cpu = torch.load(path, map_location="cpu")
+    assert on_cpu["x"].device.type == "cpu" and on_cpu["x"].tolist() == [0.0, 1.0, 2.0]
+    back = torch.load(path)
+    assert back["x"].device.type == "neuron"
+    m2 = torch.nn.Linear(4, 3).to(DEV)
+    m2.load_state_dict(torch.load(path, map_location=DEV)["model"])
+    assert torch.equal(m2.weight.cpu(), m.weight.cpu())
+    r = _py(f"import torch; d = torch.load({str(path)!r}, map_location='cpu'); print(d['x'].tolist())",
+            TORCH_DEVICE_BACKEND_AUTOLOAD="0")
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip() == "[0.0, 1.0, 2.0]"
+
+
+def test_pin_memory_and_dataloader_pinning():
+    t = torch.randn(8)
+    p = t.pin_memory()
+    assert p.is_pinned() and not t.is_pinned() and torch.equal(p, t)
+    ds = torch.utils.data.TensorDataset(torch.arange(10.0))
+    batch = next(iter(torch.utils.data.DataLoader(ds, batch_size=4, pin_memory=True)))
+    assert batch[0].is_pinned()
+    assert batch[0].to(DEV, non_blocking=True).cpu().tolist() == [0.0, 1.0, 2.0, 3.0]
+
+
+def test_autocast_runs_matmuls_in_bf16_and_softmax_in_fp32():
+    m = torch.nn.Linear(8, 8).to(DEV)
+    x = torch.randn(2, 8, device=DEV)
+    with torch.autocast(DEV):
+        y = m(x)
+        z = y.softmax(-1)
+    assert y.dtype == torch.bfloat16 and z.dtype == torch.float32
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        ref = torch.nn.functional.linear(x.cpu(), m.weight.cpu(), m.bias.cpu())
+    torch.testing.assert_close(y.cpu(), ref)
+
+
+# -- timeline -------------------------------------------------------------------
+
+def test_simulated_times_are_deterministic_memoized_and_event_timed():
+    code = ("import torch; a = torch.ones(512, 512, device='neuron'); e0 = torch.neuron.Event(enable_timing=True);"
+            "e1 = torch.neuron.Event(enable_timing=True); e0.record(); b = a @ a; c = (b + 1).relu(); e1.record();"
+            "torch.neuron.synchronize(); print(e0.elapsed_time(e1), torch.neuron.clock().device)")
+    runs = {_py(code).stdout for _ in range(2)}
+    assert len(runs) == 1 and float(runs.pop().split()[0]) > 0
+    a = torch.ones(300, 200, device=DEV)
+    a @ a.t()
+    n = len(timeline._memo)
+    for _ in range(3):
+        a @ a.t()
+    assert len(timeline._memo) == n
+
+
+def test_op_launch_cost_bounds_tiny_ops():
+    torch.neuron.synchronize()
+    x = torch.ones(4, device=DEV)
+    t0 = torch.neuron.clock().host
+    for _ in range(10):
+        x = x + 1
+    launch = torch.neuron.chip().runtime.op_launch_ps
+    assert torch.neuron.clock().host - t0 == 10 * launch
+
+
+def test_coverage_lists_kernels_and_estimates():
+    cov = trnsim.backend.coverage()
+    assert "aten::mm" in cov["kernel"] and "aten::native_layer_norm" in cov["kernel"]
+    assert "aten::cumsum" in cov["estimate"] and "aten::empty_strided" in cov["none"]
+
+
+def test_cli_coverage(capsys):
+    from trnsim.cli import main
+
+    assert main(["coverage"]) == 0
+    out = capsys.readouterr().out
+    assert "kernel" in out and "aten::mm" in out
+
+
+# -- fidelity -------------------------------------------------------------------
+
+def test_timing_fidelity_keeps_no_data_but_times_a_large_model():
+    r = _py("import torch\n"
+            "with torch.device('meta'):\n"
+            "    m = torch.nn.Linear(16384, 16384)\n"
+            "m = m.to_empty(device='neuron')\n"
+            "y = m(torch.randn(8192, 16384, device='neuron'))\n"
+            "torch.neuron.synchronize(); print(y.shape, torch.neuron.memory_allocated() // 2**20)\n"
+            "try:\n    y.sum().item()\nexcept RuntimeError as e:\n    print('no values:', 'fidelity' in str(e))\n",
+            TRNSIM_FIDELITY="timing")
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.splitlines() == ["torch.Size([8192, 16384]) 2048", "no values: True"]
+
+
+def test_bad_fidelity_is_named():
+    with pytest.raises(ValueError, match="'fast' is not one of op, instruction, timing"):
+        trnsim.set_fidelity("fast")
+
+
+# -- training --------------------------------------------------------------------
+
+def _train(make, data, dev, steps=20):
+    torch.manual_seed(0)
+    model = make().to(dev)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    x, y = (t.to(dev) for t in data)
+    losses = []
+    for _ in range(steps):
+        opt.zero_grad()
+        loss = F.cross_entropy(model(x), y)
+        loss.backward()
+        opt.step()
+        losses.append(loss.item())
+    return losses
+
+
+class _Transformer(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.emb = torch.nn.Embedding(50, 32)
+        self.block = torch.nn.TransformerEncoderLayer(32, 4, 64, dropout=0.0, batch_first=True)
+        self.head = torch.nn.Linear(32, 50)
+
+    def forward(self, x):
+        return self.head(self.block(self.emb(x)).mean(1))
+
+
+@pytest.mark.parametrize("name", ["mlp", "cnn", "transformer"])
+def test_models_train_to_the_cpu_losses(name):
+    g = torch.Generator().manual_seed(1)
+    if name == "mlp":
+        make = lambda: torch.nn.Sequential(torch.nn.Linear(20, 64), torch.nn.GELU(), torch.nn.Linear(64, 5))  # noqa: E731
+        data = (torch.randn(32, 20, generator=g), torch.randint(0, 5, (32,), generator=g))
+    elif name == "cnn":
+        make = lambda: torch.nn.Sequential(torch.nn.Conv2d(3, 8, 3, padding=1), torch.nn.BatchNorm2d(8),  # noqa: E731
+                                           torch.nn.ReLU(), torch.nn.MaxPool2d(2), torch.nn.Flatten(),
+                                           torch.nn.Linear(8 * 4 * 4, 5))
+        data = (torch.randn(8, 3, 8, 8, generator=g), torch.randint(0, 5, (8,), generator=g))
+    else:
+        make = _Transformer
+        data = (torch.randint(0, 50, (4, 12), generator=g), torch.randint(0, 50, (4,), generator=g))
+    dev_losses = _train(make, data, DEV)
+    cpu_losses = _train(make, data, "cpu")
+    for a, b in zip(dev_losses, cpu_losses):
+        assert abs(a - b) <= 1e-5 * abs(b)
+    assert dev_losses[-1] < dev_losses[0]
+
+
+# -- profiling ---------------------------------------------------------------------
+
+def test_profile_records_ops_above_engine_slices(tmp_path):
+    m = torch.nn.Linear(128, 256).to(DEV)
+    x = torch.randn(128, 128, device=DEV)
+    path = tmp_path / "eager.json"
+    with trnsim.profile(path) as prof:
+        m(x).relu().sum().item()
+    rows = prof.summary()
+    assert rows[0].name == "aten::addmm.out" and rows[0].source == "kernel"
+    assert abs(sum(r.pct for r in rows) - 100) < 1e-6
+    assert "aten::addmm.out" in str(rows)
+    data = json.loads(path.read_text())
+    names = {e["args"]["name"] for e in data["traceEvents"] if e.get("name") == "thread_name"}
+    assert {"PyTorch ops", "TensorE (matmul)", "Host (sync points)"} <= names
+    ops = [e for e in data["traceEvents"] if e.get("cat") == "ops"]
+    assert ops and all("shapes" in e["args"] for e in ops)
+    assert torch.neuron.current_trace() is None
+    assert state.clock.syncs > 0

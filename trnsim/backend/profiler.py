@@ -1,0 +1,126 @@
+"""``trnsim.profile``: record the eager timeline of the ``neuron`` device.
+
+Inside ``with trnsim.profile("trace.json") as prof:`` every op the device runs is
+recorded with its name, shapes, dtypes and simulated start and end. The trace has an
+"ops" track of op slices above the engine and DMA-queue slices of each op's kernel
+Program, placed at the op's start (ops timed by an estimate have no engine slices).
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from trnsim.backend import state, timeline
+
+_active: list[profile] = []
+
+
+def current() -> profile | None:
+    """The innermost active profile, or None."""
+    return _active[-1] if _active else None
+
+
+@dataclass(frozen=True)
+class OpRow:
+    """One line of :meth:`profile.summary`: an op name and where its time went."""
+
+    name: str
+    calls: int
+    total_us: float
+    pct: float
+    source: str
+    kernel: str
+
+
+class ProfileSummary(list):
+    """Ops by total simulated time (a list of :class:`OpRow`), printed as a table."""
+
+    def __str__(self) -> str:
+        lines = [f"{'op':44} {'calls':>6} {'total us':>12} {'%':>6}  timed by"]
+        for r in self:
+            how = r.kernel if r.source == "kernel" else r.source
+            lines.append(f"{r.name:44} {r.calls:6d} {r.total_us:12.3f} {r.pct:6.1f}  {how}")
+        return "\n".join(lines)
+
+
+class profile:
+    """Record the ops run on ``neuron`` while active; write a Perfetto trace at exit.
+
+    Args:
+        path: where to write the Chrome/Perfetto JSON trace on exit (None: keep it in
+            memory; :meth:`trace` and :meth:`save` give it).
+        engines: also place each op's engine-level slices under it (default True).
+    """
+
+    def __init__(self, path: str | os.PathLike | None = None, *, engines: bool = True) -> None:
+        self.path = Path(path) if path is not None else None
+        self.engines = engines
+        self.records: list[timeline.OpRecord] = []
+        self.syncs: list[tuple[str, int]] = []
+        self._raw: list = []
+
+    def __enter__(self) -> profile:
+        timeline._recorders.append(self._raw)
+        _active.append(self)
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        timeline._recorders.remove(self._raw)
+        _active.remove(self)
+        for r in self._raw:
+            if isinstance(r, tuple):
+                self.syncs.append((r[1], r[2]))
+            else:
+                self.records.append(r)
+        if self.path is not None:
+            self.save(self.path)
+
+    @property
+    def device_ps(self) -> int:
+        """Simulated time from the first recorded op's start to the last one's end."""
+        if not self.records:
+            return 0
+        return max(r.end_ps for r in self.records) - min(r.start_ps for r in self.records)
+
+    def summary(self) -> ProfileSummary:
+        """Ops grouped by name, by total simulated device time, largest first."""
+        groups: dict[str, list[timeline.OpRecord]] = {}
+        for r in self.records:
+            groups.setdefault(r.name, []).append(r)
+        total = sum(r.end_ps - r.start_ps for r in self.records) or 1
+        rows = []
+        for name, rs in groups.items():
+            t = sum(r.end_ps - r.start_ps for r in rs)
+            rows.append(OpRow(name, len(rs), t / 1e6, 100 * t / total, rs[0].cost.source, rs[0].cost.kernel))
+        rows.sort(key=lambda r: (-r.total_us, r.name))
+        return ProfileSummary(rows)
+
+    def trace(self):
+        """The recording as a :class:`trnsim.trace.Trace`."""
+        from trnsim.trace.events import Slice, Trace, trace_from_run
+
+        tr = Trace(process=f"neuron:0 ({state.chip().name})", meta={"chip": state.chip().name, "eager": True})
+        origin = min((r.start_ps for r in self.records), default=0)
+        for r in self.records:
+            start_ns = (r.start_ps - origin) / 1000
+            args = {"shapes": [list(s) for s in r.shapes], "dtypes": list(r.dtypes), "timed_by": r.cost.source}
+            if r.cost.kernel:
+                args["kernel"] = r.cost.kernel
+            tr.slices.append(Slice("ops", r.name.removeprefix("aten::"), start_ns, (r.end_ps - r.start_ps) / 1000,
+                                   args))
+            if self.engines and r.cost.run is not None:
+                for s in trace_from_run(r.cost.run).slices:
+                    if s.start_ns * r.cost.scale <= (r.end_ps - r.start_ps) / 1000:
+                        tr.slices.append(Slice(s.track, s.name, start_ns + s.start_ns, s.dur_ns, s.args))
+        for reason, t in self.syncs:
+            tr.slices.append(Slice("host", reason, (t - origin) / 1000, 0.0, {}))
+        return tr
+
+    def save(self, path: str | os.PathLike) -> Path:
+        """Write the trace as Chrome/Perfetto JSON."""
+        from trnsim.trace.export import save
+
+        return save(self.trace(), path)
