@@ -1,0 +1,607 @@
+"""PyTorch's OpInfo database on the ``neuron`` device, checked against the CPU.
+
+Every OpInfo entry of ``op_db`` (keyed ``name`` or ``name.variant_test_name``) is run
+with the same sample inputs on the CPU and on ``neuron`` in four modes:
+
+    fp32        float32 forward
+    fp32-grad   float32 gradients of the inputs (torch.autograd.grad with a fixed
+                random cotangent), for ops with supports_autograd
+    bf16        bfloat16 forward
+    int64       int64 forward
+
+An op passes a mode when, for each of its first ``--samples`` sample inputs, both
+devices raise, or both succeed with matching outputs (``torch.testing.assert_close``
+on the tensor leaves with the OpInfo's tolerance overrides or the defaults,
+``equal_nan=True``; other leaves compared for equality; neuron outputs must be on
+``neuron``). A dtype the op does not support on the CPU is "not applicable".
+Random ops are reseeded (``torch.manual_seed(0)``, which also seeds the neuron
+generator) before each call; an op whose CPU result differs between two seeded runs is
+"nondet" and only its shapes, dtypes and exceptions are compared.
+
+Each (op, mode) runs in one of ``--workers`` worker processes with a timeout, so a
+segfault or a hang is recorded ("crash" / "timeout") and the run goes on.
+
+    python benchmarks/opinfo.py                                  # all ops, all modes
+    python benchmarks/opinfo.py --modes fp32 --ops add,mm,nn.functional.conv2d
+    python benchmarks/opinfo.py --limit 50 --samples 2
+
+The per-op check is importable (``tests/test_opinfo_slice.py`` uses it)::
+
+    sys.path.insert(0, "benchmarks"); import opinfo
+    opinfo.check_op(opinfo.find_ops(["mm"])[0], "fp32")   # -> ("pass", "")
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import json
+import math
+import os
+import sys
+import time
+import traceback
+import warnings
+
+MODES = {
+    # mode: (dtype name, gradients?)
+    "fp32": ("float32", False),
+    "fp32-grad": ("float32", True),
+    "bf16": ("bfloat16", False),
+    "int64": ("int64", False),
+}
+DEFAULT_OUT = "benchmarks/opinfo_results.json"
+DEFAULT_COVERAGE = "docs/opinfo_coverage.md"
+DEVICE = "neuron"
+
+PASS, FAIL, NA, NONDET, CRASH, TIMEOUT = "pass", "fail", "n/a", "nondet", "crash", "timeout"
+_REASON_LEN = 240
+
+
+# ----------------------------------------------------------------------------- op_db
+
+_op_db = None
+
+
+def op_db() -> list:
+    """PyTorch's OpInfo list (loaded once; also registers the neuron device)."""
+    global _op_db
+    if _op_db is None:
+        import torch  # noqa: F401  (autoload registers neuron)
+        import trnsim  # noqa: F401
+
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            from torch.testing._internal.common_methods_invocations import op_db as db
+        _op_db = list(db)
+    return _op_db
+
+
+def op_key(op) -> str:
+    return f"{op.name}.{op.variant_test_name}" if op.variant_test_name else op.name
+
+
+def find_ops(names) -> list:
+    """OpInfos whose key (``name`` or ``name.variant``) or name is in ``names``, in op_db order."""
+    names = set(names)
+    return [op for op in op_db() if op_key(op) in names or op.name in names]
+
+
+def applicable(op, mode: str) -> bool:
+    """Whether ``mode`` applies: the dtype is supported on the CPU (and, for gradients,
+    the op supports autograd in that dtype)."""
+    import torch
+
+    dtype_name, grad = MODES[mode]
+    dtype = getattr(torch, dtype_name)
+    if dtype not in op.supported_dtypes("cpu"):
+        return False
+    if grad and (not op.supports_autograd or dtype not in op.supported_backward_dtypes("cpu")):
+        return False
+    return True
+
+
+# ----------------------------------------------------------------------------- helpers
+
+
+def _first_line(e: BaseException) -> str:
+    msg = str(e).strip().splitlines()
+    line = msg[0] if msg else ""
+    return f"{type(e).__name__}: {line}"[:_REASON_LEN]
+
+
+def _tolerances(op, dtype):
+    """(atol, rtol) from the OpInfo's toleranceOverride decorators for ``dtype`` (the
+    loosest one that applies to the CPU), or None for assert_close's defaults."""
+    from torch.testing._internal.common_device_type import toleranceOverride
+    from torch.testing._internal.opinfo.core import DecorateInfo
+
+    atol = rtol = None
+    for d in op.decorators or ():
+        if isinstance(d, DecorateInfo):
+            if d.device_type not in (None, "cpu"):
+                continue
+            if d.dtypes is not None and dtype not in d.dtypes:
+                continue
+            decs = d.decorators
+        else:
+            decs = [d]
+        for dec in decs:
+            if isinstance(dec, toleranceOverride) and dtype in dec.d:
+                t = dec.d[dtype]
+                atol = t.atol if atol is None else max(atol, t.atol)
+                rtol = t.rtol if rtol is None else max(rtol, t.rtol)
+    if atol is None:
+        return None
+    return atol, rtol
+
+
+def _to_device(tree, device):
+    """``tree`` with every tensor copied to ``device`` (detached; requires_grad kept, so
+    tensors that required grad are leaves there) and CPU device arguments rewritten.
+    The same tensor twice stays the same tensor."""
+    import torch
+    from torch.utils._pytree import tree_map
+
+    memo = {}
+
+    def move(x):
+        if isinstance(x, torch.Tensor):
+            y = memo.get(id(x))
+            if y is None:
+                y = x.detach().to(device)
+                if x.requires_grad:
+                    y.requires_grad_(True)
+                memo[id(x)] = y
+            return y
+        if isinstance(x, torch.device) and x.type == "cpu":
+            return torch.device(device)
+        return x
+
+    return tree_map(move, tree)
+
+
+def _fix_device_kwargs(kwargs, device):
+    out = dict(kwargs)
+    for k in ("device",):
+        v = out.get(k)
+        if isinstance(v, str) and v.startswith("cpu"):
+            out[k] = device
+    return out
+
+
+def _call(op, inp, args, kwargs, grad: bool, output_process_fn_grad):
+    """One seeded run; returns the forward outputs, or (for ``grad``) the input gradients
+    (or the outputs when nothing differentiable came out)."""
+    import torch
+    from torch.utils._pytree import tree_leaves
+
+    torch.manual_seed(0)
+    out = op(inp, *args, **kwargs)
+    if not grad:
+        return ("out", out)
+    out = output_process_fn_grad(out)
+    inputs = [t for t in tree_leaves((inp, args, kwargs)) if isinstance(t, torch.Tensor) and t.requires_grad]
+    outs = [t for t in tree_leaves(out) if isinstance(t, torch.Tensor) and t.requires_grad]
+    if not inputs or not outs:
+        return ("out", out)
+    cots = []
+    for i, t in enumerate(outs):
+        g = torch.Generator().manual_seed(1234 + i)
+        cots.append(torch.randn(t.shape, dtype=t.dtype, generator=g).to(t.device))
+    torch.manual_seed(0)
+    grads = torch.autograd.grad(outs, inputs, cots, allow_unused=True)
+    return ("grad", list(grads))
+
+
+def _compare(expected, actual, tols, *, values=True, check_on_device=True) -> str | None:
+    """None if ``actual`` (neuron) matches ``expected`` (CPU), else a short reason."""
+    import torch
+    from torch.utils._pytree import tree_flatten
+
+    e_leaves, e_spec = tree_flatten(expected)
+    a_leaves, a_spec = tree_flatten(actual)
+    if len(e_leaves) != len(a_leaves):
+        return f"mismatch: output structure differs ({len(e_leaves)} vs {len(a_leaves)} leaves)"
+    for i, (e, a) in enumerate(zip(e_leaves, a_leaves)):
+        if isinstance(e, torch.Tensor) or isinstance(a, torch.Tensor):
+            if not (isinstance(e, torch.Tensor) and isinstance(a, torch.Tensor)):
+                return f"mismatch: output {i} is {type(a).__name__}, expected {type(e).__name__}"
+            if check_on_device and e.device.type == "cpu" and a.device.type != DEVICE:
+                return f"wrong device: output {i} on {a.device}, expected {DEVICE}"
+            if a.layout != torch.strided or e.layout != torch.strided:
+                try:
+                    a = a.to_dense()
+                    e = e.to_dense()
+                except Exception:
+                    pass
+            try:
+                a_cpu = a.detach().cpu()
+            except Exception as ex:
+                return f"copy to cpu failed: {_first_line(ex)}"
+            if not values:
+                if a_cpu.shape != e.shape or a_cpu.dtype != e.dtype:
+                    return (f"mismatch: output {i} shape/dtype {tuple(a_cpu.shape)} {a_cpu.dtype}, "
+                            f"expected {tuple(e.shape)} {e.dtype}")
+                continue
+            kw = {}
+            if tols is not None and (e.dtype.is_floating_point or e.dtype.is_complex):
+                rtol, atol = torch.testing._comparison.default_tolerances(e.dtype)
+                kw = dict(rtol=max(tols[1], rtol), atol=max(tols[0], atol))
+            try:
+                torch.testing.assert_close(a_cpu, e.detach(), equal_nan=True, check_device=False,
+                                           check_stride=False, **kw)
+            except AssertionError as ex:
+                first = str(ex).strip().splitlines()[0] if str(ex).strip() else "assert_close failed"
+                return f"mismatch: output {i}: {first}"[:_REASON_LEN]
+        elif values or not isinstance(e, float):
+            if e is None and a is None:
+                continue
+            same = e == a
+            if isinstance(e, float) and isinstance(a, float) and math.isnan(e) and math.isnan(a):
+                same = True
+            try:
+                same = bool(same)
+            except Exception:
+                same = False
+            if not same:
+                return f"mismatch: output {i}: {a!r} != {e!r}"[:_REASON_LEN]
+    if values and e_spec != a_spec:
+        return "mismatch: output structure differs"
+    return None
+
+
+def _run_safely(fn):
+    try:
+        return fn(), None
+    except Exception as e:  # an op raising is a result, not an error
+        return None, e
+
+
+# ----------------------------------------------------------------------------- check_op
+
+
+def check_op(opinfo, mode: str, samples: int = 8) -> tuple[str, str]:
+    """Run ``opinfo`` (an OpInfo, or its key) on CPU and neuron in ``mode`` for its
+    first ``samples`` sample inputs. Returns ``(status, reason)``: status is "pass",
+    "fail", "nondet" (CPU results differ between seeded runs: only shapes, dtypes and
+    exceptions compared) or "n/a" (dtype not supported on the CPU); reason is "" on a
+    pass, else the first failing sample's short reason."""
+    import torch
+
+    if isinstance(opinfo, str):
+        found = [op for op in op_db() if op_key(op) == opinfo] or find_ops([opinfo])
+        if not found:
+            raise KeyError(f"no OpInfo named {opinfo!r}")
+        opinfo = found[0]
+    op = opinfo
+    if mode not in MODES:
+        raise ValueError(f"mode {mode!r} is not one of {', '.join(MODES)}")
+    if not applicable(op, mode):
+        return NA, ""
+    dtype_name, grad = MODES[mode]
+    dtype = getattr(torch, dtype_name)
+    tols = _tolerances(op, dtype)
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        torch.manual_seed(0)
+        try:
+            sample_list = list(itertools.islice(op.sample_inputs("cpu", dtype, requires_grad=grad), samples))
+        except Exception as e:
+            return FAIL, f"sample_inputs failed on cpu: {_first_line(e)}"
+        nondet = False
+        n_run = 0
+        for si, s in enumerate(sample_list):
+            proc = getattr(s, "output_process_fn_grad", None) or (lambda x: x)
+            # move to neuron before the CPU run, in case the op writes its inputs
+            try:
+                n_inp, n_args, n_kwargs = _to_device((s.input, tuple(s.args), dict(s.kwargs)), DEVICE)
+                n_kwargs = _fix_device_kwargs(n_kwargs, DEVICE)
+            except Exception as e:
+                return FAIL, f"sample {si}: moving inputs to {DEVICE} failed: {_first_line(e)}"
+            # the CPU reference: two seeded runs (on fresh copies) to tell nondeterministic ops
+            c1_inp, c1_args, c1_kwargs = _to_device((s.input, tuple(s.args), dict(s.kwargs)), "cpu")
+            cpu1, cpu_err = _run_safely(lambda: _call(op, s.input, tuple(s.args), dict(s.kwargs), grad, proc))
+            cpu2, _ = _run_safely(lambda: _call(op, c1_inp, c1_args, c1_kwargs, grad, proc))
+            dev, dev_err = _run_safely(lambda: _call(op, n_inp, n_args, n_kwargs, grad, proc))
+            if cpu_err is not None and dev_err is not None:
+                continue  # both raise: agree
+            if cpu_err is not None:
+                return FAIL, f"sample {si}: cpu raised but {DEVICE} succeeded (cpu: {_first_line(cpu_err)})"[:_REASON_LEN]
+            if dev_err is not None:
+                return FAIL, f"sample {si}: {_first_line(dev_err)}"
+            n_run += 1
+            sample_nondet = cpu2 is None or cpu1[0] != cpu2[0] or _compare(cpu1[1], cpu2[1], tols,
+                                                                              check_on_device=False) is not None
+            if cpu1[0] != dev[0]:
+                return FAIL, f"sample {si}: mismatch: cpu computed {cpu1[0]}, {DEVICE} {dev[0]}"
+            try:
+                reason = _compare(cpu1[1], dev[1], tols, values=not sample_nondet)
+            except Exception as e:
+                reason = f"compare failed: {_first_line(e)}"
+            if reason is not None:
+                return FAIL, f"sample {si}: {reason}"[:_REASON_LEN]
+            nondet = nondet or sample_nondet
+    if nondet:
+        return NONDET, "cpu results differ between seeded runs: compared shapes/dtypes only"
+    return PASS, ""
+
+
+# ----------------------------------------------------------------------------- worker pool
+
+
+def _worker_main(conn, samples: int) -> None:
+    """A worker: load op_db, say ready, then check (index, mode) tasks until told to stop."""
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
+    try:
+        import torch
+
+        torch.set_num_threads(1)
+        db = op_db()
+    except BaseException:
+        conn.send(("import-error", traceback.format_exc()))
+        return
+    warnings.simplefilter("ignore")
+    conn.send(("ready", None))
+    while True:
+        try:
+            task = conn.recv()
+        except EOFError:
+            return
+        if task is None:
+            return
+        idx, mode = task
+        t0 = time.time()
+        try:
+            status, reason = check_op(db[idx], mode, samples)
+        except BaseException as e:
+            status, reason = FAIL, f"harness error: {_first_line(e)}"
+        conn.send(("result", (idx, mode, status, reason, time.time() - t0)))
+
+
+class _Worker:
+    def __init__(self, ctx, samples: int) -> None:
+        self.conn, child = ctx.Pipe()
+        self.proc = ctx.Process(target=_worker_main, args=(child, samples), daemon=True)
+        self.proc.start()
+        child.close()
+        self.ready = False
+        self.task = None
+        self.deadline = None
+        self.started = None
+        self.done = 0
+
+    def kill(self) -> None:
+        if self.proc.is_alive():
+            self.proc.kill()
+        self.proc.join(5)
+        self.conn.close()
+
+
+def _signal_name(code) -> str:
+    import signal
+
+    if code is not None and code < 0:
+        try:
+            return signal.Signals(-code).name
+        except ValueError:
+            pass
+    return f"exit code {code}"
+
+
+def run_pool(tasks, *, samples: int, workers: int, timeout: float, max_tasks_per_child: int = 150,
+             on_result=None, import_retries: int = 5) -> list[dict]:
+    """Check ``tasks`` ((op_db index, mode) pairs) in worker processes; returns one dict per task."""
+    import multiprocessing as mp
+    from multiprocessing.connection import wait
+
+    db = op_db()
+    ctx = mp.get_context("spawn")
+    pending = list(tasks)
+    pending.reverse()
+    results = []
+    pool = [_Worker(ctx, samples) for _ in range(min(workers, len(pending)) or 1)]
+    import_failures = 0
+
+    def record(idx, mode, status, reason, seconds):
+        r = dict(op=op_key(db[idx]), mode=mode, status=status, reason=reason, seconds=round(seconds, 3))
+        results.append(r)
+        if on_result is not None:
+            on_result(r)
+
+    def replace(i):
+        pool[i].kill()
+        pool[i] = _Worker(ctx, samples)
+
+    while pending or any(w.task is not None for w in pool):
+        for i, w in enumerate(pool):
+            if w.ready and w.task is None and pending:
+                if w.done >= max_tasks_per_child:
+                    replace(i)
+                    continue
+                w.task = pending.pop()
+                w.started = time.time()
+                w.deadline = w.started + timeout
+                w.conn.send(w.task)
+        now = time.time()
+        deadlines = [w.deadline for w in pool if w.task is not None]
+        wait_s = max(0.05, min(deadlines) - now) if deadlines else 1.0
+        ready = wait([w.conn for w in pool] + [w.proc.sentinel for w in pool], timeout=min(wait_s, 5.0))
+        for i, w in enumerate(pool):
+            msg = None
+            if w.conn in ready:
+                try:
+                    msg = w.conn.recv()
+                except (EOFError, OSError):
+                    msg = None
+            if msg is not None:
+                kind, payload = msg
+                if kind == "ready":
+                    w.ready = True
+                elif kind == "result":
+                    record(*payload)
+                    w.task = w.deadline = None
+                    w.done += 1
+                elif kind == "import-error":
+                    import_failures += 1
+                    print(f"worker failed to import (try {import_failures}):\n{payload}", file=sys.stderr)
+                    if import_failures > import_retries:
+                        raise RuntimeError("workers cannot import torch/trnsim; giving up")
+                    time.sleep(60)  # trnsim may be mid-edit: wait and try again
+                    replace(i)
+                continue
+            if not w.proc.is_alive() and (w.conn not in ready or msg is None):
+                if w.task is not None:
+                    idx, mode = w.task
+                    record(idx, mode, CRASH, f"crash: worker died ({_signal_name(w.proc.exitcode)})",
+                           time.time() - w.started)
+                replace(i)
+            elif w.task is not None and time.time() > w.deadline:
+                idx, mode = w.task
+                record(idx, mode, TIMEOUT, f"timeout: over {timeout:g} s", time.time() - w.started)
+                replace(i)
+    for w in pool:
+        try:
+            w.conn.send(None)
+        except (OSError, BrokenPipeError):
+            pass
+    for w in pool:
+        w.proc.join(5)
+        w.kill()
+    return results
+
+
+# ----------------------------------------------------------------------------- reporting
+
+
+def summarise(results: list[dict], modes) -> dict:
+    summary = {}
+    for mode in modes:
+        rs = [r for r in results if r["mode"] == mode]
+        n = {s: sum(1 for r in rs if r["status"] == s) for s in (PASS, FAIL, NA, NONDET, CRASH, TIMEOUT)}
+        appl = n[PASS] + n[NONDET] + n[FAIL] + n[CRASH] + n[TIMEOUT]
+        passed = n[PASS] + n[NONDET]
+        summary[mode] = dict(applicable=appl, passed=passed, nondet=n[NONDET], failed=appl - passed,
+                             crash=n[CRASH], timeout=n[TIMEOUT], not_applicable=n[NA],
+                             pass_rate=round(100.0 * passed / appl, 1) if appl else None,
+                             seconds=round(sum(r["seconds"] for r in rs), 1))
+    return summary
+
+
+def format_summary(summary: dict, wall: float) -> str:
+    lines = [f"{'mode':<10} {'applicable':>10} {'passed':>7} {'(nondet)':>8} {'failed':>7} {'crash':>6} "
+             f"{'timeout':>7} {'n/a':>5} {'pass %':>7} {'op-s':>8}"]
+    for mode, s in summary.items():
+        rate = f"{s['pass_rate']:.1f}" if s["pass_rate"] is not None else "-"
+        lines.append(f"{mode:<10} {s['applicable']:>10} {s['passed']:>7} {s['nondet']:>8} {s['failed']:>7} "
+                     f"{s['crash']:>6} {s['timeout']:>7} {s['not_applicable']:>5} {rate:>7} {s['seconds']:>8.1f}")
+    lines.append(f"wall time {wall:.1f} s (op-s: seconds spent in the workers per mode)")
+    return "\n".join(lines)
+
+
+def write_coverage(path: str, results: list[dict], summary: dict, meta: dict) -> None:
+    def esc(s: str) -> str:
+        return s.replace("|", "\\|").replace("\n", " ").replace("`", "'")
+
+    out = ["# OpInfo coverage of the `neuron` device", "",
+           f"Generated by `python benchmarks/opinfo.py` ({meta['samples']} samples per op, torch "
+           f"{meta['torch']}, {meta['date']}). Each op of PyTorch's OpInfo database runs on `neuron` and "
+           "on the CPU with the same sample inputs; see the script's docstring for what passes.", "",
+           "| mode | applicable | passed | of which nondet | failed | pass rate |",
+           "|---|---:|---:|---:|---:|---:|"]
+    for mode, s in summary.items():
+        rate = f"{s['pass_rate']:.1f}%" if s["pass_rate"] is not None else "-"
+        out.append(f"| {mode} | {s['applicable']} | {s['passed']} | {s['nondet']} | {s['failed']} | {rate} |")
+    for mode in summary:
+        fails = sorted((r for r in results if r["mode"] == mode and r["status"] in (FAIL, CRASH, TIMEOUT)),
+                       key=lambda r: r["op"])
+        out += ["", f"## {mode}: {len(fails)} failures", ""]
+        if not fails:
+            out.append("None.")
+            continue
+        out += ["| op | reason |", "|---|---|"]
+        out += [f"| `{r['op']}` | {esc(r['reason'])} |" for r in fails]
+    os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
+    with open(path, "w") as f:
+        f.write("\n".join(out) + "\n")
+
+
+# ----------------------------------------------------------------------------- CLI
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--modes", default=",".join(MODES), help=f"comma-separated, of {', '.join(MODES)}")
+    ap.add_argument("--ops", default=None, help="comma-separated op keys or names (default: all)")
+    ap.add_argument("--limit", type=int, default=None, help="only the first N ops")
+    ap.add_argument("--samples", type=int, default=8, help="sample inputs per op (default 8)")
+    ap.add_argument("--workers", type=int, default=2)
+    ap.add_argument("--timeout", type=float, default=60.0, help="seconds per op and mode (default 60)")
+    ap.add_argument("--out", default=DEFAULT_OUT)
+    ap.add_argument("--coverage-file", default=DEFAULT_COVERAGE)
+    args = ap.parse_args(argv)
+
+    modes = [m.strip() for m in args.modes.split(",") if m.strip()]
+    for m in modes:
+        if m not in MODES:
+            ap.error(f"unknown mode {m!r}; use {', '.join(MODES)}")
+    t0 = time.time()
+    import torch
+
+    db = op_db()
+    if args.ops:
+        names = [n.strip() for n in args.ops.split(",") if n.strip()]
+        ops = find_ops(names)
+        missing = [n for n in names if not any(op_key(o) == n or o.name == n for o in ops)]
+        if missing:
+            print(f"warning: no OpInfo for {', '.join(missing)}", file=sys.stderr)
+    else:
+        ops = list(db)
+    if args.limit is not None:
+        ops = ops[: args.limit]
+    index = {id(op): i for i, op in enumerate(db)}
+
+    results, tasks = [], []
+    for mode in modes:
+        for op in ops:
+            if applicable(op, mode):
+                tasks.append((index[id(op)], mode))
+            else:
+                results.append(dict(op=op_key(op), mode=mode, status=NA, reason="", seconds=0.0))
+    # interleave modes so a partial run covers every mode
+    tasks.sort(key=lambda t: (t[0], modes.index(t[1])))
+    print(f"{len(ops)} ops x {len(modes)} modes: {len(tasks)} applicable checks, "
+          f"{args.workers} workers, {args.samples} samples, timeout {args.timeout:g} s", flush=True)
+
+    jsonl = os.path.splitext(args.out)[0] + ".jsonl"
+    os.makedirs(os.path.dirname(jsonl) or ".", exist_ok=True)
+    count = [0]
+    with open(jsonl, "w") as log:
+        def on_result(r):
+            log.write(json.dumps(r) + "\n")
+            log.flush()
+            count[0] += 1
+            if r["status"] not in (PASS, NONDET, NA):
+                print(f"  [{count[0]}/{len(tasks)}] {r['mode']:<9} {r['op']}: {r['reason']}", flush=True)
+            elif count[0] % 100 == 0:
+                print(f"  [{count[0]}/{len(tasks)}] {time.time() - t0:.0f} s", flush=True)
+
+        results += run_pool(tasks, samples=args.samples, workers=args.workers, timeout=args.timeout,
+                            on_result=on_result)
+    wall = time.time() - t0
+    summary = summarise(results, modes)
+    meta = dict(torch=torch.__version__, samples=args.samples, workers=args.workers, timeout=args.timeout,
+                wall_s=round(wall, 1), date=time.strftime("%Y-%m-%d"), modes=modes, ops=len(ops))
+    results.sort(key=lambda r: (r["mode"], r["op"]))
+    with open(args.out, "w") as f:
+        json.dump(dict(meta=meta, summary=summary, results=results), f, indent=1)
+    if args.coverage_file:
+        write_coverage(args.coverage_file, results, summary, meta)
+    print(format_summary(summary, wall))
+    print(f"results: {args.out}" + (f", failures: {args.coverage_file}" if args.coverage_file else ""))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
