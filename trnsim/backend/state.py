@@ -4,7 +4,7 @@ HBM account and simulated clock. Nothing here loads the simulator."""
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import torch
 
@@ -69,7 +69,6 @@ class Clock:
     device: int = 0
     ops: int = 0
     syncs: int = 0
-    sync_log: list = field(default_factory=list)
 
 
 memory = MemoryAccount()
