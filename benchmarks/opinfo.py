@@ -232,8 +232,7 @@ def _compare(expected, actual, tols, *, values=True, check_on_device=True) -> st
                 torch.testing.assert_close(a_cpu, e.detach(), equal_nan=True, check_device=False,
                                            check_stride=False, **kw)
             except AssertionError as ex:
-                first = str(ex).strip().splitlines()[0] if str(ex).strip() else "assert_close failed"
-                return f"mismatch: output {i}: {first}"[:_REASON_LEN]
+                return f"mismatch: output {i}: {_assert_close_summary(ex)}"[:_REASON_LEN]
         elif values or not isinstance(e, float):
             if e is None and a is None:
                 continue
@@ -249,6 +248,27 @@ def _compare(expected, actual, tols, *, values=True, check_on_device=True) -> st
     if values and e_spec != a_spec:
         return "mismatch: output structure differs"
     return None
+
+
+def _assert_close_summary(ex: AssertionError) -> str:
+    """assert_close's message in one line: its first line, the mismatch count and the
+    greatest differences."""
+    import re
+
+    lines = [ln.strip() for ln in str(ex).strip().splitlines() if ln.strip()]
+    if not lines:
+        return "assert_close failed"
+    parts = [lines[0].rstrip("!")]
+    for ln in lines[1:]:
+        m = re.match(r"Mismatched elements: (\S+ / \S+)", ln)
+        if m:
+            parts.append(f"{m.group(1)} mismatched")
+        m = re.match(r"Greatest (absolute|relative) difference: (\S+)", ln)
+        if m:
+            parts.append(f"max {m.group(1)[:3]} diff {m.group(2)}")
+        if not ln.startswith(("Mismatched", "Greatest")) and len(parts) == 1:
+            parts.append(ln)
+    return "; ".join(parts)
 
 
 def _run_safely(fn):
@@ -290,20 +310,30 @@ def check_op(opinfo, mode: str, samples: int = 8) -> tuple[str, str]:
             sample_list = list(itertools.islice(op.sample_inputs("cpu", dtype, requires_grad=grad), samples))
         except Exception as e:
             return FAIL, f"sample_inputs failed on cpu: {_first_line(e)}"
-        nondet = False
-        n_run = 0
+        # ops that return uninitialised memory (empty, new_empty_strided, ...) are never comparable
+        nondet = "empty" in op.name
+        runs = []
         for si, s in enumerate(sample_list):
             proc = getattr(s, "output_process_fn_grad", None) or (lambda x: x)
-            # move to neuron before the CPU run, in case the op writes its inputs
+            # move to neuron before the CPU runs, in case the op writes its inputs
             try:
                 n_inp, n_args, n_kwargs = _to_device((s.input, tuple(s.args), dict(s.kwargs)), DEVICE)
                 n_kwargs = _fix_device_kwargs(n_kwargs, DEVICE)
             except Exception as e:
                 return FAIL, f"sample {si}: moving inputs to {DEVICE} failed: {_first_line(e)}"
-            # the CPU reference: two seeded runs (on fresh copies) to tell nondeterministic ops
-            c1_inp, c1_args, c1_kwargs = _to_device((s.input, tuple(s.args), dict(s.kwargs)), "cpu")
+            # the CPU reference, twice (on a fresh copy) to tell nondeterministic ops
+            c_inp, c_args, c_kwargs = _to_device((s.input, tuple(s.args), dict(s.kwargs)), "cpu")
             cpu1, cpu_err = _run_safely(lambda: _call(op, s.input, tuple(s.args), dict(s.kwargs), grad, proc))
-            cpu2, _ = _run_safely(lambda: _call(op, c1_inp, c1_args, c1_kwargs, grad, proc))
+            if cpu_err is None and not nondet:
+                cpu2, _ = _run_safely(lambda: _call(op, c_inp, c_args, c_kwargs, grad, proc))
+                try:
+                    nondet = (cpu2 is None or cpu1[0] != cpu2[0]
+                              or _compare(cpu1[1], cpu2[1], tols, check_on_device=False) is not None)
+                except Exception:
+                    nondet = True
+                del cpu2
+            runs.append((si, proc, (n_inp, n_args, n_kwargs), cpu1, cpu_err))
+        for si, proc, (n_inp, n_args, n_kwargs), cpu1, cpu_err in runs:
             dev, dev_err = _run_safely(lambda: _call(op, n_inp, n_args, n_kwargs, grad, proc))
             if cpu_err is not None and dev_err is not None:
                 continue  # both raise: agree
@@ -311,18 +341,14 @@ def check_op(opinfo, mode: str, samples: int = 8) -> tuple[str, str]:
                 return FAIL, f"sample {si}: cpu raised but {DEVICE} succeeded (cpu: {_first_line(cpu_err)})"[:_REASON_LEN]
             if dev_err is not None:
                 return FAIL, f"sample {si}: {_first_line(dev_err)}"
-            n_run += 1
-            sample_nondet = cpu2 is None or cpu1[0] != cpu2[0] or _compare(cpu1[1], cpu2[1], tols,
-                                                                              check_on_device=False) is not None
             if cpu1[0] != dev[0]:
                 return FAIL, f"sample {si}: mismatch: cpu computed {cpu1[0]}, {DEVICE} {dev[0]}"
             try:
-                reason = _compare(cpu1[1], dev[1], tols, values=not sample_nondet)
+                reason = _compare(cpu1[1], dev[1], tols, values=not nondet)
             except Exception as e:
                 reason = f"compare failed: {_first_line(e)}"
             if reason is not None:
                 return FAIL, f"sample {si}: {reason}"[:_REASON_LEN]
-            nondet = nondet or sample_nondet
     if nondet:
         return NONDET, "cpu results differ between seeded runs: compared shapes/dtypes only"
     return PASS, ""
@@ -353,11 +379,26 @@ def _worker_main(conn, samples: int) -> None:
             return
         idx, mode = task
         t0 = time.time()
+        _inject_fault(op_key(db[idx]))
         try:
             status, reason = check_op(db[idx], mode, samples)
         except BaseException as e:
             status, reason = FAIL, f"harness error: {_first_line(e)}"
         conn.send(("result", (idx, mode, status, reason, time.time() - t0)))
+
+
+def _inject_fault(key: str) -> None:
+    """Test hook: ``OPINFO_INJECT=add=crash,mm=hang`` makes a worker segfault or hang on those ops."""
+    spec = os.environ.get("OPINFO_INJECT")
+    if not spec:
+        return
+    faults = dict(item.split("=", 1) for item in spec.split(",") if "=" in item)
+    if faults.get(key) == "crash":
+        import signal
+
+        os.kill(os.getpid(), signal.SIGSEGV)
+    elif faults.get(key) == "hang":
+        time.sleep(1e6)
 
 
 class _Worker:
