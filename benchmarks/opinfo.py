@@ -136,37 +136,93 @@ def _tolerances(op, dtype):
     return atol, rtol
 
 
-def _to_device(tree, device):
-    """``tree`` with every tensor copied to ``device`` (detached; requires_grad kept, so
-    tensors that required grad are leaves there) and CPU device arguments rewritten.
-    The same tensor twice stays the same tensor."""
+def _copy_tensor(x, device, storages: dict):
+    """``x`` copied to ``device`` with its strides, storage offset and the rest of its
+    storage (``as_strided`` samples read outside the view), detached; tensors of one
+    storage stay views of one storage."""
     import torch
-    from torch.utils._pytree import tree_map
 
-    memo = {}
+    x = x.detach()
+    if x.layout != torch.strided or x.is_conj() or x.is_neg() or x.is_quantized or x.is_nested:
+        return x.to(device, copy=True)
+    st = x.untyped_storage()
+    key = (st.data_ptr(), st.nbytes(), x.dtype)
+    full = storages.get(key)
+    if full is None:
+        n = st.nbytes() // x.element_size()
+        full = torch.empty(0, dtype=x.dtype).set_(st, 0, (n,), (1,)).to(device, copy=True)
+        storages[key] = full
+    return full.as_strided(x.shape, x.stride(), x.storage_offset())
 
-    def move(x):
+
+def _to_device(tree, device, placement=None):
+    """``tree`` with every tensor copied to ``device`` (detached, strides and storage
+    kept; requires_grad kept, so tensors that required grad are leaves there) and CPU
+    device arguments rewritten. The same tensor twice stays the same tensor.
+
+    ``placement``, the same sample made by ``sample_inputs(device)``, says which tensors
+    the OpInfo leaves on the CPU (``tensor_split``'s indices) and which device arguments
+    name the device; without it every tensor goes to ``device``."""
+    import torch
+    from torch.utils._pytree import tree_flatten, tree_unflatten
+
+    leaves, spec = tree_flatten(tree)
+    where = None
+    if placement is not None:
+        p_leaves, p_spec = tree_flatten(placement)
+        if p_spec == spec and len(p_leaves) == len(leaves):
+            where = p_leaves
+    memo, storages, out = {}, {}, []
+    for i, x in enumerate(leaves):
+        p = where[i] if where is not None else None
         if isinstance(x, torch.Tensor):
-            y = memo.get(id(x))
+            dev = p.device if isinstance(p, torch.Tensor) else torch.device(device)
+            y = memo.get((id(x), dev))
             if y is None:
-                y = x.detach().to(device)
+                y = _copy_tensor(x, dev, storages.setdefault(dev, {}))
                 if x.requires_grad:
                     y.requires_grad_(True)
-                memo[id(x)] = y
-            return y
-        if isinstance(x, torch.device) and x.type == "cpu":
-            return torch.device(device)
-        return x
+                memo[(id(x), dev)] = y
+            out.append(y)
+        elif where is not None:
+            out.append(p if _is_device_like(p) and _is_device_like(x) else x)
+        elif isinstance(x, torch.device) and x.type == "cpu":
+            out.append(torch.device(device))
+        else:
+            out.append(x)
+    return tree_unflatten(out, spec)
 
-    return tree_map(move, tree)
+
+def _names_device(x) -> bool:
+    """Whether ``x`` is a neuron tensor or a device argument naming neuron."""
+    import torch
+
+    if isinstance(x, torch.Tensor):
+        return x.device.type == DEVICE
+    if _is_device_like(x):
+        return torch.device(x).type == DEVICE
+    return False
+
+
+def _is_device_like(x) -> bool:
+    import torch
+
+    if isinstance(x, torch.device):
+        return True
+    if isinstance(x, str):
+        try:
+            torch.device(x)
+            return True
+        except Exception:
+            return False
+    return False
 
 
 def _fix_device_kwargs(kwargs, device):
     out = dict(kwargs)
-    for k in ("device",):
-        v = out.get(k)
-        if isinstance(v, str) and v.startswith("cpu"):
-            out[k] = device
+    v = out.get("device")
+    if isinstance(v, str) and v.startswith("cpu"):
+        out["device"] = device
     return out
 
 
@@ -271,9 +327,9 @@ def _assert_close_summary(ex: AssertionError) -> str:
     return "; ".join(parts)
 
 
-def _run_safely(fn):
+def _run_safely(fn, *args):
     try:
-        return fn(), None
+        return fn(*args), None
     except Exception as e:  # an op raising is a result, not an error
         return None, e
 
@@ -285,9 +341,11 @@ def check_op(opinfo, mode: str, samples: int = 8) -> tuple[str, str]:
     """Run ``opinfo`` (an OpInfo, or its key) on CPU and neuron in ``mode`` for its
     first ``samples`` sample inputs. Returns ``(status, reason)``: status is "pass",
     "fail", "nondet" (CPU results differ between seeded runs: only shapes, dtypes and
-    exceptions compared) or "n/a" (dtype not supported on the CPU); reason is "" on a
-    pass, else the first failing sample's short reason."""
+    exceptions compared) or "n/a" (dtype not supported on the CPU); reason is the first
+    failing sample's short reason, "" on a pass ("vacuous: ..." when nothing was
+    compared because there were no samples or every sample raised on both devices)."""
     import torch
+    from torch.utils._pytree import tree_leaves
 
     if isinstance(opinfo, str):
         found = [op for op in op_db() if op_key(op) == opinfo] or find_ops([opinfo])
@@ -310,22 +368,30 @@ def check_op(opinfo, mode: str, samples: int = 8) -> tuple[str, str]:
             sample_list = list(itertools.islice(op.sample_inputs("cpu", dtype, requires_grad=grad), samples))
         except Exception as e:
             return FAIL, f"sample_inputs failed on cpu: {_first_line(e)}"
+        # the same samples made for the device, only to see where the OpInfo puts each tensor
+        torch.manual_seed(0)
+        try:
+            placements = list(itertools.islice(op.sample_inputs(DEVICE, dtype, requires_grad=grad), samples))
+        except Exception:
+            placements = []
         # ops that return uninitialised memory (empty, new_empty_strided, ...) are never comparable
         nondet = "empty" in op.name
         runs = []
         for si, s in enumerate(sample_list):
             proc = getattr(s, "output_process_fn_grad", None) or (lambda x: x)
             # move to neuron before the CPU runs, in case the op writes its inputs
+            p = placements[si] if si < len(placements) else None
+            p = (p.input, tuple(p.args), dict(p.kwargs)) if p is not None else None
             try:
-                n_inp, n_args, n_kwargs = _to_device((s.input, tuple(s.args), dict(s.kwargs)), DEVICE)
+                n_inp, n_args, n_kwargs = _to_device((s.input, tuple(s.args), dict(s.kwargs)), DEVICE, p)
                 n_kwargs = _fix_device_kwargs(n_kwargs, DEVICE)
             except Exception as e:
                 return FAIL, f"sample {si}: moving inputs to {DEVICE} failed: {_first_line(e)}"
             # the CPU reference, twice (on a fresh copy) to tell nondeterministic ops
             c_inp, c_args, c_kwargs = _to_device((s.input, tuple(s.args), dict(s.kwargs)), "cpu")
-            cpu1, cpu_err = _run_safely(lambda: _call(op, s.input, tuple(s.args), dict(s.kwargs), grad, proc))
+            cpu1, cpu_err = _run_safely(_call, op, s.input, tuple(s.args), dict(s.kwargs), grad, proc)
             if cpu_err is None and not nondet:
-                cpu2, _ = _run_safely(lambda: _call(op, c_inp, c_args, c_kwargs, grad, proc))
+                cpu2, _ = _run_safely(_call, op, c_inp, c_args, c_kwargs, grad, proc)
                 try:
                     nondet = (cpu2 is None or cpu1[0] != cpu2[0]
                               or _compare(cpu1[1], cpu2[1], tols, check_on_device=False) is not None)
@@ -333,24 +399,33 @@ def check_op(opinfo, mode: str, samples: int = 8) -> tuple[str, str]:
                     nondet = True
                 del cpu2
             runs.append((si, proc, (n_inp, n_args, n_kwargs), cpu1, cpu_err))
+        compared = 0
         for si, proc, (n_inp, n_args, n_kwargs), cpu1, cpu_err in runs:
-            dev, dev_err = _run_safely(lambda: _call(op, n_inp, n_args, n_kwargs, grad, proc))
+            dev, dev_err = _run_safely(_call, op, n_inp, n_args, n_kwargs, grad, proc)
             if cpu_err is not None and dev_err is not None:
                 continue  # both raise: agree
+            compared += 1
             if cpu_err is not None:
                 return FAIL, f"sample {si}: cpu raised but {DEVICE} succeeded (cpu: {_first_line(cpu_err)})"[:_REASON_LEN]
             if dev_err is not None:
                 return FAIL, f"sample {si}: {_first_line(dev_err)}"
             if cpu1[0] != dev[0]:
                 return FAIL, f"sample {si}: mismatch: cpu computed {cpu1[0]}, {DEVICE} {dev[0]}"
+            # outputs belong on the device when a neuron tensor or device argument went in
+            # (a factory call with neither, like arange(2), rightly makes a CPU tensor)
+            on_device = any(_names_device(x) for x in tree_leaves((n_inp, n_args, n_kwargs)))
             try:
-                reason = _compare(cpu1[1], dev[1], tols, values=not nondet)
+                reason = _compare(cpu1[1], dev[1], tols, values=not nondet, check_on_device=on_device)
             except Exception as e:
                 reason = f"compare failed: {_first_line(e)}"
             if reason is not None:
                 return FAIL, f"sample {si}: {reason}"[:_REASON_LEN]
     if nondet:
         return NONDET, "cpu results differ between seeded runs: compared shapes/dtypes only"
+    if not sample_list:
+        return PASS, "vacuous: no sample inputs"
+    if not compared:
+        return PASS, "vacuous: every sample raised on both devices"
     return PASS, ""
 
 
@@ -523,7 +598,9 @@ def summarise(results: list[dict], modes) -> dict:
         n = {s: sum(1 for r in rs if r["status"] == s) for s in (PASS, FAIL, NA, NONDET, CRASH, TIMEOUT)}
         appl = n[PASS] + n[NONDET] + n[FAIL] + n[CRASH] + n[TIMEOUT]
         passed = n[PASS] + n[NONDET]
-        summary[mode] = dict(applicable=appl, passed=passed, nondet=n[NONDET], failed=appl - passed,
+        vacuous = sum(1 for r in rs if r["status"] == PASS and r["reason"].startswith("vacuous"))
+        summary[mode] = dict(applicable=appl, passed=passed, nondet=n[NONDET], vacuous=vacuous,
+                             failed=appl - passed,
                              crash=n[CRASH], timeout=n[TIMEOUT], not_applicable=n[NA],
                              pass_rate=round(100.0 * passed / appl, 1) if appl else None,
                              seconds=round(sum(r["seconds"] for r in rs), 1))
@@ -531,13 +608,15 @@ def summarise(results: list[dict], modes) -> dict:
 
 
 def format_summary(summary: dict, wall: float) -> str:
-    lines = [f"{'mode':<10} {'applicable':>10} {'passed':>7} {'(nondet)':>8} {'failed':>7} {'crash':>6} "
-             f"{'timeout':>7} {'n/a':>5} {'pass %':>7} {'op-s':>8}"]
+    lines = [f"{'mode':<10} {'applicable':>10} {'passed':>7} {'(nondet)':>8} {'(vacuous)':>9} {'failed':>7} "
+             f"{'crash':>6} {'timeout':>7} {'n/a':>5} {'pass %':>7} {'op-s':>8}"]
     for mode, s in summary.items():
         rate = f"{s['pass_rate']:.1f}" if s["pass_rate"] is not None else "-"
-        lines.append(f"{mode:<10} {s['applicable']:>10} {s['passed']:>7} {s['nondet']:>8} {s['failed']:>7} "
-                     f"{s['crash']:>6} {s['timeout']:>7} {s['not_applicable']:>5} {rate:>7} {s['seconds']:>8.1f}")
-    lines.append(f"wall time {wall:.1f} s (op-s: seconds spent in the workers per mode)")
+        lines.append(f"{mode:<10} {s['applicable']:>10} {s['passed']:>7} {s['nondet']:>8} {s['vacuous']:>9} "
+                     f"{s['failed']:>7} {s['crash']:>6} {s['timeout']:>7} {s['not_applicable']:>5} {rate:>7} "
+                     f"{s['seconds']:>8.1f}")
+    lines.append(f"wall time {wall:.1f} s (op-s: seconds spent in the workers per mode; passed counts nondet "
+                 "ops, whose values cannot be compared, and vacuous ones, where every sample raised on both)")
     return "\n".join(lines)
 
 
@@ -549,11 +628,22 @@ def write_coverage(path: str, results: list[dict], summary: dict, meta: dict) ->
            f"Generated by `python benchmarks/opinfo.py` ({meta['samples']} samples per op, torch "
            f"{meta['torch']}, {meta['date']}). Each op of PyTorch's OpInfo database runs on `neuron` and "
            "on the CPU with the same sample inputs; see the script's docstring for what passes.", "",
-           "| mode | applicable | passed | of which nondet | failed | pass rate |",
-           "|---|---:|---:|---:|---:|---:|"]
+           "| mode | applicable | passed | of which nondet | of which vacuous | failed | pass rate |",
+           "|---|---:|---:|---:|---:|---:|---:|"]
     for mode, s in summary.items():
         rate = f"{s['pass_rate']:.1f}%" if s["pass_rate"] is not None else "-"
-        out.append(f"| {mode} | {s['applicable']} | {s['passed']} | {s['nondet']} | {s['failed']} | {rate} |")
+        out.append(f"| {mode} | {s['applicable']} | {s['passed']} | {s['nondet']} | {s['vacuous']} | "
+                   f"{s['failed']} | {rate} |")
+    out += ["", "nondet: the CPU result differs between two seeded runs (uninitialised memory), so only "
+            "shapes, dtypes and exceptions are compared. vacuous: every sample raised on both devices.", ""]
+    for mode in summary:
+        nd = sorted(r["op"] for r in results if r["mode"] == mode and r["status"] == NONDET)
+        vac = sorted(r["op"] for r in results if r["mode"] == mode and r["status"] == PASS
+                     and r["reason"].startswith("vacuous"))
+        if nd:
+            out.append(f"- {mode} nondet: " + ", ".join(f"`{o}`" for o in nd))
+        if vac:
+            out.append(f"- {mode} vacuous: " + ", ".join(f"`{o}`" for o in vac))
     for mode in summary:
         fails = sorted((r for r in results if r["mode"] == mode and r["status"] in (FAIL, CRASH, TIMEOUT)),
                        key=lambda r: r["op"])
@@ -637,6 +727,7 @@ def main(argv=None) -> int:
     results.sort(key=lambda r: (r["mode"], r["op"]))
     with open(args.out, "w") as f:
         json.dump(dict(meta=meta, summary=summary, results=results), f, indent=1)
+    os.remove(jsonl)  # the progress log, kept only if the run dies before this point
     if args.coverage_file:
         write_coverage(args.coverage_file, results, summary, meta)
     print(format_summary(summary, wall))
