@@ -20,12 +20,13 @@ from __future__ import annotations
 from typing import Any, Callable
 
 import torch
-from torch.utils._pytree import tree_flatten, tree_unflatten
+from torch.utils._pytree import tree_flatten
 
 from trnsim.backend import rng, state, storage, timeline
 
 _CPU_KS = storage._CPU
 _CPU = torch.device("cpu")
+_STRIDED = torch.strided
 _aten = torch.ops.aten
 
 # Ops whose tensor arguments may sit on the CPU beside neuron tensors, as on CUDA.
@@ -36,16 +37,19 @@ _MIXED_OK = {"aten::index.Tensor", "aten::index_put_", "aten::index_put", "aten:
 class _OpInfo:
     """What the fallback needs to know about one op overload, worked out once."""
 
-    __slots__ = ("name", "kind", "mutable", "has_device", "random")
+    __slots__ = ("name", "kind", "mutable", "mutable_pos", "mutable_names", "has_device", "random", "special")
 
     def __init__(self, op: torch._ops.OpOverload) -> None:
         schema = op._schema
         self.name = f"{schema.name}.{schema.overload_name}" if schema.overload_name else schema.name
         self.mutable = tuple((i, a.name) for i, a in enumerate(schema.arguments)
                              if a.alias_info is not None and a.alias_info.is_write)
+        self.mutable_pos = frozenset(i for i, _ in self.mutable)
+        self.mutable_names = frozenset(n for _, n in self.mutable)
         self.has_device = any(a.name == "device" for a in schema.arguments)
         self.kind = "view" if op.is_view and not self.mutable else "compute"
         self.random = torch.Tag.nondeterministic_seeded in op.tags
+        self.special = _SPECIAL.get(self.name)
 
 
 _infos: dict[Any, _OpInfo] = {}
@@ -63,57 +67,93 @@ def _is_neuron(x: Any) -> bool:
 
 
 def fallback(op, *args, **kwargs):
+    if _direct_lib is None:
+        _register_direct()
     info = _infos.get(op) or _info(op)
-    special = _SPECIAL.get(info.name)
-    if special is not None:
-        return special(op, info, args, kwargs)
+    if info.special is not None:
+        return info.special(op, info, args, kwargs)
     if info.kind == "view":
         return op.redispatch(_CPU_KS, *args, **kwargs)
     return _compute(op, info, args, kwargs)
 
 
-def _to_host(flat: list, info: _OpInfo) -> tuple[list, dict[int, Any], torch.Tensor | None]:
-    """Replace neuron tensors in ``flat`` by CPU aliases; also return which host storage
-    pointer belongs to which neuron storage, and one neuron tensor seen (None if none)."""
-    owners: dict[int, Any] = {}
-    seen = None
-    cpu_dense = None
-    out = flat[:]
-    for i, x in enumerate(flat):
+class _Host:
+    """An op's arguments with every neuron tensor replaced by a zero-copy CPU alias.
+
+    ``flat`` lists the original arguments' leaves (tensors, scalars, list items) in
+    order; ``back`` maps each alias's id to its neuron tensor, ``owners`` each host
+    storage pointer to its neuron storage; ``seen`` is one neuron tensor met (or None).
+    Aten schemas nest at most one level (``Tensor[]``, ``Tensor?[]``), so no pytree.
+    """
+
+    __slots__ = ("args", "kwargs", "flat", "back", "owners", "seen", "cpu_dense")
+
+    def __init__(self, info: _OpInfo, args: tuple, kwargs: dict) -> None:
+        self.flat: list = []
+        self.back: dict[int, torch.Tensor] = {}
+        self.owners: dict[int, Any] = {}
+        self.seen = None
+        self.cpu_dense = None
+        mpos = info.mutable_pos
+        self.args = [self._leaf(x, i in mpos, info) for i, x in enumerate(args)]
+        if kwargs:
+            mnames = info.mutable_names
+            self.kwargs = {k: self._leaf(v, k in mnames, info) for k, v in kwargs.items()}
+        else:
+            self.kwargs = kwargs
+        if self.seen is not None and self.cpu_dense is not None and info.name not in _MIXED_OK:
+            raise RuntimeError(
+                "Expected all tensors to be on the same device, but found at least two devices, neuron:0 and cpu! "
+                f"(when calling {info.name}); move the CPU tensor with .to('neuron')")
+
+    def _leaf(self, x: Any, mutable: bool, info: _OpInfo) -> Any:
         if isinstance(x, torch.Tensor):
-            if x.device.type == "neuron":
-                seen = x
-                a = storage.host_alias(x)
-                out[i] = a
-                st = x.untyped_storage()
-                if st.nbytes():
-                    owners[a.untyped_storage().data_ptr()] = st
-            elif x.device.type == "cpu" and x.dim() > 0 and not x.is_sparse:
-                cpu_dense = x
-            elif x.device.type == "meta":
-                raise NotImplementedError(f"{info.name}: cannot mix neuron and meta tensors")
-        elif isinstance(x, torch.device) and x.type == "neuron":
-            out[i] = _CPU
-    if seen is not None and cpu_dense is not None and info.name not in _MIXED_OK:
-        raise RuntimeError(
-            f"Expected all tensors to be on the same device, but found at least two devices, neuron:0 and cpu! "
-            f"(when calling {info.name}); move the CPU tensor with .to('neuron')")
-    return out, owners, seen
+            return self._tensor(x, mutable, info)
+        if isinstance(x, (list, tuple)):
+            return type(x)(self._leaf_item(y, mutable, info) for y in x)
+        self.flat.append(x)
+        if isinstance(x, torch.device) and x.type == "neuron":
+            return _CPU
+        return x
+
+    def _leaf_item(self, x: Any, mutable: bool, info: _OpInfo) -> Any:
+        if isinstance(x, torch.Tensor):
+            return self._tensor(x, mutable, info)
+        self.flat.append(x)
+        return x
+
+    def _tensor(self, x: torch.Tensor, mutable: bool, info: _OpInfo) -> torch.Tensor:
+        self.flat.append(x)
+        if x.is_cpu:
+            if x.dim() > 0 and not x.is_sparse:
+                self.cpu_dense = x
+            return x
+        if x.device.type == "neuron":
+            self.seen = x
+            a = storage.host_alias(x, fresh=mutable)
+            self.back[id(a)] = x
+            st = x.untyped_storage()
+            if st.nbytes():
+                self.owners[a.untyped_storage().data_ptr()] = st
+            return a
+        if x.device.type == "meta":
+            raise NotImplementedError(f"{info.name}: cannot mix neuron and meta tensors")
+        return x
 
 
 def _compute(op, info: _OpInfo, args: tuple, kwargs: dict, host_op=None):
     """Run ``op`` (or ``host_op``, the CPU op that does its work) on host aliases."""
-    flat, spec = tree_flatten((args, kwargs))
     to_device = info.has_device and _wants_neuron(kwargs)
     if state.fidelity() == "timing":
         from trnsim.backend import nodata
 
+        flat, spec = tree_flatten((args, kwargs))
         return nodata.run(op, info, flat, spec, to_device)
-    host_flat, owners, seen = _to_host(flat, info)
-    h_args, h_kwargs = tree_unflatten(host_flat, spec)
+    host = _Host(info, args, kwargs)
+    h_args, h_kwargs = host.args, host.kwargs
     try:
         run = host_op if host_op is not None else op
-        if info.random and (seen is not None or to_device):
+        if info.random and (host.seen is not None or to_device):
             with rng.swapped_default():
                 result = run(*h_args, **h_kwargs)
         else:
@@ -125,14 +165,13 @@ def _compute(op, info: _OpInfo, args: tuple, kwargs: dict, host_op=None):
             _sync_mutated(args[i], h_args[i])
         elif name in kwargs:
             _sync_mutated(kwargs[name], h_kwargs[name])
-    if seen is None and not to_device and not (info.has_device and kwargs.get("device") is None):
+    if host.seen is None and not to_device and not (info.has_device and kwargs.get("device") is None):
         # no neuron tensor in and none asked for: a CPU op reached us through a neuron
         # device argument that is not called ``device`` (rare); leave results on the CPU
         return result
-    host_ids = {id(h): n for h, n in zip(host_flat, flat) if h is not n}
     keep_cpu = info.has_device and not to_device and kwargs.get("device") is not None
-    out = _from_host(result, host_ids, owners, keep_cpu)
-    timeline.charge(op, info, args, kwargs, flat, out)
+    out = _from_host(result, host.back, host.owners, keep_cpu)
+    timeline.charge(op, info, args, kwargs, host.flat, out)
     return out
 
 
@@ -157,8 +196,10 @@ def _one_from_host(t: torch.Tensor, host_ids: dict[int, Any], owners: dict[int, 
     same = host_ids.get(id(t))
     if same is not None:
         return same
-    if keep_cpu or t.device.type != "cpu" or t.layout != torch.strided:
+    if keep_cpu or not t.is_cpu or t.layout is not _STRIDED:
         return t
+    if not owners:
+        return storage.adopt(t)
     st = t.untyped_storage()
     owner = owners.get(st.data_ptr()) if st.nbytes() else None
     if owner is not None:
@@ -294,9 +335,8 @@ def _set_storage(op, info: _OpInfo, args: tuple, kwargs: dict):
 
 def _no_time(op, info: _OpInfo, args: tuple, kwargs: dict):
     """Ops that only read metadata: run on the host alias, no device time."""
-    host_flat, _, _ = _to_host(tree_flatten((args, kwargs))[0], info)
-    h_args, h_kwargs = tree_unflatten(host_flat, tree_flatten((args, kwargs))[1])
-    return op(*h_args, **h_kwargs)
+    host = _Host(info, args, kwargs)
+    return op(*host.args, **host.kwargs)
 
 
 def _conv(op, info: _OpInfo, args: tuple, kwargs: dict):
@@ -339,6 +379,33 @@ _SPECIAL: dict[str, Callable] = {
     "aten::is_pinned": _no_time,
     "aten::is_set_to": _no_time,
 }
+
+
+# Structured ops' functional and in-place forms have CompositeExplicitAutogradNonFunctional
+# kernels that call ``empty`` and then the ``out=`` form, so without a kernel of their own
+# each would reach the fallback twice. They get the fallback as their neuron kernel, on
+# the first op (registering some 440 kernels would slow ``import torch``).
+_direct_lib: torch.library.Library | None = None
+
+
+def _register_direct() -> None:
+    global _direct_lib
+    lib = torch.library.Library("aten", "IMPL")
+    _direct_lib = lib
+    for qual in torch._C._dispatch_get_all_op_names():
+        if not qual.startswith("aten::") or torch._C._dispatch_has_kernel_for_dispatch_key(qual, "PrivateUse1") or \
+                not torch._C._dispatch_has_kernel_for_dispatch_key(qual, "CompositeExplicitAutogradNonFunctional"):
+            continue
+        name, _, overload = qual[len("aten::"):].partition(".")
+        op = getattr(getattr(_aten, name), overload or "default")
+        lib.impl(qual[len("aten::"):], _direct_kernel(op), "PrivateUse1")
+
+
+def _direct_kernel(op):
+    def kernel(*args, **kwargs):
+        return fallback(op, *args, **kwargs)
+
+    return kernel
 
 
 # Ops with a CompositeExplicitAutograd kernel that would win over the fallback.

@@ -14,6 +14,7 @@ from trnsim.backend import state
 
 _CPU = torch._C.DispatchKeySet(torch._C.DispatchKey.CPU)
 _SET = torch.ops.aten.set_.source_Storage_storage_offset
+_SET_BOXED = _SET._handle.redispatch_boxed
 _construct = torch._C._construct_storage_from_data_pointer
 _create_empty = torch._C._acc.create_empty_tensor
 
@@ -34,12 +35,15 @@ class HbmBlock:
     kept). Dropping the block returns its bytes to the device's account.
     """
 
-    __slots__ = ("host", "nbytes", "__weakref__")
+    __slots__ = ("host", "nbytes", "aliases", "__weakref__")
 
     def __init__(self, host: torch.UntypedStorage | None, nbytes: int) -> None:
         state.memory.allocate(nbytes)
         self.host = host
         self.nbytes = nbytes
+        # CPU tensors over ``host``, by (dtype, shape, stride, offset): made once, reused
+        # by every op that reads that view (see host_alias)
+        self.aliases: dict[tuple, torch.Tensor] = {}
 
     def __del__(self) -> None:
         try:
@@ -78,9 +82,21 @@ def on_storage(st: torch.UntypedStorage, dtype: torch.dtype, size, stride, offse
 
 
 def adopt(cpu: torch.Tensor) -> torch.Tensor:
-    """A neuron tensor that takes over the memory of CPU tensor ``cpu`` (zero-copy)."""
-    return on_storage(neuron_storage(cpu.untyped_storage()), cpu.dtype, cpu.shape, cpu.stride(),
-                      cpu.storage_offset())
+    """A neuron tensor that takes over the memory of CPU tensor ``cpu`` (zero-copy).
+
+    ``cpu`` itself becomes the cached host alias of the new tensor, so the caller must
+    not keep it for other uses.
+    """
+    host = cpu.untyped_storage()
+    nbytes = host.nbytes()
+    block = HbmBlock(host, nbytes)
+    st = _construct(host.data_ptr(), _DEVICE[0] if _DEVICE else _device(), nbytes)
+    st._trnsim_block = block
+    dtype, shape, stride, offset = cpu.dtype, cpu.shape, cpu.stride(), cpu.storage_offset()
+    block.aliases[(dtype, shape, stride, offset)] = cpu
+    t = _create_empty(shape, dtype)
+    _SET_BOXED(_CPU, t, st, offset, shape, stride)
+    return t
 
 
 def rebind(t: torch.Tensor, st: torch.UntypedStorage, size, stride, offset: int) -> None:
@@ -88,11 +104,31 @@ def rebind(t: torch.Tensor, st: torch.UntypedStorage, size, stride, offset: int)
     _SET.redispatch(_CPU, t, st, offset, size, stride)
 
 
-def host_alias(t: torch.Tensor) -> torch.Tensor:
-    """A CPU tensor aliasing the host memory of neuron tensor ``t`` (zero-copy)."""
-    host = t.untyped_storage()._trnsim_block.host
+_MAX_ALIASES = 16   # views of one storage kept; more are made afresh (KV-cache slices, say)
+
+
+def host_alias(t: torch.Tensor, fresh: bool = False) -> torch.Tensor:
+    """A CPU tensor aliasing the host memory of neuron tensor ``t`` (zero-copy).
+
+    Aliases are cached on the HBM block by view geometry, since making one costs more
+    than most small ops. ``fresh=True`` makes a new one that is not cached: use it for
+    arguments a kernel may re-point or reshape (``out=`` and in-place arguments).
+    """
+    st = t.untyped_storage()
+    block = st._trnsim_block
+    host = block.host
     if host is None:
-        if t.untyped_storage().nbytes() == 0:
+        if st.nbytes() == 0:
             return torch.empty_strided(t.shape, t.stride(), dtype=t.dtype)
         raise state.no_data_error()
-    return torch.empty(0, dtype=t.dtype).set_(host, t.storage_offset(), t.shape, t.stride())
+    dtype, shape, stride, offset = t.dtype, t.shape, t.stride(), t.storage_offset()
+    if fresh:
+        return torch.empty(0, dtype=dtype).set_(host, offset, shape, stride)
+    key = (dtype, shape, stride, offset)
+    alias = block.aliases.get(key)
+    if alias is None:
+        alias = torch.empty(0, dtype=dtype).set_(host, offset, shape, stride)
+        if len(block.aliases) >= _MAX_ALIASES:
+            block.aliases.clear()
+        block.aliases[key] = alias
+    return alias

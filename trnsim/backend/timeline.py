@@ -54,7 +54,7 @@ _LAUNCH: list[int] = []
 
 def _meta_key(x: Any) -> Any:
     if isinstance(x, torch.Tensor):
-        return (tuple(x.shape), x.stride(), x.dtype, x.device.type)
+        return (x.shape, x.stride(), x.dtype, x.is_cpu)
     if isinstance(x, (int, float, bool, str, type(None), torch.dtype, torch.device, torch.memory_format,
                       torch.layout)):
         return x
