@@ -1,0 +1,55 @@
+"""The fallback's hot path: cached host aliases, ops registered directly, metadata changes."""
+
+from __future__ import annotations
+
+import torch
+
+import trnsim  # noqa: F401
+from trnsim.backend import storage
+
+
+def test_inplace_metadata_ops_do_not_corrupt_cached_aliases():
+    x = torch.arange(6.0, device="neuron").reshape(2, 3)
+    (x + 0).sum()              # caches an alias of x's view
+    x.t_()                     # in-place metadata change on x
+    assert x.shape == (3, 2)
+    torch.testing.assert_close(x.cpu(), torch.arange(6.0).reshape(2, 3).t())
+    torch.testing.assert_close((x * 2).cpu(), torch.arange(6.0).reshape(2, 3).t() * 2)
+    y = torch.arange(6.0, device="neuron").reshape(2, 3)
+    torch.testing.assert_close((y + 1).cpu(), torch.arange(6.0).reshape(2, 3) + 1)
+
+
+def test_out_resize_then_read_back():
+    a = torch.ones(4, device="neuron")
+    out = torch.empty(0, device="neuron")
+    (out + 0)                  # caches an alias of the empty out
+    torch.add(a, a, out=out)
+    assert out.shape == (4,)
+    torch.testing.assert_close((out + 0).cpu(), torch.full((4,), 2.0))
+
+
+def test_writes_through_one_view_are_seen_through_another():
+    x = torch.zeros(4, 4, device="neuron")
+    row = x[1]
+    (row + 0), (x + 0)         # both aliases cached
+    row.add_(5)
+    torch.testing.assert_close(x.sum().cpu(), torch.tensor(20.0))
+    x.fill_(1)
+    torch.testing.assert_close(row.cpu(), torch.ones(4))
+
+
+def test_alias_cache_is_bounded():
+    x = torch.zeros(64, device="neuron")
+    for i in range(40):
+        x[i:i + 2].sum()
+    assert len(storage.block_of(x).aliases) <= storage._MAX_ALIASES
+
+
+def test_structured_ops_are_one_device_op():
+    x = torch.ones(8, device="neuron")
+    with trnsim.profile() as prof:
+        x + 1
+        torch.exp(x)
+        x.mul_(2)
+    names = [r.name for r in prof.records if not isinstance(r, tuple)]
+    assert names == ["aten::add.Tensor", "aten::exp", "aten::mul_.Tensor"]
