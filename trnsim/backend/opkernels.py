@@ -269,6 +269,7 @@ def _group_norm(call: Call) -> OpCost:
 
 # Where each attention op takes is_causal and its mask: (index, name) of each.
 _ATTENTION_ARGS = {
+    # attn_mask is keyword-only here: an index past every positional argument
     "aten::_scaled_dot_product_flash_attention_for_cpu": ((4, "is_causal"), (99, "attn_mask")),
     "aten::_scaled_dot_product_attention_math": ((5, "is_causal"), (3, "attn_mask")),
     "aten::_scaled_dot_product_fused_attention_overrideable": ((5, "is_causal"), (3, "attn_bias")),
