@@ -56,7 +56,8 @@ def layernorm_reference(x, gamma, beta, eps):
 
 
 def attention_reference(q, k, v, causal, key_tile):
-    """``key_tile`` only shapes the kernel's loop; the result does not depend on it."""
+    """``key_tile`` only shapes the kernel's loop; the result does not depend on it. The
+    causal mask is PyTorch's: top-left aligned when there are more or fewer keys than queries."""
     s = q @ k.T / math.sqrt(q.shape[1])
     if causal:
         s = np.where(np.tril(np.ones(s.shape, dtype=bool)), s, -np.inf)
@@ -104,6 +105,12 @@ def test_flash_attention(seqlen, d, causal, key_tile, dtype):
     assert_dtype(out, dtype)
 
 
+@pytest.mark.parametrize("queries, keys, causal", [(128, 640, True), (384, 128, True), (256, 512, False)])
+def test_flash_attention_with_more_or_fewer_keys_than_queries(queries, keys, causal):
+    q, k, v = arrays(7, torch.float32, (queries, 64), (keys, 64), (keys, 64))
+    assert_kernel_matches(flash_attention_fwd, attention_reference, q, k, v, causal, None)
+
+
 def test_flash_attention_never_holds_the_score_matrix():
     seqlen, d = 1024, 128
     q, k, v = arrays(5, torch.bfloat16, (seqlen, d), (seqlen, d), (seqlen, d))
@@ -114,7 +121,7 @@ def test_flash_attention_never_holds_the_score_matrix():
 
 def test_flash_attention_refuses_a_key_tile_that_does_not_divide_seqlen():
     q, k, v = arrays(6, torch.float32, (384, 64), (384, 64), (384, 64))
-    with pytest.raises(KernelError, match="key_tile=512 must be 128 or 512 and divide seqlen=384"):
+    with pytest.raises(KernelError, match="key_tile=512 must be 128 or 512 and divide the number of keys, 384"):
         nki.trace_program(flash_attention_fwd, q, k, v, key_tile=512)
 
 

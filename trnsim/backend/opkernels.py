@@ -267,20 +267,59 @@ def _group_norm(call: Call) -> OpCost:
                 _ph((c,), x.dtype), groups=groups)
 
 
+# Where each attention op takes is_causal and its mask: (index, name) of each.
+_ATTENTION_ARGS = {
+    # attn_mask is keyword-only here: an index past every positional argument
+    "aten::_scaled_dot_product_flash_attention_for_cpu": ((4, "is_causal"), (99, "attn_mask")),
+    "aten::_scaled_dot_product_attention_math": ((5, "is_causal"), (3, "attn_mask")),
+    "aten::_scaled_dot_product_fused_attention_overrideable": ((5, "is_causal"), (3, "attn_bias")),
+}
+
+
 def _attention(call: Call) -> OpCost:
-    flat, out = call.flat, call.out
+    """Attention [..., Sq, D] x [..., Sk, D]: ``flash_attention_fwd`` on one head, repeated
+    for every (batch, head). Sequences are timed padded to a multiple of 128 (the
+    kernel's tile); a mask adds its bytes over HBM bandwidth (the kernel reads none)."""
+    from trnsim.backend.costs import estimate, tensor_bytes
     from trnsim.kernels.attention import flash_attention_fwd
 
-    q, k, v = _tensors(flat)[:3]
-    if q.dim() < 2 or k.shape[-2] != q.shape[-2]:
+    q, k, v = call.arg(0, "query"), call.arg(1, "key"), call.arg(2, "value")
+    (ci, cname), (mi, mname) = _ATTENTION_ARGS[call.name]
+    d = q.shape[-1]
+    if q.dim() < 2 or k.shape[-1] != d or v.shape[-1] != d or k.shape[-2] != v.shape[-2]:
         return None
-    s, d = q.shape[-2], q.shape[-1]
-    heads = math.prod(q.shape[:-2]) if q.dim() > 2 else 1
-    if d > 128 or s % 128:
+    heads = math.prod(q.shape[:-2])
+    sq, sk = (-(-n // 128) * 128 for n in (q.shape[-2], k.shape[-2]))
+    cost = _run(flash_attention_fwd, "flash_attention_fwd", _ph((sq, d), q.dtype), _ph((sk, d), k.dtype),
+                _ph((sk, d), v.dtype), causal=bool(call.arg(ci, cname, False)), repeat=heads)
+    mask = call.arg(mi, mname)
+    if mask is None:
+        return cost
+    return OpCost(ps=cost.ps + estimate(tensor_bytes(mask)).ps, source="kernel", kernel=f"{cost.kernel} + mask",
+                  run=cost.run, scale=cost.scale)
+
+
+def _attention_backward(call: Call) -> OpCost:
+    """The fused attention backward, ``_scaled_dot_product_fused_attention_overrideable_backward``.
+
+    No backward kernel yet: it is timed as twice the forward kernel on the same shapes
+    (a flash backward recomputes the scores and probabilities from the logsumexp, then
+    makes dP, dS and the three gradients: five matmuls to the forward's two; twice the
+    forward is an assumption) plus the bytes it alone moves over HBM bandwidth: reading
+    grad_out, out and logsumexp and writing grad q, k and v.
+    """
+    from trnsim.backend.costs import estimate, tensor_bytes
+
+    grad_out, q, k, v, bias = (call.arg(i, n) for i, n in enumerate(("grad_out", "query", "key", "value",
+                                                                      "attn_bias")))
+    out, lse, causal = call.arg(6, "out"), call.arg(7, "logsumexp"), call.arg(13, "is_causal")
+    fwd = _attention(Call("aten::_scaled_dot_product_fused_attention_overrideable", (q, k, v, bias, 0.0, causal),
+                          {}, [q, k, v, bias], None))
+    if fwd is None:
         return None
-    causal = any(a is True for a in flat)
-    return _run(flash_attention_fwd, "flash_attention_fwd", _ph((s, d), q.dtype), _ph((s, d), k.dtype),
-                _ph((s, d), v.dtype), causal=causal, repeat=heads)
+    moved = sum(tensor_bytes(t) for t in (grad_out, out, lse, q, k, v))
+    return OpCost(ps=2 * fwd.ps + estimate(moved).ps, source="kernel", kernel=f"2 x {fwd.kernel} + bytes",
+                  run=fwd.run, scale=2 * fwd.scale)
 
 
 # -- gather, conv, movement, optimizers -----------------------------------
@@ -415,6 +454,7 @@ def _register() -> dict[str, Callable]:
     for n in ("_scaled_dot_product_flash_attention_for_cpu", "_scaled_dot_product_attention_math",
               "_scaled_dot_product_fused_attention_overrideable"):
         table[f"aten::{n}"] = _attention
+    table["aten::_scaled_dot_product_fused_attention_overrideable_backward"] = _attention_backward
     table["aten::embedding"] = _embedding
     table["aten::index_select"] = _index_select
     table["aten::index_select.out"] = _index_select

@@ -1,7 +1,7 @@
 """Fused (flash-style) attention forward for one head.
 
 ``flash_attention_fwd`` computes ``softmax(q @ k.T / sqrt(d)) @ v`` without ever holding
-the [seqlen, seqlen] score matrix: each tile of 128 queries walks the keys in tiles of
+the [queries, keys] score matrix: each tile of 128 queries walks the keys in tiles of
 128 or 512 and keeps an online softmax (FlashAttention): a running row max ``m``, a
 running row sum ``l`` of ``exp(s - m)`` and an unnormalised output ``acc``, all per
 query row in SBUF, rescaled by ``exp(m_old - m_new)`` whenever the max grows.
@@ -39,17 +39,19 @@ def flash_attention_fwd(q, k, v, causal=False, key_tile=None):
     Args:
         q: [seqlen, d] in HBM, queries; any chip float dtype (fp32 or bf16). d <= 128,
             seqlen a multiple of 128.
-        k: [seqlen, d] in HBM, keys, of ``q``'s dtype.
-        v: [seqlen, d] in HBM, values, of ``q``'s dtype.
-        causal: mask out the keys after each query (query i sees keys 0..i).
-        key_tile: keys per score tile, 128 or 512 (it must divide seqlen); by default
-            512 when it divides seqlen, else 128.
+        k: [keys, d] in HBM, keys, of ``q``'s dtype; keys a multiple of 128 (by default
+            keys == seqlen, as in self-attention).
+        v: [keys, d] in HBM, values, of ``q``'s dtype.
+        causal: mask out the keys after each query (query i sees keys 0..i, PyTorch's
+            top-left aligned causal mask when keys != seqlen).
+        key_tile: keys per score tile, 128 or 512 (it must divide keys); by default
+            512 when it divides keys, else 128.
 
     Returns:
         [seqlen, d] in HBM, of ``q``'s dtype.
 
-    Memories: k^T [d, seqlen] and v (as [128, d] key blocks) are loaded into SBUF once
-    and kept (about 4 * seqlen bytes per partition in bf16, which bounds seqlen); each
+    Memories: k^T [d, keys] and v (as [128, d] key blocks) are loaded into SBUF once
+    and kept (about 4 * keys bytes per partition in bf16, which bounds keys); each
     q tile is loaded into SBUF and transposed to q^T [d, 128] (scaled by 1/sqrt(d)).
     Scores [128, key_tile], P^T blocks and the P @ V partial [128, d] go to PSUM (fp32
     for the matmuls); the probabilities (in the input dtype, the matmul operand type),
@@ -58,23 +60,27 @@ def flash_attention_fwd(q, k, v, causal=False, key_tile=None):
     diagonal; key tiles wholly after a query group are skipped.
     """
     seqlen, d = q.shape
+    keys = k.shape[0]
     if key_tile is None:
-        key_tile = KEY_TILES[-1] if seqlen % KEY_TILES[-1] == 0 else KEY_TILES[0]
-    if key_tile not in KEY_TILES or seqlen % key_tile:
-        raise nki.KernelError(f"key_tile={key_tile} must be 128 or 512 and divide seqlen={seqlen}")
+        key_tile = KEY_TILES[-1] if keys % KEY_TILES[-1] == 0 else KEY_TILES[0]
+    if key_tile not in KEY_TILES or keys % key_tile:
+        raise nki.KernelError(f"key_tile={key_tile} must be 128 or 512 and divide the number of keys, {keys}")
     if seqlen % TILE_Q or d > nl.tile_size.pmax:
         raise nki.KernelError(f"q is [{seqlen}, {d}]: seqlen must be a multiple of {TILE_Q} and d at most {nl.tile_size.pmax}")
+    if tuple(k.shape) != (keys, d) or tuple(v.shape) != (keys, d):
+        raise nki.KernelError(f"k is {list(k.shape)} and v is {list(v.shape)}: both must be [keys, {d}], "
+                              "with q's head dimension and the same number of keys")
     dtype = q.dtype
     scale = 1.0 / math.sqrt(d)
     out = nl.ndarray((seqlen, d), dtype, buffer=nl.shared_hbm)
 
-    # k^T [d, seqlen] and the [128, d] blocks of v stay in SBUF for every query tile
-    k_t = nl.ndarray((d, seqlen), dtype)
+    # k^T [d, keys] and the [128, d] blocks of v stay in SBUF for every query tile
+    k_t = nl.ndarray((d, keys), dtype)
     v_blocks = []
-    for b in nl.affine_range(seqlen // TILE_K):
-        keys = slice(b * TILE_K, (b + 1) * TILE_K)
-        k_t[:, keys] = nl.transpose(nl.load(k[keys, :]))
-        v_blocks.append(nl.load(v[keys, :]))
+    for b in nl.affine_range(keys // TILE_K):
+        block = slice(b * TILE_K, (b + 1) * TILE_K)
+        k_t[:, block] = nl.transpose(nl.load(k[block, :]))
+        v_blocks.append(nl.load(v[block, :]))
 
     group_rows = TILE_Q * Q_GROUP
     for qg in nl.affine_range((seqlen + group_rows - 1) // group_rows):
@@ -86,7 +92,9 @@ def flash_attention_fwd(q, k, v, causal=False, key_tile=None):
         acc = [nl.zeros((TILE_Q, d), nl.float32) for _ in q0s]
         # causal: the key tiles whose first key is at most the group's last query (for the
         # group's first tile the last of them may be wholly masked: it adds exp() = 0)
-        key_tiles = (q0s[-1] + TILE_Q - 1) // key_tile + 1 if causal else seqlen // key_tile
+        key_tiles = keys // key_tile
+        if causal:
+            key_tiles = min(key_tiles, (q0s[-1] + TILE_Q - 1) // key_tile + 1)
         for kj in nl.static_range(key_tiles):
             k0 = kj * key_tile
             scores = [nl.matmul(qt, k_t[:, k0:k0 + key_tile], transpose_x=True) for qt in q_t]

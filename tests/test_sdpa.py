@@ -1,0 +1,181 @@
+"""``scaled_dot_product_attention`` on ``neuron``: one fused op, forward and backward,
+timed by the flash-attention kernel, with the CPU's SDPA results; cases the fused op
+does not take go through PyTorch's math decomposition and still match."""
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch.nn.attention import SDPBackend, sdpa_kernel
+
+import trnsim
+from trnsim.backend import timeline
+
+DEV = "neuron"
+FWD = "aten::_scaled_dot_product_fused_attention_overrideable"
+BWD = "aten::_scaled_dot_product_fused_attention_overrideable_backward"
+
+
+def _inputs(seed, q_shape, k_shape, v_shape=None, dtype=torch.float32):
+    g = torch.Generator().manual_seed(seed)
+    return [torch.randn(s, generator=g).to(dtype) for s in (q_shape, k_shape, v_shape or k_shape)]
+
+
+def _run(dev, tensors, mask=None, **kwargs):
+    """SDPA forward and backward on ``dev``; the output and the grads of q, k, v (and of
+    the mask where it requires grad), on the CPU."""
+    q, k, v = [t.to(dev).requires_grad_() for t in tensors]
+    m = None
+    if mask is not None:
+        m = mask.detach().to(dev).requires_grad_(mask.requires_grad)
+    out = F.scaled_dot_product_attention(q, k, v, attn_mask=m, **kwargs)
+    (out.float() * torch.linspace(-1, 1, out.shape[-1], device=dev)).sum().backward()
+    got = [out, q.grad, k.grad, v.grad] + ([m.grad] if m is not None and m.requires_grad else [])
+    return [t.cpu() for t in got]
+
+
+def _profiled(tensors, mask=None, **kwargs):
+    with trnsim.profile() as prof:
+        got = _run(DEV, tensors, mask, **kwargs)
+    return got, [r for r in prof.records if "attention" in r.name or "bmm" in r.name or "softmax" in r.name]
+
+
+CASES = {
+    "plain": (((2, 3, 40, 16), (2, 3, 40, 16)), None, {}),
+    "causal": (((2, 3, 40, 16), (2, 3, 40, 16)), None, {"is_causal": True}),
+    "scale": (((1, 2, 33, 8), (1, 2, 33, 8)), None, {"scale": 0.3}),
+    "more keys": (((2, 2, 12, 16), (2, 2, 50, 16)), None, {}),
+    "fewer keys, causal": (((1, 2, 50, 16), (1, 2, 12, 16)), None, {"is_causal": True}),
+    "float mask": (((2, 3, 20, 16), (2, 3, 30, 16)), torch.randn(2, 1, 20, 30), {}),
+    "bool mask": (((2, 3, 20, 16), (2, 3, 30, 16)), torch.rand(20, 30) > 0.3, {}),
+    "gqa": (((2, 6, 20, 16), (2, 2, 30, 16)), None, {"enable_gqa": True, "is_causal": True}),
+}
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_fused_sdpa_matches_cpu_forward_and_backward(case):
+    shapes, mask, kwargs = CASES[case]
+    tensors = _inputs(0, *shapes)
+    got, ops = _profiled(tensors, mask, **kwargs)
+    assert [r.name for r in ops] == [FWD, BWD]
+    for a, b in zip(got, _run("cpu", tensors, mask, **kwargs)):
+        torch.testing.assert_close(a, b)
+
+
+def test_bf16_matches_cpu():
+    tensors = _inputs(1, (2, 4, 64, 32), (2, 4, 64, 32), dtype=torch.bfloat16)
+    got, ops = _profiled(tensors, is_causal=True)
+    assert [r.name for r in ops] == [FWD, BWD]
+    for a, b in zip(got, _run("cpu", tensors, is_causal=True)):
+        assert a.dtype == torch.bfloat16
+        torch.testing.assert_close(a, b, atol=2e-2, rtol=2e-2)
+
+
+def test_profile_shows_one_kernel_timed_op_each_way():
+    tensors = _inputs(2, (2, 4, 256, 64), (2, 4, 384, 64))
+    _, ops = _profiled(tensors, is_causal=True)
+    fwd, bwd = ops
+    assert (fwd.name, fwd.cost.source, fwd.cost.kernel) == (FWD, "kernel", "flash_attention_fwd")
+    assert fwd.cost.scale == 8                  # one Program per (batch, head)
+    assert (bwd.name, bwd.cost.source) == (BWD, "kernel")
+    assert bwd.end_ps - bwd.start_ps > 2 * (fwd.end_ps - fwd.start_ps)
+    assert fwd.shapes[:3] == ((2, 4, 256, 64), (2, 4, 384, 64), (2, 4, 384, 64))
+
+
+def test_a_mask_costs_its_bytes_on_top_of_the_kernel():
+    tensors = _inputs(3, (1, 2, 128, 64), (1, 2, 128, 64))
+    _, (plain, _) = _profiled(tensors)
+    _, (masked, _) = _profiled(tensors, torch.zeros(1, 2, 128, 128))
+    assert masked.cost.kernel == "flash_attention_fwd + mask"
+    assert masked.end_ps - masked.start_ps > plain.end_ps - plain.start_ps
+
+
+def test_simulated_time_is_deterministic():
+    tensors = _inputs(4, (1, 2, 256, 64), (1, 2, 256, 64))
+    times = []
+    for _ in range(2):
+        timeline.reset_caches()
+        _, ops = _profiled(tensors, is_causal=True)
+        times.append([r.end_ps - r.start_ps for r in ops])
+    assert times[0] == times[1] and all(t > 0 for t in times[0])
+
+
+UNFUSED = {
+    "3-d": (((3, 16, 8), (3, 16, 8)), None, {}),
+    "value head dim": (((1, 2, 16, 8), (1, 2, 16, 8), (1, 2, 16, 12)), None, {}),
+    "mask with grad": (((1, 2, 16, 8), (1, 2, 16, 8)), torch.randn(16, 16).requires_grad_(), {}),
+}
+
+
+@pytest.mark.parametrize("case", UNFUSED)
+def test_unsupported_cases_take_the_math_path_and_match_cpu(case):
+    shapes, mask, kwargs = UNFUSED[case]
+    tensors = _inputs(5, *shapes)
+    got, ops = _profiled(tensors, mask, **kwargs)
+    names = {r.name for r in ops}
+    assert FWD not in names and BWD not in names and any("bmm" in n for n in names)
+    for a, b in zip(got, _run("cpu", tensors, mask, **kwargs)):
+        torch.testing.assert_close(a, b)
+
+
+def test_dropout_takes_the_math_path_and_draws_as_the_cpu():
+    tensors = _inputs(6, (1, 2, 16, 8), (1, 2, 16, 8))
+    torch.manual_seed(7)
+    got, ops = _profiled(tensors, dropout_p=0.3)
+    assert FWD not in {r.name for r in ops}
+    torch.manual_seed(7)
+    for a, b in zip(got, _run("cpu", tensors, dropout_p=0.3)):
+        torch.testing.assert_close(a, b)
+
+
+def test_sdpa_kernel_without_overrideable_turns_the_fused_op_off():
+    tensors = _inputs(7, (1, 2, 16, 8), (1, 2, 16, 8))
+    with sdpa_kernel([SDPBackend.MATH]):
+        _, ops = _profiled(tensors)
+    assert FWD not in {r.name for r in ops}
+    with sdpa_kernel([SDPBackend.OVERRIDEABLE]):
+        _, ops = _profiled(tensors)
+    assert [r.name for r in ops] == [FWD, BWD]
+
+
+def test_inference_mode_takes_the_fused_op():
+    q, k, v = [t.to(DEV) for t in _inputs(8, (1, 2, 16, 8), (1, 2, 16, 8))]
+    with torch.inference_mode(), trnsim.profile() as prof:
+        out = F.scaled_dot_product_attention(q, k, v)
+    assert [r.name for r in prof.records] == [FWD]
+    torch.testing.assert_close(out.cpu(), F.scaled_dot_product_attention(q.cpu(), k.cpu(), v.cpu()))
+
+
+def _choice_cases():
+    b, h, s, d = 2, 3, 16, 8
+    qkv = _inputs(9, (b, h, s, d), (b, h, 24, d))
+    q, k, v = qkv
+    yield "plain", qkv, {}
+    yield "dropout", qkv, {"dropout_p": 0.1}
+    yield "gqa", [q, k[:, :1], v[:, :1]], {"enable_gqa": True}
+    yield "gqa without enable_gqa", [q, k[:, :1], v[:, :1]], {}
+    yield "gqa, heads not a multiple", [q, k[:, :2], v[:, :2]], {"enable_gqa": True}
+    yield "gqa, key and value heads differ", [q, k[:, :1], v], {"enable_gqa": True}
+    yield "3-d", [t[0] for t in qkv], {}
+    yield "batch", [q, k[:1], v[:1]], {}
+    yield "value head dim", [q, k, v[..., :4]], {}
+    yield "strided head dim", [q.transpose(-1, -2).contiguous().transpose(-1, -2), k, v], {}
+    yield "empty keys", [q, k[:, :, :0], v[:, :, :0]], {}
+    for shape in [(s, 24), (1, 24), (s, 1), (b, 1, s, 24), (1, 1, 1, 24), (h, s, 24), (b, h, s, 24), (s + 1, 24)]:
+        yield f"mask {shape}", qkv, {"attn_mask": torch.zeros(shape)}
+    yield "bool mask", qkv, {"attn_mask": torch.ones(s, 24, dtype=torch.bool)}
+    yield "expanded mask", qkv, {"attn_mask": torch.zeros(s, 1).expand(s, 24)}
+    yield "mask with grad", qkv, {"attn_mask": torch.zeros(s, 24, requires_grad=True)}
+    yield "bf16", [t.bfloat16() for t in qkv], {}
+
+
+@pytest.mark.parametrize("name, qkv, kwargs", list(_choice_cases()), ids=[c[0] for c in _choice_cases()])
+def test_the_fused_op_takes_what_the_cpu_flash_kernel_takes(name, qkv, kwargs):
+    cpu = torch._fused_sdp_choice(*qkv, **kwargs) == int(SDPBackend.FLASH_ATTENTION)
+    on_neuron = torch._fused_sdp_choice(*[t.to(DEV) for t in qkv],
+                                        **{n: a.to(DEV) if isinstance(a, torch.Tensor) else a
+                                           for n, a in kwargs.items()})
+    assert on_neuron == int(SDPBackend.OVERRIDEABLE if cpu else SDPBackend.MATH)
+
+
+def test_coverage_lists_the_fused_ops_as_kernel_timed():
+    assert {FWD, BWD} <= set(trnsim.backend.coverage()["kernel"])
