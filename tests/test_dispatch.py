@@ -53,3 +53,25 @@ def test_structured_ops_are_one_device_op():
         x.mul_(2)
     names = [r.name for r in prof.records if not isinstance(r, tuple)]
     assert names == ["aten::add.Tensor", "aten::exp", "aten::mul_.Tensor"]
+
+
+def test_untyped_storage_on_neuron_is_accounted():
+    before = torch.neuron.memory_allocated()
+    s = torch.UntypedStorage(64, device="neuron")
+    assert s.device.type == "neuron" and s.nbytes() == 64
+    assert torch.neuron.memory_allocated() == before + 64
+    c = torch.ones(4).untyped_storage().to(device="neuron").clone()
+    back = torch.tensor([], device="neuron").set_(c).view(torch.float32)
+    torch.testing.assert_close(back.cpu(), torch.ones(4))
+    assert torch.UntypedStorage(8).device.type == "cpu"
+
+
+def test_resizing_a_neuron_storage_names_the_gap():
+    x = torch.ones(4, device="neuron")
+    try:
+        x.untyped_storage().resize_(0)
+    except NotImplementedError as e:
+        assert "UntypedStorage.resize_(0) on neuron" in str(e)
+    else:
+        raise AssertionError("resize_ of a neuron storage should be refused")
+    assert torch.ones(4).untyped_storage().resize_(8).nbytes() == 8

@@ -9,6 +9,12 @@ changes any time). Requests for other devices go to PyTorch's own kernels.
 ``torch.load`` onto ``neuron`` (saved neuron tensors, or ``map_location="neuron"``)
 would ask the device for an allocator; trnsim's deserializer adopts the loaded host
 storage instead. Saved files are plain PyTorch checkpoints.
+
+Storages made directly on the device (``torch.UntypedStorage(n, device="neuron")``,
+which ``storage.to(device=...)`` and ``storage.clone()`` use) would also ask for the
+allocator; they are made through ``torch.empty`` instead, so their HBM is accounted.
+Resizing a neuron storage in place needs the device's C++ hooks and is refused with
+an error that says so.
 """
 
 from __future__ import annotations
@@ -60,6 +66,36 @@ def install() -> None:
     _lib.impl("_pin_memory", _pin_memory, "CPU")
     _lib.impl("is_pinned", _is_pinned, "CPU")
     install_serialization()
+    install_storage()
+
+
+_storage_new = torch.UntypedStorage.__new__
+_storage_resize = torch.UntypedStorage.resize_
+
+
+def _new_storage(cls, *args, device=None, **kwargs):
+    if device is not None and torch.device(device).type == "neuron":
+        if cls is not torch.UntypedStorage or kwargs or len(args) > 1 or (args and not isinstance(args[0], int)):
+            raise TypeError(f"{cls.__name__}(*{args!r}, device={device!r}) is not supported on neuron; make a "
+                            "neuron storage as torch.empty(nbytes, dtype=torch.uint8, device='neuron')"
+                            ".untyped_storage()")
+        nbytes = args[0] if args else 0
+        return torch.empty(nbytes, dtype=torch.uint8, device=device).untyped_storage()
+    return _storage_new(cls, *args, device=device, **kwargs) if device is not None else \
+        _storage_new(cls, *args, **kwargs)
+
+
+def _resize_storage(self, size: int):
+    if self.device.type == "neuron":
+        raise NotImplementedError(
+            f"UntypedStorage.resize_({size}) on neuron: resizing a device storage in place needs C++ device hooks "
+            "that trnsim's pure-Python device does not have; resize the tensor (Tensor.resize_) or make a new one")
+    return _storage_resize(self, size)
+
+
+def install_storage() -> None:
+    torch.UntypedStorage.__new__ = _new_storage
+    torch.UntypedStorage.resize_ = _resize_storage
 
 
 def _tag(obj) -> str | None:
