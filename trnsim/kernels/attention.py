@@ -211,7 +211,7 @@ def flash_attention_bwd(q, k, v, o, d_o, lse, scale=None, causal=False):
     dv = nl.ndarray((keys, d), dtype, buffer=nl.shared_hbm)
 
     # per query block, kept in SBUF across every key block
-    q_rows, q_cols, do_rows, do_cols, neg_lse, delta = [], [], [], [], [], []
+    q_rows, q_cols, do_rows, do_cols, neg_lse, neg_delta = [], [], [], [], [], []
     for qi in nl.affine_range(seqlen // TILE_Q):
         rows = slice(qi * TILE_Q, (qi + 1) * TILE_Q)
         q_rows.append(nl.load(q[rows, :]))
@@ -219,7 +219,8 @@ def flash_attention_bwd(q, k, v, o, d_o, lse, scale=None, causal=False):
         do_rows.append(nl.load(d_o[rows, :]))
         do_cols.append(nl.copy(nl.transpose(do_rows[-1]), dtype=dtype))
         neg_lse.append(nl.multiply(nl.load(lse[rows, :]), -1.0, dtype=nl.float32))
-        delta.append(nl.sum(nl.multiply(do_rows[-1], nl.load(o[rows, :]), dtype=nl.float32), axis=1, keepdims=True))
+        neg_delta.append(nisa.tensor_reduce(op=nl.add, data=nl.multiply(do_rows[-1], nl.load(o[rows, :]), dtype=nl.float32),
+                                            axis=1, negate=True, keepdims=True, dtype=nl.float32))
     dq_acc = [None] * (seqlen // TILE_Q)
 
     for kj in nl.affine_range(keys // TILE_K):
@@ -232,32 +233,53 @@ def flash_attention_bwd(q, k, v, o, d_o, lse, scale=None, causal=False):
         # causal: only the query blocks from the diagonal on see any of these keys
         first = min(k0, seqlen) // TILE_Q if causal else 0
         blocks = list(range(first, seqlen // TILE_Q))
-        for g in nl.static_range(0, len(blocks), Q_GROUP):
+        # software-pipelined: one group's scores and dS are made while the tensor
+        # engine runs the previous group's gradient matmuls
+        pending = None
+        for g in nl.static_range(0, len(blocks) + Q_GROUP, Q_GROUP):
             group = blocks[g:g + Q_GROUP]
-            scores = [nl.matmul(q_cols[i], k_cols, transpose_x=True) for i in group]
-            probs = [nisa.activation(op=nl.exp, data=s, scale=scale, bias=neg_lse[i], dtype=dtype)
-                     for s, i in zip(scores, group)]
-            if causal:
-                probs = [_zero_future_keys(p, i * TILE_Q, k0) for p, i in zip(probs, group)]
-            d_probs = [nl.matmul(do_cols[i], v_cols, transpose_x=True) for i in group]
-            for p, i in zip(probs, group):
-                dv_acc += nl.matmul(p, do_rows[i], transpose_x=True)
-            d_scores = [nisa.tensor_tensor(data1=nisa.tensor_scalar(data=dp, op0=nl.subtract, operand0=delta[i]),
-                                           data2=p, op=nl.multiply, dtype=dtype)
-                        for dp, p, i in zip(d_probs, probs, group)]
-            for ds, i in zip(d_scores, group):
-                dk_acc += nl.matmul(ds, q_rows[i], transpose_x=True)
-            d_scores_t = [nisa.tensor_copy(src=nisa.nc_transpose(data=ds), dtype=dtype, engine=nisa.scalar_engine)
-                          for ds in d_scores]
-            dq_parts = [nl.matmul(dst, k_rows, transpose_x=True) for dst in d_scores_t]
-            for part, i in zip(dq_parts, group):
-                dq_acc[i] = (nisa.tensor_copy(src=part, dtype=nl.float32) if dq_acc[i] is None
-                             else nl.add(dq_acc[i], part, dtype=nl.float32))
+            ready = _probs_and_d_scores(group, k0, k_cols, v_cols, q_cols, do_cols, neg_lse, neg_delta, scale,
+                                        causal, dtype) if group else None
+            if pending is not None:
+                dk_acc, dv_acc = _gradients(*pending, k_rows, q_rows, do_rows, dq_acc, dk_acc, dv_acc)
+            pending = ready
         nl.store(dv[k0:k0 + TILE_K, :], value=nl.copy(dv_acc, dtype=dtype))
         nl.store(dk[k0:k0 + TILE_K, :], value=nl.multiply(dk_acc, scale, dtype=dtype))
     for qi, acc in enumerate(dq_acc):   # every query sees key 0, so every block has a partial
         nl.store(dq[qi * TILE_Q:(qi + 1) * TILE_Q, :], value=nl.multiply(acc, scale, dtype=dtype))
     return dq, dk, dv
+
+
+def _probs_and_d_scores(group, k0, k_cols, v_cols, q_cols, do_cols, neg_lse, neg_delta, scale, causal, dtype):
+    """P = exp(scale * q_i k_j^T - lse_i) and dS = P * (dO_i v_j^T - D_i), [128, 128] each
+    in SBUF (``dtype``), for each query block i of ``group`` against the key block at k0."""
+    scores = [nl.matmul(q_cols[i], k_cols, transpose_x=True) for i in group]
+    d_probs = [nl.matmul(do_cols[i], v_cols, transpose_x=True) for i in group]
+    probs = [nisa.activation(op=nl.exp, data=s, scale=scale, bias=neg_lse[i], dtype=dtype)
+             for s, i in zip(scores, group)]
+    if causal:
+        probs = [_zero_future_keys(p, i * TILE_Q, k0) for p, i in zip(probs, group)]
+    # dP - D on the scalar engine (a bias), so the vector engine's product is all in SBUF
+    shifted = [nisa.activation(op=nl.copy, data=dp, bias=neg_delta[i], dtype=dtype)
+               for dp, i in zip(d_probs, group)]
+    d_scores = [nisa.tensor_tensor(data1=sh, data2=p, op=nl.multiply, dtype=dtype) for sh, p in zip(shifted, probs)]
+    return group, probs, d_scores
+
+
+def _gradients(group, probs, d_scores, k_rows, q_rows, do_rows, dq_acc, dk_acc, dv_acc):
+    """dv_j += P^T dO_i and dk_j += dS^T q_i (PSUM), and dq_i += dS k_j (SBUF fp32) for
+    each query block i of ``group``; dS^T goes through the PE array."""
+    for p, i in zip(probs, group):
+        dv_acc += nl.matmul(p, do_rows[i], transpose_x=True)
+    for ds, i in zip(d_scores, group):
+        dk_acc += nl.matmul(ds, q_rows[i], transpose_x=True)
+    d_scores_t = [nisa.tensor_copy(src=nisa.nc_transpose(data=ds), dtype=ds.dtype, engine=nisa.scalar_engine)
+                  for ds in d_scores]
+    for dst, i in zip(d_scores_t, group):
+        part = nl.matmul(dst, k_rows, transpose_x=True)
+        dq_acc[i] = (nisa.tensor_copy(src=part, dtype=nl.float32) if dq_acc[i] is None
+                     else nl.add(dq_acc[i], part, dtype=nl.float32))
+    return dk_acc, dv_acc
 
 
 def _zero_future_keys(probs, q0, k0):
