@@ -1,4 +1,4 @@
-"""Fused (flash-style) attention forward for one head.
+"""Fused (flash-style) attention for one head: forward and backward.
 
 ``flash_attention_fwd`` computes ``softmax(q @ k.T / sqrt(d)) @ v`` without ever holding
 the [queries, keys] score matrix: each tile of 128 queries walks the keys in tiles of
@@ -16,6 +16,12 @@ Engines run their instructions in program order, so one query tile's chain (tens
 then vector, then scalar, then tensor again) would leave each engine idle while the
 others work. Two query tiles therefore go through every step together: while one
 waits for the tensor engine, the other keeps the vector and scalar engines busy.
+
+``flash_attention_bwd`` is FlashAttention-2's backward: it rebuilds the probabilities
+from the forward's logsumexp one [128 queries, 128 keys] block at a time, with the key
+blocks outermost (dk and dv accumulate in PSUM; dq in SBUF). Its loop is software
+pipelined: one query group's scores and dS are made on the scalar and vector engines
+while the tensor engine runs the previous group's five gradient matmuls.
 """
 
 import math
@@ -186,7 +192,9 @@ def flash_attention_bwd(q, k, v, o, d_o, lse, scale=None, causal=False):
     PSUM (fp32 from the matmuls); P and dS (input dtype, the matmul operand type) live in
     SBUF. Causal: diagonal blocks zero P above the diagonal on GpSimd
     (``affine_select``); blocks wholly above it are skipped. As in the forward, two
-    query blocks go through every step together, so the engines overlap.
+    query blocks go through every step together, and each pair's P and dS (scalar and
+    vector engines; ``dP - D`` is an activation bias) are made while the tensor engine
+    runs the previous pair's dv, dk, dS^T and dq matmuls.
     """
     seqlen, d = q.shape
     keys = k.shape[0]
@@ -219,8 +227,9 @@ def flash_attention_bwd(q, k, v, o, d_o, lse, scale=None, causal=False):
         do_rows.append(nl.load(d_o[rows, :]))
         do_cols.append(nl.copy(nl.transpose(do_rows[-1]), dtype=dtype))
         neg_lse.append(nl.multiply(nl.load(lse[rows, :]), -1.0, dtype=nl.float32))
-        neg_delta.append(nisa.tensor_reduce(op=nl.add, data=nl.multiply(do_rows[-1], nl.load(o[rows, :]), dtype=nl.float32),
-                                            axis=1, negate=True, keepdims=True, dtype=nl.float32))
+        do_times_o = nl.multiply(do_rows[-1], nl.load(o[rows, :]), dtype=nl.float32)
+        neg_delta.append(nisa.tensor_reduce(op=nl.add, data=do_times_o, axis=1, negate=True, keepdims=True,
+                                            dtype=nl.float32))
     dq_acc = [None] * (seqlen // TILE_Q)
 
     for kj in nl.affine_range(keys // TILE_K):
