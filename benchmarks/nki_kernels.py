@@ -13,7 +13,7 @@ from __future__ import annotations
 import numpy as np
 
 from trnsim import dtypes, load_chip
-from trnsim.kernels.attention import flash_attention_fwd
+from trnsim.kernels.attention import flash_attention_bwd, flash_attention_fwd
 from trnsim.kernels.matmul import matmul_optimized
 from trnsim.kernels.norms import layernorm_kernel, rmsnorm_kernel
 from trnsim.kernels.softmax import softmax_kernel
@@ -30,6 +30,10 @@ CASES = [
     ("layernorm [4096, 2048]", layernorm_kernel, lambda: (bf16(4096, 2048), bf16(2048), bf16(2048)), {}),
     ("attention 1024x128", flash_attention_fwd, lambda: (bf16(1024, 128), bf16(1024, 128), bf16(1024, 128)), {}),
     ("attention 1024x128 causal", flash_attention_fwd, lambda: (bf16(1024, 128),) * 3, {"causal": True}),
+    ("attention bwd 1024x128", flash_attention_bwd,
+     lambda: (bf16(1024, 128),) * 5 + (np.zeros(1024, np.float32),), {}),
+    ("attention bwd 1024x128 causal", flash_attention_bwd,
+     lambda: (bf16(1024, 128),) * 5 + (np.zeros(1024, np.float32),), {"causal": True}),
     ("matmul 2048x2048x2048", matmul_optimized, lambda: (bf16(2048, 2048), bf16(2048, 2048)), {}),
 ]
 
@@ -41,9 +45,9 @@ def roofline_ns(chip, hbm_bytes: int, flops: int) -> float:
 
 def main() -> None:
     chips = ["trn1", "trn2", "trn3"]
-    print(f"{'kernel':<28}" + "".join(f"{c + ' us':>12}{'x roof':>8}" for c in chips))
+    print(f"{'kernel':<30}" + "".join(f"{c + ' us':>12}{'x roof':>8}" for c in chips))
     for name, kernel, args, kwargs in CASES:
-        row = f"{name:<28}"
+        row = f"{name:<30}"
         for chip_name in chips:
             r = benchmark(kernel, chip=chip_name, numerics=False)(*args(), **kwargs)
             roof = roofline_ns(load_chip(chip_name), r.hbm_bytes, r.flops)

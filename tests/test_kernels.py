@@ -9,7 +9,7 @@ import torch
 
 import trnsim.nki as nki
 import trnsim.nki.language as nl
-from trnsim.kernels.attention import flash_attention_fwd
+from trnsim.kernels.attention import flash_attention_bwd, flash_attention_fwd
 from trnsim.kernels.matmul import matmul_basic, matmul_optimized
 from trnsim.kernels.norms import layernorm_kernel, rmsnorm_kernel
 from trnsim.kernels.softmax import softmax_kernel
@@ -64,6 +64,29 @@ def attention_reference(q, k, v, causal, key_tile):
     return softmax_reference(s) @ v
 
 
+def attention_backward_reference(q, k, v, o, d_o, lse, scale, causal):
+    """dq, dk, dv of attention from the probabilities rebuilt out of ``lse`` (``o`` and
+    ``lse`` come from :func:`attention_forward_for_backward`)."""
+    s = scale * q @ k.T
+    if causal:
+        s = np.where(np.tril(np.ones(s.shape, dtype=bool)), s, -np.inf)
+    p = np.exp(s - lse.reshape(-1, 1))
+    d_scores = p * (d_o @ v.T - np.sum(d_o * o, axis=1, keepdims=True))
+    return scale * d_scores @ k, scale * d_scores.T @ q, p.T @ d_o
+
+
+def attention_forward_for_backward(q, k, v, causal, scale, dtype):
+    """The forward's output (in ``dtype``) and logsumexp (fp32, [Sq]), made in float64."""
+    q, k, v = (np.asarray(torch.as_tensor(x).double()) for x in (q, k, v))
+    s = scale * q @ k.T
+    if causal:
+        s = np.where(np.tril(np.ones(s.shape, dtype=bool)), s, -np.inf)
+    peak = s.max(axis=1, keepdims=True)
+    lse = peak + np.log(np.exp(s - peak).sum(axis=1, keepdims=True))
+    o = (np.exp(s - lse) @ v).astype(np.float32)
+    return (o if dtype is torch.float32 else torch.from_numpy(o).to(dtype)), lse[:, 0].astype(np.float32)
+
+
 # -- numerics ----------------------------------------------------------------
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=["fp32", "bf16"])
@@ -111,6 +134,32 @@ def test_flash_attention_with_more_or_fewer_keys_than_queries(queries, keys, cau
     assert_kernel_matches(flash_attention_fwd, attention_reference, q, k, v, causal, None)
 
 
+@pytest.mark.parametrize("dtype", DTYPES, ids=["fp32", "bf16"])
+@pytest.mark.parametrize("queries, keys, d, causal", [
+    (256, 256, 64, False), (384, 384, 128, True), (256, 512, 64, True), (384, 128, 32, True), (128, 384, 64, False)])
+def test_flash_attention_backward(queries, keys, d, causal, dtype):
+    q, k, v, d_o = arrays(8, dtype, (queries, d), (keys, d), (keys, d), (queries, d))
+    scale = 1.0 / math.sqrt(d)
+    o, lse = attention_forward_for_backward(q, k, v, causal, scale, dtype)
+    grads = assert_kernel_matches(flash_attention_bwd, attention_backward_reference, q, k, v, o, d_o, lse, scale,
+                                  causal)
+    for g in grads:
+        assert_dtype(g, dtype)
+
+
+def test_flash_attention_backward_takes_lse_as_a_column_and_any_scale():
+    q, k, v, d_o = arrays(9, torch.float32, (256, 64), (384, 64), (384, 64), (256, 64))
+    o, lse = attention_forward_for_backward(q, k, v, True, 0.3, torch.float32)
+    assert_kernel_matches(flash_attention_bwd, attention_backward_reference, q, k, v, o, d_o, lse.reshape(-1, 1), 0.3,
+                          True)
+
+
+def test_flash_attention_backward_refuses_a_sequence_off_the_tile():
+    q, k, v, d_o = arrays(6, torch.float32, (200, 64), (256, 64), (256, 64), (200, 64))
+    with pytest.raises(KernelError, match=r"q is \[200, 64\] and k is \[256, 64\]: seqlen and keys must be multiples of 128"):
+        nki.trace_program(flash_attention_bwd, q, k, v, q, d_o, np.zeros(200, np.float32))
+
+
 def test_flash_attention_never_holds_the_score_matrix():
     seqlen, d = 1024, 128
     q, k, v = arrays(5, torch.bfloat16, (seqlen, d), (seqlen, d), (seqlen, d))
@@ -149,6 +198,8 @@ BENCHMARKS = {
     "rmsnorm": (rmsnorm_kernel, lambda: arrays(12, torch.bfloat16, (200, 512), (512,))),
     "layernorm": (layernorm_kernel, lambda: arrays(13, torch.bfloat16, (200, 512), (512,), (512,))),
     "flash_attention": (flash_attention_fwd, lambda: arrays(14, torch.bfloat16, (256, 64), (256, 64), (256, 64)) + [True]),
+    "flash_attention_bwd": (flash_attention_bwd, lambda: arrays(14, torch.bfloat16, *[(256, 64)] * 5)
+                            + [np.zeros(256, np.float32), None, True]),
 }
 
 
@@ -159,3 +210,16 @@ def test_latency_is_positive_and_deterministic(name):
     assert first.latency_ns > 0
     assert first.latency_ns == second.latency_ns
     assert first.busy_pct == second.busy_pct
+
+
+@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
+def test_flash_attention_backward_takes_longer_than_the_forward(causal):
+    seqlen, d = 512, 128
+    q, k, v, o, d_o = arrays(15, torch.bfloat16, *[(seqlen, d)] * 5)
+    fwd = nki.benchmark(flash_attention_fwd, numerics=False)(q, k, v, causal)
+    bwd = [nki.benchmark(flash_attention_bwd, numerics=False)(q, k, v, o, d_o, np.zeros(seqlen, np.float32),
+                                                              causal=causal) for _ in range(2)]
+    assert bwd[0].latency_ns == bwd[1].latency_ns
+    # five matmuls to the forward's two; causal, the forward's 512-key tiles also multiply masked blocks
+    assert causal or bwd[0].flops == 5 * fwd.flops // 2
+    assert bwd[0].latency_ns > 1.2 * fwd.latency_ns

@@ -300,26 +300,26 @@ def _attention(call: Call) -> OpCost:
 
 
 def _attention_backward(call: Call) -> OpCost:
-    """The fused attention backward, ``_scaled_dot_product_fused_attention_overrideable_backward``.
-
-    No backward kernel yet: it is timed as twice the forward kernel on the same shapes
-    (a flash backward recomputes the scores and probabilities from the logsumexp, then
-    makes dP, dS and the three gradients: five matmuls to the forward's two; twice the
-    forward is an assumption) plus the bytes it alone moves over HBM bandwidth: reading
-    grad_out, out and logsumexp and writing grad q, k and v.
-    """
+    """The fused attention backward, ``_scaled_dot_product_fused_attention_overrideable_backward``:
+    ``flash_attention_bwd`` on one head, repeated for every (batch, head), with sequences
+    padded to a multiple of 128 as in the forward; a mask adds its bytes over HBM
+    bandwidth. Head dimensions over 128 (which the kernel refuses) take the estimate."""
     from trnsim.backend.costs import estimate, tensor_bytes
+    from trnsim.kernels.attention import flash_attention_bwd
 
-    grad_out, q, k, v, bias = (call.arg(i, n) for i, n in enumerate(("grad_out", "query", "key", "value",
-                                                                      "attn_bias")))
-    out, lse, causal = call.arg(6, "out"), call.arg(7, "logsumexp"), call.arg(13, "is_causal")
-    fwd = _attention(Call("aten::_scaled_dot_product_fused_attention_overrideable", (q, k, v, bias, 0.0, causal),
-                          {}, [q, k, v, bias], None))
-    if fwd is None:
+    q, k, v, bias = (call.arg(i, n) for i, n in enumerate(("query", "key", "value", "attn_bias"), start=1))
+    d = q.shape[-1]
+    if q.dim() < 2 or k.shape[-1] != d or v.shape[-1] != d or k.shape[-2] != v.shape[-2]:
         return None
-    moved = sum(tensor_bytes(t) for t in (grad_out, out, lse, q, k, v))
-    return OpCost(ps=2 * fwd.ps + estimate(moved).ps, source="kernel", kernel=f"2 x {fwd.kernel} + bytes",
-                  run=fwd.run, scale=2 * fwd.scale)
+    heads = math.prod(q.shape[:-2])
+    sq, sk = (-(-n // 128) * 128 for n in (q.shape[-2], k.shape[-2]))
+    cost = _run(flash_attention_bwd, "flash_attention_bwd", _ph((sq, d), q.dtype), _ph((sk, d), k.dtype),
+                _ph((sk, d), v.dtype), _ph((sq, d), q.dtype), _ph((sq, d), q.dtype), _ph((sq,), torch.float32),
+                scale=call.arg(99, "scale"), causal=bool(call.arg(13, "is_causal", False)), repeat=heads)
+    if bias is None:
+        return cost
+    return OpCost(ps=cost.ps + estimate(tensor_bytes(bias)).ps, source="kernel", kernel=f"{cost.kernel} + mask",
+                  run=cost.run, scale=cost.scale)
 
 
 # -- gather, conv, movement, optimizers -----------------------------------

@@ -1,4 +1,4 @@
-"""Fused (flash-style) attention forward for one head.
+"""Fused (flash-style) attention for one head: forward and backward.
 
 ``flash_attention_fwd`` computes ``softmax(q @ k.T / sqrt(d)) @ v`` without ever holding
 the [queries, keys] score matrix: each tile of 128 queries walks the keys in tiles of
@@ -16,6 +16,12 @@ Engines run their instructions in program order, so one query tile's chain (tens
 then vector, then scalar, then tensor again) would leave each engine idle while the
 others work. Two query tiles therefore go through every step together: while one
 waits for the tensor engine, the other keeps the vector and scalar engines busy.
+
+``flash_attention_bwd`` is FlashAttention-2's backward: it rebuilds the probabilities
+from the forward's logsumexp one [128 queries, 128 keys] block at a time, with the key
+blocks outermost (dk and dv accumulate in PSUM; dq in SBUF). Its loop is software
+pipelined: one query group's scores and dS are made on the scalar and vector engines
+while the tensor engine runs the previous group's five gradient matmuls.
 """
 
 import math
@@ -149,3 +155,148 @@ def _times(probs_t, v_blocks):
     for b in nl.affine_range(len(v_blocks)):
         pv += nl.matmul(probs_t[:, b * queries:(b + 1) * queries], v_blocks[b], transpose_x=True)
     return pv
+
+
+@nki.jit
+def flash_attention_bwd(q, k, v, o, d_o, lse, scale=None, causal=False):
+    """The gradients of ``o = softmax(scale * q @ k.T [+ causal mask]) @ v`` for one head
+    (FlashAttention-2's backward): dq, dk and dv from the output gradient ``d_o``.
+
+    Args:
+        q: [seqlen, d] in HBM, queries; fp32 or bf16. d <= 128, seqlen a multiple of 128.
+        k: [keys, d] in HBM, keys, of ``q``'s dtype; keys a multiple of 128.
+        v: [keys, d] in HBM, values, of ``q``'s dtype.
+        o: [seqlen, d] in HBM, the forward's output, of ``q``'s dtype.
+        d_o: [seqlen, d] in HBM, the gradient of the loss with respect to ``o``.
+        lse: [seqlen] or [seqlen, 1] in HBM, fp32: each query's natural-log sum of
+            exp of its scaled (and masked) scores, ``log(sum_j exp(scale * q_i . k_j))``,
+            as PyTorch's flash attention returns it. ``flash_attention_fwd`` does not
+            output it; the caller computes it.
+        scale: the score scale; by default ``1 / sqrt(d)``, as in the forward.
+        causal: the forward's mask (query i sees keys 0..i, top-left aligned).
+
+    Returns:
+        (dq [seqlen, d], dk [keys, d], dv [keys, d]) in HBM, of ``q``'s dtype.
+
+    Algorithm: ``D_i = rowsum(dO_i * O_i)`` once per 128-query block; then for each
+    128-key block j, over the query blocks i that see any of its keys, recompute
+    ``P = exp(scale * q_i k_j^T - lse_i)`` and accumulate ``dv_j += P^T dO_i``,
+    ``dS = P * (dO_i v_j^T - D_i)``, ``dk_j += dS^T q_i`` and ``dq_i += dS k_j``
+    (``scale`` is applied to dk and dq once, at the end).
+
+    Memories: every query block's q, q^T, dO, dO^T (input dtype), ``-lse`` and ``D``
+    ([128, 1] fp32) and dq accumulator ([128, d] fp32) stay in SBUF for the whole
+    kernel (about 12 * seqlen bytes per partition in bf16, which bounds seqlen); one key
+    block's k, k^T and v^T are loaded per j (transposes through the PE array). Scores
+    and dP [128, 128], dk and dv accumulators [128, d], dS^T and the dq partial go to
+    PSUM (fp32 from the matmuls); P and dS (input dtype, the matmul operand type) live in
+    SBUF. Causal: diagonal blocks zero P above the diagonal on GpSimd
+    (``affine_select``); blocks wholly above it are skipped. As in the forward, two
+    query blocks go through every step together, and each pair's P and dS (scalar and
+    vector engines; ``dP - D`` is an activation bias) are made while the tensor engine
+    runs the previous pair's dv, dk, dS^T and dq matmuls.
+    """
+    seqlen, d = q.shape
+    keys = k.shape[0]
+    if seqlen % TILE_Q or keys % TILE_K or d > nl.tile_size.pmax:
+        raise nki.KernelError(f"q is [{seqlen}, {d}] and k is {list(k.shape)}: seqlen and keys must be multiples of "
+                              f"{TILE_Q} and d at most {nl.tile_size.pmax}")
+    if tuple(k.shape) != (keys, d) or tuple(v.shape) != (keys, d):
+        raise nki.KernelError(f"k is {list(k.shape)} and v is {list(v.shape)}: both must be [keys, {d}], "
+                              "with q's head dimension and the same number of keys")
+    if tuple(o.shape) != (seqlen, d) or tuple(d_o.shape) != (seqlen, d):
+        raise nki.KernelError(f"o is {list(o.shape)} and d_o is {list(d_o.shape)}: both must be q's shape, "
+                              f"[{seqlen}, {d}]")
+    if tuple(lse.shape) not in ((seqlen,), (seqlen, 1)):
+        raise nki.KernelError(f"lse is {list(lse.shape)}: it must be [{seqlen}] or [{seqlen}, 1], one per query")
+    if len(lse.shape) == 1:
+        lse = lse.reshape((seqlen, 1))
+    dtype = q.dtype
+    if scale is None:
+        scale = 1.0 / math.sqrt(d)
+    dq = nl.ndarray((seqlen, d), dtype, buffer=nl.shared_hbm)
+    dk = nl.ndarray((keys, d), dtype, buffer=nl.shared_hbm)
+    dv = nl.ndarray((keys, d), dtype, buffer=nl.shared_hbm)
+
+    # per query block, kept in SBUF across every key block
+    q_rows, q_cols, do_rows, do_cols, neg_lse, neg_delta = [], [], [], [], [], []
+    for qi in nl.affine_range(seqlen // TILE_Q):
+        rows = slice(qi * TILE_Q, (qi + 1) * TILE_Q)
+        q_rows.append(nl.load(q[rows, :]))
+        q_cols.append(nl.copy(nl.transpose(q_rows[-1]), dtype=dtype))
+        do_rows.append(nl.load(d_o[rows, :]))
+        do_cols.append(nl.copy(nl.transpose(do_rows[-1]), dtype=dtype))
+        neg_lse.append(nl.multiply(nl.load(lse[rows, :]), -1.0, dtype=nl.float32))
+        do_times_o = nl.multiply(do_rows[-1], nl.load(o[rows, :]), dtype=nl.float32)
+        neg_delta.append(nisa.tensor_reduce(op=nl.add, data=do_times_o, axis=1, negate=True, keepdims=True,
+                                            dtype=nl.float32))
+    dq_acc = [None] * (seqlen // TILE_Q)
+
+    for kj in nl.affine_range(keys // TILE_K):
+        k0 = kj * TILE_K
+        k_rows = nl.load(k[k0:k0 + TILE_K, :])
+        k_cols = nl.copy(nl.transpose(k_rows), dtype=dtype)
+        v_cols = nl.copy(nl.transpose(nl.load(v[k0:k0 + TILE_K, :])), dtype=dtype)
+        dk_acc = nl.zeros((TILE_K, d), nl.float32, buffer=nl.psum)
+        dv_acc = nl.zeros((TILE_K, d), nl.float32, buffer=nl.psum)
+        # causal: only the query blocks from the diagonal on see any of these keys
+        first = min(k0, seqlen) // TILE_Q if causal else 0
+        blocks = list(range(first, seqlen // TILE_Q))
+        # software-pipelined: one group's scores and dS are made while the tensor
+        # engine runs the previous group's gradient matmuls
+        pending = None
+        for g in nl.static_range(0, len(blocks) + Q_GROUP, Q_GROUP):
+            group = blocks[g:g + Q_GROUP]
+            ready = _probs_and_d_scores(group, k0, k_cols, v_cols, q_cols, do_cols, neg_lse, neg_delta, scale,
+                                        causal, dtype) if group else None
+            if pending is not None:
+                dk_acc, dv_acc = _gradients(*pending, k_rows, q_rows, do_rows, dq_acc, dk_acc, dv_acc)
+            pending = ready
+        nl.store(dv[k0:k0 + TILE_K, :], value=nl.copy(dv_acc, dtype=dtype))
+        nl.store(dk[k0:k0 + TILE_K, :], value=nl.multiply(dk_acc, scale, dtype=dtype))
+    for qi, acc in enumerate(dq_acc):   # every query sees key 0, so every block has a partial
+        nl.store(dq[qi * TILE_Q:(qi + 1) * TILE_Q, :], value=nl.multiply(acc, scale, dtype=dtype))
+    return dq, dk, dv
+
+
+def _probs_and_d_scores(group, k0, k_cols, v_cols, q_cols, do_cols, neg_lse, neg_delta, scale, causal, dtype):
+    """P = exp(scale * q_i k_j^T - lse_i) and dS = P * (dO_i v_j^T - D_i), [128, 128] each
+    in SBUF (``dtype``), for each query block i of ``group`` against the key block at k0."""
+    scores = [nl.matmul(q_cols[i], k_cols, transpose_x=True) for i in group]
+    d_probs = [nl.matmul(do_cols[i], v_cols, transpose_x=True) for i in group]
+    probs = [nisa.activation(op=nl.exp, data=s, scale=scale, bias=neg_lse[i], dtype=dtype)
+             for s, i in zip(scores, group)]
+    if causal:
+        probs = [_zero_future_keys(p, i * TILE_Q, k0) for p, i in zip(probs, group)]
+    # dP - D on the scalar engine (a bias), so the vector engine's product is all in SBUF
+    shifted = [nisa.activation(op=nl.copy, data=dp, bias=neg_delta[i], dtype=dtype)
+               for dp, i in zip(d_probs, group)]
+    d_scores = [nisa.tensor_tensor(data1=sh, data2=p, op=nl.multiply, dtype=dtype) for sh, p in zip(shifted, probs)]
+    return group, probs, d_scores
+
+
+def _gradients(group, probs, d_scores, k_rows, q_rows, do_rows, dq_acc, dk_acc, dv_acc):
+    """dv_j += P^T dO_i and dk_j += dS^T q_i (PSUM), and dq_i += dS k_j (SBUF fp32) for
+    each query block i of ``group``; dS^T goes through the PE array."""
+    for p, i in zip(probs, group):
+        dv_acc += nl.matmul(p, do_rows[i], transpose_x=True)
+    for ds, i in zip(d_scores, group):
+        dk_acc += nl.matmul(ds, q_rows[i], transpose_x=True)
+    d_scores_t = [nisa.tensor_copy(src=nisa.nc_transpose(data=ds), dtype=ds.dtype, engine=nisa.scalar_engine)
+                  for ds in d_scores]
+    for dst, i in zip(d_scores_t, group):
+        part = nl.matmul(dst, k_rows, transpose_x=True)
+        dq_acc[i] = (nisa.tensor_copy(src=part, dtype=nl.float32) if dq_acc[i] is None
+                     else nl.add(dq_acc[i], part, dtype=nl.float32))
+    return dk_acc, dv_acc
+
+
+def _zero_future_keys(probs, q0, k0):
+    """``probs`` [128, 128] of queries q0.. against keys k0.., with every key after its
+    query set to 0 (GpSimd); a block wholly on or below the diagonal comes back as it is."""
+    if k0 + TILE_K - 1 <= q0:
+        return probs
+    i_p = nl.arange(TILE_Q)[:, None]
+    i_f = nl.arange(TILE_K)[None, :]
+    return nisa.affine_select(pred=(q0 + i_p - k0 - i_f >= 0), on_true_tile=probs, on_false_value=0.0,
+                              dtype=probs.dtype)
