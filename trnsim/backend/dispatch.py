@@ -109,6 +109,13 @@ def _compute(op, info: _OpInfo, args: tuple, kwargs: dict, host_op=None):
         from trnsim.backend import nodata
 
         return nodata.run(op, info, flat, spec, to_device)
+    if state.fidelity() == "instruction":
+        from trnsim.backend import instruction
+
+        result = instruction.run(op, info, args, kwargs)
+        if result is not None:
+            timeline.charge(op, info, args, kwargs, flat, result)
+            return result
     host_flat, owners, seen = _to_host(flat, info)
     h_args, h_kwargs = tree_unflatten(host_flat, spec)
     try:
