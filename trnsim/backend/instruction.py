@@ -27,6 +27,12 @@ same shapes and dtypes, which is the Program run here (a gather is the exception
 :func:`trnsim.kernels.gather.embedding_kernel` copies the right rows only when it
 knows the index values, one DMA per row, so its data run is a different Program from
 the timing model's).
+
+In eager mode PyTorch hands the device structured ops as their ``out=`` forms (``add.out``
+with an empty ``out``, which is resized), casts and clones as ``copy_`` (which dispatch
+handles itself, so they keep the CPU's rounding), and breaks ``layer_norm``,
+``rms_norm``, ``group_norm`` and ``embedding`` into smaller ops before the fallback
+sees them; the adapters for the whole ops serve callers that do pass them whole.
 """
 
 from __future__ import annotations
