@@ -181,7 +181,7 @@ def test_time_is_the_op_fidelitys_and_its_program_the_one_run(runs, name):
 def _plan_and_run(name, args, kwargs=None):
     launch = instruction.plan(Call(name, args, kwargs or {}, list(args), None))
     assert launch is not None
-    result, run = instruction.execute(launch)
+    result, _ = instruction.execute(launch)
     return result
 
 
