@@ -111,20 +111,17 @@ def _matmul(b: int, m: int, k: int, n: int, dtype: torch.dtype) -> OpCost:
 
 
 def _mm(call: Call) -> OpCost:
-    flat, out = call.flat, call.out
-    a, b = _tensors(flat)[-2:]
+    a, b = _tensors(list(call.args))[-2:]   # positional: an out= tensor is keyword-only
     return _matmul(1, a.shape[0], a.shape[1], b.shape[1], a.dtype)
 
 
 def _bmm(call: Call) -> OpCost:
-    flat, out = call.flat, call.out
-    a, b = _tensors(flat)[-2:]
+    a, b = _tensors(list(call.args))[-2:]
     return _matmul(a.shape[0], a.shape[1], a.shape[2], b.shape[2], a.dtype)
 
 
 def _mv(call: Call) -> OpCost:
-    flat, out = call.flat, call.out
-    a, v = _tensors(flat)[-2:]
+    a, v = _tensors(list(call.args))[-2:]
     return _matmul(1, a.shape[0], a.shape[1], 1, a.dtype)
 
 
@@ -135,8 +132,8 @@ _UNARY = {"exp": "exp", "log": "log", "sqrt": "sqrt", "rsqrt": "rsqrt", "recipro
           "neg": "identity", "sin": "sin", "cos": "cos", "erf": "erf", "sign": "sign", "softplus": "softplus",
           "square": "square"}
 _BINARY = {"add": "add", "sub": "subtract", "mul": "multiply", "div": "divide", "maximum": "maximum",
-           "minimum": "minimum", "pow": "pow", "eq": "is_equal", "ne": "not_equal", "gt": "is_gt", "ge": "is_ge",
-           "lt": "is_lt", "le": "is_le", "rsub": "subtract"}
+           "minimum": "minimum", "pow": "power", "eq": "equal", "ne": "not_equal", "gt": "greater",
+           "ge": "greater_equal", "lt": "less", "le": "less_equal", "rsub": "subtract"}
 
 
 def _base(name: str) -> str:
@@ -158,7 +155,7 @@ def _binary(call: Call) -> OpCost:
     flat, out = call.flat, call.out
     from trnsim.kernels.elementwise import binary_kernel, scalar_kernel
 
-    ts = _tensors(flat)
+    ts = _tensors(list(call.args))   # not an out= tensor
     op = _BINARY[_base(call.name)]
     x = ts[0]
     big = [t for t in ts if t.dim() > 0]
@@ -172,9 +169,9 @@ def _binary(call: Call) -> OpCost:
     rows = math.prod(shape[:-1]) if len(shape) > 1 else 1
     d = shape[-1] if shape else 1
     small = b if b.numel() <= a.numel() else a
-    if small.numel() == d:      # a row broadcast over the rows
+    if small.numel() == d and small.shape[-1] == d:       # a row broadcast over the rows
         return _run(binary_kernel, f"binary_kernel[{op}]", _ph((rows, d), a.dtype), _ph((d,), small.dtype), op=op)
-    if small.numel() == rows:   # a column broadcast along the rows
+    if small.numel() == rows and small.shape[-1] == 1:  # a column broadcast along the rows
         return _run(binary_kernel, f"binary_kernel[{op}]", _ph((rows, d), a.dtype), _ph((rows, 1), small.dtype),
                     op=op)
     return _run(binary_kernel, f"binary_kernel[{op}]", _ph(shape, a.dtype), _ph(shape, a.dtype), op=op)
@@ -340,7 +337,7 @@ def _index_select(call: Call) -> OpCost:
     flat, out = call.flat, call.out
     from trnsim.kernels.gather import embedding_kernel
 
-    ts = _tensors(flat)
+    ts = _tensors(list(call.args))
     x, idx = ts[0], ts[-1]
     dim = call.arg(1, "dim", 0)
     if x.dim() == 0:
@@ -430,13 +427,14 @@ def _register() -> dict[str, Callable]:
         table[f"aten::{n}"] = _mm
     for n in ("bmm", "bmm.out", "baddbmm", "baddbmm_", "baddbmm.out"):
         table[f"aten::{n}"] = _bmm
-    for n in ("mv", "addmv", "addmv_"):
+    for n in ("mv", "mv.out", "addmv", "addmv_", "addmv.out"):
         table[f"aten::{n}"] = _mv
     for u in _UNARY:
         for n in (u, f"{u}_", f"{u}.out"):
             table[f"aten::{n}"] = _unary
     for b in _BINARY:
-        for ov in ("Tensor", "Scalar", "out", "Tensor_out", "Scalar_out", "Tensor_Tensor", "Tensor_Scalar", "Self"):
+        for ov in ("Tensor", "Scalar", "out", "Tensor_out", "Scalar_out", "Tensor_Tensor", "Tensor_Scalar", "Self",
+                   "Tensor_Tensor_out", "Tensor_Scalar_out"):
             table[f"aten::{b}.{ov}"] = _binary
             table[f"aten::{b}_.{ov}"] = _binary
         table[f"aten::{b}"] = _binary
