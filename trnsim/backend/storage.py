@@ -78,9 +78,21 @@ def on_storage(st: torch.UntypedStorage, dtype: torch.dtype, size, stride, offse
 
 
 def adopt(cpu: torch.Tensor) -> torch.Tensor:
-    """A neuron tensor that takes over the memory of CPU tensor ``cpu`` (zero-copy)."""
-    return on_storage(neuron_storage(cpu.untyped_storage()), cpu.dtype, cpu.shape, cpu.stride(),
-                      cpu.storage_offset())
+    """A neuron tensor that takes over the memory of CPU tensor ``cpu`` (zero-copy), with
+    its lazy conjugate/negative bits."""
+    t = on_storage(neuron_storage(cpu.untyped_storage()), cpu.dtype, cpu.shape, cpu.stride(),
+                   cpu.storage_offset())
+    return carry_math_bits(cpu, t)
+
+
+def carry_math_bits(src: torch.Tensor, dst: torch.Tensor) -> torch.Tensor:
+    """Give ``dst`` the lazy conjugate and negative bits of ``src`` (they live on the
+    TensorImpl, so a tensor rebuilt over the same memory loses them); returns ``dst``."""
+    if src.is_conj():
+        torch._C._set_conj(dst, True)
+    if src.is_neg():
+        torch._C._set_neg(dst, True)
+    return dst
 
 
 def rebind(t: torch.Tensor, st: torch.UntypedStorage, size, stride, offset: int) -> None:
@@ -93,6 +105,7 @@ def host_alias(t: torch.Tensor) -> torch.Tensor:
     host = t.untyped_storage()._trnsim_block.host
     if host is None:
         if t.untyped_storage().nbytes() == 0:
-            return torch.empty_strided(t.shape, t.stride(), dtype=t.dtype)
+            return carry_math_bits(t, torch.empty_strided(t.shape, t.stride(), dtype=t.dtype))
         raise state.no_data_error()
-    return torch.empty(0, dtype=t.dtype).set_(host, t.storage_offset(), t.shape, t.stride())
+    a = torch.empty(0, dtype=t.dtype).set_(host, t.storage_offset(), t.shape, t.stride())
+    return carry_math_bits(t, a)

@@ -1,0 +1,54 @@
+"""Edge cases of the ``neuron`` fallback that PyTorch's OpInfo database found: lazily
+conjugated and negated tensors, Python numbers for Tensor arguments, mixed-device index
+ops, fused CPU kernels, and layouts the device does not hold."""
+
+import pytest
+import torch
+
+import trnsim  # noqa: F401  (registers neuron)
+
+DEV = "neuron"
+
+
+def _pair(*shape, dtype=torch.complex64, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randn(*shape, dtype=dtype, generator=g)
+    return x, x.to(DEV)
+
+
+def _same(n: torch.Tensor, c: torch.Tensor) -> None:
+    assert n.device.type == DEV
+    torch.testing.assert_close(n.cpu().resolve_conj().resolve_neg(), c.resolve_conj().resolve_neg())
+
+
+# -- conjugate and negative bits ---------------------------------------------
+
+def test_a_conjugate_view_copies_clones_and_computes():
+    x, xn = _pair(4)
+    _same(xn.conj().clone(), x.conj())
+    _same(xn.conj() * 2, x.conj() * 2)
+    _same(xn.conj().imag * 1, x.conj().imag * 1)
+    torch.testing.assert_close(xn.conj().cpu(), x.conj())
+
+
+def test_ops_that_read_the_conjugate_bit_themselves_get_it():
+    (a, an), (b, bn) = _pair(3, 3, seed=1), _pair(3, 3, seed=2)
+    _same(torch.mm(an.mH, bn), torch.mm(a.mH, b))
+    _same(torch.dot(an[0].conj(), bn[0]), torch.dot(a[0].conj(), b[0]))
+
+
+def test_writes_through_conjugate_and_negative_views_land_in_device_memory():
+    x, xn = _pair(4)
+    xn.conj().mul_(2)
+    x.conj().mul_(2)
+    xn.conj().imag.add_(1)
+    x.conj().imag.add_(1)
+    _same(xn, x)
+
+
+def test_fft_results_that_are_conjugate_views():
+    x, xn = _pair(6, dtype=torch.float32)
+    _same(torch.fft.ihfft(xn), torch.fft.ihfft(x))
+    c, cn = _pair(5)
+    _same(torch.fft.ifft(cn), torch.fft.ifft(c))
+    _same(torch.fft.hfft(cn), torch.fft.hfft(c))
