@@ -52,3 +52,17 @@ def test_fft_results_that_are_conjugate_views():
     c, cn = _pair(5)
     _same(torch.fft.ifft(cn), torch.fft.ifft(c))
     _same(torch.fft.hfft(cn), torch.fft.hfft(c))
+
+
+# -- autograd's zero tensors ---------------------------------------------------
+
+def test_efficient_zero_tensors_are_real_zeros_on_the_device():
+    z = torch._efficientzerotensor([2, 3], dtype=torch.float16, device=DEV)
+    assert (z.device.type, z.dtype, z.shape) == (DEV, torch.float16, (2, 3))
+    assert torch.equal(z.cpu(), torch.zeros(2, 3, dtype=torch.float16))
+
+
+def test_sgn_backward_of_a_real_tensor():
+    x = torch.randn(5).to(DEV).requires_grad_()
+    (g,) = torch.autograd.grad(torch.sgn(x), x, torch.ones(5, device=DEV))
+    assert g.device.type == DEV and torch.equal(g.cpu(), torch.zeros(5))

@@ -22,7 +22,7 @@ from typing import Any, Callable
 import torch
 from torch.utils._pytree import tree_flatten, tree_unflatten
 
-from trnsim.backend import rng, state, storage, timeline
+from trnsim.backend import edge_ops, rng, state, storage, timeline
 
 _CPU_KS = storage._CPU
 _CPU = torch.device("cpu")
@@ -338,6 +338,7 @@ _SPECIAL: dict[str, Callable] = {
     "aten::convolution_backward_overrideable": _conv_backward,
     "aten::is_pinned": _no_time,
     "aten::is_set_to": _no_time,
+    "aten::_efficientzerotensor": edge_ops.efficient_zeros,
 }
 
 
