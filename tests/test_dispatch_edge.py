@@ -66,3 +66,38 @@ def test_sgn_backward_of_a_real_tensor():
     x = torch.randn(5).to(DEV).requires_grad_()
     (g,) = torch.autograd.grad(torch.sgn(x), x, torch.ones(5, device=DEV))
     assert g.device.type == DEV and torch.equal(g.cpu(), torch.zeros(5))
+
+
+# -- Python numbers for Tensor arguments ----------------------------------------
+
+def test_take_along_dim_whose_kernel_passes_a_wrapped_number():
+    g = torch.Generator().manual_seed(0)
+    x, i = torch.randn(3, 4, generator=g), torch.randint(0, 4, (3, 2), generator=g)
+    got = torch.take_along_dim(x.to(DEV), i.to(DEV), 1)
+    assert got.device.type == DEV and torch.equal(got.cpu(), torch.take_along_dim(x, i, 1))
+
+
+def test_take_along_dim_in_timing_fidelity():
+    from trnsim.backend import state
+
+    before = state.fidelity()
+    trnsim.set_fidelity("timing")
+    try:
+        x = torch.empty(3, 4, device=DEV)
+        i = torch.empty(3, 2, dtype=torch.long, device=DEV)
+        assert torch.take_along_dim(x, i, 1).shape == (3, 2)
+    finally:
+        trnsim.set_fidelity(before)
+
+
+def test_wrapped_numbers_keep_their_dtype_unless_that_would_change_promotion():
+    from trnsim.backend.edge_ops import wrap_numbers
+
+    add = torch.ops.aten.add.Tensor
+    (_, w), _ = wrap_numbers(add, (torch.ones(2, dtype=torch.bfloat16), 0.1), {})
+    assert w.dtype == torch.float64 and w.item() == 0.1   # not rounded to bf16
+    (_, w), _ = wrap_numbers(add, (torch.tensor(1, dtype=torch.int32), 2.5), {})
+    assert w.dtype == torch.float32                       # as a wrapped float would promote
+    (_, w), _ = wrap_numbers(add, (torch.tensor(1, dtype=torch.int32), 2), {})
+    assert w.dtype == torch.int32
+    assert wrap_numbers(add, (torch.ones(2), torch.ones(2)), {"alpha": 2}) is None

@@ -39,9 +39,6 @@ OPS = [
 XFAIL = {
     ("index_put", "fp32-grad"): "backward calls aten::index.Tensor_out with the CPU index tensor the "
                                 "OpInfo gives; the fallback allows mixed devices for index.Tensor but not its out= overload",
-    ("take_along_dim", "fp32"): "a wrapped-number scalar reaches the fallback as a Python int for a Tensor "
-                                "argument (aten::remainder.Tensor_out)",
-    ("take_along_dim", "fp32-grad"): "as fp32: aten::remainder.Tensor_out gets a Python int for 'other'",
 }
 
 MODES = ("fp32", "fp32-grad")

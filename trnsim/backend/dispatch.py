@@ -119,7 +119,8 @@ def _compute(op, info: _OpInfo, args: tuple, kwargs: dict, host_op=None):
         else:
             result = run(*h_args, **h_kwargs)
     except Exception as e:
-        _reraise(e, info)
+        h_args, h_kwargs, result = _retry_with_wrapped_numbers(e, op, run, info, h_args, h_kwargs,
+                                                               info.random and (seen is not None or to_device))
     for i, name in info.mutable:
         if i < len(args):
             _sync_mutated(args[i], h_args[i])
@@ -180,6 +181,23 @@ def _sync_mutated(neuron: Any, host: Any) -> None:
         storage.rebind(neuron, storage.neuron_storage(hs), host.shape, host.stride(), host.storage_offset())
     elif host.shape != neuron.shape or host.stride() != neuron.stride() or host.storage_offset() != neuron.storage_offset():
         storage.rebind(neuron, neuron.untyped_storage(), host.shape, host.stride(), host.storage_offset())
+
+
+def _retry_with_wrapped_numbers(e: Exception, op, run, info: _OpInfo, h_args: tuple, h_kwargs: dict, swap_rng: bool):
+    """After the CPU call failed: run it again if PyTorch handed Python numbers for Tensor
+    arguments (wrapped numbers, see :func:`edge_ops.wrap_numbers`), else re-raise.
+    Returns the arguments of the call and its result."""
+    wrapped = edge_ops.wrap_numbers(op, h_args, h_kwargs)
+    if wrapped is None:
+        _reraise(e, info)
+    h_args, h_kwargs = wrapped
+    try:
+        if swap_rng:
+            with rng.swapped_default():
+                return h_args, h_kwargs, run(*h_args, **h_kwargs)
+        return h_args, h_kwargs, run(*h_args, **h_kwargs)
+    except Exception as e2:
+        _reraise(e2, info)
 
 
 def _reraise(e: Exception, info: _OpInfo):
