@@ -101,3 +101,23 @@ def test_wrapped_numbers_keep_their_dtype_unless_that_would_change_promotion():
     (_, w), _ = wrap_numbers(add, (torch.tensor(1, dtype=torch.int32), 2), {})
     assert w.dtype == torch.int32
     assert wrap_numbers(add, (torch.ones(2), torch.ones(2)), {"alpha": 2}) is None
+
+
+# -- CPU index tensors beside neuron tensors -------------------------------------
+
+def test_index_out_takes_a_cpu_index_as_on_cuda():
+    x = torch.arange(12.0).reshape(3, 4)
+    idx = torch.tensor([2, 0])
+    out = torch.empty(2, 4, device=DEV)
+    torch.ops.aten.index.Tensor_out(x.to(DEV), [idx], out=out)
+    assert torch.equal(out.cpu(), x[idx])
+
+
+def test_index_put_backward_with_a_cpu_index():
+    x = torch.zeros(4, 3, device=DEV, requires_grad=True)
+    v = torch.ones(2, 3, device=DEV, requires_grad=True)
+    idx = torch.tensor([3, 1])
+    y = x.index_put((idx,), v)
+    gx, gv = torch.autograd.grad(y, (x, v), torch.arange(12.0).reshape(4, 3).to(DEV))
+    assert torch.equal(gv.cpu(), torch.arange(12.0).reshape(4, 3)[idx])
+    assert torch.equal(gx.cpu()[idx], torch.zeros(2, 3))

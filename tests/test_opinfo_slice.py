@@ -35,11 +35,9 @@ OPS = [
     "cat", "stack", "transpose", "reshape", "view", "expand", "narrow", "flip",
 ]
 
-# fail today; strict, so a fix turns them into an XPASS failure (then drop the entry)
-XFAIL = {
-    ("index_put", "fp32-grad"): "backward calls aten::index.Tensor_out with the CPU index tensor the "
-                                "OpInfo gives; the fallback allows mixed devices for index.Tensor but not its out= overload",
-}
+# (op, mode) pairs that fail today, with the cause; strict, so a fix turns one into an
+# XPASS failure (then drop the entry). None at present.
+XFAIL: dict[tuple[str, str], str] = {}
 
 MODES = ("fp32", "fp32-grad")
 

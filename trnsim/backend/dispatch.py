@@ -30,7 +30,14 @@ _aten = torch.ops.aten
 
 # Ops whose tensor arguments may sit on the CPU beside neuron tensors, as on CUDA.
 _MIXED_OK = {"aten::index.Tensor", "aten::index_put_", "aten::index_put", "aten::_index_put_impl_",
-             "aten::copy_", "aten::_copy_from", "aten::_copy_from_and_resize", "aten::set_.source_Tensor"}
+             "aten::copy_", "aten::_copy_from", "aten::_copy_from_and_resize", "aten::set_.source_Tensor",
+             # their out= and hacked_twin overloads, and the unsafe index ops, which take CPU indices too
+             "aten::index.Tensor_out", "aten::index.Tensor_hacked_twin", "aten::index_put.out",
+             "aten::index_put.hacked_twin", "aten::index_put_.hacked_twin", "aten::_index_put_impl.out",
+             "aten::_index_put_impl_.hacked_twin", "aten::_unsafe_index.Tensor",
+             "aten::_unsafe_index.Tensor_hacked_twin", "aten::_unsafe_index_put", "aten::_unsafe_index_put.hacked_twin",
+             "aten::_unsafe_masked_index", "aten::_unsafe_masked_index_put_accumulate", "aten::copy.out",
+             "aten::_copy_from.out", "aten::_copy_from_and_resize.out"}
 
 
 class _OpInfo:
