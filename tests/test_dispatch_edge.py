@@ -121,3 +121,21 @@ def test_index_put_backward_with_a_cpu_index():
     gx, gv = torch.autograd.grad(y, (x, v), torch.arange(12.0).reshape(4, 3).to(DEV))
     assert torch.equal(gv.cpu(), torch.arange(12.0).reshape(4, 3)[idx])
     assert torch.equal(gx.cpu()[idx], torch.zeros(2, 3))
+
+
+# -- fused CPU kernels ----------------------------------------------------------
+
+_BF16_CASES = {
+    "layer_norm": (((16, 64), (64,), (64,)), lambda x, w, b: torch.nn.functional.layer_norm(x, (64,), w, b)),
+    "group_norm": (((4, 8, 32), (8,), (8,)), lambda x, w, b: torch.nn.functional.group_norm(x, 2, w, b)),
+    "addr": (((32, 32), (32,), (32,)), lambda m, u, v: torch.addr(m, u, v, beta=0.5, alpha=3.0)),
+}
+
+
+@pytest.mark.parametrize("name", sorted(_BF16_CASES))
+def test_bf16_norms_and_addr_round_as_the_cpu_kernel_does(name):
+    shapes, fn = _BF16_CASES[name]
+    g = torch.Generator().manual_seed(3)
+    args = [(torch.randn(*s, generator=g) * 4 + 3).to(torch.bfloat16) for s in shapes]
+    got = fn(*(a.to(DEV) for a in args))
+    assert got.device.type == DEV and torch.equal(got.cpu(), fn(*args))

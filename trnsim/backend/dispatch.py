@@ -367,14 +367,19 @@ _SPECIAL: dict[str, Callable] = {
 }
 
 
-# Ops with a CompositeExplicitAutograd kernel that would win over the fallback.
-_OVERRIDES = ("convolution_overrideable", "convolution_backward_overrideable")
+# Ops with a CompositeExplicitAutograd kernel that would win over the fallback ("name" or
+# "name.overload").
+_OVERRIDES = ("convolution_overrideable", "convolution_backward_overrideable",
+              # the CPU has a fused kernel; the composite one decomposes into ops that each
+              # round to the tensor's dtype, so bf16 results differ from the CPU's
+              "native_layer_norm", "native_group_norm", "addr", "addr.out", "linalg__powsum")
 
 
 def register_overrides(lib: torch.library.Library) -> None:
     """Register the fallback itself as the neuron kernel of :data:`_OVERRIDES`."""
     for name in _OVERRIDES:
-        op = getattr(_aten, name).default
+        base, _, overload = name.partition(".")
+        op = getattr(getattr(_aten, base), overload or "default")
 
         def kernel(*args, _op=op, **kwargs):
             return fallback(_op, *args, **kwargs)
