@@ -139,3 +139,43 @@ def test_bf16_norms_and_addr_round_as_the_cpu_kernel_does(name):
     args = [(torch.randn(*s, generator=g) * 4 + 3).to(torch.bfloat16) for s in shapes]
     got = fn(*(a.to(DEV) for a in args))
     assert got.device.type == DEV and torch.equal(got.cpu(), fn(*args))
+
+
+# -- sparse layouts ---------------------------------------------------------------
+
+def _sparse_input():
+    g = torch.Generator().manual_seed(5)
+    d = torch.rand(4, 5, generator=g)
+    d[d < 0.5] = 0
+    return d, torch.randn(5, 3, generator=g)
+
+
+@pytest.mark.filterwarnings("ignore:Sparse CSR tensor support is in beta")
+def test_compressed_tensors_live_on_the_device_and_compute_as_on_the_cpu():
+    d, b = _sparse_input()
+    s = d.to(DEV).to_sparse_csr()
+    assert (s.device.type, s.layout) == (DEV, torch.sparse_csr)
+    assert s.values().device.type == DEV
+    assert torch.equal(s.crow_indices().cpu(), d.to_sparse_csr().crow_indices())
+    _same(s @ b.to(DEV), d.to_sparse_csr() @ b)
+    _same(torch.sparse.mm(s, b.to(DEV), "sum"), torch.sparse.mm(d.to_sparse_csr(), b, "sum"))
+    assert torch.equal(d.to(DEV).to_sparse_bsr((2, 1)).to_dense().cpu(), d)
+
+
+@pytest.mark.filterwarnings("ignore:Sparse CSR tensor support is in beta")
+def test_sparse_mm_amax_backward_on_compressed_tensors():
+    d, b = _sparse_input()
+    grads = []
+    for dev in ("cpu", DEV):
+        a = d.to(dev).to_sparse_csr().requires_grad_()
+        w = b.to(dev).requires_grad_()
+        y = torch.sparse.mm(a, w, "amax")
+        grads.append(torch.autograd.grad(y, (a, w), torch.ones(4, 3, device=dev)))
+    (ca, cw), (na, nw) = grads
+    assert na.layout == torch.sparse_csr and nw.device.type == DEV
+    assert torch.equal(na.to_dense().cpu(), ca.to_dense()) and torch.equal(nw.cpu(), cw)
+
+
+def test_to_sparse_coo_raises_a_clear_error_not_a_cpu_tensor():
+    with pytest.raises(NotImplementedError, match="sparse COO tensors are not supported on neuron"):
+        torch.ones(2, 2, device=DEV).to_sparse()

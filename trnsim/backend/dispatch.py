@@ -22,7 +22,7 @@ from typing import Any, Callable
 import torch
 from torch.utils._pytree import tree_flatten, tree_unflatten
 
-from trnsim.backend import edge_ops, rng, state, storage, timeline
+from trnsim.backend import edge_ops, rng, sparse, state, storage, timeline
 
 _CPU_KS = storage._CPU
 _CPU = torch.device("cpu")
@@ -165,8 +165,10 @@ def _one_from_host(t: torch.Tensor, host_ids: dict[int, Any], owners: dict[int, 
     same = host_ids.get(id(t))
     if same is not None:
         return same
-    if keep_cpu or t.device.type != "cpu" or t.layout != torch.strided:
+    if keep_cpu or t.device.type != "cpu":
         return t
+    if t.layout != torch.strided:
+        return sparse.from_host(t, owners)
     st = t.untyped_storage()
     owner = owners.get(st.data_ptr()) if st.nbytes() else None
     if owner is not None:
@@ -364,6 +366,8 @@ _SPECIAL: dict[str, Callable] = {
     "aten::is_pinned": _no_time,
     "aten::is_set_to": _no_time,
     "aten::_efficientzerotensor": edge_ops.efficient_zeros,
+    "aten::_to_sparse": sparse.to_sparse,
+    "aten::_to_sparse.sparse_dim": sparse.to_sparse,
 }
 
 
