@@ -179,3 +179,26 @@ def test_sparse_mm_amax_backward_on_compressed_tensors():
 def test_to_sparse_coo_raises_a_clear_error_not_a_cpu_tensor():
     with pytest.raises(NotImplementedError, match="sparse COO tensors are not supported on neuron"):
         torch.ones(2, 2, device=DEV).to_sparse()
+
+
+# -- copies to the CPU -----------------------------------------------------------
+
+def test_non_blocking_copy_to_the_cpu_needs_no_pinned_allocator():
+    x = torch.arange(6.0).to(DEV)
+    y = x.to("cpu", non_blocking=True)
+    assert y.device.type == "cpu" and torch.equal(y, torch.arange(6.0))
+
+
+def test_copy_to_the_cpu_in_timing_fidelity_says_there_are_no_values():
+    from trnsim.backend import state
+
+    before = state.fidelity()
+    trnsim.set_fidelity("timing")
+    try:
+        x = torch.empty(4, device=DEV)
+        assert x.to(torch.bfloat16).dtype == torch.bfloat16
+        for non_blocking in (False, True):
+            with pytest.raises(RuntimeError, match="no values"):
+                x.to("cpu", non_blocking=non_blocking)
+    finally:
+        trnsim.set_fidelity(before)

@@ -275,8 +275,12 @@ def _copy_from_and_resize(op, info: _OpInfo, args: tuple, kwargs: dict):
 
 
 def _to_copy(op, info: _OpInfo, args: tuple, kwargs: dict):
+    """``.to()``: a neuron kernel (see :data:`_OVERRIDES`); a copy to the CPU waits for
+    the device, and has no values to read in timing fidelity."""
     if not _wants_neuron(kwargs) and kwargs.get("device") is not None:
         timeline.sync("to cpu")
+        if state.fidelity() == "timing" and args[0].untyped_storage().nbytes() and storage.block_of(args[0]).host is None:
+            raise state.no_data_error()
     return _compute(op, info, args, kwargs)
 
 
@@ -376,7 +380,9 @@ _SPECIAL: dict[str, Callable] = {
 _OVERRIDES = ("convolution_overrideable", "convolution_backward_overrideable",
               # the CPU has a fused kernel; the composite one decomposes into ops that each
               # round to the tensor's dtype, so bf16 results differ from the CPU's
-              "native_layer_norm", "native_group_norm", "addr", "addr.out", "linalg__powsum")
+              "native_layer_norm", "native_group_norm", "addr", "addr.out", "linalg__powsum",
+              # the composite one would ask the device for pinned memory for non_blocking copies to the CPU
+              "_to_copy")
 
 
 def register_overrides(lib: torch.library.Library) -> None:
