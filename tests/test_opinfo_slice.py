@@ -35,12 +35,9 @@ OPS = [
     "cat", "stack", "transpose", "reshape", "view", "expand", "narrow", "flip",
 ]
 
-# fail today; strict, so a fix turns them into an XPASS failure (then drop the entry)
-XFAIL = {
-    ("take_along_dim", "fp32"): "a wrapped-number scalar reaches the fallback as a Python int for a Tensor "
-                                "argument (aten::remainder.Tensor_out)",
-    ("take_along_dim", "fp32-grad"): "as fp32: aten::remainder.Tensor_out gets a Python int for 'other'",
-}
+# (op, mode) pairs that fail today, with the cause; strict, so a fix turns one into an
+# XPASS failure (then drop the entry). None at present.
+XFAIL: dict[tuple[str, str], str] = {}
 
 MODES = ("fp32", "fp32-grad")
 

@@ -23,7 +23,7 @@ def register() -> None:
     if torch._C._get_privateuse1_backend_name() != "neuron":
         torch.utils.rename_privateuse1_backend("neuron")
     torch.utils.generate_methods_for_privateuse1_backend()
-    from trnsim.backend import autocast, device, dispatch, hostshims, rng, sdpa
+    from trnsim.backend import autocast, device, dispatch, hostshims, mathbits, rng, sdpa, sparse
 
     class _Hooks(torch._C._acc.PrivateUse1Hooks):
         def is_available(self) -> bool:
@@ -51,6 +51,8 @@ def register() -> None:
     _aten_lib = torch.library.Library("aten", "IMPL")
     dispatch.register_overrides(_aten_lib)
     sdpa.register(_aten_lib)
+    sparse.install(_lib, _aten_lib)
+    mathbits.install(_aten_lib)
     rng.install()
     hostshims.install()
     autocast.install()

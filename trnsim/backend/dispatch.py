@@ -22,7 +22,7 @@ from typing import Any, Callable
 import torch
 from torch.utils._pytree import tree_flatten
 
-from trnsim.backend import rng, state, storage, timeline
+from trnsim.backend import edge_ops, rng, sparse, state, storage, timeline
 
 _CPU_KS = storage._CPU
 _CPU = torch.device("cpu")
@@ -31,7 +31,14 @@ _aten = torch.ops.aten
 
 # Ops whose tensor arguments may sit on the CPU beside neuron tensors, as on CUDA.
 _MIXED_OK = {"aten::index.Tensor", "aten::index_put_", "aten::index_put", "aten::_index_put_impl_",
-             "aten::copy_", "aten::_copy_from", "aten::_copy_from_and_resize", "aten::set_.source_Tensor"}
+             "aten::copy_", "aten::_copy_from", "aten::_copy_from_and_resize", "aten::set_.source_Tensor",
+             # their out= and hacked_twin overloads, and the unsafe index ops, which take CPU indices too
+             "aten::index.Tensor_out", "aten::index.Tensor_hacked_twin", "aten::index_put.out",
+             "aten::index_put.hacked_twin", "aten::index_put_.hacked_twin", "aten::_index_put_impl.out",
+             "aten::_index_put_impl_.hacked_twin", "aten::_unsafe_index.Tensor",
+             "aten::_unsafe_index.Tensor_hacked_twin", "aten::_unsafe_index_put", "aten::_unsafe_index_put.hacked_twin",
+             "aten::_unsafe_masked_index", "aten::_unsafe_masked_index_put_accumulate", "aten::copy.out",
+             "aten::_copy_from.out", "aten::_copy_from_and_resize.out"}
 
 
 class _OpInfo:
@@ -166,7 +173,8 @@ def _compute(op, info: _OpInfo, args: tuple, kwargs: dict, host_op=None):
         else:
             result = run(*h_args, **h_kwargs)
     except Exception as e:
-        _reraise(e, info)
+        h_args, h_kwargs, result = _retry_with_wrapped_numbers(e, op, run, info, h_args, h_kwargs,
+                                                               info.random and (host.seen is not None or to_device))
     for i, name in info.mutable:
         if i < len(args):
             _sync_mutated(args[i], h_args[i])
@@ -203,8 +211,10 @@ def _one_from_host(t: torch.Tensor, host_ids: dict[int, Any], owners: dict[int, 
     same = host_ids.get(id(t))
     if same is not None:
         return same
-    if keep_cpu or not t.is_cpu or t.layout is not _STRIDED:
+    if keep_cpu or not t.is_cpu:
         return t
+    if t.layout is not _STRIDED:
+        return sparse.from_host(t, owners)
     if not owners:
         return storage.adopt(t)
     st = t.untyped_storage()
@@ -228,6 +238,23 @@ def _sync_mutated(neuron: Any, host: Any) -> None:
         storage.rebind(neuron, storage.neuron_storage(hs), host.shape, host.stride(), host.storage_offset())
     elif host.shape != neuron.shape or host.stride() != neuron.stride() or host.storage_offset() != neuron.storage_offset():
         storage.rebind(neuron, neuron.untyped_storage(), host.shape, host.stride(), host.storage_offset())
+
+
+def _retry_with_wrapped_numbers(e: Exception, op, run, info: _OpInfo, h_args: tuple, h_kwargs: dict, swap_rng: bool):
+    """After the CPU call failed: run it again if PyTorch handed Python numbers for Tensor
+    arguments (wrapped numbers, see :func:`edge_ops.wrap_numbers`), else re-raise.
+    Returns the arguments of the call and its result."""
+    wrapped = edge_ops.wrap_numbers(op, h_args, h_kwargs)
+    if wrapped is None:
+        _reraise(e, info)
+    h_args, h_kwargs = wrapped
+    try:
+        if swap_rng:
+            with rng.swapped_default():
+                return h_args, h_kwargs, run(*h_args, **h_kwargs)
+        return h_args, h_kwargs, run(*h_args, **h_kwargs)
+    except Exception as e2:
+        _reraise(e2, info)
 
 
 def _reraise(e: Exception, info: _OpInfo):
@@ -296,8 +323,12 @@ def _copy_from_and_resize(op, info: _OpInfo, args: tuple, kwargs: dict):
 
 
 def _to_copy(op, info: _OpInfo, args: tuple, kwargs: dict):
+    """``.to()``: a neuron kernel (see :data:`_OVERRIDES`); a copy to the CPU waits for
+    the device, and has no values to read in timing fidelity."""
     if not _wants_neuron(kwargs) and kwargs.get("device") is not None:
         timeline.sync("to cpu")
+        if state.fidelity() == "timing" and args[0].untyped_storage().nbytes() and storage.block_of(args[0]).host is None:
+            raise state.no_data_error()
     return _compute(op, info, args, kwargs)
 
 
@@ -385,6 +416,9 @@ _SPECIAL: dict[str, Callable] = {
     "aten::convolution_backward_overrideable": _conv_backward,
     "aten::is_pinned": _no_time,
     "aten::is_set_to": _no_time,
+    "aten::_efficientzerotensor": edge_ops.efficient_zeros,
+    "aten::_to_sparse": sparse.to_sparse,
+    "aten::_to_sparse.sparse_dim": sparse.to_sparse,
 }
 
 
@@ -415,14 +449,21 @@ def _direct_kernel(op):
     return kernel
 
 
-# Ops with a CompositeExplicitAutograd kernel that would win over the fallback.
-_OVERRIDES = ("convolution_overrideable", "convolution_backward_overrideable")
+# Ops with a CompositeExplicitAutograd kernel that would win over the fallback ("name" or
+# "name.overload").
+_OVERRIDES = ("convolution_overrideable", "convolution_backward_overrideable",
+              # the CPU has a fused kernel; the composite one decomposes into ops that each
+              # round to the tensor's dtype, so bf16 results differ from the CPU's
+              "native_layer_norm", "native_group_norm", "addr", "addr.out", "linalg__powsum",
+              # the composite one would ask the device for pinned memory for non_blocking copies to the CPU
+              "_to_copy")
 
 
 def register_overrides(lib: torch.library.Library) -> None:
     """Register the fallback itself as the neuron kernel of :data:`_OVERRIDES`."""
     for name in _OVERRIDES:
-        op = getattr(_aten, name).default
+        base, _, overload = name.partition(".")
+        op = getattr(getattr(_aten, base), overload or "default")
 
         def kernel(*args, _op=op, **kwargs):
             return fallback(_op, *args, **kwargs)

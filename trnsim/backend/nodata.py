@@ -14,7 +14,7 @@ from typing import Any
 import torch
 from torch.utils._pytree import tree_unflatten
 
-from trnsim.backend import state, storage, timeline
+from trnsim.backend import edge_ops, state, storage, timeline
 
 
 # Ops whose result shapes depend on values (printing uses masked_select).
@@ -45,6 +45,7 @@ def run(op, info, flat: list, spec, to_device: bool) -> Any:
     if info.name in _NEEDS_VALUES:
         raise state.no_data_error()
     args, kwargs = tree_unflatten(metas, spec)
+    args, kwargs = edge_ops.wrap_numbers(op, args, kwargs) or (args, kwargs)
     try:
         result = op(*args, **kwargs)
     except NotImplementedError as e:

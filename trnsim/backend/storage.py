@@ -82,7 +82,8 @@ def on_storage(st: torch.UntypedStorage, dtype: torch.dtype, size, stride, offse
 
 
 def adopt(cpu: torch.Tensor) -> torch.Tensor:
-    """A neuron tensor that takes over the memory of CPU tensor ``cpu`` (zero-copy).
+    """A neuron tensor that takes over the memory of CPU tensor ``cpu`` (zero-copy), with
+    its lazy conjugate/negative bits.
 
     ``cpu`` itself becomes the cached host alias of the new tensor, so the caller must
     not keep it for other uses.
@@ -93,10 +94,22 @@ def adopt(cpu: torch.Tensor) -> torch.Tensor:
     st = _construct(host.data_ptr(), _DEVICE[0] if _DEVICE else _device(), nbytes)
     st._trnsim_block = block
     dtype, shape, stride, offset = cpu.dtype, cpu.shape, cpu.stride(), cpu.storage_offset()
-    block.aliases[(dtype, shape, stride, offset)] = cpu
     t = _create_empty(shape, dtype)
     _SET_BOXED(_CPU, t, st, offset, shape, stride)
+    if cpu.is_conj() or cpu.is_neg():
+        return carry_math_bits(cpu, t)
+    block.aliases[(dtype, shape, stride, offset)] = cpu
     return t
+
+
+def carry_math_bits(src: torch.Tensor, dst: torch.Tensor) -> torch.Tensor:
+    """Give ``dst`` the lazy conjugate and negative bits of ``src`` (they live on the
+    TensorImpl, so a tensor rebuilt over the same memory loses them); returns ``dst``."""
+    if src.is_conj():
+        torch._C._set_conj(dst, True)
+    if src.is_neg():
+        torch._C._set_neg(dst, True)
+    return dst
 
 
 def rebind(t: torch.Tensor, st: torch.UntypedStorage, size, stride, offset: int) -> None:
@@ -119,11 +132,11 @@ def host_alias(t: torch.Tensor, fresh: bool = False) -> torch.Tensor:
     host = block.host
     if host is None:
         if st.nbytes() == 0:
-            return torch.empty_strided(t.shape, t.stride(), dtype=t.dtype)
+            return carry_math_bits(t, torch.empty_strided(t.shape, t.stride(), dtype=t.dtype))
         raise state.no_data_error()
     dtype, shape, stride, offset = t.dtype, t.shape, t.stride(), t.storage_offset()
-    if fresh:
-        return torch.empty(0, dtype=dtype).set_(host, offset, shape, stride)
+    if fresh or t.is_conj() or t.is_neg():
+        return carry_math_bits(t, torch.empty(0, dtype=dtype).set_(host, offset, shape, stride))
     key = (dtype, shape, stride, offset)
     alias = block.aliases.get(key)
     if alias is None:
