@@ -314,3 +314,15 @@ def test_profile_records_ops_above_engine_slices(tmp_path):
     assert ops and all("shapes" in e["args"] for e in ops)
     assert torch.neuron.current_trace() is None
     assert state.clock.syncs > 0
+
+
+def test_eager_trace_reports_as_a_profile(tmp_path):
+    from trnsim.trace import load, summarize
+
+    a = torch.ones(256, 256, device="neuron")
+    with trnsim.profile(tmp_path / "e.json") as prof:
+        (a @ a).relu()
+    s = summarize(load(tmp_path / "e.json"))
+    assert s.program == "eager PyTorch (2 ops)"
+    assert s.instructions == sum(len(r.cost.run.program.instructions) for r in prof.records)
+    assert s.flops == 2 * 256 ** 3 and s.peak_flops > 0 and s.hbm_peak_gbps > 0

@@ -100,9 +100,25 @@ class profile:
 
     def trace(self):
         """The recording as a :class:`trnsim.trace.Trace`."""
-        from trnsim.trace.events import Slice, Trace, trace_from_run
+        from trnsim.trace.events import Slice, Trace, _effective_peak, trace_from_run
 
-        tr = Trace(process=f"neuron:0 ({state.chip().name})", meta={"chip": state.chip().name, "eager": True})
+        chip = state.chip()
+        runs = [r.cost for r in self.records if r.cost.run is not None]
+        flops = ideal_s = 0.0   # the peak is the ops' own mix of matmul dtypes
+        for c in runs:
+            f = c.run.program.flops() * c.scale
+            if f:
+                flops += f
+                ideal_s += f / _effective_peak(c.run.program)
+        tr = Trace(process=f"neuron:0 ({chip.name})", meta={
+            "program": f"eager PyTorch ({len(self.records)} ops)",
+            "chip": chip.name,
+            "eager": True,
+            "instructions": sum(len(c.run.program.instructions) for c in runs) if self.engines else 0,
+            "flops": flops,
+            "peak_flops": flops / ideal_s if ideal_s else 0.0,
+            "hbm_bw_gbps": chip.hbm_bw_per_core_gbps,
+        })
         origin = min((r.start_ps for r in self.records), default=0)
         for r in self.records:
             start_ns = (r.start_ps - origin) / 1000
