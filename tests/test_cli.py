@@ -41,3 +41,13 @@ def test_demo_and_report(tmp_path, capsys):
     assert main(["report", str(path), "--plot", str(tmp_path / "d.png")]) == 0
     assert "simulated time" in capsys.readouterr().out
     assert (tmp_path / "d.png").stat().st_size > 0
+
+
+def test_llama_demo_trains_on_neuron_to_the_cpu_losses(tmp_path, capsys):
+    path = tmp_path / "llama.json"
+    assert main(["demo", "llama", "--steps", "2", "--trace", str(path)]) == 0
+    out = capsys.readouterr().out
+    assert "on neuron, matching the CPU's (max relative difference 0.0e+00)" in out
+    assert "train step" in out and "flash_attention_bwd" in out
+    data = json.loads(path.read_text())
+    assert any(e.get("name") == "_scaled_dot_product_fused_attention_overrideable" for e in data["traceEvents"])

@@ -40,7 +40,12 @@ def _chips(args: argparse.Namespace) -> int:
     return 0
 
 
+_DEMO_TRACE = "traces/demo.json"
+
+
 def _demo(args: argparse.Namespace) -> int:
+    if args.what == "llama":
+        return _demo_llama(args)
     from trnsim.demo import run_demo
 
     m, k, n = args.size
@@ -51,6 +56,29 @@ def _demo(args: argparse.Namespace) -> int:
     print(f"result         {status} numpy (max abs error {result.max_abs_error:.3g}, relative {rel:.2g})")
     print(f"trace          {result.trace_path} (open in https://ui.perfetto.dev)")
     return 0 if rel < 1e-5 else 1
+
+
+def _demo_llama(args: argparse.Namespace) -> int:
+    from trnsim.demo import run_llama_demo
+
+    trace = args.trace if args.trace != _DEMO_TRACE else "traces/llama.json"
+    r = run_llama_demo(steps=args.steps, chip=args.chip, trace=trace)
+    import torch
+
+    ok = r.max_rel_diff < 1e-4
+    print(f"model          TinyLlama, {r.params / 1e6:.2f}M parameters; {r.tokens} tokens a step; AdamW")
+    print(f"chip           {torch.neuron.chip().name}")
+    print("losses         " + " ".join(f"{x:.5f}" for x in r.neuron_losses) +
+          f" on neuron, {'matching' if ok else 'NOT matching'} the CPU's (max relative difference "
+          f"{r.max_rel_diff:.1e})")
+    print(f"train step     {r.step_us:,.1f} us simulated, {len(r.profile.records)} device ops, "
+          f"{r.tokens / (r.step_us * 1e-6):,.0f} tokens/s")
+    rows = r.profile.summary()
+    print("\n".join(str(rows).splitlines()[:9]))
+    if len(rows) > 8:
+        print(f"... {len(rows) - 8} more ops")
+    print(f"trace          {r.trace_path} (open in https://ui.perfetto.dev)")
+    return 0 if ok else 1
 
 
 def _report(args: argparse.Namespace) -> int:
@@ -81,9 +109,14 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="trnsim", description="Cycle-approximate AWS Trainium simulator")
     sub = parser.add_subparsers(dest="command", required=True)
 
-    demo = sub.add_parser("demo", help="simulate a tiled bf16 matmul, check it against numpy, write a trace")
+    demo = sub.add_parser("demo", help="matmul: simulate a tiled bf16 matmul kernel, check it against numpy; "
+                                       "llama: train a small Llama on the neuron device; both write a trace")
+    demo.add_argument("what", nargs="?", choices=("matmul", "llama"), default="matmul",
+                      help="which demo (default matmul)")
+    demo.add_argument("--steps", type=int, default=3, help="llama: training steps (default 3)")
     demo.add_argument("--chip", default=None, help="chip name (trn1, trn2, trn3) or path to a chip TOML; default $TRNSIM_CHIP or trn2")
-    demo.add_argument("--trace", default="traces/demo.json", help="where to write the trace (default traces/demo.json)")
+    demo.add_argument("--trace", default=_DEMO_TRACE,
+                      help="where to write the trace (default traces/demo.json; llama: traces/llama.json)")
     demo.add_argument("--size", type=int, nargs=3, metavar=("M", "K", "N"), default=(1024, 1024, 1024),
                       help="matmul sizes, multiples of 128 (M, K) and 512 (N); default 1024 1024 1024")
     demo.set_defaults(func=_demo)

@@ -39,10 +39,11 @@ class ProfileSummary(list):
     """Ops by total simulated time (a list of :class:`OpRow`), printed as a table."""
 
     def __str__(self) -> str:
-        lines = [f"{'op':44} {'calls':>6} {'total us':>12} {'%':>6}  timed by"]
+        width = max([44] + [len(r.name) for r in self])
+        lines = [f"{'op':{width}} {'calls':>6} {'total us':>12} {'%':>6}  timed by"]
         for r in self:
             how = r.kernel if r.source == "kernel" else r.source
-            lines.append(f"{r.name:44} {r.calls:6d} {r.total_us:12.3f} {r.pct:6.1f}  {how}")
+            lines.append(f"{r.name:{width}} {r.calls:6d} {r.total_us:12.3f} {r.pct:6.1f}  {how}")
         return "\n".join(lines)
 
 
