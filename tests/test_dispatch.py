@@ -75,3 +75,16 @@ def test_resizing_a_neuron_storage_names_the_gap():
     else:
         raise AssertionError("resize_ of a neuron storage should be refused")
     assert torch.ones(4).untyped_storage().resize_(8).nbytes() == 8
+
+
+def test_inplace_view_ops_take_no_device_time():
+    x = torch.ones(256, 256, device="neuron")
+    torch.neuron.synchronize()
+    start = torch.neuron.elapsed_ms()
+    x.t_()
+    x.unsqueeze_(0).squeeze_(0)
+    x.as_strided_((128, 512), (512, 1))
+    torch.neuron.synchronize()
+    assert torch.neuron.elapsed_ms() == start
+    assert x.shape == (128, 512)
+    torch.testing.assert_close((x + 0).cpu(), torch.ones(128, 512))

@@ -439,6 +439,8 @@ def _register_direct() -> None:
             continue
         name, _, overload = qual[len("aten::"):].partition(".")
         op = getattr(getattr(_aten, name), overload or "default")
+        if torch.Tag.inplace_view in op.tags:
+            continue   # as_strided_ only changes metadata: its composite kernel, no device time
         lib.impl(qual[len("aten::"):], _direct_kernel(op), "PrivateUse1")
 
 
