@@ -88,3 +88,18 @@ def test_inplace_view_ops_take_no_device_time():
     assert torch.neuron.elapsed_ms() == start
     assert x.shape == (128, 512)
     torch.testing.assert_close((x + 0).cpu(), torch.ones(128, 512))
+
+
+def test_a_tensor_both_read_and_written_is_one_tensor_to_the_cpu_kernel():
+    x = torch.arange(4.0, device="neuron").reshape(1, 4)
+    (x + 0)                    # caches an alias of x
+    try:
+        torch.add(x, torch.ones(3, 4, device="neuron"), out=x)
+    except RuntimeError as e:  # as on the CPU: out= is an input, so it cannot grow
+        assert "doesn't match the broadcast shape" in str(e)
+    else:
+        raise AssertionError("add(x, y, out=x) that would grow x should raise, as on the CPU")
+    torch.testing.assert_close(x.cpu(), torch.arange(4.0).reshape(1, 4))
+    y = torch.arange(4.0, device="neuron")
+    torch.mul(y, y, out=y)
+    torch.testing.assert_close(y.cpu(), torch.arange(4.0) ** 2)
