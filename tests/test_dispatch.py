@@ -75,3 +75,31 @@ def test_resizing_a_neuron_storage_names_the_gap():
     else:
         raise AssertionError("resize_ of a neuron storage should be refused")
     assert torch.ones(4).untyped_storage().resize_(8).nbytes() == 8
+
+
+def test_inplace_view_ops_take_no_device_time():
+    x = torch.ones(256, 256, device="neuron")
+    torch.neuron.synchronize()
+    start = torch.neuron.elapsed_ms()
+    x.t_()
+    x.unsqueeze_(0).squeeze_(0)
+    x.as_strided_((128, 512), (512, 1))
+    torch.neuron.synchronize()
+    assert torch.neuron.elapsed_ms() == start
+    assert x.shape == (128, 512)
+    torch.testing.assert_close((x + 0).cpu(), torch.ones(128, 512))
+
+
+def test_a_tensor_both_read_and_written_is_one_tensor_to_the_cpu_kernel():
+    x = torch.arange(4.0, device="neuron").reshape(1, 4)
+    (x + 0)                    # caches an alias of x
+    try:
+        torch.add(x, torch.ones(3, 4, device="neuron"), out=x)
+    except RuntimeError as e:  # as on the CPU: out= is an input, so it cannot grow
+        assert "doesn't match the broadcast shape" in str(e)
+    else:
+        raise AssertionError("add(x, y, out=x) that would grow x should raise, as on the CPU")
+    torch.testing.assert_close(x.cpu(), torch.arange(4.0).reshape(1, 4))
+    y = torch.arange(4.0, device="neuron")
+    torch.mul(y, y, out=y)
+    torch.testing.assert_close(y.cpu(), torch.arange(4.0) ** 2)

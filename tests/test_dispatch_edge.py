@@ -6,6 +6,7 @@ import pytest
 import torch
 
 import trnsim  # noqa: F401  (registers neuron)
+from trnsim.backend import storage
 
 DEV = "neuron"
 
@@ -202,3 +203,14 @@ def test_copy_to_the_cpu_in_timing_fidelity_says_there_are_no_values():
                 x.to("cpu", non_blocking=non_blocking)
     finally:
         trnsim.set_fidelity(before)
+
+
+@pytest.mark.filterwarnings("ignore:Sparse CSR tensor support is in beta")
+def test_sparse_ops_leave_cached_dense_aliases_as_they_were():
+    d, b = _sparse_input()
+    w = b.to(DEV).requires_grad_()
+    with torch.inference_mode():
+        w * 2                  # caches an alias of w made in inference mode
+    s = d.to(DEV).to_sparse_csr()
+    _same(s @ w, d.to_sparse_csr() @ b)
+    assert not storage.host_alias(w).requires_grad

@@ -93,7 +93,7 @@ class _Host:
     Aten schemas nest at most one level (``Tensor[]``, ``Tensor?[]``), so no pytree.
     """
 
-    __slots__ = ("args", "kwargs", "flat", "back", "owners", "seen", "cpu_dense")
+    __slots__ = ("args", "kwargs", "flat", "back", "owners", "seen", "cpu_dense", "written")
 
     def __init__(self, info: _OpInfo, args: tuple, kwargs: dict) -> None:
         self.flat: list = []
@@ -101,6 +101,14 @@ class _Host:
         self.owners: dict[int, Any] = {}
         self.seen = None
         self.cpu_dense = None
+        # one fresh alias per written neuron tensor, also where it is read (``add(x, y, out=x)``):
+        # the CPU kernel must see one tensor, as it would on the CPU, not a reader beside a writer
+        self.written: dict[int, torch.Tensor] = {}
+        for i, name in info.mutable:
+            x = args[i] if i < len(args) else kwargs.get(name)
+            for t in (x if isinstance(x, (list, tuple)) else (x,)):
+                if isinstance(t, torch.Tensor) and t.device.type == "neuron" and id(t) not in self.written:
+                    self.written[id(t)] = storage.host_alias(t, fresh=True)
         mpos = info.mutable_pos
         self.args = [self._leaf(x, i in mpos, info) for i, x in enumerate(args)]
         if kwargs:
@@ -137,7 +145,9 @@ class _Host:
             return x
         if x.device.type == "neuron":
             self.seen = x
-            a = storage.host_alias(x, fresh=mutable)
+            a = self.written.get(id(x)) if self.written else None
+            if a is None:
+                a = storage.host_alias(x, fresh=mutable)
             self.back[id(a)] = x
             st = x.untyped_storage()
             if st.nbytes():
@@ -439,6 +449,8 @@ def _register_direct() -> None:
             continue
         name, _, overload = qual[len("aten::"):].partition(".")
         op = getattr(getattr(_aten, name), overload or "default")
+        if torch.Tag.inplace_view in op.tags:
+            continue   # as_strided_ only changes metadata: its composite kernel, no device time
         lib.impl(qual[len("aten::"):], _direct_kernel(op), "PrivateUse1")
 
 

@@ -76,7 +76,9 @@ def fallback(op, *args, **kwargs):
     dense: list[torch.Tensor] = []   # the bytes the op reads, for its time
 
     def host(x: torch.Tensor) -> torch.Tensor:
-        a = storage.host_alias(x)
+        # a fresh alias where requires_grad is set on it: a cached one is shared with
+        # every later op on that view (and may be an inference tensor)
+        a = storage.host_alias(x, fresh=x.requires_grad)
         if x.untyped_storage().nbytes():
             owners[a.untyped_storage().data_ptr()] = x.untyped_storage()
         dense.append(x)
