@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import gc
+
 import torch
 
 import trnsim  # noqa: F401
@@ -103,3 +105,31 @@ def test_a_tensor_both_read_and_written_is_one_tensor_to_the_cpu_kernel():
     y = torch.arange(4.0, device="neuron")
     torch.mul(y, y, out=y)
     torch.testing.assert_close(y.cpu(), torch.arange(4.0) ** 2)
+
+
+def test_out_resize_with_a_live_view_counts_memory_once():
+    def run(device):
+        x = torch.zeros(2, device=device)
+        v = x[:]
+        src = torch.arange(1000.0).to(device)
+        torch.add(src, 1, out=x)
+        v.add_(1)
+        return x, v, src
+
+    gc.collect()
+    base = torch.neuron.memory_allocated()
+    x, v, src = run("neuron")
+    assert torch.neuron.memory_allocated() - base == 8000   # src and the regrown x, once each
+    want_x, want_v, _ = run("cpu")
+    torch.testing.assert_close(x.cpu(), want_x)
+    torch.testing.assert_close(v.cpu(), want_v)
+    del x, v, src
+    assert torch.neuron.memory_allocated() == base
+
+
+def test_lazy_clone_is_a_copy_on_neuron():
+    x = torch.arange(4.0, device="neuron")
+    y = torch.ops.aten._lazy_clone(x)
+    x.add_(1)
+    assert y.device.type == "neuron"
+    torch.testing.assert_close(y.cpu(), torch.arange(4.0))

@@ -244,8 +244,14 @@ def _sync_mutated(neuron: Any, host: Any) -> None:
     if not _is_neuron(neuron) or not isinstance(host, torch.Tensor):
         return
     hs = host.untyped_storage()
-    if hs.data_ptr() != neuron.untyped_storage().data_ptr() or hs.nbytes() != neuron.untyped_storage().nbytes():
-        storage.rebind(neuron, storage.neuron_storage(hs), host.shape, host.stride(), host.storage_offset())
+    ns = neuron.untyped_storage()
+    if hs.data_ptr() != ns.data_ptr() or hs.nbytes() != ns.nbytes():
+        block = storage.block_of(neuron)
+        if block.host is not None and hs._cdata == block.host._cdata:
+            new = storage.regrown(block)   # the kernel resized the host storage in place
+        else:
+            new = storage.neuron_storage(hs)
+        storage.rebind(neuron, new, host.shape, host.stride(), host.storage_offset())
     elif host.shape != neuron.shape or host.stride() != neuron.stride() or host.storage_offset() != neuron.storage_offset():
         storage.rebind(neuron, neuron.untyped_storage(), host.shape, host.stride(), host.storage_offset())
 
@@ -404,6 +410,11 @@ def _conv_backward(op, info: _OpInfo, args: tuple, kwargs: dict):
     return _compute(op, info, args, kwargs, host_op=host)
 
 
+def _lazy_clone(op, info: _OpInfo, args: tuple, kwargs: dict):
+    """``_lazy_clone`` (copy-on-write) needs a device allocator; a neuron copy is a clone."""
+    return _compute(op, info, args, kwargs, host_op=_aten.clone.default)
+
+
 def _record_stream(op, info: _OpInfo, args: tuple, kwargs: dict):
     return None
 
@@ -422,6 +433,7 @@ _SPECIAL: dict[str, Callable] = {
     "aten::set_.source_Tensor": _set_storage,
     "aten::set_": _set_storage,
     "aten::record_stream": _record_stream,
+    "aten::_lazy_clone": _lazy_clone,
     "aten::convolution_overrideable": _conv,
     "aten::convolution_backward_overrideable": _conv_backward,
     "aten::is_pinned": _no_time,
@@ -468,7 +480,9 @@ _OVERRIDES = ("convolution_overrideable", "convolution_backward_overrideable",
               # round to the tensor's dtype, so bf16 results differ from the CPU's
               "native_layer_norm", "native_group_norm", "addr", "addr.out", "linalg__powsum",
               # the composite one would ask the device for pinned memory for non_blocking copies to the CPU
-              "_to_copy")
+              "_to_copy",
+              # the composite one would ask the device for an allocator (copy-on-write storage)
+              "_lazy_clone")
 
 
 def register_overrides(lib: torch.library.Library) -> None:

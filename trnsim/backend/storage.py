@@ -8,6 +8,8 @@ in-place ops all share it, and the bytes are returned when the last user goes.
 
 from __future__ import annotations
 
+import weakref
+
 import torch
 
 from trnsim.backend import state
@@ -35,7 +37,7 @@ class HbmBlock:
     kept). Dropping the block returns its bytes to the device's account.
     """
 
-    __slots__ = ("host", "nbytes", "aliases", "__weakref__")
+    __slots__ = ("host", "nbytes", "aliases", "current", "__weakref__")
 
     def __init__(self, host: torch.UntypedStorage | None, nbytes: int) -> None:
         state.memory.allocate(nbytes)
@@ -44,6 +46,15 @@ class HbmBlock:
         # CPU tensors over ``host``, by (dtype, shape, stride, offset): made once, reused
         # by every op that reads that view (see host_alias)
         self.aliases: dict[tuple, torch.Tensor] = {}
+        self.current = None   # weak reference to the newest neuron storage over ``host``
+
+    def regrow(self, nbytes: int) -> None:
+        """Account for ``host`` having been resized in place to ``nbytes``."""
+        if nbytes > self.nbytes:
+            state.memory.allocate(nbytes - self.nbytes)
+        elif nbytes < self.nbytes:
+            state.memory.free(self.nbytes - nbytes)
+        self.nbytes = nbytes
 
     def __del__(self) -> None:
         try:
@@ -63,6 +74,23 @@ def neuron_storage(host: torch.UntypedStorage) -> torch.UntypedStorage:
     block = HbmBlock(host, nbytes)
     st = _construct(host.data_ptr(), _device(), nbytes)
     st._trnsim_block = block
+    return st
+
+
+def regrown(block: HbmBlock) -> torch.UntypedStorage:
+    """The neuron storage over ``block.host`` after a CPU kernel resized that host storage
+    in place (an ``out=`` argument growing): the older neuron storages still name the old
+    memory, so one new storage is made, shared by every tensor re-pointed afterwards, and
+    the block's account follows the new size (one block, counted once)."""
+    host = block.host
+    current = block.current() if block.current is not None else None
+    if current is not None and current.data_ptr() == host.data_ptr() and current.nbytes() == host.nbytes():
+        return current
+    block.regrow(host.nbytes())
+    block.aliases.clear()
+    st = _construct(host.data_ptr(), _device(), host.nbytes())
+    st._trnsim_block = block
+    block.current = weakref.ref(st)
     return st
 
 
