@@ -25,7 +25,7 @@ from trnsim.kernels.elementwise import flat_views
 from trnsim.kernels.reduce import FREE_MAX, KEEP_BYTES
 
 TILE_P = 128            # nl.tile_size.pmax
-BWD_FREE_MAX = 2048     # activation backward keeps about six fp32 tiles live per block
+BWD_FREE_MAX = 1024     # columns per activation-backward block: several blocks overlap load and compute
 MATMUL_N = 512          # moving free size of one matmul: one PSUM bank of fp32
 PSUM_BANKS = 8          # [1, 512] fp32 accumulators PSUM holds per partition
 GELU_TANH_SCALE = math.sqrt(2.0 / math.pi)
@@ -92,7 +92,7 @@ def activation_backward_kernel(grad, saved, op="gelu", threshold=0.0, dtype=None
     Returns:
         ``grad``'s shape in HBM.
 
-    Memories: both tensors are read flat as [128, <= 2048] blocks into SBUF. Per
+    Memories: both tensors are read flat as [128, <= 1024] blocks into SBUF. Per
     block the derivative is computed into fp32 SBUF tiles: one scalar-engine
     activation for GELU (``gelu_dx``) and SiLU (``silu_dx``), one vector comparison
     for ReLU, a square (scalar) and a vector instruction for sigmoid and tanh, eleven
@@ -245,10 +245,12 @@ def layernorm_backward_kernel(grad, x, mean, rstd, gamma=None, need_input=True, 
 
     Memories: ``gamma`` is loaded once and broadcast to a [128, D] SBUF tile; each row
     tile of ``grad`` and ``x`` is loaded into SBUF with its [P, 1] statistics. The
-    vector engine forms ``xhat`` (one two-op ``tensor_scalar``), ``gh`` and
-    ``gh * xhat``; their row sums come from scalar-engine identity activations
-    (fp32); two more vector instructions and a scalar-engine scale by ``rstd`` give
-    dx, stored to HBM. dgamma and dbeta are partition-axis sums: the vector engine
+    work is split between the engines as the chip's kernels split it: the scalar
+    engine forms ``xhat`` (an identity activation with ``rstd`` as scale and
+    ``-mean * rstd`` as bias), the row sums of ``gh`` and ``gh * xhat`` (identity
+    activations with a fused sum, fp32), the shift ``-mean(gh) - xhat * mean(gh * xhat)``
+    and the final scale by ``rstd``; the vector engine forms ``gh``, ``gh * xhat`` and
+    ``gh + shift``. dx is stored to HBM. dgamma and dbeta are partition-axis sums: the vector engine
     forms ``grad * xhat`` (fp32), and the PE array multiplies a ones column [P, 1]
     (stationary) by each 512-column chunk (moving), accumulating [1, 512] fp32 in
     PSUM over all row tiles when the accumulators fit in its 8 banks per partition
@@ -280,7 +282,9 @@ def layernorm_backward_kernel(grad, x, mean, rstd, gamma=None, need_input=True, 
         xt = nl.load(x[r0:r0 + p, :])
         m = nl.load(mean2[r0:r0 + p, :])
         r = nl.load(rstd2[r0:r0 + p, :])
-        xhat = nisa.tensor_scalar(xt, op0=nl.subtract, operand0=m, op1=nl.multiply, operand1=r, dtype=f32)
+        neg_mean_rstd = nisa.tensor_tensor(m, r, op=nl.multiply, dtype=f32)
+        xhat = nisa.activation(op="identity", data=xt, scale=r,
+                               bias=nisa.tensor_scalar(neg_mean_rstd, op0=nl.multiply, operand0=-1.0), dtype=f32)
         if need_bias:
             dbeta_sum.add(ones[0:p, :], nisa.tensor_copy(g, dtype=f32) if g.dtype is not f32 else g)
         if need_weight:
@@ -293,8 +297,7 @@ def layernorm_backward_kernel(grad, x, mean, rstd, gamma=None, need_input=True, 
         nisa.activation(op="identity", data=nisa.tensor_tensor(gh, xhat, op=nl.multiply, dtype=f32),
                         reduce_op=nl.add, reduce_res=row_sums[:, 1:2], dtype=f32)
         neg_means = nisa.tensor_scalar(row_sums, op0=nl.multiply, operand0=-1.0 / d, dtype=f32)
-        shift = nisa.tensor_scalar(xhat, op0=nl.multiply, operand0=neg_means[:, 1:2], op1=nl.add,
-                                   operand1=neg_means[:, 0:1], dtype=f32)
+        shift = nisa.activation(op="identity", data=xhat, scale=neg_means[:, 1:2], bias=neg_means[:, 0:1], dtype=f32)
         centred = nisa.tensor_tensor(gh, shift, op=nl.add, dtype=f32)
         nl.store(dx[r0:r0 + p, :], value=nisa.activation(op="identity", data=centred, scale=r, dtype=dx.dtype))
     if dgamma_sum is not None:
