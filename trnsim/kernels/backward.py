@@ -230,7 +230,8 @@ def layernorm_backward_kernel(grad, x, mean, rstd, gamma=None, need_input=True, 
 
     Args:
         grad: [N, D] in HBM, any chip float dtype; rows on partitions, 128 at a time
-            (the last tile as many as are left), D along the free axis of one tile.
+            (the last tile as many as are left), D along the free axis of one tile
+            (up to about 6000 in fp32: seven rows of fp32 tiles share SBUF).
         x: [N, D] in HBM, the forward's input, any chip float dtype.
         mean, rstd: [N] or [N, 1] in HBM, the forward's saved statistics (fp32 as
             torch saves them, or any chip float dtype).
@@ -292,13 +293,15 @@ def layernorm_backward_kernel(grad, x, mean, rstd, gamma=None, need_input=True, 
         if not need_input:
             continue
         gh = nisa.tensor_tensor(g, g_row[0:p, :], op=nl.multiply, dtype=f32) if g_row is not None else g
+        del g, xt   # a long row takes a lot of SBUF: the tiles below are written in place
         row_sums = nl.ndarray((p, 2), f32)
-        nisa.activation(op="identity", data=gh, reduce_op=nl.add, reduce_res=row_sums[:, 0:1], dtype=f32)
-        nisa.activation(op="identity", data=nisa.tensor_tensor(gh, xhat, op=nl.multiply, dtype=f32),
-                        reduce_op=nl.add, reduce_res=row_sums[:, 1:2], dtype=f32)
+        prod = nisa.activation(op="identity", data=gh, reduce_op=nl.add, reduce_res=row_sums[:, 0:1], dtype=f32)
+        nisa.tensor_tensor(dst=prod, data1=gh, data2=xhat, op=nl.multiply)
+        nisa.activation(dst=prod, op="identity", data=prod, reduce_op=nl.add, reduce_res=row_sums[:, 1:2])
+        del prod
         neg_means = nisa.tensor_scalar(row_sums, op0=nl.multiply, operand0=-1.0 / d, dtype=f32)
-        shift = nisa.activation(op="identity", data=xhat, scale=neg_means[:, 1:2], bias=neg_means[:, 0:1], dtype=f32)
-        centred = nisa.tensor_tensor(gh, shift, op=nl.add, dtype=f32)
+        nisa.activation(dst=xhat, op="identity", data=xhat, scale=neg_means[:, 1:2], bias=neg_means[:, 0:1])
+        centred = nisa.tensor_tensor(gh, xhat, op=nl.add, dtype=f32)
         nl.store(dx[r0:r0 + p, :], value=nisa.activation(op="identity", data=centred, scale=r, dtype=dx.dtype))
     if dgamma_sum is not None:
         dgamma_sum.store(dgamma)
