@@ -1,6 +1,7 @@
 """The ``neuron`` PyTorch device: registration, torch.neuron, HBM storage, op semantics,
 timeline, fidelities, what training scripts touch, and profiling."""
 
+import copy
 import io
 import json
 import os
@@ -326,3 +327,24 @@ def test_eager_trace_reports_as_a_profile(tmp_path):
     assert s.program == "eager PyTorch (2 ops)"
     assert s.instructions == sum(len(r.cost.run.program.instructions) for r in prof.records)
     assert s.flops == 2 * 256 ** 3 and s.peak_flops > 0 and s.hbm_peak_gbps > 0
+
+
+def test_an_mlp_backward_is_timed_by_kernels_and_its_gradients_match_the_cpu():
+    torch.manual_seed(63)
+    cpu = torch.nn.Sequential(torch.nn.Linear(64, 200), torch.nn.GELU(), torch.nn.LayerNorm(200),
+                              torch.nn.Linear(200, 30))
+    dev = copy.deepcopy(cpu).to(DEV)
+    x, w = torch.randn(130, 64), torch.randn(130, 30)
+    (torch.softmax(cpu(x), -1) * w).sum().backward()
+    loss = (torch.softmax(dev(x.to(DEV)), -1) * w.to(DEV)).sum()
+    with trnsim.profile() as prof:
+        loss.backward()
+    rows = {r.name: r for r in prof.summary()}
+    for name, kernel in [("aten::gelu_backward", "activation_backward_kernel[gelu]"),
+                         ("aten::native_layer_norm_backward", "layernorm_backward_kernel"),
+                         ("aten::_softmax_backward_data", "softmax_backward_kernel")]:
+        assert (rows[name].source, rows[name].kernel) == ("kernel", kernel)
+    for p_cpu, p_dev in zip(cpu.parameters(), dev.parameters()):
+        torch.testing.assert_close(p_dev.grad.cpu(), p_cpu.grad)
+    assert {"aten::threshold_backward", "aten::_log_softmax_backward_data", "aten::sigmoid_backward",
+            "aten::tanh_backward", "aten::silu_backward"} <= set(trnsim.backend.coverage()["kernel"])

@@ -181,6 +181,8 @@ EXPECTED_ACTIVATION = {
     ActivationFunc.COS: np.cos,
     ActivationFunc.ERF: _torch(torch.special.erf),
     ActivationFunc.SIGN: np.sign,
+    ActivationFunc.GELU_DX: _torch(lambda t: torch.ops.aten.gelu_backward(torch.ones_like(t), t)),
+    ActivationFunc.SILU_DX: _torch(lambda t: torch.ops.aten.silu_backward(torch.ones_like(t), t)),
 }
 
 

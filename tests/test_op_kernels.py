@@ -10,6 +10,7 @@ import pytest
 import torch
 
 import trnsim.nki as nki
+from trnsim.kernels.backward import activation_backward_kernel, layernorm_backward_kernel, softmax_backward_kernel
 from trnsim.kernels.conv import conv2d_kernel
 from trnsim.kernels.elementwise import (
     binary_kernel,
@@ -92,6 +93,41 @@ def log_softmax_reference(x):
 def groupnorm_reference(x, gamma, beta, groups, eps):
     t = lambda a: None if a is None else torch.from_numpy(a)
     return torch.nn.functional.group_norm(t(x), groups, t(gamma), t(beta), eps).numpy()
+
+
+def _sigmoid(z):
+    return 1 / (1 + np.exp(-z))
+
+
+def _gelu_tanh_dx(z):
+    k, a = math.sqrt(2 / math.pi), 0.044715
+    t = np.tanh(k * (z + a * z ** 3))
+    return 0.5 * (1 + t) + 0.5 * z * (1 - t * t) * k * (1 + 3 * a * z * z)
+
+
+# op -> (f' from the saved tensor, the saved tensor from the forward's input)
+ACTIVATION_BACKWARD = {
+    "threshold": (lambda s: (s > 0.25) * 1.0, lambda z: z),
+    "gelu": (lambda z: 0.5 * (1 + _erf(z / math.sqrt(2))) + z * np.exp(-z * z / 2) / math.sqrt(2 * math.pi),
+             lambda z: z),
+    "gelu_tanh": (_gelu_tanh_dx, lambda z: z),
+    "silu": (lambda z: _sigmoid(z) * (1 + z * (1 - _sigmoid(z))), lambda z: z),
+    "sigmoid": (lambda y: y * (1 - y), _sigmoid),
+    "tanh": (lambda y: 1 - y * y, np.tanh),
+}
+
+
+def softmax_backward_reference(g, y, log):
+    if log:
+        return g - np.exp(y) * g.sum(axis=-1, keepdims=True)
+    return y * (g - (g * y).sum(axis=-1, keepdims=True))
+
+
+def layernorm_backward_reference(g, x, mean, rstd, gamma, *_):
+    xhat = (x - mean.reshape(-1, 1)) * rstd.reshape(-1, 1)
+    gh = g * gamma
+    dx = rstd.reshape(-1, 1) * (gh - gh.mean(-1, keepdims=True) - xhat * (gh * xhat).mean(-1, keepdims=True))
+    return dx, (g * xhat).sum(0), g.sum(0)
 
 
 def matmul_reference(lhsT, rhs):
@@ -213,6 +249,62 @@ def test_groupnorm(shape, groups, affine, dtype):
     x, gamma, beta = arrays(31, dtype, shape, shape[1:2], shape[1:2], scale=2.0, shift=0.5)
     args = (x, gamma, beta) if affine else (x, None, None)
     assert_dtype(assert_kernel_matches(groupnorm_kernel, groupnorm_reference, *args, groups, 1e-5), dtype)
+
+
+# -- backward of activations, softmax and norms -------------------------------------
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=IDS)
+@pytest.mark.parametrize("op", ACTIVATION_BACKWARD)
+@pytest.mark.parametrize("shape", [(130, 700), (3, 5, 7)])
+def test_activation_backward(shape, op, dtype):
+    derivative, forward = ACTIVATION_BACKWARD[op]
+    g, x = arrays(54, torch.float32, shape, shape, scale=2.0)
+    saved = forward(x.astype(np.float64)).astype(np.float32)
+    g, saved = (a if dtype is torch.float32 else torch.from_numpy(a).to(dtype) for a in (g, saved))
+    out = assert_kernel_matches(activation_backward_kernel, lambda a, s, *_: a * derivative(s), g, saved, op, 0.25)
+    assert_dtype(out, dtype)
+
+
+def test_activation_backward_refuses_unknown_ops():
+    g, x = arrays(55, torch.float32, (4, 4), (4, 4))
+    with pytest.raises(KernelError, match="op 'elu' is not one of threshold, gelu"):
+        nki.trace_program(activation_backward_kernel, g, x, "elu")
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=IDS)
+@pytest.mark.parametrize("log", [False, True], ids=["softmax", "log_softmax"])
+@pytest.mark.parametrize("shape", [(130, 700), (1, 1), (3, 9000), (2, 3, 40)])
+def test_softmax_backward(shape, log, dtype):
+    g, x = arrays(56, torch.float32, shape, shape, scale=2.0)
+    y = torch.from_numpy(x).double()
+    y = (torch.log_softmax(y, -1) if log else torch.softmax(y, -1)).float()
+    g, y = (torch.from_numpy(g).to(dtype), y.to(dtype)) if dtype is not torch.float32 else (g, y.numpy())
+    assert_dtype(assert_kernel_matches(softmax_backward_kernel, softmax_backward_reference, g, y, log), dtype)
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=IDS)
+@pytest.mark.parametrize("shape", [(130, 700), (257, 3000), (1, 5)])  # 3000: sums leave PSUM for SBUF
+def test_layernorm_backward(shape, dtype):
+    n, d = shape
+    g, x, gamma = arrays(57, dtype, shape, shape, (d,), scale=2.0, shift=0.5)
+    xf = torch.as_tensor(x).double()
+    mean = xf.mean(-1)
+    rstd = 1 / torch.sqrt(xf.var(-1, unbiased=False) + 1e-5)
+    outs = assert_kernel_matches(layernorm_backward_kernel, layernorm_backward_reference, g, x, mean.float().numpy(),
+                                 rstd.float().numpy(), gamma)
+    for out in outs:
+        assert_dtype(out, dtype)
+
+
+@pytest.mark.parametrize("need_input, need_weight, need_bias, with_gamma, outputs", [
+    (True, False, False, True, 1), (False, True, True, True, 2), (True, True, True, False, 2)])
+def test_layernorm_backward_computes_what_the_mask_asks(need_input, need_weight, need_bias, with_gamma, outputs):
+    args = (placeholder(130, 64), placeholder(130, 64), placeholder(130), placeholder(130),
+            placeholder(64) if with_gamma else None)
+    traced = layernorm_backward_kernel.trace(*args, need_input=need_input, need_weight=need_weight,
+                                             need_bias=need_bias)
+    assert len(traced.output_tensors) == outputs
+    assert any(i.opcode == "multiply_moving" for i in traced.tracer.program) == (need_weight or need_bias)
 
 
 # -- matmul, gather, conv, movement ------------------------------------------------
@@ -362,6 +454,10 @@ BENCHMARKS = {
     "embedding": (embedding_kernel, lambda: arrays(50, torch.bfloat16, (500, 64)) + [np.arange(200, dtype=np.int32) * 2, list(range(0, 400, 2))]),
     "conv2d": (conv2d_kernel, lambda: arrays(51, torch.bfloat16, (16, 12, 12), (32, 16, 3, 3)) + [1, 1]),
     "concat": (concat_kernel, lambda: arrays(52, torch.bfloat16, (130, 70), (20, 70))),
+    "gelu_backward": (activation_backward_kernel, lambda: arrays(58, torch.bfloat16, (200, 700), (200, 700)) + ["gelu"]),
+    "softmax_backward": (softmax_backward_kernel, lambda: arrays(59, torch.bfloat16, (200, 700), (200, 700))),
+    "layernorm_backward": (layernorm_backward_kernel,
+                           lambda: arrays(60, torch.bfloat16, (200, 700), (200, 700)) + arrays(61, torch.float32, (200,), (200,)) + arrays(62, torch.bfloat16, (700,))),
 }
 
 

@@ -230,6 +230,8 @@ class ActivationFunc(str, enum.Enum):
     COS = "cos"
     ERF = "erf"
     SIGN = "sign"
+    GELU_DX = "gelu_dx"
+    SILU_DX = "silu_dx"
 
 
 class AluOp(str, enum.Enum):

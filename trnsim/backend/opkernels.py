@@ -264,6 +264,60 @@ def _group_norm(call: Call) -> OpCost:
                 _ph((c,), x.dtype), groups=groups)
 
 
+# -- backward of activations, softmax and norms ------------------------------
+
+# aten backward op -> (activation_backward_kernel op, where it takes its threshold)
+_ACTIVATION_BACKWARD = {"threshold_backward": "threshold", "gelu_backward": "gelu", "silu_backward": "silu",
+                        "sigmoid_backward": "sigmoid", "tanh_backward": "tanh"}
+
+
+def _activation_backward(call: Call) -> OpCost:
+    """``<activation>_backward(grad_output, self_or_output, ...)``: both operands are
+    positional (the grad_input out= tensor is keyword-only)."""
+    from trnsim.kernels.backward import activation_backward_kernel
+
+    grad, saved = call.arg(0, "grad_output"), call.arg(1, "self")
+    op = _ACTIVATION_BACKWARD[_base(call.name)]
+    kwargs: dict[str, Any] = {}
+    if op == "threshold":
+        kwargs["threshold"] = float(call.arg(2, "threshold", 0.0))
+    elif op == "gelu" and call.kwargs.get("approximate", "none") == "tanh":
+        op = "gelu_tanh"
+    shape = torch.broadcast_shapes(grad.shape, saved.shape)
+    return _run(activation_backward_kernel, f"activation_backward_kernel[{op}]", _ph(shape, grad.dtype),
+                _ph(shape, saved.dtype), op=op, **kwargs)
+
+
+def _softmax_backward(call: Call) -> OpCost:
+    """``_softmax_backward_data(grad_output, output, dim, input_dtype)`` and its log form,
+    the softmax axis taken as the rows' free axis as in the forwards."""
+    from trnsim.kernels.backward import softmax_backward_kernel
+
+    grad, y = call.arg(0, "grad_output"), call.arg(1, "output")
+    dim = call.arg(2, "dim", -1)
+    rows, d = _rows_cols(grad, dim % max(grad.dim(), 1) if grad.dim() else None)
+    return _run(softmax_backward_kernel, "softmax_backward_kernel", _ph((rows, d), grad.dtype), _ph((rows, d), y.dtype),
+                log="log" in call.name)
+
+
+def _layer_norm_backward(call: Call) -> OpCost:
+    """``native_layer_norm_backward(grad_out, input, normalized_shape, mean, rstd, weight,
+    bias, output_mask)``."""
+    from trnsim.kernels.backward import layernorm_backward_kernel
+
+    grad, x = call.arg(0, "grad_out"), call.arg(1, "input")
+    mean, rstd, weight = call.arg(3, "mean"), call.arg(4, "rstd"), call.arg(5, "weight")
+    mask = list(call.arg(7, "output_mask", (True, True, True)))
+    d = math.prod(call.arg(2, "normalized_shape"))
+    n = max(x.numel() // max(d, 1), 1)
+    if not any(mask):
+        return None
+    gamma = _ph((d,), weight.dtype) if weight is not None else None
+    return _run(layernorm_backward_kernel, "layernorm_backward_kernel", _ph((n, d), grad.dtype), _ph((n, d), x.dtype),
+                _ph((n,), mean.dtype), _ph((n,), rstd.dtype), gamma, need_input=bool(mask[0]),
+                need_weight=bool(mask[1]), need_bias=bool(mask[2]))
+
+
 # Where each attention op takes is_causal and its mask: (index, name) of each.
 _ATTENTION_ARGS = {
     # attn_mask is keyword-only here: an index past every positional argument
@@ -447,6 +501,14 @@ def _register() -> dict[str, Callable]:
     for n in ("_softmax", "_log_softmax", "softmax.int", "log_softmax.int", "_softmax.out", "_log_softmax.out"):
         table[f"aten::{n}"] = _softmax
     table["aten::native_layer_norm"] = _layer_norm
+    for n in _ACTIVATION_BACKWARD:
+        table[f"aten::{n}"] = _activation_backward
+        table[f"aten::{n}.grad_input"] = _activation_backward
+    for n in ("_softmax_backward_data", "_softmax_backward_data.out", "_log_softmax_backward_data",
+              "_log_softmax_backward_data.out"):
+        table[f"aten::{n}"] = _softmax_backward
+    table["aten::native_layer_norm_backward"] = _layer_norm_backward
+    table["aten::native_layer_norm_backward.out"] = _layer_norm_backward
     table["aten::_fused_rms_norm"] = _rms_norm
     table["aten::native_group_norm"] = _group_norm
     for n in ("_scaled_dot_product_flash_attention_for_cpu", "_scaled_dot_product_attention_math",

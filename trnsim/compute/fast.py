@@ -22,7 +22,7 @@ import numba
 import numpy as np
 
 from trnsim import dtypes
-from trnsim.compute.reference import (F32_NAN, FLOAT_FORMATS, GELU_TANH_CUBIC, GELU_TANH_SCALE, SQRT_2,
+from trnsim.compute.reference import (F32_NAN, FLOAT_FORMATS, GELU_TANH_CUBIC, GELU_TANH_SCALE, INV_SQRT_2PI, SQRT_2,
                                       activation_operands, alu_operands, bn_aggr_operand, matmul_operands, reduce_operand,
                                       storage_operand)
 from trnsim.dtypes import DType
@@ -33,7 +33,7 @@ __all__ = ["activation", "alu", "decode", "encode", "matmul", "reduce"]
 _jit = numba.njit(cache=True, error_model="numpy")
 
 (_IDENTITY, _EXP, _LOG, _SQRT, _RSQRT, _RECIPROCAL, _TANH, _SIGMOID, _RELU, _GELU, _GELU_TANH, _SILU,
- _SQUARE, _ABS, _SOFTPLUS, _SIN, _COS, _ERF, _SIGN) = range(19)
+ _SQUARE, _ABS, _SOFTPLUS, _SIN, _COS, _ERF, _SIGN, _GELU_DX, _SILU_DX) = range(21)
 _ACT_CODES = {
     ActivationFunc.IDENTITY: _IDENTITY, ActivationFunc.EXP: _EXP, ActivationFunc.LOG: _LOG,
     ActivationFunc.SQRT: _SQRT, ActivationFunc.RSQRT: _RSQRT, ActivationFunc.RECIPROCAL: _RECIPROCAL,
@@ -41,6 +41,7 @@ _ACT_CODES = {
     ActivationFunc.GELU: _GELU, ActivationFunc.GELU_TANH: _GELU_TANH, ActivationFunc.SILU: _SILU,
     ActivationFunc.SQUARE: _SQUARE, ActivationFunc.ABS: _ABS, ActivationFunc.SOFTPLUS: _SOFTPLUS,
     ActivationFunc.SIN: _SIN, ActivationFunc.COS: _COS, ActivationFunc.ERF: _ERF, ActivationFunc.SIGN: _SIGN,
+    ActivationFunc.GELU_DX: _GELU_DX, ActivationFunc.SILU_DX: _SILU_DX,
 }
 
 (_ADD, _SUBTRACT, _MULTIPLY, _DIVIDE, _MAXIMUM, _MINIMUM, _POW, _ABS_DIFF, _IS_EQUAL, _NOT_EQUAL,
@@ -239,6 +240,10 @@ def _act(code, z):
         return math.cos(z)
     if code == _ERF:
         return math.erf(z)
+    if code == _GELU_DX:
+        return 0.5 * (1.0 + math.erf(z / SQRT_2)) + z * math.exp(-0.5 * z * z) * INV_SQRT_2PI
+    if code == _SILU_DX:
+        return _sigmoid(z) * (1.0 + z * (1.0 - _sigmoid(z)))
     if z > 0.0:  # sign
         return 1.0
     if z < 0.0:

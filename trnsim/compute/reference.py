@@ -28,6 +28,7 @@ __all__ = ["activation", "alu", "bn_aggr", "bn_stats", "decode", "encode", "matm
 
 F32_NAN = 0x7FC00000
 SQRT_2 = math.sqrt(2.0)
+INV_SQRT_2PI = 1.0 / math.sqrt(2.0 * math.pi)
 GELU_TANH_SCALE = math.sqrt(2.0 / math.pi)
 GELU_TANH_CUBIC = 0.044715
 
@@ -275,6 +276,9 @@ _ACTIVATIONS: dict[ActivationFunc, Callable[[np.ndarray], np.ndarray]] = {
     ActivationFunc.COS: _COS,
     ActivationFunc.ERF: _ERF,
     ActivationFunc.SIGN: lambda z: np.where(z > 0.0, 1.0, np.where(z < 0.0, -1.0, z)),
+    # d/dz gelu(z) = Phi(z) + z * phi(z); d/dz silu(z) = s + z * s * (1 - s), s = sigmoid(z)
+    ActivationFunc.GELU_DX: lambda z: 0.5 * (1.0 + _ERF(z / SQRT_2)) + z * _EXP(-0.5 * z * z) * INV_SQRT_2PI,
+    ActivationFunc.SILU_DX: lambda z: _sigmoid(z) * (1.0 + z * (1.0 - _sigmoid(z))),
 }
 
 

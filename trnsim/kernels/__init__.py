@@ -5,6 +5,7 @@
 - :mod:`trnsim.kernels.softmax`: row softmax, with a masked last tile of rows
 - :mod:`trnsim.kernels.reduce`: sum, max, min, mean and log-softmax over the last axis, rows of any length
 - :mod:`trnsim.kernels.norms`: RMSNorm and LayerNorm over the last axis; GroupNorm
+- :mod:`trnsim.kernels.backward`: gradients of activations, softmax, log-softmax and LayerNorm
 - :mod:`trnsim.kernels.attention`: fused (flash-style) attention forward for one head, optionally causal
 - :mod:`trnsim.kernels.elementwise`: unary, binary and scalar arithmetic, casts, the AdamW step
 - :mod:`trnsim.kernels.conv`: 2-D convolution as an implicit GEMM

@@ -30,7 +30,7 @@ from trnsim.nki.tensor import Affine, Mask, NkiTensor, ds
 __all__ = [
     "ndarray", "zeros", "ones", "full", "zeros_like", "empty_like", "load", "store", "copy", "matmul", "transpose",
     "exp", "log", "sqrt", "rsqrt", "tanh", "sigmoid", "relu", "gelu", "gelu_apprx_tanh", "silu", "square", "abs",
-    "sin", "cos", "erf", "sign", "reciprocal", "softplus", "negative",
+    "sin", "cos", "erf", "sign", "reciprocal", "softplus", "gelu_dx", "silu_dx", "negative",
     "add", "subtract", "multiply", "divide", "maximum", "minimum", "power", "equal", "not_equal", "greater",
     "greater_equal", "less", "less_equal",
     "sum", "max", "min", "mean", "var", "softmax", "rms_norm", "where", "broadcast_to",
@@ -274,6 +274,8 @@ erf = _unary(ActivationFunc.ERF)
 sign = _unary(ActivationFunc.SIGN)
 reciprocal = _unary(ActivationFunc.RECIPROCAL)
 softplus = _unary(ActivationFunc.SOFTPLUS)
+gelu_dx = _unary(ActivationFunc.GELU_DX)
+silu_dx = _unary(ActivationFunc.SILU_DX)
 
 
 def negative(x: Any, dtype: Any = None) -> NkiTensor:
