@@ -71,9 +71,13 @@ def _demo_llama(args: argparse.Namespace) -> int:
     print("losses         " + " ".join(f"{x:.5f}" for x in r.neuron_losses) +
           f" on neuron, {'matching' if ok else 'NOT matching'} the CPU's (max relative difference "
           f"{r.max_rel_diff:.1e})")
+    rows = r.profile.summary()
+    busy = sum(row.total_us for row in rows)
+    launch = torch.neuron.chip().runtime.op_launch_ps / 1e6
     print(f"train step     {r.step_us:,.1f} us simulated, {len(r.profile.records)} device ops, "
           f"{r.tokens / (r.step_us * 1e-6):,.0f} tokens/s")
-    rows = r.profile.summary()
+    print(f"device busy    {100 * busy / r.step_us:.1f}% of the step; the rest waits for the host to launch ops "
+          f"({launch:g} us each)")
     print("\n".join(str(rows).splitlines()[:9]))
     if len(rows) > 8:
         print(f"... {len(rows) - 8} more ops")
