@@ -44,7 +44,8 @@ _MIXED_OK = {"aten::index.Tensor", "aten::index_put_", "aten::index_put", "aten:
 class _OpInfo:
     """What the fallback needs to know about one op overload, worked out once."""
 
-    __slots__ = ("name", "kind", "mutable", "mutable_pos", "mutable_names", "has_device", "random", "special")
+    __slots__ = ("name", "kind", "mutable", "mutable_pos", "mutable_names", "has_device", "random", "special",
+                 "fresh_results")
 
     def __init__(self, op: torch._ops.OpOverload) -> None:
         schema = op._schema
@@ -57,6 +58,9 @@ class _OpInfo:
         self.kind = "view" if op.is_view and not self.mutable else "compute"
         self.random = torch.Tag.nondeterministic_seeded in op.tags
         self.special = _SPECIAL.get(self.name)
+        # results with no alias annotation are new memory: no need to look for an input
+        # storage they might share
+        self.fresh_results = not op.is_view and all(r.alias_info is None for r in schema.returns)
 
 
 _infos: dict[Any, _OpInfo] = {}
@@ -93,12 +97,12 @@ class _Host:
     Aten schemas nest at most one level (``Tensor[]``, ``Tensor?[]``), so no pytree.
     """
 
-    __slots__ = ("args", "kwargs", "flat", "back", "owners", "seen", "cpu_dense", "written")
+    __slots__ = ("args", "kwargs", "flat", "back", "seen", "cpu_dense", "written", "_owners")
 
     def __init__(self, info: _OpInfo, args: tuple, kwargs: dict) -> None:
         self.flat: list = []
-        self.back: dict[int, torch.Tensor] = {}
-        self.owners: dict[int, Any] = {}
+        self.back: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
+        self._owners: dict[int, Any] | None = None
         self.seen = None
         self.cpu_dense = None
         # one fresh alias per written neuron tensor, also where it is read (``add(x, y, out=x)``):
@@ -148,14 +152,22 @@ class _Host:
             a = self.written.get(id(x)) if self.written else None
             if a is None:
                 a = storage.host_alias(x, fresh=mutable)
-            self.back[id(a)] = x
-            st = x.untyped_storage()
-            if st.nbytes():
-                self.owners[a.untyped_storage().data_ptr()] = st
+            self.back[id(a)] = (x, a)
             return a
         if x.device.type == "meta":
             raise NotImplementedError(f"{info.name}: cannot mix neuron and meta tensors")
         return x
+
+    def owners(self) -> dict[int, Any]:
+        """Each host storage pointer of an argument, to the neuron storage it stands for
+        (worked out when a result might share an argument's memory)."""
+        if self._owners is None:
+            self._owners = {}
+            for x, a in self.back.values():
+                st = x.untyped_storage()
+                if st.nbytes():
+                    self._owners[a.untyped_storage().data_ptr()] = st
+        return self._owners
 
 
 def _compute(op, info: _OpInfo, args: tuple, kwargs: dict, host_op=None):
@@ -195,7 +207,7 @@ def _compute(op, info: _OpInfo, args: tuple, kwargs: dict, host_op=None):
         # device argument that is not called ``device`` (rare); leave results on the CPU
         return result
     keep_cpu = info.has_device and not to_device and kwargs.get("device") is not None
-    out = _from_host(result, host.back, host.owners, keep_cpu)
+    out = _from_host(result, host, info.fresh_results, keep_cpu)
     timeline.charge(op, info, args, kwargs, host.flat, out)
     return out
 
@@ -207,28 +219,30 @@ def _wants_neuron(kwargs: dict) -> bool:
     return (d.type if isinstance(d, torch.device) else str(d).split(":")[0]) == "neuron"
 
 
-def _from_host(result: Any, host_ids: dict[int, Any], owners: dict[int, Any], keep_cpu: bool) -> Any:
-    """Map CPU results back: aliases to their neuron tensors, new tensors adopted."""
+def _from_host(result: Any, host: _Host, fresh: bool, keep_cpu: bool) -> Any:
+    """Map CPU results back: aliases to their neuron tensors, new tensors adopted (or, where
+    they view an argument's memory, made over its neuron storage; ``fresh`` says the
+    schema promises new memory, so strided results need no such check)."""
     if isinstance(result, torch.Tensor):
-        return _one_from_host(result, host_ids, owners, keep_cpu)
+        return _one_from_host(result, host, fresh, keep_cpu)
     if isinstance(result, (tuple, list)):
-        mapped = [_from_host(r, host_ids, owners, keep_cpu) for r in result]
+        mapped = [_from_host(r, host, fresh, keep_cpu) for r in result]
         return type(result)(mapped) if isinstance(result, tuple) else mapped
     return result
 
 
-def _one_from_host(t: torch.Tensor, host_ids: dict[int, Any], owners: dict[int, Any], keep_cpu: bool):
-    same = host_ids.get(id(t))
+def _one_from_host(t: torch.Tensor, host: _Host, fresh: bool, keep_cpu: bool):
+    same = host.back.get(id(t))
     if same is not None:
-        return same
+        return same[0]
     if keep_cpu or not t.is_cpu:
         return t
     if t.layout is not _STRIDED:
-        return sparse.from_host(t, owners)
-    if not owners:
+        return sparse.from_host(t, host.owners())   # compressed results may share index tensors
+    if fresh or not host.back:
         return storage.adopt(t)
     st = t.untyped_storage()
-    owner = owners.get(st.data_ptr()) if st.nbytes() else None
+    owner = host.owners().get(st.data_ptr()) if st.nbytes() else None
     if owner is not None:
         return storage.on_storage(owner, t.dtype, t.shape, t.stride(), t.storage_offset())
     return storage.adopt(t)
