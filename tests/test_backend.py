@@ -348,3 +348,13 @@ def test_an_mlp_backward_is_timed_by_kernels_and_its_gradients_match_the_cpu():
         torch.testing.assert_close(p_dev.grad.cpu(), p_cpu.grad)
     assert {"aten::threshold_backward", "aten::_log_softmax_backward_data", "aten::sigmoid_backward",
             "aten::tanh_backward", "aten::silu_backward"} <= set(trnsim.backend.coverage()["kernel"])
+
+
+def test_the_same_training_step_writes_the_same_trace_bytes_in_every_process(tmp_path):
+    code = ("import torch, trnsim; from trnsim.demo import run_llama_demo; import sys; "
+            "run_llama_demo(steps=1, trace=sys.argv[1], batch=1, seq=32)")
+    paths = [tmp_path / f"t{i}.json" for i in range(2)]
+    for p in paths:
+        subprocess.run([sys.executable, "-c", code, str(p)], check=True, timeout=300)
+    first, second = (p.read_bytes() for p in paths)
+    assert len(first) > 10_000 and first == second
