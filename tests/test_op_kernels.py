@@ -468,3 +468,31 @@ def test_latency_is_positive_and_deterministic(name):
     assert first.latency_ns > 0
     assert first.latency_ns == second.latency_ns
     assert first.busy_pct == second.busy_pct
+
+
+def test_a_logical_core_splits_the_work_among_its_physical_cores():
+    """trn2's logical core is two physical cores: a matmul with rows for both takes the
+    time of one core's half; trn1's logical core is one core, which takes the whole."""
+    import torch
+
+    import trnsim  # noqa: F401
+    from trnsim.backend import opkernels
+    from trnsim.kernels.gemm import matmul_general
+
+    def program_ps(rows):
+        lhs_t = opkernels._ph((1024, rows), torch.float32)
+        rhs = opkernels._ph((1024, 1024), torch.float32)
+        return opkernels._run(matmul_general, "matmul_general", lhs_t, rhs, dtype="float32").ps
+
+    before = torch.neuron.chip()
+    try:
+        for chip, rows in (("trn1", 512), ("trn2", 256)):
+            torch.neuron.set_chip(chip)
+            a = torch.empty(512, 1024, device="neuron")
+            b = torch.empty(1024, 1024, device="neuron")
+            cost = opkernels.kernel_cost(opkernels.Call("aten::mm", (a, b), {}, [a, b], None))
+            assert cost.ps == program_ps(rows)
+            if chip == "trn2":
+                assert cost.ps < program_ps(512)
+    finally:
+        torch.neuron.set_chip(before)

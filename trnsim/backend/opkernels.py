@@ -6,6 +6,11 @@ no memory), traces it into a Program and simulates its timing. Layout changes th
 chip would need (a transpose for ``mm``'s stationary operand, flattening leading
 dimensions) are free here: the kernel sees the operands in its own layout.
 
+On a chip whose logical NeuronCore spans several physical cores (trn2's LNC=2), the
+physical cores split an op's independent work (batch, rows, heads, images), as the
+Neuron compiler shards it: the Program traced is one physical core's share, and the
+cores run their shares at the same time, so it is the op's time.
+
 Very large ops are traced on a slice and scaled: a matmul whose Program would pass
 :data:`MAX_MULTIPLIES` multiplies is timed on a slab of its batch, rows or columns and
 repeated (``OpCost.scale``).
@@ -75,6 +80,26 @@ def _run(kernel: Callable, name: str, *args: Any, repeat: int = 1, **kwargs: Any
     return OpCost(ps=run.total_ps * repeat, source="kernel", kernel=name, run=run, scale=repeat)
 
 
+def _lnc() -> int:
+    return state.chip().logical_core_size
+
+
+def _split(n: int) -> int:
+    """One physical core's share of ``n`` independent pieces of work (rows, heads, ...)."""
+    return max(1, math.ceil(n / _lnc()))
+
+
+def _per_core(shape) -> tuple[int, ...]:
+    """``shape`` with its first axis that has a piece for every physical core of the
+    logical core split among them (unchanged when none has, or with LNC=1)."""
+    shape = tuple(int(s) for s in shape)
+    lnc = _lnc()
+    for i, size in enumerate(shape):
+        if size >= lnc > 1:
+            return shape[:i] + (math.ceil(size / lnc),) + shape[i + 1:]
+    return shape
+
+
 def _tensors(flat: list) -> list[torch.Tensor]:
     return [x for x in flat if isinstance(x, torch.Tensor)]
 
@@ -85,6 +110,14 @@ def _matmul(b: int, m: int, k: int, n: int, dtype: torch.dtype) -> OpCost:
     from trnsim.kernels.gemm import matmul_general
 
     m, k, n = max(m, 1), max(k, 1), max(n, 1)
+    lnc = _lnc()
+    if lnc > 1:   # the physical cores of a logical core take a share of the batch, rows or columns each
+        if b >= lnc:
+            b = _split(b)
+        elif m >= 128 * lnc or (n < 512 * lnc and m >= lnc):
+            m = _split(m)
+        else:
+            n = _split(n)
     steps = math.ceil(k / 128)
     scale = 1
     # trace at most MAX_MULTIPLIES multiplies: slice the batch, then rows, then columns
@@ -147,7 +180,7 @@ def _unary(call: Call) -> OpCost:
 
     x = _tensors(flat)[0]
     func = _UNARY[_base(call.name)]
-    return _run(unary_kernel, f"unary_kernel[{func}]", _ph(x.shape, x.dtype), op=func,
+    return _run(unary_kernel, f"unary_kernel[{func}]", _ph(_per_core(x.shape), x.dtype), op=func,
                 scale=1.0 if func != "identity" else -1.0)
 
 
@@ -161,12 +194,13 @@ def _binary(call: Call) -> OpCost:
     big = [t for t in ts if t.dim() > 0]
     if len(ts) == 1 or len(big) <= 1:
         y = big[0] if big else x
-        return _run(scalar_kernel, f"scalar_kernel[{op}]", _ph(y.shape, y.dtype), op=op, value=1.0)
+        return _run(scalar_kernel, f"scalar_kernel[{op}]", _ph(_per_core(y.shape), y.dtype), op=op, value=1.0)
     a, b = big[0], big[1]
     shape = torch.broadcast_shapes(a.shape, b.shape)
     if tuple(a.shape) == tuple(b.shape):
-        return _run(binary_kernel, f"binary_kernel[{op}]", _ph(shape, a.dtype), _ph(shape, b.dtype), op=op)
-    rows = math.prod(shape[:-1]) if len(shape) > 1 else 1
+        part = _per_core(shape)
+        return _run(binary_kernel, f"binary_kernel[{op}]", _ph(part, a.dtype), _ph(part, b.dtype), op=op)
+    rows = _split(math.prod(shape[:-1])) if len(shape) > 1 else 1
     d = shape[-1] if shape else 1
     small = b if b.numel() <= a.numel() else a
     if small.numel() == d and small.shape[-1] == d:       # a row broadcast over the rows
@@ -174,7 +208,8 @@ def _binary(call: Call) -> OpCost:
     if small.numel() == rows and small.shape[-1] == 1:  # a column broadcast along the rows
         return _run(binary_kernel, f"binary_kernel[{op}]", _ph((rows, d), a.dtype), _ph((rows, 1), small.dtype),
                     op=op)
-    return _run(binary_kernel, f"binary_kernel[{op}]", _ph(shape, a.dtype), _ph(shape, a.dtype), op=op)
+    part = _per_core(shape)
+    return _run(binary_kernel, f"binary_kernel[{op}]", _ph(part, a.dtype), _ph(part, a.dtype), op=op)
 
 
 
@@ -188,7 +223,7 @@ def _cast(call: Call) -> OpCost:
     src = next((t for t in _tensors(flat) if t is not out), _tensors(flat)[0])
     if src.device.type != "neuron" or out.device.type != "neuron":
         return None
-    return _run(cast_kernel, "cast_kernel", _ph(out.shape, src.dtype), dtype=_chip_dtype(out.dtype))
+    return _run(cast_kernel, "cast_kernel", _ph(_per_core(out.shape), src.dtype), dtype=_chip_dtype(out.dtype))
 
 
 # -- reductions, softmax, norms --------------------------------------------
@@ -216,7 +251,7 @@ def _reduce(call: Call) -> OpCost:
         dims = None
     rows, d = _rows_cols(x, dims)
     dtype = x.dtype if x.dtype.is_floating_point else torch.float32
-    return _run(reduce_kernel, f"reduce_kernel[{op}]", _ph((rows, d), dtype), op=op)
+    return _run(reduce_kernel, f"reduce_kernel[{op}]", _ph((_split(rows), d), dtype), op=op)
 
 
 def _softmax(call: Call) -> OpCost:
@@ -228,7 +263,7 @@ def _softmax(call: Call) -> OpCost:
     dim = call.arg(1, "dim", -1)
     rows, d = _rows_cols(x, dim % max(x.dim(), 1) if x.dim() else None)
     kernel = log_softmax_kernel if "log" in call.name else softmax_kernel
-    return _run(kernel, kernel.__name__, _ph((rows, d), x.dtype))
+    return _run(kernel, kernel.__name__, _ph((_split(rows), d), x.dtype))
 
 
 def _layer_norm(call: Call) -> OpCost:
@@ -237,7 +272,7 @@ def _layer_norm(call: Call) -> OpCost:
 
     x = _tensors(flat)[0]
     d = math.prod(call.arg(1, "normalized_shape"))
-    return _run(layernorm_kernel, "layernorm_kernel", _ph((max(x.numel() // max(d, 1), 1), d), x.dtype),
+    return _run(layernorm_kernel, "layernorm_kernel", _ph((_split(x.numel() // max(d, 1)), d), x.dtype),
                 _ph((d,), x.dtype), _ph((d,), x.dtype))
 
 
@@ -247,7 +282,7 @@ def _rms_norm(call: Call) -> OpCost:
 
     x = _tensors(flat)[0]
     d = math.prod(call.arg(1, "normalized_shape"))
-    return _run(rmsnorm_kernel, "rmsnorm_kernel", _ph((max(x.numel() // max(d, 1), 1), d), x.dtype),
+    return _run(rmsnorm_kernel, "rmsnorm_kernel", _ph((_split(x.numel() // max(d, 1)), d), x.dtype),
                 _ph((d,), x.dtype))
 
 
@@ -260,7 +295,8 @@ def _group_norm(call: Call) -> OpCost:
     if groups > 128 or x.dim() < 2:
         return None
     c = x.shape[1]
-    return _run(groupnorm_kernel, "groupnorm_kernel", _ph(x.shape, x.dtype), _ph((c,), x.dtype),
+    xs = (_split(x.shape[0]),) + tuple(x.shape[1:])   # a share of the batch on each physical core
+    return _run(groupnorm_kernel, "groupnorm_kernel", _ph(xs, x.dtype), _ph((c,), x.dtype),
                 _ph((c,), x.dtype), groups=groups)
 
 
@@ -284,8 +320,9 @@ def _activation_backward(call: Call) -> OpCost:
     elif op == "gelu" and call.kwargs.get("approximate", "none") == "tanh":
         op = "gelu_tanh"
     shape = torch.broadcast_shapes(grad.shape, saved.shape)
-    return _run(activation_backward_kernel, f"activation_backward_kernel[{op}]", _ph(shape, grad.dtype),
-                _ph(shape, saved.dtype), op=op, **kwargs)
+    part = _per_core(shape)
+    return _run(activation_backward_kernel, f"activation_backward_kernel[{op}]", _ph(part, grad.dtype),
+                _ph(part, saved.dtype), op=op, **kwargs)
 
 
 def _softmax_backward(call: Call) -> OpCost:
@@ -296,6 +333,7 @@ def _softmax_backward(call: Call) -> OpCost:
     grad, y = call.arg(0, "grad_output"), call.arg(1, "output")
     dim = call.arg(2, "dim", -1)
     rows, d = _rows_cols(grad, dim % max(grad.dim(), 1) if grad.dim() else None)
+    rows = _split(rows)
     return _run(softmax_backward_kernel, "softmax_backward_kernel", _ph((rows, d), grad.dtype), _ph((rows, d), y.dtype),
                 log="log" in call.name)
 
@@ -309,7 +347,7 @@ def _layer_norm_backward(call: Call) -> OpCost:
     mean, rstd, weight = call.arg(3, "mean"), call.arg(4, "rstd"), call.arg(5, "weight")
     mask = list(call.arg(7, "output_mask", (True, True, True)))
     d = math.prod(call.arg(2, "normalized_shape"))
-    n = max(x.numel() // max(d, 1), 1)
+    n = _split(x.numel() // max(d, 1))
     if not any(mask):
         return None
     gamma = _ph((d,), weight.dtype) if weight is not None else None
@@ -339,7 +377,7 @@ def _attention(call: Call) -> OpCost:
     d = q.shape[-1]
     if q.dim() < 2 or k.shape[-1] != d or v.shape[-1] != d or k.shape[-2] != v.shape[-2]:
         return None
-    heads = math.prod(q.shape[:-2])
+    heads = _split(math.prod(q.shape[:-2]))
     sq, sk = (-(-n // 128) * 128 for n in (q.shape[-2], k.shape[-2]))
     cost = _run(flash_attention_fwd, "flash_attention_fwd", _ph((sq, d), q.dtype), _ph((sk, d), k.dtype),
                 _ph((sk, d), v.dtype), causal=bool(call.arg(ci, cname, False)), repeat=heads)
@@ -362,7 +400,7 @@ def _attention_backward(call: Call) -> OpCost:
     d = q.shape[-1]
     if q.dim() < 2 or k.shape[-1] != d or v.shape[-1] != d or k.shape[-2] != v.shape[-2]:
         return None
-    heads = math.prod(q.shape[:-2])
+    heads = _split(math.prod(q.shape[:-2]))
     sq, sk = (-(-n // 128) * 128 for n in (q.shape[-2], k.shape[-2]))
     cost = _run(flash_attention_bwd, "flash_attention_bwd", _ph((sq, d), q.dtype), _ph((sk, d), k.dtype),
                 _ph((sk, d), v.dtype), _ph((sq, d), q.dtype), _ph((sq, d), q.dtype), _ph((sq,), torch.float32),
@@ -384,7 +422,7 @@ def _embedding(call: Call) -> OpCost:
     if table.dim() != 2:
         return None
     return _run(embedding_kernel, "embedding_kernel", _ph(table.shape, table.dtype),
-                _ph((max(idx.numel(), 1),), torch.int32))
+                _ph((_split(idx.numel()),), torch.int32))
 
 
 def _index_select(call: Call) -> OpCost:
@@ -399,7 +437,7 @@ def _index_select(call: Call) -> OpCost:
     rows = x.shape[dim]
     d = max(x.numel() // max(rows, 1), 1)
     return _run(embedding_kernel, "embedding_kernel", _ph((max(rows, 1), d), x.dtype),
-                _ph((max(idx.numel(), 1),), torch.int32))
+                _ph((_split(idx.numel()),), torch.int32))
 
 
 def _conv(call: Call) -> OpCost:
@@ -412,7 +450,12 @@ def _conv(call: Call) -> OpCost:
     transposed, groups = call.arg(6, "transposed"), call.arg(8, "groups")
     if x.dim() != 4 or w.dim() != 4 or groups != 1 or transposed or any(dd != 1 for dd in dilation):
         return None
-    return _run(conv2d_kernel, "conv2d_kernel", _ph(x.shape, x.dtype), _ph(w.shape, w.dtype),
+    xs, ws = tuple(x.shape), tuple(w.shape)
+    if xs[0] >= _lnc():              # the physical cores take a share of the images each,
+        xs = (_split(xs[0]),) + xs[1:]
+    else:                            # or of the output channels
+        ws = (_split(ws[0]),) + ws[1:]
+    return _run(conv2d_kernel, "conv2d_kernel", _ph(xs, x.dtype), _ph(ws, w.dtype),
                 stride=tuple(stride), padding=tuple(padding))
 
 
@@ -452,8 +495,8 @@ def _cost_cached(kernel, name, p: torch.Tensor) -> OpCost:
     c = _adam_memo.get(key)
     if c is None:
         f = torch.float32
-        c = _adam_memo[key] = _run(kernel, name, _ph(p.shape, f), _ph(p.shape, f), _ph(p.shape, f),
-                                   _ph(p.shape, f))
+        part = _per_core(p.shape)
+        c = _adam_memo[key] = _run(kernel, name, _ph(part, f), _ph(part, f), _ph(part, f), _ph(part, f))
     return c
 
 

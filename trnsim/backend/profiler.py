@@ -105,9 +105,11 @@ class profile:
 
         chip = state.chip()
         runs = [r.cost for r in self.records if r.cost.run is not None]
-        flops = ideal_s = 0.0   # the peak is the ops' own mix of matmul dtypes
+        # the peak is the ops' own mix of matmul dtypes; each op's Program is one physical
+        # core's share of the work, and the logical core has chip.logical_core_size of them
+        flops = ideal_s = 0.0
         for c in runs:
-            f = c.run.program.flops() * c.scale
+            f = c.run.program.flops() * c.scale * chip.logical_core_size
             if f:
                 flops += f
                 ideal_s += f / _effective_peak(c.run.program)
@@ -118,7 +120,7 @@ class profile:
             "instructions": sum(len(c.run.program.instructions) for c in runs) if self.engines else 0,
             "flops": flops,
             "peak_flops": flops / ideal_s if ideal_s else 0.0,
-            "hbm_bw_gbps": chip.hbm_bw_per_core_gbps,
+            "hbm_bw_gbps": chip.hbm_bw_per_core_gbps * chip.logical_core_size,
         })
         origin = min((r.start_ps for r in self.records), default=0)
         for r in self.records:
