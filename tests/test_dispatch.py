@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import gc
 
+import pytest
 import torch
 
 import trnsim  # noqa: F401
@@ -68,14 +69,32 @@ def test_untyped_storage_on_neuron_is_accounted():
     assert torch.UntypedStorage(8).device.type == "cpu"
 
 
-def test_resizing_a_neuron_storage_names_the_gap():
-    x = torch.ones(4, device="neuron")
-    try:
-        x.untyped_storage().resize_(0)
-    except NotImplementedError as e:
-        assert "UntypedStorage.resize_(0) on neuron" in str(e)
-    else:
-        raise AssertionError("resize_ of a neuron storage should be refused")
+def test_storage_resize_frees_and_brings_back_memory_like_fsdp2():
+    gc.collect()
+    p = torch.arange(1024.0, device="neuron")
+    view = p[10:20]
+    st = p.untyped_storage()
+    base = torch.neuron.memory_allocated()
+    st.resize_(0)
+    assert st.nbytes() == 0 and torch.neuron.memory_allocated() == base - 4096
+    st.resize_(4096)
+    assert torch.neuron.memory_allocated() == base
+    p.copy_(torch.arange(1024.0).to("neuron") * 2)
+    torch.testing.assert_close(view.cpu(), torch.arange(10.0, 20.0) * 2)
+
+
+def test_storage_resize_keeps_leading_bytes_and_refuses_what_does_not_fit():
+    x = torch.arange(8.0, device="neuron")
+    st = x.untyped_storage()
+    st.resize_(16)
+    torch.testing.assert_close(torch.tensor([], device="neuron").set_(st).view(torch.float32).cpu(),
+                               torch.arange(4.0))
+    before = torch.neuron.memory_allocated()
+    with pytest.raises(torch.OutOfMemoryError):
+        st.resize_(torch.neuron.mem_get_info()[1] + 1)
+    assert st.nbytes() == 16 and torch.neuron.memory_allocated() == before
+    with pytest.raises(ValueError, match="cannot be negative"):
+        st.resize_(-1)
     assert torch.ones(4).untyped_storage().resize_(8).nbytes() == 8
 
 

@@ -13,8 +13,9 @@ storage instead. Saved files are plain PyTorch checkpoints.
 Storages made directly on the device (``torch.UntypedStorage(n, device="neuron")``,
 which ``storage.to(device=...)`` and ``storage.clone()`` use) would also ask for the
 allocator; they are made through ``torch.empty`` instead, so their HBM is accounted.
-Resizing a neuron storage in place needs the device's C++ hooks and is refused with
-an error that says so.
+Resizing a neuron storage in place (``UntypedStorage.resize_``, which FSDP2 uses to
+free and bring back parameters) would need the device's C++ hooks; trnsim swaps a new
+HBM block's memory into the storage instead (:func:`trnsim.backend.storage.resize_in_place`).
 """
 
 from __future__ import annotations
@@ -87,9 +88,10 @@ def _new_storage(cls, *args, device=None, **kwargs):
 
 def _resize_storage(self, size: int):
     if self.device.type == "neuron":
-        raise NotImplementedError(
-            f"UntypedStorage.resize_({size}) on neuron: resizing a device storage in place needs C++ device hooks "
-            "that trnsim's pure-Python device does not have; resize the tensor (Tensor.resize_) or make a new one")
+        from trnsim.backend import storage
+
+        storage.resize_in_place(self, int(size))
+        return self
     return _storage_resize(self, size)
 
 

@@ -94,6 +94,37 @@ def regrown(block: HbmBlock) -> torch.UntypedStorage:
     return st
 
 
+def resize_in_place(st: torch.UntypedStorage, nbytes: int) -> None:
+    """``UntypedStorage.resize_`` for neuron storage ``st``: every tensor on it sees the new
+    size, the first bytes are kept, and the HBM account follows (FSDP2 frees unsharded
+    parameters with ``resize_(0)`` and brings them back with ``resize_(n)``).
+
+    The new memory is a new HBM block, made before anything changes, so running out of
+    HBM raises ``torch.OutOfMemoryError`` and leaves ``st`` as it was; the StorageImpl
+    then takes the new block's memory (``_swap_data_ptr_``, through a zero-byte storage
+    since it swaps sizes too) and the old block is freed when nothing else uses it.
+    """
+    if nbytes < 0:
+        raise ValueError(f"UntypedStorage.resize_({nbytes}): a storage size cannot be negative")
+    old_block = st._trnsim_block
+    old = st.nbytes()
+    if nbytes == old:
+        return
+    keep_data = old_block.host is not None if old else state.fidelity() != "timing"
+    state.memory.check(nbytes)   # before touching host memory
+    host = torch.empty(nbytes, dtype=torch.uint8).untyped_storage() if keep_data and nbytes else None
+    block = HbmBlock(host, nbytes)
+    keep = min(old, nbytes)
+    if host is not None and keep and old_block.host is not None:
+        byte_view = torch.empty(0, dtype=torch.uint8)
+        byte_view.set_(host)[:keep].copy_(torch.empty(0, dtype=torch.uint8).set_(old_block.host)[:keep])
+    if old:
+        st._swap_data_ptr_(_construct(0, _device(), 0))
+    if nbytes:
+        st._swap_data_ptr_(_construct(host.data_ptr() if host is not None else 0, _device(), nbytes))
+    st._trnsim_block = block
+
+
 def timing_storage(nbytes: int) -> torch.UntypedStorage:
     """A neuron storage of ``nbytes`` with no host memory (timing fidelity)."""
     block = HbmBlock(None, nbytes)
