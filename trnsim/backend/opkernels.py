@@ -200,13 +200,14 @@ def _binary(call: Call) -> OpCost:
     if tuple(a.shape) == tuple(b.shape):
         part = _per_core(shape)
         return _run(binary_kernel, f"binary_kernel[{op}]", _ph(part, a.dtype), _ph(part, b.dtype), op=op)
-    rows = _split(math.prod(shape[:-1])) if len(shape) > 1 else 1
+    rows = math.prod(shape[:-1]) if len(shape) > 1 else 1
     d = shape[-1] if shape else 1
     small = b if b.numel() <= a.numel() else a
+    part = _split(rows)
     if small.numel() == d and small.shape[-1] == d:       # a row broadcast over the rows
-        return _run(binary_kernel, f"binary_kernel[{op}]", _ph((rows, d), a.dtype), _ph((d,), small.dtype), op=op)
+        return _run(binary_kernel, f"binary_kernel[{op}]", _ph((part, d), a.dtype), _ph((d,), small.dtype), op=op)
     if small.numel() == rows and small.shape[-1] == 1:  # a column broadcast along the rows
-        return _run(binary_kernel, f"binary_kernel[{op}]", _ph((rows, d), a.dtype), _ph((rows, 1), small.dtype),
+        return _run(binary_kernel, f"binary_kernel[{op}]", _ph((part, d), a.dtype), _ph((part, 1), small.dtype),
                     op=op)
     part = _per_core(shape)
     return _run(binary_kernel, f"binary_kernel[{op}]", _ph(part, a.dtype), _ph(part, a.dtype), op=op)
