@@ -217,6 +217,8 @@ def test_coverage_lists_kernels_and_estimates():
     cov = trnsim.backend.coverage()
     assert "aten::mm" in cov["kernel"] and "aten::native_layer_norm" in cov["kernel"]
     assert "aten::cumsum" in cov["estimate"] and "aten::empty_strided" in cov["none"]
+    real = set(torch._C._dispatch_get_all_op_names())
+    assert set(cov["kernel"]) <= real and set(cov["none"]) <= real
 
 
 def test_cli_coverage(capsys):

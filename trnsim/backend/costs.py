@@ -68,17 +68,12 @@ def coverage() -> dict[str, list[str]]:
     """
     from trnsim.backend import opkernels
 
-    kernel = sorted(opkernels.KERNEL_OPS)
-    none = sorted(NO_DEVICE_WORK)
+    every = [q for q in torch._C._dispatch_get_all_op_names() if q.startswith("aten::")]
+    # the kernel table names overload families; list the overloads PyTorch has
+    kernel = sorted(q for q in every if q in opkernels.KERNEL_OPS)
+    none = sorted(q for q in every if q in NO_DEVICE_WORK)
     skip = set(kernel) | set(none)
-    names = set()
-    for qual in torch._C._dispatch_get_all_op_names():
-        if not qual.startswith("aten::"):
-            continue
-        base, _, overload = qual.partition(".")
-        if not torch._C._dispatch_has_kernel_for_dispatch_key(qual, "CPU") and \
-           not torch._C._dispatch_has_kernel_for_dispatch_key(qual, "CompositeExplicitAutograd"):
-            continue
-        names.add(qual)
-    est = sorted(n for n in names if n not in skip)
+    est = sorted(q for q in every if q not in skip and (
+        torch._C._dispatch_has_kernel_for_dispatch_key(q, "CPU")
+        or torch._C._dispatch_has_kernel_for_dispatch_key(q, "CompositeExplicitAutograd")))
     return {"kernel": kernel, "estimate": est, "none": none}
