@@ -152,3 +152,11 @@ def test_lazy_clone_is_a_copy_on_neuron():
     x.add_(1)
     assert y.device.type == "neuron"
     torch.testing.assert_close(y.cpu(), torch.arange(4.0))
+
+
+def test_a_freed_storage_grows_back_with_tensor_resize_and_keeps_its_data():
+    p = torch.arange(8.0, device="neuron")
+    p.untyped_storage().resize_(0)
+    p.resize_(8)
+    p.copy_(torch.arange(8.0) * 2)
+    torch.testing.assert_close(p.cpu(), torch.arange(8.0) * 2)

@@ -112,7 +112,9 @@ def resize_in_place(st: torch.UntypedStorage, nbytes: int) -> None:
         return
     keep_data = old_block.host is not None if old else state.fidelity() != "timing"
     state.memory.check(nbytes)   # before touching host memory
-    host = torch.empty(nbytes, dtype=torch.uint8).untyped_storage() if keep_data and nbytes else None
+    # a freed storage keeps an empty host storage where it keeps data: a block with no host
+    # means timing fidelity to the rest of the backend (Tensor.resize_ would then give it no data)
+    host = torch.empty(nbytes, dtype=torch.uint8).untyped_storage() if keep_data else None
     block = HbmBlock(host, nbytes)
     keep = min(old, nbytes)
     if host is not None and keep and old_block.host is not None:
