@@ -152,3 +152,36 @@ def test_lazy_clone_is_a_copy_on_neuron():
     x.add_(1)
     assert y.device.type == "neuron"
     torch.testing.assert_close(y.cpu(), torch.arange(4.0))
+
+
+def test_storage_resize_after_an_out_regrow_moves_every_view_as_on_the_cpu():
+    def run(device):
+        x = torch.zeros(2, device=device)
+        v = x[:]
+        src = torch.arange(1000.0).to(device)
+        torch.add(src, 1, out=x)          # regrows x's storage in place, under the view v
+        st = x.untyped_storage()
+        st.resize_(0)
+        st.resize_(4000)
+        x.copy_(src)
+        v.add_(1)
+        return x, v, src, st is v.untyped_storage()
+
+    gc.collect()
+    base = torch.neuron.memory_allocated()
+    x, v, src, shared = run("neuron")
+    want_x, want_v, _, want_shared = run("cpu")
+    assert shared and want_shared
+    torch.testing.assert_close(x.cpu(), want_x)
+    torch.testing.assert_close(v.cpu(), want_v)
+    assert torch.neuron.memory_allocated() - base == 8000   # src and x: the old memory is gone
+    del x, v, src
+    assert torch.neuron.memory_allocated() == base
+
+
+def test_a_freed_storage_grows_back_with_tensor_resize_and_keeps_its_data():
+    p = torch.arange(8.0, device="neuron")
+    p.untyped_storage().resize_(0)
+    p.resize_(8)
+    p.copy_(torch.arange(8.0) * 2)
+    torch.testing.assert_close(p.cpu(), torch.arange(8.0) * 2)

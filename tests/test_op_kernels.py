@@ -496,3 +496,33 @@ def test_a_logical_core_splits_the_work_among_its_physical_cores():
                 assert cost.ps < program_ps(512)
     finally:
         torch.neuron.set_chip(before)
+
+
+def test_a_physical_cores_share_of_an_elementwise_op_is_never_slower_than_the_whole(tmp_path):
+    """The cores of trn2's logical core split an elementwise op's 128-partition columns:
+    splitting the first axis instead would give [129, 7] (7 columns and a row of 7) a
+    share [65, 7] (3 columns and a row of 71), slower than one core doing it all."""
+    import torch
+
+    import trnsim  # noqa: F401
+    from trnsim.backend import opkernels
+
+    lnc1 = tmp_path / "trn2_lnc1.toml"
+    lnc1.write_text('extends = "trn2"\n\n[chip]\nname = "trn2-lnc1"\nlogical_core_size = 1\n')
+
+    def times(chip):
+        torch.neuron.set_chip(chip)
+        out = []
+        for shape in ((129, 7), (128, 3), (128, 129), (3, 100), (2, 64), (300, 700)):
+            x, y = torch.empty(shape, device="neuron"), torch.empty(shape, device="neuron")
+            for name, args in (("aten::exp", (x,)), ("aten::add.Tensor", (x, y)), ("aten::mul.Tensor", (x, 2.0))):
+                out.append(opkernels.kernel_cost(opkernels.Call(name, args, {}, list(args), None)).ps)
+        return out
+
+    before = torch.neuron.chip()
+    try:
+        one_core, two_cores = times(str(lnc1)), times("trn2")
+    finally:
+        torch.neuron.set_chip(before)
+    assert all(t2 <= t1 for t1, t2 in zip(one_core, two_cores))
+    assert two_cores[-3] < one_core[-3] / 1.5   # [300, 700] exp: the share is about half

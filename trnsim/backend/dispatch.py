@@ -262,7 +262,8 @@ def _sync_mutated(neuron: Any, host: Any) -> None:
     if hs.data_ptr() != ns.data_ptr() or hs.nbytes() != ns.nbytes():
         block = storage.block_of(neuron)
         if block.host is not None and hs._cdata == block.host._cdata:
-            new = storage.regrown(block)   # the kernel resized the host storage in place
+            storage.follow_host(ns)   # the kernel resized the host storage in place
+            new = ns
         else:
             new = storage.neuron_storage(hs)
         storage.rebind(neuron, new, host.shape, host.stride(), host.storage_offset())

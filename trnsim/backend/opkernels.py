@@ -90,14 +90,22 @@ def _split(n: int) -> int:
 
 
 def _per_core(shape) -> tuple[int, ...]:
-    """``shape`` with its first axis that has a piece for every physical core of the
-    logical core split among them (unchanged when none has, or with LNC=1)."""
+    """One physical core's share of an elementwise op over ``shape``, for the flat
+    elementwise kernels (``flat_views``: 128-partition columns, then a row of the last
+    ``numel % 128``). A share that fits one row is that row; a bigger one is half the
+    columns, and one core also takes the last row, so a share is never laid out worse
+    than the whole (a split of the first axis can be: [129, 7] is 7 columns and a row of
+    7, while [65, 7] is 3 columns and a row of 71). Unchanged with LNC=1."""
     shape = tuple(int(s) for s in shape)
     lnc = _lnc()
-    for i, size in enumerate(shape):
-        if size >= lnc > 1:
-            return shape[:i] + (math.ceil(size / lnc),) + shape[i + 1:]
-    return shape
+    numel = math.prod(shape)
+    if lnc == 1 or numel < lnc:
+        return shape
+    share = math.ceil(numel / lnc)
+    if share < 128:
+        return (share,)
+    cols, rest = divmod(numel, 128)
+    return (128 * math.ceil(cols / lnc) + rest,)
 
 
 def _tensors(flat: list) -> list[torch.Tensor]:

@@ -8,8 +8,6 @@ in-place ops all share it, and the bytes are returned when the last user goes.
 
 from __future__ import annotations
 
-import weakref
-
 import torch
 
 from trnsim.backend import state
@@ -37,7 +35,7 @@ class HbmBlock:
     kept). Dropping the block returns its bytes to the device's account.
     """
 
-    __slots__ = ("host", "nbytes", "aliases", "current", "__weakref__")
+    __slots__ = ("host", "nbytes", "aliases", "__weakref__")
 
     def __init__(self, host: torch.UntypedStorage | None, nbytes: int) -> None:
         state.memory.allocate(nbytes)
@@ -46,7 +44,6 @@ class HbmBlock:
         # CPU tensors over ``host``, by (dtype, shape, stride, offset): made once, reused
         # by every op that reads that view (see host_alias)
         self.aliases: dict[tuple, torch.Tensor] = {}
-        self.current = None   # weak reference to the newest neuron storage over ``host``
 
     def regrow(self, nbytes: int) -> None:
         """Account for ``host`` having been resized in place to ``nbytes``."""
@@ -77,21 +74,25 @@ def neuron_storage(host: torch.UntypedStorage) -> torch.UntypedStorage:
     return st
 
 
-def regrown(block: HbmBlock) -> torch.UntypedStorage:
-    """The neuron storage over ``block.host`` after a CPU kernel resized that host storage
-    in place (an ``out=`` argument growing): the older neuron storages still name the old
-    memory, so one new storage is made, shared by every tensor re-pointed afterwards, and
-    the block's account follows the new size (one block, counted once)."""
+def follow_host(st: torch.UntypedStorage) -> None:
+    """Re-point neuron storage ``st`` at its block's host memory after a CPU kernel resized
+    that host storage in place (an ``out=`` argument growing). The StorageImpl itself takes
+    the new memory, so every tensor on it follows, as on the CPU (none is left pointing at
+    the freed memory), and the block's account follows the new size."""
+    block = st._trnsim_block
     host = block.host
-    current = block.current() if block.current is not None else None
-    if current is not None and current.data_ptr() == host.data_ptr() and current.nbytes() == host.nbytes():
-        return current
     block.regrow(host.nbytes())
     block.aliases.clear()
-    st = _construct(host.data_ptr(), _device(), host.nbytes())
-    st._trnsim_block = block
-    block.current = weakref.ref(st)
-    return st
+    _point(st, host.data_ptr(), host.nbytes())
+
+
+def _point(st: torch.UntypedStorage, ptr: int, nbytes: int) -> None:
+    """Give the StorageImpl of neuron storage ``st`` the ``nbytes`` at ``ptr``
+    (``_swap_data_ptr_`` swaps sizes too, so through a zero-byte storage)."""
+    if st.nbytes():
+        st._swap_data_ptr_(_construct(0, _device(), 0))
+    if nbytes:
+        st._swap_data_ptr_(_construct(ptr, _device(), nbytes))
 
 
 def resize_in_place(st: torch.UntypedStorage, nbytes: int) -> None:
@@ -112,16 +113,15 @@ def resize_in_place(st: torch.UntypedStorage, nbytes: int) -> None:
         return
     keep_data = old_block.host is not None if old else state.fidelity() != "timing"
     state.memory.check(nbytes)   # before touching host memory
-    host = torch.empty(nbytes, dtype=torch.uint8).untyped_storage() if keep_data and nbytes else None
+    # a freed storage keeps an empty host storage where it keeps data: a block with no host
+    # means timing fidelity to the rest of the backend (Tensor.resize_ would then give it no data)
+    host = torch.empty(nbytes, dtype=torch.uint8).untyped_storage() if keep_data else None
     block = HbmBlock(host, nbytes)
     keep = min(old, nbytes)
     if host is not None and keep and old_block.host is not None:
         byte_view = torch.empty(0, dtype=torch.uint8)
         byte_view.set_(host)[:keep].copy_(torch.empty(0, dtype=torch.uint8).set_(old_block.host)[:keep])
-    if old:
-        st._swap_data_ptr_(_construct(0, _device(), 0))
-    if nbytes:
-        st._swap_data_ptr_(_construct(host.data_ptr() if host is not None else 0, _device(), nbytes))
+    _point(st, host.data_ptr() if host is not None else 0, nbytes)
     st._trnsim_block = block
 
 
