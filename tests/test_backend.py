@@ -360,3 +360,14 @@ def test_the_same_training_step_writes_the_same_trace_bytes_in_every_process(tmp
         subprocess.run([sys.executable, "-c", code, str(p)], check=True, timeout=300)
     first, second = (p.read_bytes() for p in paths)
     assert len(first) > 10_000 and first == second
+
+
+def test_profile_flops_are_the_ops_whatever_share_each_core_took(tmp_path):
+    from trnsim.trace import load, summarize
+
+    for b, m, k, n in ((3, 64, 64, 64), (1, 1, 256, 1), (2, 256, 128, 512)):
+        x = torch.ones(b, m, k, device="neuron")
+        y = torch.ones(b, k, n, device="neuron")
+        with trnsim.profile(tmp_path / "f.json"):
+            torch.bmm(x, y)
+        assert summarize(load(tmp_path / "f.json")).flops == 2 * b * m * k * n, (b, m, k, n)

@@ -18,6 +18,7 @@ repeated (``OpCost.scale``).
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass
 from typing import Any, Callable
@@ -84,9 +85,15 @@ def _lnc() -> int:
     return state.chip().logical_core_size
 
 
+# the op's work over the share traced, for each split made while costing one op
+_shares: list[float] = []
+
+
 def _split(n: int) -> int:
     """One physical core's share of ``n`` independent pieces of work (rows, heads, ...)."""
-    return max(1, math.ceil(n / _lnc()))
+    share = max(1, math.ceil(n / _lnc()))
+    _shares.append(max(n, 1) / share)
+    return share
 
 
 def _per_core(shape) -> tuple[int, ...]:
@@ -102,10 +109,11 @@ def _per_core(shape) -> tuple[int, ...]:
     if lnc == 1 or numel < lnc:
         return shape
     share = math.ceil(numel / lnc)
-    if share < 128:
-        return (share,)
-    cols, rest = divmod(numel, 128)
-    return (128 * math.ceil(cols / lnc) + rest,)
+    if share >= 128:
+        cols, rest = divmod(numel, 128)
+        share = 128 * math.ceil(cols / lnc) + rest
+    _shares.append(numel / share)
+    return (share,)
 
 
 def _tensors(flat: list) -> list[torch.Tensor]:
@@ -594,7 +602,15 @@ def kernel_cost(call: Call) -> OpCost | None:
         return None
     from trnsim.errors import TrnSimError
 
+    outer = _shares[:]   # _foreach costs its tensors through here again
+    _shares.clear()
     try:
-        return fn(call)
+        cost = fn(call)
     except (TrnSimError, StopIteration, IndexError, ValueError, ZeroDivisionError, TypeError):
-        return None   # a shape the kernel does not take: the estimate times it
+        cost = None   # a shape the kernel does not take: the estimate times it
+    finally:
+        cores = math.prod(_shares)
+        _shares[:] = outer
+    if cost is not None and cost.run is not None and cores != 1:
+        cost = dataclasses.replace(cost, cores=cores)
+    return cost

@@ -105,11 +105,11 @@ class profile:
 
         chip = state.chip()
         runs = [r.cost for r in self.records if r.cost.run is not None]
-        # the peak is the ops' own mix of matmul dtypes; each op's Program is one physical
-        # core's share of the work, and the logical core has chip.logical_core_size of them
+        # the peak is the ops' own mix of matmul dtypes; an op's Program may be one physical
+        # core's share of its work (OpCost.cores shares make the op)
         flops = ideal_s = 0.0
         for c in runs:
-            f = c.run.program.flops() * c.scale * chip.logical_core_size
+            f = c.run.program.flops() * c.scale * c.cores
             if f:
                 flops += f
                 ideal_s += f / _effective_peak(c.run.program)

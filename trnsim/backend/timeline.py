@@ -33,6 +33,7 @@ class OpCost:
     kernel: str = ""
     run: Any = field(default=None, repr=False, compare=False)
     scale: int = 1     # the kernel's Program covered 1/scale of the op, repeated
+    cores: float = 1.0  # the op's work over the Program's (scale aside): the physical cores' shares
 
 
 @dataclass(frozen=True)
