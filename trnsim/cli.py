@@ -1,8 +1,9 @@
-"""The ``trnsim`` command: ``demo``, ``chips`` and ``report``."""
+"""The ``trnsim`` command: ``demo``, ``chips``, ``report`` and ``coverage``."""
 
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from typing import Sequence
 
@@ -147,6 +148,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except TrnSimError as e:
         print(f"trnsim: error: {e}", file=sys.stderr)
         return 2
+    except BrokenPipeError:   # output piped into head, say: stop quietly
+        sys.stdout = open(os.devnull, "w")
+        return 0
 
 
 if __name__ == "__main__":
