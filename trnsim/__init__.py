@@ -6,11 +6,33 @@ numpy arrays and never imports torch; importing trnsim registers the PyTorch
 installed.
 """
 
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
 from trnsim.errors import AllocationError, ChipSpecError, ProgramError, SimulationError, TrnSimError
-from trnsim.hw.spec import ChipSpec, load_chip, shipped_chips
-from trnsim.isa import Program
+
+if TYPE_CHECKING:
+    from trnsim.hw.spec import ChipSpec, load_chip, shipped_chips
+    from trnsim.isa import Program
 
 __version__ = "0.1.0"
+
+# Loaded on first use: ``import torch`` imports trnsim (the backend autoload), and the
+# device's registration needs none of the simulator.
+_LAZY = {"ChipSpec": "trnsim.hw.spec", "load_chip": "trnsim.hw.spec", "shipped_chips": "trnsim.hw.spec",
+         "Program": "trnsim.isa"}
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'trnsim' has no attribute {name!r}")
+    import importlib
+
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
 
 from trnsim.backend import register as _register_device  # noqa: E402
 
