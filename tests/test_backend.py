@@ -41,6 +41,10 @@ def test_autoload_can_be_turned_off_and_import_trnsim_registers():
 
 
 def test_autoload_does_not_load_the_simulator():
+    r = _py("import sys, torch; "
+            "print(sorted(m for m in ('simpy', 'numba', 'trnsim.isa', 'trnsim.hw.spec') if m in sys.modules))")
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip() == "[]"
     r = _py("import sys, torch; torch.ones(1, device='neuron'); "
             "print(sorted(m for m in ('simpy', 'numba', 'matplotlib', 'trnsim.hw.core') if m in sys.modules))")
     assert r.returncode == 0, r.stderr
