@@ -95,9 +95,9 @@ def nll_loss_kernel(log_probs, target, weight=None, reduction="mean", ignore_ind
             (module docstring).
 
     Returns:
-        ``(output, total_weight)`` in HBM, of ``log_probs``' dtype: output [] for "mean"
-        and "sum", [N] for "none"; total_weight [] (the sum of the counted rows' weights,
-        0 for "none" as torch gives).
+        ``(output, total_weight)`` in HBM, of ``log_probs``' dtype: output [1, 1] (torch's
+        []) for "mean" and "sum", [N] for "none"; total_weight [1, 1], the sum of the
+        counted rows' weights (0 for "none", as torch gives).
 
     Memories: per tile of 128 rows, the targets ([P, 1] int32) and the picked elements
     ([P, 1], by DMA straight from HBM into SBUF; class weights likewise) go into SBUF;
@@ -110,8 +110,8 @@ def nll_loss_kernel(log_probs, target, weight=None, reduction="mean", ignore_ind
     n, c = log_probs.shape
     values = _check(n, c, target, target_values, reduction, ignore_index, "nll_loss_kernel")
     f32 = nl.float32
-    out = nl.ndarray((n,) if reduction == "none" else (), log_probs.dtype, buffer=nl.shared_hbm)
-    total_weight = nl.ndarray((), log_probs.dtype, buffer=nl.shared_hbm)
+    out = nl.ndarray((n,) if reduction == "none" else (1, 1), log_probs.dtype, buffer=nl.shared_hbm)
+    total_weight = nl.ndarray((1, 1), log_probs.dtype, buffer=nl.shared_hbm)
     out_rows = out.reshape((n, 1)) if reduction == "none" else None
     ones = nl.full((TILE_P, 1), 1.0, f32) if reduction != "none" else None
     acc = nl.zeros((1, 2), f32, buffer=nl.psum) if reduction != "none" else None
@@ -131,14 +131,14 @@ def nll_loss_kernel(log_probs, target, weight=None, reduction="mean", ignore_ind
         else:
             acc += nl.matmul(ones[0:p, :], rows, transpose_x=True)
     if reduction == "none":
-        nl.store(total_weight.reshape((1, 1)), value=nl.zeros((1, 1), total_weight.dtype))
+        nl.store(total_weight, value=nl.zeros((1, 1), total_weight.dtype))
         return out, total_weight
     sums = nisa.tensor_copy(acc, dtype=f32)
     loss = nisa.tensor_scalar(sums[:, 0:1], op0=nl.multiply, operand0=-1.0, dtype=f32)
     if reduction == "mean":
         loss = nisa.tensor_tensor(loss, sums[:, 1:2], op=nl.divide, dtype=f32)
-    nl.store(out.reshape((1, 1)), value=nisa.tensor_copy(loss, dtype=out.dtype))
-    nl.store(total_weight.reshape((1, 1)), value=nisa.tensor_copy(sums[:, 1:2], dtype=total_weight.dtype))
+    nl.store(out, value=nisa.tensor_copy(loss, dtype=out.dtype))
+    nl.store(total_weight, value=nisa.tensor_copy(sums[:, 1:2], dtype=total_weight.dtype))
     return out, total_weight
 
 
@@ -150,13 +150,13 @@ def nll_loss_backward_kernel(grad, log_probs, target, weight=None, reduction="me
     ignore_index``), divided by the total weight for "mean".
 
     Args:
-        grad: the loss's gradient in HBM: [] for "mean" and "sum", [N] for "none"; any
-            chip float dtype.
+        grad: the loss's gradient in HBM: one element ([], [1] or [1, 1]) for "mean" and
+            "sum", [N] for "none"; any chip float dtype.
         log_probs: [N, C] in HBM, the forward's input (only its shape and dtype are used).
         target: [N] in HBM, int32.
         weight: [C] in HBM, or None.
         reduction, ignore_index: as the forward's.
-        total_weight: [] in HBM, the forward's second output; needed for "mean".
+        total_weight: one element in HBM, the forward's second output; needed for "mean".
         target_values: as for :func:`nll_loss_kernel`.
 
     Returns:
