@@ -356,6 +356,35 @@ def test_an_mlp_backward_is_timed_by_kernels_and_its_gradients_match_the_cpu():
             "aten::tanh_backward", "aten::silu_backward"} <= set(trnsim.backend.coverage()["kernel"])
 
 
+def test_cross_entropy_and_an_embedding_backward_are_timed_by_kernels_and_match_the_cpu():
+    torch.manual_seed(64)
+    cpu = torch.nn.Embedding(300, 24, padding_idx=0)
+    dev = copy.deepcopy(cpu).to(DEV)
+    tokens, head = torch.randint(0, 300, (3, 50)), torch.randn(24, 40)
+    target = torch.randint(0, 40, (150,))
+    target[::7] = -100
+
+    def step(emb, device):
+        logits = emb(tokens.to(device)).reshape(150, 24) @ head.to(device)
+        loss = torch.nn.functional.cross_entropy(logits, target.to(device), ignore_index=-100)
+        loss.backward()
+        return loss
+
+    cpu_loss = step(cpu, "cpu")
+    with trnsim.profile() as prof:
+        dev_loss = step(dev, DEV)
+    rows = {r.name: r for r in prof.summary()}
+    for name, kernel in [("aten::nll_loss_forward", "nll_loss_kernel"),
+                         ("aten::nll_loss_backward", "nll_loss_backward_kernel"),
+                         ("aten::embedding_dense_backward", "embedding_backward_kernel")]:
+        assert (rows[name].source, rows[name].kernel) == ("kernel", kernel)
+    torch.testing.assert_close(dev_loss.cpu(), cpu_loss)
+    torch.testing.assert_close(dev.weight.grad.cpu(), cpu.weight.grad)
+    kernel_ops = set(trnsim.backend.coverage()["kernel"])
+    assert {"aten::nll_loss_forward", "aten::nll_loss_backward", "aten::embedding_dense_backward"} <= kernel_ops
+    assert "aten::nll_loss_forward.output" in kernel_ops
+
+
 def test_the_same_training_step_writes_the_same_trace_bytes_in_every_process(tmp_path):
     code = ("import torch, trnsim; from trnsim.demo import run_llama_demo; import sys; "
             "run_llama_demo(steps=1, trace=sys.argv[1], batch=1, seq=32)")

@@ -19,8 +19,9 @@ from trnsim.kernels.elementwise import (
     scalar_kernel,
     unary_kernel,
 )
-from trnsim.kernels.gather import embedding_kernel
+from trnsim.kernels.gather import embedding_backward_kernel, embedding_kernel
 from trnsim.kernels.gemm import matmul_general
+from trnsim.kernels.loss import nll_loss_backward_kernel, nll_loss_kernel
 from trnsim.kernels.movement import concat_kernel
 from trnsim.kernels.norms import groupnorm_kernel
 from trnsim.kernels.reduce import log_softmax_kernel, reduce_kernel
@@ -128,6 +129,39 @@ def layernorm_backward_reference(g, x, mean, rstd, gamma, *_):
     gh = g * gamma
     dx = rstd.reshape(-1, 1) * (gh - gh.mean(-1, keepdims=True) - xhat * (gh * xhat).mean(-1, keepdims=True))
     return dx, (g * xhat).sum(0), g.sum(0)
+
+
+def _nll_rows(target, weight, ignore_index):
+    """Each row's target (ignored rows pointing at class 0) and weight (0 where ignored)."""
+    t = target.astype(np.int64)
+    keep = t != ignore_index
+    t = np.where(keep, t, 0)
+    return t, (weight[t] if weight is not None else 1.0) * keep
+
+
+def nll_loss_reference(log_probs, target, weight, reduction, ignore_index, _):
+    t, w = _nll_rows(target, weight, ignore_index)
+    loss = -w * log_probs[np.arange(len(t)), t]
+    if reduction == "none":
+        return loss, np.zeros((1, 1))
+    total = loss.sum() / (w.sum() if reduction == "mean" else 1.0)
+    return np.full((1, 1), total), np.full((1, 1), w.sum())
+
+
+def nll_loss_backward_reference(grad, log_probs, target, weight, reduction, ignore_index, total_weight, _):
+    t, w = _nll_rows(target, weight, ignore_index)
+    out = np.zeros_like(log_probs)
+    value = -w * grad.reshape(-1) / (total_weight.reshape(()) if reduction == "mean" else 1.0)
+    kept = target != ignore_index
+    out[np.arange(len(t))[kept], t[kept]] = np.broadcast_to(value, t.shape)[kept]
+    return out
+
+
+def embedding_backward_reference(grad, indices, num_weights, padding_idx, _):
+    out = np.zeros((num_weights, grad.shape[-1]))
+    idx = indices.astype(np.int64).ravel()
+    np.add.at(out, idx[idx != padding_idx], grad.reshape(len(idx), -1)[idx != padding_idx])
+    return out
 
 
 def matmul_reference(lhsT, rhs):
@@ -348,6 +382,73 @@ def test_embedding_checks_its_index_values():
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=IDS)
+@pytest.mark.parametrize("index_shape, num_weights, d, padding_idx", [
+    ((300,), 50, 70, -1), ((4, 25), 1000, 5000, 3), ((1,), 2, 1, -1), ((260,), 7, 9, 2)])  # many repeats
+def test_embedding_backward(index_shape, num_weights, d, padding_idx, dtype):
+    (grad,) = arrays(63, dtype, index_shape + (d,))
+    indices = np.random.default_rng(64).integers(0, num_weights, index_shape).astype(np.int32)
+    if padding_idx >= 0:
+        indices.ravel()[:5] = padding_idx
+    out = assert_kernel_matches(embedding_backward_kernel, embedding_backward_reference, grad, indices, num_weights,
+                                padding_idx, indices.ravel().tolist())
+    assert out.shape == (num_weights, d)
+    assert_dtype(out, dtype)
+
+
+def test_embedding_backward_checks_its_index_values():
+    (grad,) = arrays(65, torch.float32, (2, 4))
+    with pytest.raises(KernelError, match="index 10 is outside the table's rows 0..9"):
+        nki.trace_program(embedding_backward_kernel, grad, np.zeros(2, np.int32), 10, -1, [3, 10])
+
+
+def nll_arguments(seed, dtype, n, c, weighted):
+    """Log-probabilities [n, c], targets (every seventh row ignored) and class weights."""
+    (x,) = arrays(seed, torch.float32, (n, c), scale=2.0)
+    log_probs = torch.log_softmax(torch.from_numpy(x).double(), -1).float()
+    log_probs = log_probs.numpy() if dtype is torch.float32 else log_probs.to(dtype)
+    target = np.random.default_rng(seed + 1).integers(0, c, n).astype(np.int32)
+    target[::7] = -100
+    weight = arrays(seed + 2, dtype, (c,), positive=True)[0] if weighted else None
+    return log_probs, target, weight
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=IDS)
+@pytest.mark.parametrize("reduction", ["mean", "sum", "none"])
+@pytest.mark.parametrize("weighted", [False, True], ids=["unweighted", "weighted"])
+@pytest.mark.parametrize("n, c", [(130, 37), (2, 1), (300, 5000)])
+def test_nll_loss(n, c, weighted, reduction, dtype):
+    log_probs, target, weight = nll_arguments(66, dtype, n, c, weighted)
+    outs = assert_kernel_matches(nll_loss_kernel, nll_loss_reference, log_probs, target, weight, reduction, -100,
+                                 target.tolist())
+    for out in outs:
+        assert_dtype(out, dtype)
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=IDS)
+@pytest.mark.parametrize("reduction", ["mean", "sum", "none"])
+@pytest.mark.parametrize("weighted", [False, True], ids=["unweighted", "weighted"])
+@pytest.mark.parametrize("n, c", [(130, 37), (2, 1), (300, 5000)])
+def test_nll_loss_backward(n, c, weighted, reduction, dtype):
+    log_probs, target, weight = nll_arguments(69, dtype, n, c, weighted)
+    (grad,) = arrays(72, dtype, (n,) if reduction == "none" else (1,))
+    _, w = _nll_rows(target, None if weight is None else torch.as_tensor(weight).double().numpy(), -100)
+    total_weight = np.float32(np.sum(w))
+    out = assert_kernel_matches(nll_loss_backward_kernel, nll_loss_backward_reference, grad, log_probs, target, weight,
+                                reduction, -100, np.asarray(total_weight), target.tolist())
+    assert_dtype(out, dtype)
+
+
+def test_nll_loss_checks_its_arguments():
+    log_probs, target, _ = nll_arguments(73, torch.float32, 4, 3, False)
+    with pytest.raises(KernelError, match=r"target 3 is outside the classes 0..2 \(and is not ignore_index -100\)"):
+        nki.trace_program(nll_loss_kernel, log_probs, target, None, "mean", -100, [0, 1, 2, 3])
+    with pytest.raises(KernelError, match="reduction 'avg' is not one of none, mean, sum"):
+        nki.trace_program(nll_loss_kernel, log_probs, target, None, "avg")
+    with pytest.raises(KernelError, match="reduction 'mean' divides by total_weight"):
+        nki.trace_program(nll_loss_backward_kernel, np.ones((), np.float32), log_probs, target)
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=IDS)
 @pytest.mark.parametrize("x_shape, w_shape, stride, padding", [
     ((3, 9, 11), (5, 3, 3, 3), 1, 1), ((2, 4, 10, 9), (6, 4, 3, 2), 2, (1, 0)), ((130, 6, 7), (140, 130, 3, 3), 1, 0),
     ((3, 20, 20), (8, 3, 7, 7), 2, 3), ((1, 1, 1), (1, 1, 1, 1), 1, 0), ((4, 5, 600), (3, 4, 1, 3), (1, 3), (0, 1)),
@@ -428,6 +529,15 @@ TRACES = {
                2 * 8 + 8 * (2 * 16 + 2 + 2 + 1)),  # 2 K chunks of 4 tiles, 8 x 2 output tiles
     "bmm": (matmul_general, lambda: (_bf16(48, 64, 128), _bf16(48, 64, 128)), 48 * 6),
     "embedding": (embedding_kernel, lambda: (_bf16(32000, 4096), placeholder(2048, dtype=np.int32)), 1 + 16),
+    "embedding_backward": (embedding_backward_kernel,
+                           lambda: (_bf16(4096, 4096), placeholder(4096, dtype=np.int32), 32000),
+                           1 + 250 + 1 + 32 * 4),  # memset, indices, per block: grad, gather, add, scatter
+    "nll_loss": (nll_loss_kernel, lambda: (placeholder(4096, 32000), placeholder(4096, dtype=np.int32)),
+                 1 + 32 * 7 + 7),  # ones; per block: gather, targets, 3 vector, matmul pair; the mean
+    "nll_loss_backward": (nll_loss_backward_kernel,
+                          lambda: (placeholder(1), placeholder(4096, 32000), placeholder(4096, dtype=np.int32), None,
+                                   "mean", -100, placeholder(1)),
+                          1 + 250 + 5 + 32 * 4),  # memset; the scale; per block: targets, 2 vector, scatter
     "conv2d": (conv2d_kernel, lambda: (_bf16(64, 56, 56), _bf16(64, 64, 3, 3), 1, 1),
                11 + 3 + 7 * (9 * 2 + 1) + 1),  # weights, padded input, 7 pieces of 8 rows x 9 taps, store
     "concat": (concat_kernel, lambda: (placeholder(130, 700), placeholder(257, 700)), 2),
@@ -452,6 +562,11 @@ BENCHMARKS = {
     "groupnorm": (groupnorm_kernel, lambda: arrays(48, torch.bfloat16, (2, 64, 9, 9), (64,), (64,)) + [8]),
     "matmul": (matmul_general, lambda: arrays(49, torch.bfloat16, (300, 200), (300, 700))),
     "embedding": (embedding_kernel, lambda: arrays(50, torch.bfloat16, (500, 64)) + [np.arange(200, dtype=np.int32) * 2, list(range(0, 400, 2))]),
+    "embedding_backward": (embedding_backward_kernel,
+                           lambda: arrays(63, torch.bfloat16, (200, 64)) + [np.arange(200, dtype=np.int32) % 70, 500,
+                                                                           -1, [i % 70 for i in range(200)]]),
+    "nll_loss": (nll_loss_kernel, lambda: list(nll_arguments(74, torch.bfloat16, 200, 700, True))
+                 + ["mean", -100, nll_arguments(74, torch.bfloat16, 200, 700, True)[1].tolist()]),
     "conv2d": (conv2d_kernel, lambda: arrays(51, torch.bfloat16, (16, 12, 12), (32, 16, 3, 3)) + [1, 1]),
     "concat": (concat_kernel, lambda: arrays(52, torch.bfloat16, (130, 70), (20, 70))),
     "gelu_backward": (activation_backward_kernel, lambda: arrays(58, torch.bfloat16, (200, 700), (200, 700)) + ["gelu"]),

@@ -428,7 +428,7 @@ def _attention_backward(call: Call) -> OpCost:
                   run=cost.run, scale=cost.scale)
 
 
-# -- gather, conv, movement, optimizers -----------------------------------
+# -- gather and scatter, losses, conv, movement, optimizers -----------------
 
 def _embedding(call: Call) -> OpCost:
     flat, out = call.flat, call.out
@@ -455,6 +455,68 @@ def _index_select(call: Call) -> OpCost:
     d = max(x.numel() // max(rows, 1), 1)
     return _run(embedding_kernel, "embedding_kernel", _ph((max(rows, 1), d), x.dtype),
                 _ph((_split(idx.numel()),), torch.int32))
+
+
+def _embedding_backward(call: Call) -> OpCost:
+    """``embedding_dense_backward(grad_output, indices, num_weights, padding_idx,
+    scale_grad_by_freq)``: ``embedding_backward_kernel``, the physical cores each owning
+    half the table's rows (half the memset) and taking, on average, half the scatter.
+    ``scale_grad_by_freq`` (counting each index first) takes the estimate."""
+    from trnsim.kernels.gather import embedding_backward_kernel
+
+    grad, idx = call.arg(0, "grad_output"), call.arg(1, "indices")
+    num_weights, padding_idx = int(call.arg(2, "num_weights")), int(call.arg(3, "padding_idx", -1))
+    if call.arg(4, "scale_grad_by_freq", False) or grad.dim() == 0:
+        return None
+    d = grad.shape[-1]
+    n = _split(idx.numel())
+    table_rows = max(1, math.ceil(num_weights / _lnc()))
+    return _run(embedding_backward_kernel, "embedding_backward_kernel", _ph((n, d), grad.dtype),
+                _ph((n,), torch.int32), table_rows, padding_idx=padding_idx)
+
+
+_REDUCTIONS = ("none", "mean", "sum")   # at::Reduction's order
+
+
+def _nll_rows(x: torch.Tensor) -> tuple[int, int] | None:
+    """``nll_loss``'s input [N, C] (or one row [C]) as (N, C); None for other shapes."""
+    if x.dim() == 1:
+        return 1, x.shape[0]
+    return (x.shape[0], x.shape[1]) if x.dim() == 2 else None
+
+
+def _nll_loss(call: Call) -> OpCost:
+    """``nll_loss_forward(self, target, weight, reduction, ignore_index)``: ``nll_loss_kernel``
+    on a share of the rows per physical core (adding the two cores' sums is left out)."""
+    from trnsim.kernels.loss import nll_loss_kernel
+
+    x, weight = call.arg(0, "self"), call.arg(2, "weight")
+    shape = _nll_rows(x)
+    if shape is None:
+        return None
+    n, c = _split(shape[0]), shape[1]
+    reduction = _REDUCTIONS[int(call.arg(3, "reduction", 1))]
+    return _run(nll_loss_kernel, "nll_loss_kernel", _ph((n, c), x.dtype), _ph((n,), torch.int32),
+                _ph((c,), weight.dtype) if weight is not None else None, reduction=reduction,
+                ignore_index=int(call.arg(4, "ignore_index", -100)))
+
+
+def _nll_loss_backward(call: Call) -> OpCost:
+    """``nll_loss_backward(grad_output, self, target, weight, reduction, ignore_index,
+    total_weight)``: ``nll_loss_backward_kernel`` on a share of the rows per physical core."""
+    from trnsim.kernels.loss import nll_loss_backward_kernel
+
+    grad, x, weight = call.arg(0, "grad_output"), call.arg(1, "self"), call.arg(3, "weight")
+    shape = _nll_rows(x)
+    if shape is None:
+        return None
+    n, c = _split(shape[0]), shape[1]
+    reduction = _REDUCTIONS[int(call.arg(4, "reduction", 1))]
+    return _run(nll_loss_backward_kernel, "nll_loss_backward_kernel",
+                _ph((n,) if reduction == "none" else (), grad.dtype), _ph((n, c), x.dtype), _ph((n,), torch.int32),
+                _ph((c,), weight.dtype) if weight is not None else None,
+                reduction=reduction, ignore_index=int(call.arg(5, "ignore_index", -100)),
+                total_weight=_ph((), x.dtype))
 
 
 def _conv(call: Call) -> OpCost:
@@ -578,6 +640,12 @@ def _register() -> dict[str, Callable]:
     table["aten::embedding"] = _embedding
     table["aten::index_select"] = _index_select
     table["aten::index_select.out"] = _index_select
+    table["aten::embedding_dense_backward"] = _embedding_backward
+    table["aten::embedding_dense_backward.out"] = _embedding_backward
+    table["aten::nll_loss_forward"] = _nll_loss
+    table["aten::nll_loss_forward.output"] = _nll_loss
+    table["aten::nll_loss_backward"] = _nll_loss_backward
+    table["aten::nll_loss_backward.grad_input"] = _nll_loss_backward
     for n in ("convolution_overrideable", "convolution", "_convolution"):
         table[f"aten::{n}"] = _conv
     for n in ("cat", "cat.out", "_cat"):

@@ -9,6 +9,7 @@
 - :mod:`trnsim.kernels.attention`: fused (flash-style) attention forward for one head, optionally causal
 - :mod:`trnsim.kernels.elementwise`: unary, binary and scalar arithmetic, casts, the AdamW step
 - :mod:`trnsim.kernels.conv`: 2-D convolution as an implicit GEMM
-- :mod:`trnsim.kernels.gather`: embedding lookup (row gather)
+- :mod:`trnsim.kernels.gather`: embedding lookup (row gather) and its gradient (scatter-add)
+- :mod:`trnsim.kernels.loss`: negative log-likelihood loss, forward and backward
 - :mod:`trnsim.kernels.movement`: concatenation by DMA
 """
