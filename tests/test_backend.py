@@ -404,3 +404,24 @@ def test_profile_flops_are_the_ops_whatever_share_each_core_took(tmp_path):
         with trnsim.profile(tmp_path / "f.json"):
             torch.bmm(x, y)
         assert summarize(load(tmp_path / "f.json")).flops == 2 * b * m * k * n, (b, m, k, n)
+
+
+def test_foreach_ops_are_one_device_op_each_and_match_the_cpu():
+    torch.manual_seed(0)
+    cpu = torch.nn.Sequential(torch.nn.Linear(64, 64), torch.nn.Linear(64, 8))
+    dev = copy.deepcopy(cpu).to("neuron")
+    opts = [torch.optim.AdamW(m.parameters(), lr=1e-2) for m in (cpu, dev)]
+    x = torch.randn(16, 64)
+    for m, opt, inp in ((cpu, opts[0], x), (dev, opts[1], x.to("neuron"))):
+        m(inp).square().mean().backward()
+        if m is dev:
+            with trnsim.profile() as prof:
+                opt.step()
+        else:
+            opt.step()
+    for a, b in zip(dev.parameters(), cpu.parameters()):
+        assert torch.equal(a.cpu(), b)
+    rows = {r.name: r for r in prof.summary()}
+    assert rows["aten::_foreach_sqrt"].calls == 1 and rows["aten::_foreach_sqrt"].kernel == "sqrt x4"
+    assert rows["aten::_foreach_mul_.Scalar"].source == "kernel"
+    assert not any(n in rows for n in ("aten::mul.out", "aten::sqrt", "aten::addcmul_"))

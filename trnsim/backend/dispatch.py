@@ -471,8 +471,13 @@ def _register_direct() -> None:
     lib = torch.library.Library("aten", "IMPL")
     _direct_lib = lib
     for qual in torch._C._dispatch_get_all_op_names():
-        if not qual.startswith("aten::") or torch._C._dispatch_has_kernel_for_dispatch_key(qual, "PrivateUse1") or \
-                not torch._C._dispatch_has_kernel_for_dispatch_key(qual, "CompositeExplicitAutogradNonFunctional"):
+        if not qual.startswith("aten::") or torch._C._dispatch_has_kernel_for_dispatch_key(qual, "PrivateUse1"):
+            continue
+        structured = torch._C._dispatch_has_kernel_for_dispatch_key(qual, "CompositeExplicitAutogradNonFunctional")
+        # a _foreach_ op is one multi-tensor kernel launch on a device, not one op per tensor
+        foreach = qual.startswith("aten::_foreach_") and \
+            torch._C._dispatch_has_kernel_for_dispatch_key(qual, "CompositeExplicitAutograd")
+        if not (structured or foreach):
             continue
         name, _, overload = qual[len("aten::"):].partition(".")
         op = getattr(getattr(_aten, name), overload or "default")

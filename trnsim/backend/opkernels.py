@@ -584,16 +584,19 @@ def _foreach(call: Call) -> OpCost:
     flat, out = call.flat, call.out
     from trnsim.backend.timeline import cost_of
 
-    base = _base(call.name).removeprefix("_foreach_")
+    base = _base(call.name).removeprefix("_foreach_").removesuffix("_")   # in-place forms too
     first = call.args[0] if call.args and isinstance(call.args[0], (list, tuple)) else []
     if not first:
         return None
     name = f"aten::{base}.Tensor" if base in _BINARY else f"aten::{base}"
     if name not in KERNEL_OPS:
         return None
+    second = call.args[1] if len(call.args) > 1 else None
+    others = second if isinstance(second, (list, tuple)) and second and isinstance(second[0], torch.Tensor) \
+        else [1.0] * len(first)   # a list of tensors, or numbers: the scalar form
     ps = 0
-    for t in call.args[0]:
-        ps += cost_of(name, (t, 1.0) if base in _BINARY else (t,), {}, t).ps
+    for t, o in zip(first, others):
+        ps += cost_of(name, (t, o) if base in _BINARY else (t,), {}, t).ps
     return OpCost(ps=ps, source="kernel", kernel=f"{base} x{len(first)}")
 
 
