@@ -72,3 +72,28 @@ def test_check_op_reports_not_applicable():
 
 def test_check_op_accepts_keys():
     assert opinfo.check_op("mm", "fp32", samples=2)[0] == opinfo.PASS
+
+
+FOREACH = ["_foreach_add", "_foreach_mul", "_foreach_addcmul", "_foreach_addcdiv", "_foreach_lerp", "_foreach_sqrt",
+           "_foreach_norm", "_foreach_zero"]
+
+
+def _foreach_op(name):
+    from torch.testing._internal import common_methods_invocations as cmi
+
+    dbs = [getattr(cmi, n) for n in dir(cmi) if n.startswith("foreach_") and n.endswith("_op_db")]
+    found = [op for db in dbs for op in db if op.name == name]
+    assert found, f"no foreach OpInfo {name!r}"
+    return found[0]
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("name", FOREACH)
+def test_foreach_opinfo_matches_cpu(name, mode):
+    """_foreach_ ops run whole on neuron (one device op per call): PyTorch's foreach
+    OpInfos, the same check as op_db's."""
+    op = _foreach_op(name)
+    if not opinfo.applicable(op, mode):
+        pytest.skip(f"{name} does not support {mode} on the CPU")
+    status, reason = opinfo.check_op(op, mode, samples=4)
+    assert status in (opinfo.PASS, opinfo.NONDET), f"{name} [{mode}]: {reason}"
