@@ -412,10 +412,17 @@ def nll_arguments(seed, dtype, n, c, weighted):
     return log_probs, target, weight
 
 
-@pytest.mark.parametrize("dtype", DTYPES, ids=IDS)
-@pytest.mark.parametrize("reduction", ["mean", "sum", "none"])
-@pytest.mark.parametrize("weighted", [False, True], ids=["unweighted", "weighted"])
-@pytest.mark.parametrize("n, c", [(130, 37), (2, 1), (300, 5000)])
+def _nll_cases(test):
+    """The dtypes, reductions, weights and shapes both nll_loss tests run."""
+    for mark in (pytest.mark.parametrize("n, c", [(130, 37), (2, 1), (300, 5000)]),
+                 pytest.mark.parametrize("weighted", [False, True], ids=["unweighted", "weighted"]),
+                 pytest.mark.parametrize("reduction", ["mean", "sum", "none"]),
+                 pytest.mark.parametrize("dtype", DTYPES, ids=IDS)):
+        test = mark(test)
+    return test
+
+
+@_nll_cases
 def test_nll_loss(n, c, weighted, reduction, dtype):
     log_probs, target, weight = nll_arguments(66, dtype, n, c, weighted)
     outs = assert_kernel_matches(nll_loss_kernel, nll_loss_reference, log_probs, target, weight, reduction, -100,
@@ -424,10 +431,7 @@ def test_nll_loss(n, c, weighted, reduction, dtype):
         assert_dtype(out, dtype)
 
 
-@pytest.mark.parametrize("dtype", DTYPES, ids=IDS)
-@pytest.mark.parametrize("reduction", ["mean", "sum", "none"])
-@pytest.mark.parametrize("weighted", [False, True], ids=["unweighted", "weighted"])
-@pytest.mark.parametrize("n, c", [(130, 37), (2, 1), (300, 5000)])
+@_nll_cases
 def test_nll_loss_backward(n, c, weighted, reduction, dtype):
     log_probs, target, weight = nll_arguments(69, dtype, n, c, weighted)
     (grad,) = arrays(72, dtype, (n,) if reduction == "none" else (1,))
