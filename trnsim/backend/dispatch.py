@@ -187,21 +187,13 @@ def _compute(op, info: _OpInfo, args: tuple, kwargs: dict, host_op=None):
             return result
     host = _Host(info, args, kwargs)
     h_args, h_kwargs = host.args, host.kwargs
+    run = host_op if host_op is not None else op
+    swap_rng = info.random and (host.seen is not None or to_device)
     try:
-        run = host_op if host_op is not None else op
-        if info.random and (host.seen is not None or to_device):
-            with rng.swapped_default():
-                result = run(*h_args, **h_kwargs)
-        else:
-            result = run(*h_args, **h_kwargs)
+        result = _call(run, h_args, h_kwargs, swap_rng)
     except Exception as e:
-        h_args, h_kwargs, result = _retry_with_wrapped_numbers(e, op, run, info, h_args, h_kwargs,
-                                                               info.random and (host.seen is not None or to_device))
-    for i, name in info.mutable:
-        if i < len(args):
-            _sync_mutated(args[i], h_args[i])
-        elif name in kwargs:
-            _sync_mutated(kwargs[name], h_kwargs[name])
+        h_args, h_kwargs, result = _retry_with_wrapped_numbers(e, op, run, info, h_args, h_kwargs, swap_rng)
+    sync_mutated_args(info, args, kwargs, h_args, h_kwargs)
     if host.seen is None and not to_device and not (info.has_device and kwargs.get("device") is None):
         # no neuron tensor in and none asked for: a CPU op reached us through a neuron
         # device argument that is not called ``device`` (rare); leave results on the CPU
@@ -248,6 +240,16 @@ def _one_from_host(t: torch.Tensor, host: _Host, fresh: bool, keep_cpu: bool):
     return storage.adopt(t)
 
 
+def sync_mutated_args(info: _OpInfo, args: tuple, kwargs: dict, h_args, h_kwargs: dict) -> None:
+    """Carry what the CPU kernel did to the host aliases of the op's written arguments
+    over to their neuron tensors (see :func:`_sync_mutated`)."""
+    for i, name in info.mutable:
+        if i < len(args):
+            _sync_mutated(args[i], h_args[i])
+        elif name in kwargs:
+            _sync_mutated(kwargs[name], h_kwargs[name])
+
+
 def _sync_mutated(neuron: Any, host: Any) -> None:
     """After a CPU kernel wrote ``host`` (the alias of ``neuron``), carry over any change of
     geometry or storage it made (``out=`` tensors get resized)."""
@@ -280,12 +282,17 @@ def _retry_with_wrapped_numbers(e: Exception, op, run, info: _OpInfo, h_args: tu
         _reraise(e, info)
     h_args, h_kwargs = wrapped
     try:
-        if swap_rng:
-            with rng.swapped_default():
-                return h_args, h_kwargs, run(*h_args, **h_kwargs)
-        return h_args, h_kwargs, run(*h_args, **h_kwargs)
+        return h_args, h_kwargs, _call(run, h_args, h_kwargs, swap_rng)
     except Exception as e2:
         _reraise(e2, info)
+
+
+def _call(run, h_args, h_kwargs: dict, swap_rng: bool) -> Any:
+    """``run`` on host arguments; a random op draws from the neuron generator."""
+    if swap_rng:
+        with rng.swapped_default():
+            return run(*h_args, **h_kwargs)
+    return run(*h_args, **h_kwargs)
 
 
 def _reraise(e: Exception, info: _OpInfo):
@@ -479,16 +486,25 @@ def _register_direct() -> None:
             torch._C._dispatch_has_kernel_for_dispatch_key(qual, "CompositeExplicitAutograd")
         if not (structured or foreach):
             continue
-        name, _, overload = qual[len("aten::"):].partition(".")
-        op = getattr(getattr(_aten, name), overload or "default")
+        op = overload(qual)
         if torch.Tag.inplace_view in op.tags:
             continue   # as_strided_ only changes metadata: its composite kernel, no device time
-        lib.impl(qual[len("aten::"):], _direct_kernel(op), "PrivateUse1")
+        lib.impl(qual.removeprefix("aten::"), kernel_for(op), "PrivateUse1")
 
 
-def _direct_kernel(op):
+def overload(name: str) -> torch._ops.OpOverload:
+    """The aten op overload named ``name`` (``"aten::add.Tensor"``, ``"add.Tensor"``, ``"exp"``)."""
+    base, _, over = name.removeprefix("aten::").partition(".")
+    return getattr(getattr(_aten, base), over or "default")
+
+
+def kernel_for(op: torch._ops.OpOverload, handler: Callable | None = None) -> Callable:
+    """A kernel to register for ``op`` that hands it and its arguments to ``handler``
+    (default: :func:`fallback`)."""
+    fn = handler if handler is not None else fallback
+
     def kernel(*args, **kwargs):
-        return fallback(op, *args, **kwargs)
+        return fn(op, *args, **kwargs)
 
     return kernel
 
@@ -508,10 +524,4 @@ _OVERRIDES = ("convolution_overrideable", "convolution_backward_overrideable",
 def register_overrides(lib: torch.library.Library) -> None:
     """Register the fallback itself as the neuron kernel of :data:`_OVERRIDES`."""
     for name in _OVERRIDES:
-        base, _, overload = name.partition(".")
-        op = getattr(getattr(_aten, base), overload or "default")
-
-        def kernel(*args, _op=op, **kwargs):
-            return fallback(_op, *args, **kwargs)
-
-        lib.impl(name, kernel, "PrivateUse1")
+        lib.impl(name, kernel_for(overload(name)), "PrivateUse1")

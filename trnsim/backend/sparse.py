@@ -101,11 +101,7 @@ def fallback(op, *args, **kwargs):
             host_flat.append(x)
     h_args, h_kwargs = tree_unflatten(host_flat, spec)
     result = op(*h_args, **h_kwargs)
-    for i, name in info.mutable:  # dense out= tensors: the kernel may have resized them
-        if i < len(args):
-            dispatch._sync_mutated(args[i], h_args[i])
-        elif name in kwargs:
-            dispatch._sync_mutated(kwargs[name], h_kwargs[name])
+    dispatch.sync_mutated_args(info, args, kwargs, h_args, h_kwargs)   # dense out= tensors may be resized
     ids = {id(h): n for h, n in zip(host_flat, flat) if h is not n}
     out = ids.get(id(result)) if isinstance(result, torch.Tensor) and id(result) in ids else _back(result, owners)
     timeline.charge(op, _Charged(f"{info.name} (sparse)"), (), {}, dense, _dense_parts(out))
@@ -186,12 +182,9 @@ def install(fallback_lib: torch.library.Library, aten_lib: torch.library.Library
     """Register :func:`fallback` for compressed neuron tensors: as the key's fallback
     (``fallback_lib``, the global ``_`` IMPL library) and as the kernel of the ops whose
     composite kernel would otherwise win (``aten_lib``, an ``aten`` IMPL library)."""
+    from trnsim.backend import dispatch
+
     fallback_lib.fallback(fallback, "SparseCsrPrivateUse1")
     for name in _composite_sparse_ops():
-        base, _, overload = name.removeprefix("aten::").partition(".")
-        op = getattr(getattr(_aten, base), overload or "default")
-
-        def kernel(*args, _op=op, **kwargs):
-            return fallback(_op, *args, **kwargs)
-
-        aten_lib.impl(name.removeprefix("aten::"), kernel, "SparseCsrPrivateUse1")
+        aten_lib.impl(name.removeprefix("aten::"), dispatch.kernel_for(dispatch.overload(name), fallback),
+                      "SparseCsrPrivateUse1")
