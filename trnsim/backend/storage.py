@@ -13,8 +13,7 @@ import torch
 from trnsim.backend import state
 
 _CPU = torch._C.DispatchKeySet(torch._C.DispatchKey.CPU)
-_SET = torch.ops.aten.set_.source_Storage_storage_offset
-_SET_BOXED = _SET._handle.redispatch_boxed
+_SET_BOXED = torch.ops.aten.set_.source_Storage_storage_offset._handle.redispatch_boxed
 _construct = torch._C._construct_storage_from_data_pointer
 _create_empty = torch._C._acc.create_empty_tensor
 
@@ -136,7 +135,7 @@ def timing_storage(nbytes: int) -> torch.UntypedStorage:
 def on_storage(st: torch.UntypedStorage, dtype: torch.dtype, size, stride, offset: int) -> torch.Tensor:
     """A neuron tensor viewing neuron storage ``st``."""
     t = _create_empty(size, dtype)
-    _SET.redispatch(_CPU, t, st, offset, size, stride)
+    _SET_BOXED(_CPU, t, st, offset, size, stride)
     return t
 
 
@@ -147,17 +146,12 @@ def adopt(cpu: torch.Tensor) -> torch.Tensor:
     ``cpu`` itself becomes the cached host alias of the new tensor, so the caller must
     not keep it for other uses.
     """
-    host = cpu.untyped_storage()
-    nbytes = host.nbytes()
-    block = HbmBlock(host, nbytes)
-    st = _construct(host.data_ptr(), _DEVICE[0] if _DEVICE else _device(), nbytes)
-    st._trnsim_block = block
+    st = neuron_storage(cpu.untyped_storage())
     dtype, shape, stride, offset = cpu.dtype, cpu.shape, cpu.stride(), cpu.storage_offset()
-    t = _create_empty(shape, dtype)
-    _SET_BOXED(_CPU, t, st, offset, shape, stride)
+    t = on_storage(st, dtype, shape, stride, offset)
     if cpu.is_conj() or cpu.is_neg():
         return carry_math_bits(cpu, t)
-    block.aliases[(dtype, shape, stride, offset)] = cpu
+    st._trnsim_block.aliases[(dtype, shape, stride, offset)] = cpu
     return t
 
 
@@ -173,7 +167,7 @@ def carry_math_bits(src: torch.Tensor, dst: torch.Tensor) -> torch.Tensor:
 
 def rebind(t: torch.Tensor, st: torch.UntypedStorage, size, stride, offset: int) -> None:
     """Point neuron tensor ``t`` at storage ``st`` with new geometry (in place)."""
-    _SET.redispatch(_CPU, t, st, offset, size, stride)
+    _SET_BOXED(_CPU, t, st, offset, size, stride)
 
 
 _MAX_ALIASES = 16   # views of one storage kept; more are made afresh (KV-cache slices, say)
