@@ -178,15 +178,15 @@ def _compute(op, info: _OpInfo, args: tuple, kwargs: dict, host_op=None):
 
         flat, spec = tree_flatten((args, kwargs))
         return nodata.run(op, info, flat, spec, to_device)
-    if state.fidelity() == "instruction":
-        from trnsim.backend import instruction
-
-        result = instruction.run(op, info, args, kwargs)
-        if result is not None:
-            timeline.charge(op, info, args, kwargs, tree_flatten((args, kwargs))[0], result)
-            return result
     host = _Host(info, args, kwargs)
     h_args, h_kwargs = host.args, host.kwargs
+    if state.fidelity() == "instruction" and host.seen is not None:
+        from trnsim.backend import instruction
+
+        result = instruction.run(info, host, args, kwargs)
+        if result is not None:
+            timeline.charge(op, info, args, kwargs, host.flat, result)
+            return result
     run = host_op if host_op is not None else op
     swap_rng = info.random and (host.seen is not None or to_device)
     try:

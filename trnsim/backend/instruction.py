@@ -44,7 +44,6 @@ from typing import Any, Callable
 
 import numpy as np
 import torch
-from torch.utils._pytree import tree_flatten, tree_unflatten
 
 from trnsim.backend import state, storage
 from trnsim.backend.opkernels import _BINARY, _UNARY, MAX_MULTIPLIES, Call, _base, _chip_dtype
@@ -65,25 +64,14 @@ class Launch:
     finish: Callable[[list[np.ndarray]], Any]
 
 
-def run(op: Any, info: Any, args: tuple, kwargs: dict) -> Any:
-    """The result of ``op`` on neuron tensors computed by its kernel at instruction
+def run(info: Any, host: Any, args: tuple, kwargs: dict) -> Any:
+    """The result of op ``info`` on neuron tensors computed by its kernel at instruction
     fidelity (neuron tensors, or the ``out=``/in-place destination), or None where no
-    kernel applies and the CPU kernel should run."""
+    kernel applies and the CPU kernel should run. ``host`` is the fallback's
+    :class:`trnsim.backend.dispatch._Host` of the call: its arguments as CPU aliases."""
     if INSTRUCTION_OPS.get(info.name) is None:
         return None
-    flat, spec = tree_flatten((args, kwargs))
-    if not any(isinstance(x, torch.Tensor) and x.device.type == "neuron" for x in flat):
-        return None
-    host = []
-    for x in flat:
-        if isinstance(x, torch.Tensor) and x.device.type == "neuron":
-            host.append(storage.host_alias(x))
-        elif isinstance(x, torch.Tensor) and x.dim() > 0:
-            return None   # a CPU tensor beside neuron ones: the fallback names the error
-        else:
-            host.append(x)
-    h_args, h_kwargs = tree_unflatten(host, spec)
-    launch = plan(Call(info.name, h_args, h_kwargs, host, None))
+    launch = plan(Call(info.name, tuple(host.args), host.kwargs, list(host.args), None))
     if launch is None:
         return None
     result, _ = execute(launch)
