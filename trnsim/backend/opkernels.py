@@ -382,27 +382,42 @@ _ATTENTION_ARGS = {
 }
 
 
-def _attention(call: Call) -> OpCost:
-    """Attention [..., Sq, D] x [..., Sk, D]: ``flash_attention_fwd`` on one head, repeated
-    for every (batch, head). Sequences are timed padded to a multiple of 128 (the
-    kernel's tile); a mask adds its bytes over HBM bandwidth (the kernel reads none)."""
-    from trnsim.backend.costs import estimate, tensor_bytes
-    from trnsim.kernels.attention import flash_attention_fwd
-
-    q, k, v = call.arg(0, "query"), call.arg(1, "key"), call.arg(2, "value")
-    (ci, cname), (mi, mname) = _ATTENTION_ARGS[call.name]
+def _attention_shape(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> tuple[int, int, int, int] | None:
+    """(one physical core's share of the (batch, head) pairs, Sq and Sk padded to the
+    kernels' 128-row tile, D) of attention over q [..., Sq, D], k and v [..., Sk, D];
+    None where the kernels do not apply."""
     d = q.shape[-1]
     if q.dim() < 2 or k.shape[-1] != d or v.shape[-1] != d or k.shape[-2] != v.shape[-2]:
         return None
-    heads = _split(math.prod(q.shape[:-2]))
     sq, sk = (-(-n // 128) * 128 for n in (q.shape[-2], k.shape[-2]))
-    cost = _run(flash_attention_fwd, "flash_attention_fwd", _ph((sq, d), q.dtype), _ph((sk, d), k.dtype),
-                _ph((sk, d), v.dtype), causal=bool(call.arg(ci, cname, False)), repeat=heads)
-    mask = call.arg(mi, mname)
+    return _split(math.prod(q.shape[:-2])), sq, sk, d
+
+
+def _with_mask(cost: OpCost, mask: torch.Tensor | None) -> OpCost:
+    """``cost`` plus a mask's bytes over HBM bandwidth (the flash kernels read none)."""
+    from trnsim.backend.costs import estimate, tensor_bytes
+
     if mask is None:
         return cost
     return OpCost(ps=cost.ps + estimate(tensor_bytes(mask)).ps, source="kernel", kernel=f"{cost.kernel} + mask",
                   run=cost.run, scale=cost.scale)
+
+
+def _attention(call: Call) -> OpCost:
+    """Attention [..., Sq, D] x [..., Sk, D]: ``flash_attention_fwd`` on one head, repeated
+    for every (batch, head). Sequences are timed padded to a multiple of 128 (the
+    kernel's tile); a mask adds its bytes over HBM bandwidth (the kernel reads none)."""
+    from trnsim.kernels.attention import flash_attention_fwd
+
+    q, k, v = call.arg(0, "query"), call.arg(1, "key"), call.arg(2, "value")
+    (ci, cname), (mi, mname) = _ATTENTION_ARGS[call.name]
+    shape = _attention_shape(q, k, v)
+    if shape is None:
+        return None
+    heads, sq, sk, d = shape
+    cost = _run(flash_attention_fwd, "flash_attention_fwd", _ph((sq, d), q.dtype), _ph((sk, d), k.dtype),
+                _ph((sk, d), v.dtype), causal=bool(call.arg(ci, cname, False)), repeat=heads)
+    return _with_mask(cost, call.arg(mi, mname))
 
 
 def _attention_backward(call: Call) -> OpCost:
@@ -410,22 +425,17 @@ def _attention_backward(call: Call) -> OpCost:
     ``flash_attention_bwd`` on one head, repeated for every (batch, head), with sequences
     padded to a multiple of 128 as in the forward; a mask adds its bytes over HBM
     bandwidth. Head dimensions over 128 (which the kernel refuses) take the estimate."""
-    from trnsim.backend.costs import estimate, tensor_bytes
     from trnsim.kernels.attention import flash_attention_bwd
 
     q, k, v, bias = (call.arg(i, n) for i, n in enumerate(("query", "key", "value", "attn_bias"), start=1))
-    d = q.shape[-1]
-    if q.dim() < 2 or k.shape[-1] != d or v.shape[-1] != d or k.shape[-2] != v.shape[-2]:
+    shape = _attention_shape(q, k, v)
+    if shape is None:
         return None
-    heads = _split(math.prod(q.shape[:-2]))
-    sq, sk = (-(-n // 128) * 128 for n in (q.shape[-2], k.shape[-2]))
+    heads, sq, sk, d = shape
     cost = _run(flash_attention_bwd, "flash_attention_bwd", _ph((sq, d), q.dtype), _ph((sk, d), k.dtype),
                 _ph((sk, d), v.dtype), _ph((sq, d), q.dtype), _ph((sq, d), q.dtype), _ph((sq,), torch.float32),
                 scale=call.arg(99, "scale"), causal=bool(call.arg(13, "is_causal", False)), repeat=heads)
-    if bias is None:
-        return cost
-    return OpCost(ps=cost.ps + estimate(tensor_bytes(bias)).ps, source="kernel", kernel=f"{cost.kernel} + mask",
-                  run=cost.run, scale=cost.scale)
+    return _with_mask(cost, bias)
 
 
 # -- gather and scatter, losses, conv, movement, optimizers -----------------
