@@ -73,9 +73,7 @@ def flash_attention_fwd(q, k, v, causal=False, key_tile=None):
         raise nki.KernelError(f"key_tile={key_tile} must be 128 or 512 and divide the number of keys, {keys}")
     if seqlen % TILE_Q or d > nl.tile_size.pmax:
         raise nki.KernelError(f"q is [{seqlen}, {d}]: seqlen must be a multiple of {TILE_Q} and d at most {nl.tile_size.pmax}")
-    if tuple(k.shape) != (keys, d) or tuple(v.shape) != (keys, d):
-        raise nki.KernelError(f"k is {list(k.shape)} and v is {list(v.shape)}: both must be [keys, {d}], "
-                              "with q's head dimension and the same number of keys")
+    _check_keys_and_values(k, v, keys, d)
     dtype = q.dtype
     scale = 1.0 / math.sqrt(d)
     out = nl.ndarray((seqlen, d), dtype, buffer=nl.shared_hbm)
@@ -123,6 +121,12 @@ def flash_attention_fwd(q, k, v, causal=False, key_tile=None):
         for q0, ac, rs in zip(q0s, acc, row_sum):
             nl.store(out[q0:q0 + TILE_Q, :], value=nl.multiply(ac, nl.reciprocal(rs), dtype=dtype))
     return out
+
+
+def _check_keys_and_values(k, v, keys: int, d: int) -> None:
+    if tuple(k.shape) != (keys, d) or tuple(v.shape) != (keys, d):
+        raise nki.KernelError(f"k is {list(k.shape)} and v is {list(v.shape)}: both must be [keys, {d}], "
+                              "with q's head dimension and the same number of keys")
 
 
 def _mask_future_keys(scores, q0, k0, key_tile):
@@ -201,9 +205,7 @@ def flash_attention_bwd(q, k, v, o, d_o, lse, scale=None, causal=False):
     if seqlen % TILE_Q or keys % TILE_K or d > nl.tile_size.pmax:
         raise nki.KernelError(f"q is [{seqlen}, {d}] and k is {list(k.shape)}: seqlen and keys must be multiples of "
                               f"{TILE_Q} and d at most {nl.tile_size.pmax}")
-    if tuple(k.shape) != (keys, d) or tuple(v.shape) != (keys, d):
-        raise nki.KernelError(f"k is {list(k.shape)} and v is {list(v.shape)}: both must be [keys, {d}], "
-                              "with q's head dimension and the same number of keys")
+    _check_keys_and_values(k, v, keys, d)
     if tuple(o.shape) != (seqlen, d) or tuple(d_o.shape) != (seqlen, d):
         raise nki.KernelError(f"o is {list(o.shape)} and d_o is {list(d_o.shape)}: both must be q's shape, "
                               f"[{seqlen}, {d}]")
