@@ -1,0 +1,139 @@
+"""The reliability suite's probes, counted by group: right answers against wrong ones.
+
+Every test in ``tests/reliability`` is one probe: a hostile or bad input against a
+public entry point, which passes only when trnsim gives the CPU's (or numpy's) answer
+or one clear error naming the bad value. This script runs the suite and counts the
+probes that pass (right) and those that fail, error or hang (wrong), by file.
+
+With ``--before REV`` it also runs today's suite against the source tree of an earlier
+commit (a temporary git worktree with today's ``tests/reliability`` copied in), so the
+same probes are counted before and after in one run. A probe that the earlier tree
+cannot even collect (it imports a name that did not exist) counts as wrong there.
+
+Run: ``python benchmarks/reliability.py --before e9c5f5b``
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import xml.etree.ElementTree as ET
+from collections import Counter
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+SUITE = "tests/reliability"
+
+
+def probe_ids(tree: Path) -> list[str]:
+    """The node ids of every probe in ``tree``'s suite."""
+    out = subprocess.run([sys.executable, "-m", "pytest", SUITE, "--collect-only", "-q", "-p", "no:cacheprovider"],
+                         cwd=tree, env=_env(tree), capture_output=True, text=True, timeout=600)
+    ids = [line for line in out.stdout.splitlines() if "::" in line]
+    if not ids:
+        raise SystemExit(f"no probes collected in {tree}:\n{out.stdout}\n{out.stderr}")
+    return ids
+
+
+def run_suite(tree: Path, timeout_s: int) -> dict[str, str]:
+    """Outcome ('passed', 'failed', 'error', 'skipped') of each probe run in ``tree``."""
+    with tempfile.TemporaryDirectory() as tmp:
+        report = Path(tmp) / "junit.xml"
+        subprocess.run([sys.executable, "-m", "pytest", SUITE, "-q", "-p", "no:cacheprovider", "-o",
+                        "junit_family=xunit2", f"--junitxml={report}", f"--timeout={timeout_s}"],
+                       cwd=tree, env=_env(tree), capture_output=True, text=True, timeout=3600)
+        if not report.exists():
+            return {}
+        outcomes: dict[str, str] = {}
+        for case in ET.parse(report).getroot().iter("testcase"):
+            node = f"{case.get('classname')}::{case.get('name')}"
+            kinds = {child.tag for child in case}
+            outcomes[node] = ("failed" if "failure" in kinds else "error" if "error" in kinds
+                              else "skipped" if "skipped" in kinds else "passed")
+        return outcomes
+
+
+def _env(tree: Path) -> dict[str, str]:
+    return {**os.environ, "PYTHONPATH": str(tree), "PYTHONDONTWRITEBYTECODE": "1"}
+
+
+def _node_key(node: str) -> str:
+    """``tests/reliability/test_x.py::Class::test_y[p]`` as junit names it:
+    ``tests.reliability.test_x.Class::test_y[p]``."""
+    parts = node.split("::")
+    module = parts[0].removesuffix(".py").replace("/", ".")
+    return "::".join([".".join([module, *parts[1:-1]]), parts[-1]])
+
+
+def tally(ids: list[str], outcomes: dict[str, str]) -> dict[str, Counter]:
+    groups: dict[str, Counter] = {}
+    for node in ids:
+        group = Path(node.split("::")[0]).stem.removeprefix("test_")
+        outcome = outcomes.get(_node_key(node), "error")
+        groups.setdefault(group, Counter())[outcome] += 1
+    return groups
+
+
+def before_tree(rev: str, dest: Path) -> Path:
+    subprocess.run(["git", "worktree", "add", "--detach", "-q", str(dest), rev], cwd=ROOT, check=True)
+    shutil.rmtree(dest / SUITE, ignore_errors=True)
+    shutil.copytree(ROOT / SUITE, dest / SUITE, ignore=shutil.ignore_patterns("__pycache__"))
+    return dest
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--before", metavar="REV", help="also count the probes against this earlier commit")
+    parser.add_argument("--timeout", type=int, default=120, help="seconds a probe may take before it counts as a hang")
+    args = parser.parse_args()
+
+    ids = probe_ids(ROOT)
+    after = tally(ids, run_suite(ROOT, args.timeout))
+    before = None
+    if args.before:
+        with tempfile.TemporaryDirectory() as tmp:
+            tree = before_tree(args.before, Path(tmp) / "before")
+            try:
+                before = tally(ids, run_suite(tree, args.timeout))
+            finally:
+                subprocess.run(["git", "worktree", "remove", "--force", str(tree)], cwd=ROOT, check=False)
+
+    def right(c: Counter) -> int:
+        return c["passed"]
+
+    def wrong(c: Counter) -> int:
+        return c["failed"] + c["error"]
+
+    header = f"{'group':<22}{'probes':>7}"
+    header += f"{'right before':>14}{'wrong before':>14}" if before else ""
+    header += f"{'right now':>11}{'wrong now':>11}{'skipped':>9}"
+    print(header)
+    totals = [Counter(), Counter()]
+    for group in sorted(after):
+        n = sum(after[group].values())
+        row = f"{group:<22}{n:>7}"
+        if before:
+            b = before.get(group, Counter())
+            row += f"{right(b):>14}{wrong(b):>14}"
+            totals[0] += b
+        a = after[group]
+        row += f"{right(a):>11}{wrong(a):>11}{a['skipped']:>9}"
+        totals[1] += a
+        print(row)
+    n = sum(totals[1].values())
+    row = f"{'all':<22}{n:>7}"
+    if before:
+        row += f"{right(totals[0]):>14}{wrong(totals[0]):>14}"
+    row += f"{right(totals[1]):>11}{wrong(totals[1]):>11}{totals[1]['skipped']:>9}"
+    print(row)
+    print(f"right answers: {right(totals[1]) / n:.1%} of {n} probes now"
+          + (f", {right(totals[0]) / n:.1%} before ({args.before})" if before else ""))
+    return 0 if wrong(totals[1]) == 0 else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
