@@ -16,6 +16,7 @@ from __future__ import annotations
 import errno
 import os
 import secrets
+import stat
 from pathlib import Path
 from typing import IO, Callable
 
@@ -30,18 +31,26 @@ def _fix(err: OSError) -> str:
     return "choose a folder you can write to"
 
 
+def _is_stream(path: str | os.PathLike) -> bool:
+    """Whether ``path`` is a device, pipe or socket (``/dev/null``, ``/dev/stdout``):
+    written straight into, since renaming over it would replace the device itself."""
+    try:
+        mode = os.stat(path).st_mode
+    except (OSError, ValueError):
+        return False
+    return not stat.S_ISREG(mode) and not stat.S_ISDIR(mode)
+
+
 def _target(path: str | os.PathLike) -> Path:
     """The file to replace: ``path`` itself, or what it links to (the link stays a link)."""
     path = Path(path)
     return Path(os.path.realpath(path)) if path.is_symlink() else path
 
 
-def check_writable(path: str | os.PathLike) -> Path:
-    """Make the folders of ``path`` and check that a file can be written there.
-
-    Raises :class:`FileWriteError` naming the path and the fix when ``path`` is a
-    folder, a folder on its way is a file, a folder cannot be made, or the folder
-    refuses new files (read-only, ``/proc``). Returns the path to write."""
+def _prepare(path: str | os.PathLike) -> Path:
+    """The path to write, its folders made; refuses a folder in the way by name."""
+    if _is_stream(path):
+        return Path(path)
     path = _target(path)
     if path.is_dir():
         raise FileWriteError(f"cannot write {path}: it is a folder; give a file name, such as {path / 'trace.json'}")
@@ -54,6 +63,18 @@ def check_writable(path: str | os.PathLike) -> Path:
         path.parent.mkdir(parents=True, exist_ok=True)
     except OSError as e:
         raise FileWriteError(f"cannot create the folder {path.parent} for {path}: {e.strerror}; {_fix(e)}") from None
+    return path
+
+
+def check_writable(path: str | os.PathLike) -> Path:
+    """Make the folders of ``path`` and check that a file can be written there.
+
+    Raises :class:`FileWriteError` naming the path and the fix when ``path`` is a
+    folder, a folder on its way is a file, a folder cannot be made, or the folder
+    refuses new files (read-only, ``/proc``). Returns the path to write."""
+    path = _prepare(path)
+    if _is_stream(path):
+        return path
     tmp = _temp_name(path)
     try:
         os.close(os.open(tmp, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o666))
@@ -72,17 +93,25 @@ def write_atomic(path: str | os.PathLike, write: Callable[[IO], None], *, binary
     """Write a file in one step: ``write(f)`` fills a temporary file beside ``path``
     (text in UTF-8, or bytes if ``binary``), which then replaces ``path``.
 
-    Missing folders are made. Errors of the file system raise :class:`FileWriteError`
-    naming the path and the fix (an OSError from ``write`` too); any other exception
-    from ``write`` propagates unchanged.
+    Missing folders are made; a device or pipe (``/dev/null``) is written straight
+    into. Errors of the file system raise :class:`FileWriteError` naming the path and
+    the fix (an OSError from ``write`` too); any other exception from ``write``
+    propagates unchanged.
     Either way ``path`` keeps its old content and no temporary file is left."""
-    path = check_writable(path)
+    path = _prepare(path)
+    if _is_stream(path):
+        try:
+            with _open(path, binary) as f:
+                write(f)
+        except OSError as e:
+            raise FileWriteError(f"cannot write {path}: {e.strerror or e}; {_fix(e)}") from None
+        return path
     # The name is chosen before the file exists, so an interrupt at any point leaves
     # nothing that the cleanup below does not know of.
     tmp: Path | None = _temp_name(path)
     try:
         fd = os.open(tmp, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o666)
-        with os.fdopen(fd, "wb" if binary else "w", **({} if binary else {"encoding": "utf-8"})) as f:
+        with _open(fd, binary) as f:
             write(f)
             f.flush()
             os.fsync(f.fileno())
@@ -98,6 +127,10 @@ def write_atomic(path: str | os.PathLike, write: Callable[[IO], None], *, binary
                 pass
     _sync_folder(path.parent)
     return path
+
+
+def _open(file: str | os.PathLike | int, binary: bool) -> IO:
+    return open(file, "wb" if binary else "w", encoding=None if binary else "utf-8")
 
 
 def _sync_folder(folder: Path) -> None:

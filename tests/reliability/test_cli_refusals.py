@@ -3,7 +3,10 @@ starts work: demo sizes and steps, output paths, TRNSIM_FIDELITY, damaged traces
 
 from __future__ import annotations
 
+import errno
 import json
+import os
+from pathlib import Path
 
 import pytest
 
@@ -51,6 +54,22 @@ def test_bad_trace_paths_are_refused_before_the_run(tmp_path):
                            (tmp_path, "it is a folder")]:
         refused(("demo", *SMALL, "--trace", str(path)), str(path), fragment)
         refused(("demo", "llama", "--steps", "1", "--trace", str(path)), str(path), fragment)
+
+
+def test_a_read_only_folder_is_refused_before_the_run(tmp_path, monkeypatch):
+    real_open = os.open
+    ro = tmp_path / "ro"
+    ro.mkdir()
+
+    def read_only(path, flags, *args):
+        if flags & os.O_CREAT and Path(path).parent == ro:
+            raise PermissionError(errno.EACCES, "Permission denied", str(path))
+        return real_open(path, flags, *args)
+
+    monkeypatch.setattr(os, "open", read_only)
+    refused(("demo", *SMALL, "--trace", str(ro / "t.json")), str(ro / "t.json"), "Permission denied")
+    refused(("demo", "llama", "--trace", str(ro / "t.json")), str(ro / "t.json"), "Permission denied")
+    refused(("report", "missing.json", "--plot", str(ro / "t.png")), str(ro / "t.png"), "Permission denied")
 
 
 @pytest.mark.parametrize("command", [("chips",), ("coverage",), ("demo", *SMALL), ("demo", "llama", "--steps", "1"),

@@ -136,6 +136,13 @@ def test_a_link_stays_a_link(tmp_path):
     assert link.is_symlink() and load(target).process == "NeuronCore 0 (b)"
 
 
+def test_a_device_is_written_into_not_replaced():
+    import stat
+
+    save(small_trace(), "/dev/null")
+    assert stat.S_ISCHR(os.stat("/dev/null").st_mode)
+
+
 def test_plots_write_the_format_their_suffix_names(tmp_path):
     from trnsim.trace import plot_busy, plot_timeline
 
