@@ -23,7 +23,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from tests.reliability.conftest import clean_error
+from tests.reliability.conftest import assert_one_line_error, clean_error, cli
 from trnsim.atomic import TEMP_SUFFIX, check_writable, write_atomic
 from trnsim.errors import FileWriteError, TraceFileError, TrnSimError
 from trnsim.trace import load, save, summarize
@@ -374,7 +374,7 @@ def _mutate(data: dict, rng: random.Random, kind: str):
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(seed=st.integers(0, 2**32 - 1), kind=st.sampled_from(["drop", "type", "nan", "meta", "truncate"]))
-def test_any_damage_to_a_saved_trace_loads_correctly_or_is_refused(tmp_path, seed, kind):
+def test_any_damage_to_a_saved_trace_loads_and_reports_correctly_or_is_refused(tmp_path, seed, kind):
     rng = random.Random(seed)
     good = save(small_trace("a", 6), tmp_path / "good.json").read_bytes()
     if kind == "truncate":
@@ -383,11 +383,15 @@ def test_any_damage_to_a_saved_trace_loads_correctly_or_is_refused(tmp_path, see
         raw = json.dumps(_mutate(json.loads(good), rng, kind)).encode()
     path = tmp_path / "mutant.json"
     path.write_bytes(raw)
+    rc, out, err = cli("report", str(path))
     try:
         trace = load(path)
     except TraceFileError as e:
         assert str(path) in str(e)
+        assert_one_line_error(rc, err, str(path))
+        assert len(err.splitlines()) == 1
         return
+    assert rc == 0 and err == "", err
     s = summarize(trace)
     assert math.isfinite(s.total_ns) and s.total_ns >= 0
     assert all(math.isfinite(p) for p in s.busy_pct.values())
