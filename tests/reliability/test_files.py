@@ -312,6 +312,8 @@ def _damage(data: dict, how: str) -> None:
         x["ts"] = math.inf
     elif how == "ts negative":
         x["ts"] = -1.0
+    elif how == "dur huge":
+        x["dur"] = 1e300
     elif how == "unknown tid":
         x["tid"] = 99
     elif how == "unknown ph":
@@ -325,7 +327,7 @@ def _damage(data: dict, how: str) -> None:
 @pytest.mark.parametrize("how, key", [
     ("no tid", "'tid'"), ("no ph", "'ph'"), ("no args", "'args'"), ("no name", "'name'"), ("no ts", "'ts'"),
     ("ts string", "ts='12'"), ("dur string", "dur='5'"), ("dur nan", "dur=nan"), ("ts inf", "ts=inf"),
-    ("ts negative", "ts=-1.0"), ("unknown tid", "tid=99"), ("unknown ph", "ph='B'"),
+    ("ts negative", "ts=-1.0"), ("dur huge", "dur=1e+300"), ("unknown tid", "tid=99"), ("unknown ph", "ph='B'"),
     ("event not an object", "event 3"), ("counter nan", "args.value=nan"),
 ])
 def test_a_damaged_event_is_refused_by_index_and_key(tmp_path, how, key):
@@ -365,7 +367,7 @@ def _mutate(data: dict, rng: random.Random, kind: str):
     elif kind == "type":
         e[key] = rng.choice(["1", None, [], {}, True, 1.5, -3])
     elif kind == "nan":
-        e[key] = rng.choice([math.nan, math.inf, -math.inf])
+        e[key] = rng.choice([math.nan, math.inf, -math.inf, 1e300, -1e-300])
     elif kind == "meta":
         other = data["otherData"]
         other[rng.choice(sorted(other))] = rng.choice(["x", None, math.nan, [], -1])

@@ -21,6 +21,9 @@ from trnsim.errors import TraceFileError
 
 FORMAT = "trnsim-trace/1"
 PHASES = ("M", "X", "C")
+# Times are microseconds; 1e15 us is 31 years of simulated time, so anything larger is
+# damage (and would overflow to inf once turned into nanoseconds and summed).
+MAX_US = 1e15
 # Run metadata that the summary reads as numbers.
 _NUMERIC_META = ("instructions", "flops", "peak_flops", "hbm_bw_gbps", "total_ns")
 
@@ -29,13 +32,13 @@ def _is_number(x: Any) -> bool:
     return isinstance(x, (int, float)) and not isinstance(x, bool)
 
 
-def _check_time(path: Any, where: str, key: str, value: Any) -> None:
+def _check_time(path: Any, where: str, key: str, value: Any, limit: float = MAX_US) -> None:
     if not _is_number(value):
         raise TraceFileError(f"{path}: {where} has {key}={value!r}, which is not a number; "
                              "the file is damaged, write it again with trnsim")
-    if not math.isfinite(value) or value < 0:
-        raise TraceFileError(f"{path}: {where} has {key}={value!r}; times must be finite and not negative, "
-                             "write the trace again with trnsim")
+    if not math.isfinite(value) or not 0 <= value <= limit:
+        raise TraceFileError(f"{path}: {where} has {key}={value!r}; it must be finite, not negative and at most "
+                             f"{limit:g}: write the trace again with trnsim")
 
 
 def _load_json(path: str | os.PathLike) -> Any:
@@ -72,7 +75,7 @@ def _check_meta(path: Any, data: dict) -> dict:
         raise TraceFileError(f"{path} is a damaged trnsim trace: otherData.process is missing or not a string")
     for key in _NUMERIC_META:
         if key in other:
-            _check_time(path, "otherData", key, other[key])
+            _check_time(path, "otherData", key, other[key], limit=math.inf)
     if not isinstance(data.get("traceEvents"), list):
         raise TraceFileError(f"{path} is a damaged trnsim trace: traceEvents is missing or not a list")
     return other
