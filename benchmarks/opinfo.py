@@ -653,9 +653,10 @@ def write_coverage(path: str, results: list[dict], summary: dict, meta: dict) ->
             continue
         out += ["| op | reason |", "|---|---|"]
         out += [f"| `{r['op']}` | {esc(r['reason'])} |" for r in fails]
-    os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
-    with open(path, "w") as f:
-        f.write("\n".join(out) + "\n")
+    from trnsim.atomic import write_atomic
+
+    text = "\n".join(out) + "\n"
+    write_atomic(path, lambda f: f.write(text))
 
 
 # ----------------------------------------------------------------------------- CLI
@@ -725,8 +726,9 @@ def main(argv=None) -> int:
     meta = dict(torch=torch.__version__, samples=args.samples, workers=args.workers, timeout=args.timeout,
                 wall_s=round(wall, 1), date=time.strftime("%Y-%m-%d"), modes=modes, ops=len(ops))
     results.sort(key=lambda r: (r["mode"], r["op"]))
-    with open(args.out, "w") as f:
-        json.dump(dict(meta=meta, summary=summary, results=results), f, indent=1)
+    from trnsim.atomic import write_atomic
+
+    write_atomic(args.out, lambda f: json.dump(dict(meta=meta, summary=summary, results=results), f, indent=1))
     os.remove(jsonl)  # the progress log, kept only if the run dies before this point
     if args.coverage_file:
         write_coverage(args.coverage_file, results, summary, meta)

@@ -5,8 +5,10 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-from typing import Sequence
+from typing import NoReturn, Sequence
 
+from trnsim.atomic import check_writable
+from trnsim.backend.state import env_fidelity
 from trnsim.errors import TrnSimError
 
 
@@ -88,7 +90,11 @@ def _demo_llama(args: argparse.Namespace) -> int:
 
 def _report(args: argparse.Namespace) -> int:
     from trnsim.trace import load, plot_timeline, summarize
+    from trnsim.trace.plot import image_format
 
+    if args.plot:
+        image_format(args.plot)
+        check_writable(args.plot)
     trace = load(args.trace)
     print(summarize(trace))
     if args.plot:
@@ -110,8 +116,15 @@ def _coverage(args: argparse.Namespace) -> int:
     return 0
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse, with a refusal on one line like every other error of the command."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"trnsim: error: {message}; see {self.prog} --help\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="trnsim", description="Cycle-approximate AWS Trainium simulator")
+    parser = _Parser(prog="trnsim", description="Cycle-approximate AWS Trainium simulator")
     sub = parser.add_subparsers(dest="command", required=True)
 
     demo = sub.add_parser("demo", help="matmul: simulate a tiled bf16 matmul kernel, check it against numpy; "
@@ -144,9 +157,10 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
+        env_fidelity()
         return args.func(args)
     except TrnSimError as e:
-        print(f"trnsim: error: {e}", file=sys.stderr)
+        print(f"trnsim: error: {' '.join(str(e).split())}", file=sys.stderr)
         return 2
     except BrokenPipeError:   # output piped into head, say: stop quietly
         sys.stdout = open(os.devnull, "w")

@@ -13,13 +13,15 @@ comparison; the last step is profiled.
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
 from trnsim import dtypes
-from trnsim.errors import ProgramError
+from trnsim.atomic import check_writable
+from trnsim.errors import ProgramError, TrnSimError
 
 
 @dataclass
@@ -37,12 +39,11 @@ def run_demo(m: int = 1024, k: int = 1024, n: int = 1024, chip: object = None, t
     """Trace, simulate (instruction fidelity) and check the bf16 matmul; write its trace."""
     from trnsim.compute import decode, encode
     from trnsim.hw.core import simulate
-    from trnsim.kernels.matmul import TILE_K, TILE_M, TILE_N, matmul_optimized
+    from trnsim.kernels.matmul import matmul_optimized
     from trnsim.nki import trace_program, typed
 
-    for name, size, tile in (("M", m, TILE_M), ("K", k, TILE_K), ("N", n, TILE_N)):
-        if size <= 0 or size % tile:
-            raise ProgramError(f"demo size {name}={size} must be a positive multiple of {tile}")
+    check_matmul_sizes(m, k, n, chip)
+    check_writable(trace)
     rng = np.random.default_rng(seed)
     lhs_t = rng.standard_normal((k, m), dtype=np.float32)
     rhs = rng.standard_normal((k, n), dtype=np.float32)
@@ -54,6 +55,34 @@ def run_demo(m: int = 1024, k: int = 1024, n: int = 1024, chip: object = None, t
     expected = a.T @ b
     err = float(np.max(np.abs(run.outputs[prog.outputs[0].name] - expected)))
     return DemoResult(run, err, float(np.max(np.abs(expected))), trace)
+
+
+def _host_memory_bytes() -> int | None:
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (OSError, ValueError, AttributeError):
+        return None
+
+
+def check_matmul_sizes(m: int, k: int, n: int, chip: object = None) -> None:
+    """Refuse matmul demo sizes the kernel cannot tile, the chip's HBM cannot hold
+    (bf16 inputs and the fp32 result) or this host cannot hold (the float32 inputs,
+    their float64 reference and the results)."""
+    from trnsim.hw.spec import load_chip
+    from trnsim.kernels.matmul import TILE_K, TILE_M, TILE_N
+
+    for name, size, tile in (("M", m, TILE_M), ("K", k, TILE_K), ("N", n, TILE_N)):
+        if size <= 0 or size % tile:
+            raise ProgramError(f"demo size {name}={size} must be a positive multiple of {tile}")
+    spec = load_chip(chip)
+    hbm = 2 * (k * m + k * n) + 4 * m * n
+    if hbm > spec.hbm.capacity_bytes:
+        raise ProgramError(f"demo sizes M={m} K={k} N={n} need {hbm / 2**30:,.1f} GiB of HBM for the bf16 inputs and "
+                           f"the fp32 result; {spec.name} has {spec.hbm.capacity_gib:g} GiB: choose smaller sizes")
+    host, have = 24 * (k * m + k * n) + 16 * m * n, _host_memory_bytes()
+    if have is not None and host > have:
+        raise ProgramError(f"demo sizes M={m} K={k} N={n} need about {host / 2**30:,.1f} GiB of host memory; "
+                           f"this machine has {have / 2**30:,.1f} GiB: choose smaller sizes")
 
 
 @dataclass
@@ -86,10 +115,13 @@ def run_llama_demo(steps: int = 3, chip: object = None, trace: str = "traces/lla
     import torch
 
     import trnsim
+    from trnsim.backend import state
     from trnsim.tinyllama import TinyLlama, causal_lm_loss
 
     if steps < 1:
-        raise ValueError(f"llama demo steps={steps} must be at least 1")
+        raise TrnSimError(f"llama demo steps={steps} must be at least 1; pass --steps 1 or more")
+    check_writable(trace)
+    state.env_fidelity()
     if chip is not None:
         torch.neuron.set_chip(chip)
     torch.manual_seed(seed)

@@ -19,3 +19,15 @@ class AllocationError(ProgramError):
 
 class SimulationError(TrnSimError, RuntimeError):
     """A Program cannot run to completion (a dependency cycle, a semaphore never signalled)."""
+
+
+class ConfigError(TrnSimError, ValueError):
+    """A setting (an environment variable such as TRNSIM_FIDELITY) has a value trnsim does not know."""
+
+
+class FileWriteError(TrnSimError, OSError):
+    """A file cannot be written where asked (a folder in the way, no permission, no space)."""
+
+
+class TraceFileError(TrnSimError, ValueError):
+    """A trace file cannot be read back: not JSON, not a trnsim trace, or damaged."""

@@ -13,7 +13,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from trnsim.atomic import check_writable
 from trnsim.backend import state, timeline
+from trnsim.errors import TrnSimError
 
 _active: list[profile] = []
 
@@ -50,6 +52,9 @@ class ProfileSummary(list):
 class profile:
     """Record the ops run on ``neuron`` while active; write a Perfetto trace at exit.
 
+    Profiles nest: each records the ops run inside it and writes its own trace. Each
+    entry starts a new recording; the same profile cannot be entered inside itself.
+
     Args:
         path: where to write the Chrome/Perfetto JSON trace on exit (None: keep it in
             memory; :meth:`trace` and :meth:`save` give it).
@@ -64,13 +69,20 @@ class profile:
         self._raw: list = []
 
     def __enter__(self) -> profile:
+        if any(p is self for p in _active):
+            raise TrnSimError("this trnsim.profile is already recording; a profile cannot be entered again inside "
+                              "itself: make a second trnsim.profile(...) to nest one")
+        if self.path is not None:
+            check_writable(self.path)
+        self.records, self.syncs, self._raw = [], [], []
         timeline._recorders.append(self._raw)
         _active.append(self)
         return self
 
     def __exit__(self, *exc: Any) -> None:
-        timeline._recorders.remove(self._raw)
-        _active.remove(self)
+        # by identity: two recordings that hold the same ops compare equal as lists
+        timeline._recorders[:] = [r for r in timeline._recorders if r is not self._raw]
+        _active[:] = [p for p in _active if p is not self]
         for r in self._raw:
             if isinstance(r, tuple):
                 self.syncs.append((r[1], r[2]))

@@ -8,6 +8,8 @@ from dataclasses import dataclass
 
 import torch
 
+from trnsim.errors import ConfigError
+
 FIDELITIES = ("op", "instruction", "timing")
 
 
@@ -110,11 +112,17 @@ def fidelity() -> str:
     """The current fidelity: ``op`` (default), ``instruction`` or ``timing``."""
     global _fidelity
     if _fidelity is None:
-        value = os.environ.get("TRNSIM_FIDELITY", "op")
-        if value not in FIDELITIES:
-            raise ValueError(f"TRNSIM_FIDELITY={value!r} is not a fidelity; use one of {', '.join(FIDELITIES)}")
-        _fidelity = value
+        _fidelity = env_fidelity()
     return _fidelity
+
+
+def env_fidelity() -> str:
+    """The fidelity ``TRNSIM_FIDELITY`` asks for (``op`` when unset), checked."""
+    value = os.environ.get("TRNSIM_FIDELITY", "op")
+    if value not in FIDELITIES:
+        raise ConfigError(f"TRNSIM_FIDELITY={value!r} is not a fidelity; set it to one of {', '.join(FIDELITIES)} "
+                          "or unset it")
+    return value
 
 
 def set_fidelity(value: str) -> None:

@@ -14,11 +14,11 @@ import os
 from pathlib import Path
 from typing import Any
 
-from trnsim.errors import TrnSimError
+from trnsim.atomic import write_atomic
 from trnsim.trace.events import Counter, Slice, Trace, track_label, track_sort_key
+from trnsim.trace.validate import FORMAT, read_checked
 
 PID = 1
-FORMAT = "trnsim-trace/1"
 
 
 def _us(ns: float) -> float:
@@ -44,34 +44,24 @@ def to_chrome(trace: Trace) -> dict[str, Any]:
 
 
 def save(trace: Trace, path: str | os.PathLike) -> Path:
-    """Write ``trace`` to ``path`` as Chrome trace-event JSON (folders are made)."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path, "w") as f:
-        json.dump(to_chrome(trace), f, separators=(",", ":"))
-    return path
+    """Write ``trace`` to ``path`` as Chrome trace-event JSON, whole or not at all
+    (folders are made; see :func:`trnsim.atomic.write_atomic`)."""
+    data = to_chrome(trace)
+    return write_atomic(path, lambda f: json.dump(data, f, separators=(",", ":")))
 
 
 def load(path: str | os.PathLike) -> Trace:
-    """Read a trace written by :func:`save` back into a :class:`Trace`."""
-    try:
-        with open(path) as f:
-            data = json.load(f)
-    except (OSError, json.JSONDecodeError) as e:
-        raise TrnSimError(f"cannot read trace {path}: {e}") from None
-    other = data.get("otherData", {}) if isinstance(data, dict) else {}
-    if other.get("format") != FORMAT:
-        raise TrnSimError(f"{path} is not a trnsim trace (otherData.format is {other.get('format')!r}, expected {FORMAT!r})")
-    if not isinstance(other.get("tracks"), list) or not isinstance(data.get("traceEvents"), list) or "process" not in other:
-        raise TrnSimError(f"{path} is a damaged trnsim trace: it lacks otherData.tracks, otherData.process or traceEvents")
-    tracks = other["tracks"]
-    by_tid = {n + 1: t for n, t in enumerate(tracks)}
+    """Read a trace written by :func:`save` back into a :class:`Trace` (a damaged or
+    foreign file raises :class:`TraceFileError` naming what is wrong)."""
+    data = read_checked(path)
+    other = data["otherData"]
+    by_tid = {n + 1: t for n, t in enumerate(other["tracks"])}
     meta = {k: v for k, v in other.items() if k not in ("format", "process", "tracks")}
     trace = Trace(process=other["process"], meta=meta)
     counters: dict[str, Counter] = {}
     for e in data["traceEvents"]:
         if e["ph"] == "X":
-            trace.slices.append(Slice(by_tid[e["tid"]], e["name"], e["ts"] * 1000, e["dur"] * 1000, e.get("args", {})))
+            trace.slices.append(Slice(by_tid[e["tid"]], e["name"], e["ts"] * 1000, e["dur"] * 1000, e["args"]))
         elif e["ph"] == "C":
             name, _, unit = e["name"].rpartition(" (")
             c = counters.setdefault(name, Counter(name, unit.rstrip(")")))

@@ -5,6 +5,8 @@ from __future__ import annotations
 import os
 from typing import Any
 
+from trnsim.atomic import write_atomic
+from trnsim.errors import TrnSimError
 from trnsim.trace.analysis import summarize
 from trnsim.trace.events import Trace, track_label
 
@@ -51,8 +53,7 @@ def plot_timeline(trace: Trace, path: str | os.PathLike | None = None, *, start_
     meta = trace.meta
     ax.set_title(f"{meta.get('program', '')} on {meta.get('chip', '')}: {trace.total_ns / 1000:,.2f} us", fontsize=10)
     if path is not None:
-        ax.figure.tight_layout()
-        ax.figure.savefig(path, dpi=120)
+        save_figure(ax.figure, path)
     return ax
 
 
@@ -73,6 +74,24 @@ def plot_busy(trace: Trace, path: str | os.PathLike | None = None, ax: Any = Non
     ax.set_xlim(0, 100)
     ax.set_xlabel("busy (% of simulated time)")
     if path is not None:
-        ax.figure.tight_layout()
-        ax.figure.savefig(path, dpi=120)
+        save_figure(ax.figure, path)
     return ax
+
+
+def image_format(path: str | os.PathLike) -> str:
+    """The image format the suffix of ``path`` names (PNG when it has none), checked."""
+    from matplotlib.backend_bases import FigureCanvasBase
+
+    fmt = os.path.splitext(os.fspath(path))[1][1:].lower() or "png"
+    known = FigureCanvasBase.get_supported_filetypes()
+    if fmt not in known:
+        raise TrnSimError(f"cannot draw {path}: {fmt!r} is not an image format matplotlib writes; "
+                          f"end the name in one of {', '.join('.' + k for k in sorted(known))}")
+    return fmt
+
+
+def save_figure(figure: Any, path: str | os.PathLike) -> None:
+    """Write ``figure`` to ``path`` in the format its suffix names, whole or not at all."""
+    fmt = image_format(path)
+    figure.tight_layout()
+    write_atomic(path, lambda f: figure.savefig(f, format=fmt, dpi=120), binary=True)
