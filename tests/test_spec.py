@@ -110,3 +110,17 @@ def test_specs_are_frozen():
     chip = load_chip("trn1")
     with pytest.raises(AttributeError):
         chip.sbuf.partition_kib = 1  # type: ignore[misc]
+
+
+def test_every_figure_has_a_documented_range():
+    import dataclasses
+    import typing
+
+    from trnsim.hw.spec import FIGURE_RANGES, _TABLES, ChipSpec, InstanceSpec
+
+    for cls in [*_TABLES.values(), InstanceSpec, ChipSpec]:
+        for field in dataclasses.fields(cls):
+            hint = typing.get_type_hints(cls)[field.name]
+            if hint in (int, float) or hint == tuple[int, ...]:
+                r = FIGURE_RANGES[field.name]
+                assert 0 <= r.low < r.high < 1e10 and r.unit, (cls.__name__, field.name)

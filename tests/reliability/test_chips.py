@@ -63,7 +63,8 @@ def test_the_writer_round_trips_a_shipped_chip():
 # -- the property: load, then sane; or one clean error --------------------------------
 
 BASE = tomllib.loads((CHIPS_DIR / "trn1.toml").read_text())
-SLOTS = [(t, k) for t, table in BASE.items() if isinstance(table, dict) for k in table]
+SLOTS = [(t, k) for t, table in BASE.items() if isinstance(table, dict) for k in table] + \
+    [("instance", k) for k in BASE["instance"][0]]
 HOSTILE = [math.inf, -math.inf, math.nan, -1, 0, -0.0, 1e300, 10**20, 2**63, 1.5, 128.0, "x", "", True, [1], {"a": 1}]
 
 
@@ -95,6 +96,9 @@ def mutated_files(draw: st.DrawFn) -> dict:
     data = json.loads(json.dumps(BASE))
     for _ in range(draw(st.integers(1, 3))):
         table, key = draw(st.sampled_from(SLOTS))
+        if table == "instance":  # the array of tables: mutate its first entry
+            data["instance"][0][key] = draw(st.sampled_from(HOSTILE))
+            continue
         action = draw(st.sampled_from(["replace", "delete", "add", "scale"]))
         if action == "replace":
             data[table][key] = draw(st.sampled_from(HOSTILE))
@@ -139,6 +143,8 @@ def test_mutated_chip_files_load_sane_or_fail_cleanly(tmp_path_factory, data, de
     (b'extends = "trn2"\n[chip]\nlogical_core_size = 16\n', ["'chip.logical_core_size' is 16", "1, 2, 4, 8"]),
     (b'extends = "trn2"\n[hbm]\ncapacity_gib = 1e30\n', ["'hbm.capacity_gib' is 1e+30", "65,536 (GiB)"]),
     (b'extends = "trn2"\n[sbuf]\npartition_kib = "224"\n', ["'sbuf.partition_kib' is '224' (a string)"]),
+    (b'extends = "trn2"\n' + b'#' * (2 << 20), ["larger than 1024 KiB"]),
+    (b'extends = "trn2"\n[sbuf]\npartitions = ' + b'9' * 5000 + b'\n', ["not valid TOML"]),
 ])
 def test_bad_file_is_one_clean_error(tmp_path, body, fragments):
     path = tmp_path / "bad.toml"
