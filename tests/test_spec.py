@@ -78,6 +78,7 @@ def test_what_if_chip_overrides_a_shipped_one(tmp_path):
     ('extends = "trn2"\n[[instance]]\nname = "x"\nchips = 1\ntopology = "ring"\nshape = [1]\n'
      '[[instance]]\nname = "x"\nchips = 1\ntopology = "ring"\nshape = [1]\n', r"key 'instance' names 'x' twice"),
     ('extends = "trn2"\ninstance = 3\n', r"key 'instance' is 3 \(an integer\); allowed: an array of tables"),
+    ('extends = "trn2"\n[instance]\nname = "x"\n', r"key 'instance' is \{'name': 'x'\} \(a table\); allowed: an array of tables"),
     ('extends = "trn2"\n[sbuf\n', r"not valid TOML"),
     ('extends = "trn2"\nx = [' + '[' * 5000 + '\n', r"not valid TOML"),
     ('extends = 3\n', r"key 'extends' is 3 \(an integer\)"),

@@ -94,7 +94,7 @@ def _assert_sane(chip: ChipSpec) -> None:
 @st.composite
 def mutated_files(draw: st.DrawFn) -> dict:
     data = json.loads(json.dumps(BASE))
-    for _ in range(draw(st.integers(1, 3))):
+    for _ in range(draw(st.integers(0, 3))):
         table, key = draw(st.sampled_from(SLOTS))
         if table == "instance":  # the array of tables: mutate its first entry
             data["instance"][0][key] = draw(st.sampled_from(HOSTILE))
@@ -111,14 +111,27 @@ def mutated_files(draw: st.DrawFn) -> dict:
     return data
 
 
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(data=mutated_files(), depth=st.integers(0, MAX_EXTENDS_DEPTH + 2))
-def test_mutated_chip_files_load_sane_or_fail_cleanly(tmp_path_factory, data, depth):
+@st.composite
+def overlays(draw: st.DrawFn) -> dict:
+    """What a file extending the base writes: a few figures, or a whole table replaced."""
+    overlay: dict = {}
+    for _ in range(draw(st.integers(0, 3))):
+        table, key = draw(st.sampled_from(SLOTS))
+        if draw(st.booleans()):  # a table or the [[instance]] array replaced by a value of another shape
+            overlay[draw(st.sampled_from(["instance", "hbm", "chip"]))] = draw(st.sampled_from([3, [1], {"a": 1}, [{"a": 1}]]))
+        elif table != "instance" and isinstance(overlay.setdefault(table, {}), dict):
+            overlay[table][key] = draw(st.sampled_from(HOSTILE))
+    return overlay
+
+
+@settings(max_examples=100, deadline=None, database=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(data=mutated_files(), overlay=overlays(), depth=st.integers(0, MAX_EXTENDS_DEPTH + 2))
+def test_mutated_chip_files_load_sane_or_fail_cleanly(tmp_path_factory, data, overlay, depth):
     folder = tmp_path_factory.mktemp("chips")
     (folder / "base.toml").write_text(_toml(data))
-    for i in range(depth):  # a chain: top0 -> top1 -> ... -> base
+    for i in range(depth):  # a chain: top0 -> top1 -> ... -> base; top0 writes the overlay
         parent = f"top{i + 1}.toml" if i + 1 < depth else "base.toml"
-        (folder / f"top{i}.toml").write_text(f'extends = "{parent}"\n')
+        (folder / f"top{i}.toml").write_text(f'extends = "{parent}"\n' + (_toml(overlay) if i == 0 else ""))
     path = folder / ("top0.toml" if depth else "base.toml")
     try:
         chip = load_chip(path)

@@ -513,6 +513,8 @@ def _check_keys(data: dict, path: Path) -> None:
             hint = f"did you mean '{close[0]}'? " if close else ""
             raise ChipSpecError(f"{path}: unknown {'table' if isinstance(value, dict) else 'key'} '{key}'; "
                                 f"{hint}a chip file has: {', '.join(_TOP_KEYS)}")
+        if key == "instance" and not (isinstance(value, list) and all(isinstance(t, dict) for t in value)):
+            raise ChipSpecError(f"{path}: key 'instance' {_is_a(value)}; allowed: an array of tables ([[instance]])")
         cls = _TABLES.get(key)
         if cls is None:
             continue
@@ -534,9 +536,8 @@ def _merge(chain: list[tuple[Path, _Stamp, dict]]) -> tuple[dict, dict[str, Path
     for path, _, data in reversed(chain):
         _check_keys(data, path)
         for key, value in data.items():
-            base = merged.get(key)
-            if isinstance(value, dict) and isinstance(base, dict):
-                merged[key] = {**base, **value}
+            if isinstance(value, dict):  # a table: merged key by key
+                merged[key] = {**merged.get(key, {}), **value}
                 origin.update({f"{key}.{inner}": path for inner in value})
             else:
                 merged[key] = value
@@ -550,13 +551,14 @@ def _build(cls: type, table: dict, where: str, origin: dict[str, Path], top: Pat
             hint = _hints(cls)[field.name]
             kind = (FIGURE_RANGES[field.name].describe(hint is int) if hint in (int, float)
                     else "a string" if hint is str else "an array")
-            raise ChipSpecError(f"{top}: missing key '{where}.{field.name}' ({kind}); write it, or start from "
+            file = origin.get(where.split("[", 1)[0], top)  # an [[instance]] entry: the file that wrote the array
+            raise ChipSpecError(f"{file}: missing key '{where}.{field.name}' ({kind}); write it, or start from "
                                 f"a shipped chip with extends = \"{DEFAULT_CHIP}\"")
     try:
         return cls(**table)
     except _FigureError as e:
         key = e.key if e.key in _TOP_KEYS else f"{where}.{e.key}"
-        file = origin.get(key.split("[", 1)[0], origin.get(where, top))
+        file = origin.get(key, origin.get(key.split("[", 1)[0], top))
         raise ChipSpecError(f"{file}: key '{key}' {e.detail}") from None
 
 
@@ -565,9 +567,6 @@ def _from_chain(chain: list[tuple[Path, _Stamp, dict]]) -> ChipSpec:
     data, origin = _merge(chain)
     tables = {key: _build(cls, data.get(key, {}), key, origin, top) for key, cls in _TABLES.items()}
     raw = data.get("instance", [])
-    if not isinstance(raw, list) or not all(isinstance(t, dict) for t in raw):
-        raise ChipSpecError(f"{origin.get('instance', top)}: key 'instance' {_is_a(raw)}; "
-                            "allowed: an array of tables ([[instance]])")
     instances = tuple(_build(InstanceSpec, t, f"instance[{i}]", origin, top) for i, t in enumerate(raw))
     ident = dataclasses.asdict(tables.pop("chip"))
     return _build(ChipSpec, {**ident, **tables, "instances": instances, "source": str(top)}, "chip", origin, top)
