@@ -86,7 +86,7 @@ def install() -> Iterator[dict[str, Any]]:
            "TMPDIR": str(_writable_by_child(base / "tmp")), "PYTHONDONTWRITEBYTECODE": "1"}
     try:
         try:
-            probe = subprocess.run([*drop["prefix"], sys.executable, "-c", "import os, numba, torch; print(os.access("
+            probe = subprocess.run([*drop["prefix"], sys.executable, "-c", "import os, numba; print(os.access("
                                     "os.environ['PYTHONPATH'], os.W_OK), os.path.isdir(os.environ['PYTHONPATH'] + '/trnsim'))"],
                                    capture_output=True, text=True, env=env, cwd=work, timeout=120,
                                    preexec_fn=drop["preexec_fn"])
