@@ -148,7 +148,8 @@ def _is_a(value: object) -> str:
 
 
 def _check_number(owner: str, key: str, value: object, integer: bool, allowed: Range) -> None:
-    wrong_type = isinstance(value, bool) or not isinstance(value, (int, float)) or (integer and isinstance(value, float))
+    wrong_type = (isinstance(value, bool) or not isinstance(value, (int, float))
+                  or (integer and isinstance(value, float)))
     if wrong_type or not allowed.low <= value <= allowed.high:  # NaN fails the comparison too
         hint = f"; write {int(value)}" if integer and isinstance(value, float) and value.is_integer() else ""
         raise _FigureError(owner, key, f"{_is_a(value)}; allowed: {allowed.describe(integer)}{hint}")
@@ -165,7 +166,8 @@ def _check_field(owner: str, key: str, value: object, hint: object) -> object:
         if not isinstance(value, str):
             raise _FigureError(owner, key, f"{_is_a(value)}; allowed: a string")
         if name in _NAMES and not (0 < len(value) <= MAX_NAME_CHARS and value.isprintable()):
-            raise _FigureError(owner, key, f"{_is_a(value)}; allowed: a printable name of 1 to {MAX_NAME_CHARS} characters")
+            raise _FigureError(owner, key,
+                               f"{_is_a(value)}; allowed: a printable name of 1 to {MAX_NAME_CHARS} characters")
         return value
     if isinstance(hint, type):  # a nested spec
         if not isinstance(value, hint):
@@ -390,7 +392,8 @@ class ChipSpec(_Checked):
         names = [i.name for i in self.instances]
         for name in names:
             if names.count(name) > 1:
-                raise _FigureError(type(self).__name__, "instance", f"names {name!r} twice; allowed: one [[instance]] per name")
+                raise _FigureError(type(self).__name__, "instance",
+                                   f"names {name!r} twice; allowed: one [[instance]] per name")
 
     @property
     def device_hbm_bytes(self) -> int:
@@ -447,7 +450,8 @@ def _read_toml(path: Path) -> tuple[_Stamp, dict]:
             stamp = _stamp(os.fstat(f.fileno()))
             raw = f.read(MAX_FILE_BYTES + 1)
     except OSError as e:
-        raise ChipSpecError(f"{path}: cannot read the chip file ({e.strerror or e}); pass a readable TOML file") from None
+        raise ChipSpecError(f"{path}: cannot read the chip file ({e.strerror or e}); "
+                            "pass a readable TOML file") from None
     if len(raw) > MAX_FILE_BYTES:
         raise ChipSpecError(f"{path}: larger than {MAX_FILE_BYTES // 1024} KiB; a chip file is a few KiB of TOML")
     try:
@@ -458,7 +462,8 @@ def _read_toml(path: Path) -> tuple[_Stamp, dict]:
     try:
         return stamp, tomllib.loads(text)
     except (ValueError, RecursionError) as e:  # TOMLDecodeError is a ValueError; so are over-long integers
-        raise ChipSpecError(f"{path}: not valid TOML: {str(e).splitlines()[0] if str(e) else type(e).__name__}") from None
+        reason = str(e).splitlines()[0] if str(e) else type(e).__name__
+        raise ChipSpecError(f"{path}: not valid TOML: {reason}") from None
 
 
 def _shipped_hint() -> str:
