@@ -4,7 +4,8 @@ Every public function here has the signature and the results of the one of the
 same name in the reference; only the loops differ. The reference's operand
 checks run first, because compiled loops do not check bounds.
 
-Kernels compile on first use and are cached on disk (``cache=True``). Their
+Kernels compile on first use and are cached on disk (:mod:`trnsim.compute.jitcache`
+finds a writable folder on read-only installs). Their
 switch codes below are literals, not values looked up from :mod:`trnsim.isa`:
 numba freezes the globals a cached kernel read, so a looked-up code that
 changed would go unnoticed (the constants taken from the reference are fixed
@@ -18,10 +19,10 @@ from __future__ import annotations
 
 import math
 
-import numba
 import numpy as np
 
 from trnsim import dtypes
+from trnsim.compute import jitcache
 from trnsim.compute.reference import (F32_NAN, FLOAT_FORMATS, GELU_TANH_CUBIC, GELU_TANH_SCALE, INV_SQRT_2PI, SQRT_2,
                                       activation_operands, alu_operands, bn_aggr_operand, matmul_operands, reduce_operand,
                                       storage_operand)
@@ -30,7 +31,7 @@ from trnsim.isa import ActivationFunc, AluOp, ReduceOp
 
 __all__ = ["activation", "alu", "decode", "encode", "matmul", "reduce"]
 
-_jit = numba.njit(cache=True, error_model="numpy")
+_jit = jitcache.njit(error_model="numpy")
 
 (_IDENTITY, _EXP, _LOG, _SQRT, _RSQRT, _RECIPROCAL, _TANH, _SIGMOID, _RELU, _GELU, _GELU_TANH, _SILU,
  _SQUARE, _ABS, _SOFTPLUS, _SIN, _COS, _ERF, _SIGN, _GELU_DX, _SILU_DX) = range(21)

@@ -4,17 +4,32 @@ A chip file holds every figure the hardware model uses, each with its unit in
 the key. A file may name another chip with ``extends = "trn1"`` and then only
 write what differs; tables merge key by key, arrays of tables replace. A user's
 own TOML (what-if hardware) works the same way: ``extends = "trn2"`` plus the
-figures to change.
+figures to change. ``extends`` names a shipped chip or a path relative to the
+folder of the file that writes it; a chain may be at most
+:data:`MAX_EXTENDS_DEPTH` files deep and must not loop.
+
+Every figure is checked when a spec is built, whether from a file or in code:
+its type (an integer count is never a float, no figure is a boolean) and its
+range. The ranges in :data:`FIGURE_RANGES` are generous bounds of physical
+sense, wide enough for any what-if chip and narrow enough that the model's
+arithmetic stays finite and exact: clocks from 10 MHz to 100 GHz, bandwidths
+from 0.1 GB/s to 1 PB/s, HBM from 1 MiB to 64 TiB per chip, a partition's
+on-chip memory up to 16 MiB, at most 1024 partitions, lanes, PE rows or
+cores, latencies up to one second. A bad figure raises :class:`ChipSpecError`
+naming the file that wrote it, the key, the value and what is allowed.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import difflib
+import functools
+import math
 import os
 import sys
+import threading
 import typing
 from dataclasses import dataclass
-from functools import lru_cache
 from pathlib import Path
 
 if sys.version_info >= (3, 11):
@@ -26,10 +41,162 @@ from trnsim.errors import ChipSpecError
 
 CHIPS_DIR = Path(__file__).parent / "chips"
 DEFAULT_CHIP = "trn2"
+MAX_EXTENDS_DEPTH = 16
+MAX_FILE_BYTES = 1 << 20
+MAX_NAME_CHARS = 64
 
 
 @dataclass(frozen=True)
-class TensorEngineSpec:
+class Range:
+    """The allowed values of one kind of figure, both ends included."""
+
+    low: float
+    high: float
+    unit: str
+
+    def describe(self, integer: bool) -> str:
+        kind = "a whole number" if integer else "a finite number"
+        return f"{kind} from {_number(self.low)} to {_number(self.high)} ({self.unit})"
+
+
+def _number(x: float) -> str:
+    return f"{int(x):,}" if float(x).is_integer() else f"{x:g}"
+
+
+_CLOCK = Range(0.01, 100, "GHz")
+_BANDWIDTH = Range(0.1, 1e6, "GB/s")
+_LATENCY_NS = Range(0, 1e9, "ns")
+_CYCLES = Range(0, 1e6, "cycles")
+_FACTOR = Range(1, 64, "times")
+_WIDTH = Range(1, 1024, "128 on every Trainium so far")
+_FREE = Range(1, 65536, "elements")
+_TFLOPS = Range(0.001, 1e6, "TFLOP/s")
+
+#: The range of every numeric figure, by field name (a name means the same kind
+#: of figure in every table it appears in).
+FIGURE_RANGES: dict[str, Range] = {
+    "clock_ghz": _CLOCK,
+    "cores_per_chip": Range(1, 1024, "physical NeuronCores"),
+    "logical_core_size": Range(1, 1024, "physical cores per logical core"),
+    "published_peak_bf16_tflops": _TFLOPS,
+    "published_peak_fp32_tflops": _TFLOPS,
+    "capacity_gib": Range(0.001, 65536, "GiB"),
+    "bw_gbps": _BANDWIDTH,
+    "pe_rows": _WIDTH,
+    "pe_cols": _WIDTH,
+    "moving_free_max": _FREE,
+    "stationary_free_max": _FREE,
+    "fixed_cycles": _CYCLES,
+    "stationary_min_cycles": _CYCLES,
+    "fp32_cycle_factor": _FACTOR,
+    "fp8_rows_factor": _FACTOR,
+    "stationary_load_speedup": _FACTOR,
+    "lanes": _WIDTH,
+    "min_cycles": _CYCLES,
+    "sbuf_access_cycles": _CYCLES,
+    "dependent_issue_cycles": _CYCLES,
+    "bf16_speedup": _FACTOR,
+    "reciprocal_cycle_factor": _FACTOR,
+    "large_stride_bytes": Range(0, 1 << 20, "bytes"),
+    "cores": Range(1, 1024, "GpSimd cores"),
+    "partitions_per_core": _WIDTH,
+    "cycles_per_element": Range(0, 1e6, "cycles"),
+    "partitions": _WIDTH,
+    "partition_kib": Range(1, 16384, "KiB"),
+    "banks": Range(1, 1024, "banks per partition"),
+    "engines": Range(1, 1024, "DMA engines per core"),
+    "queues_per_engine": Range(1, 1024, "queues per DMA engine"),
+    "engine_bw_gbps": _BANDWIDTH,
+    "fixed_ns": _LATENCY_NS,
+    "descriptor_overhead_ns": _LATENCY_NS,
+    "max_descriptor_kib": Range(1, 1 << 20, "KiB"),
+    "semaphore_to_start_ns": _LATENCY_NS,
+    "semaphore_wait_ns": _LATENCY_NS,
+    "op_launch_us": Range(0, 1e6, "us"),
+    "version": Range(1, 100, "NeuronLink generation"),
+    "chip_bw_gbps": _BANDWIDTH,
+    "hop_latency_ns": _LATENCY_NS,
+    "inter_instance_hop_latency_ns": _LATENCY_NS,
+    "chips": Range(1, 65536, "chips"),
+    "shape": Range(1, 65536, "chips along one dimension"),
+}
+
+# Text fields that name something; they appear in messages and traces, so one short line.
+_NAMES = {"name", "generation", "neuron_core", "topology"}
+
+
+class _FigureError(ChipSpecError):
+    """A field holds a bad value; the loader puts the file and the table in front of ``key``."""
+
+    def __init__(self, owner: str, key: str, detail: str) -> None:
+        super().__init__(f"{owner}: key '{key}' {detail}")
+        self.key = key
+        self.detail = detail
+
+
+def _show(value: object) -> str:
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+_TOML_TYPES = {bool: "a boolean", int: "an integer", float: "a float", str: "a string", list: "an array",
+               tuple: "an array", dict: "a table"}
+
+
+def _is_a(value: object) -> str:
+    return f"is {_show(value)} ({_TOML_TYPES.get(type(value), type(value).__name__)})"
+
+
+def _check_number(owner: str, key: str, value: object, integer: bool, allowed: Range) -> None:
+    wrong_type = (isinstance(value, bool) or not isinstance(value, (int, float))
+                  or (integer and isinstance(value, float)))
+    if wrong_type or not allowed.low <= value <= allowed.high:  # NaN fails the comparison too
+        hint = f"; write {int(value)}" if integer and isinstance(value, float) and value.is_integer() else ""
+        raise _FigureError(owner, key, f"{_is_a(value)}; allowed: {allowed.describe(integer)}{hint}")
+
+
+def _check_field(owner: str, key: str, value: object, hint: object) -> object:
+    """Check one field against its type hint and range; return it as stored (ints in
+    float fields become floats, lists become tuples)."""
+    name = key.rsplit(".", 1)[-1].split("[", 1)[0]
+    if hint is float or hint is int:
+        _check_number(owner, key, value, hint is int, FIGURE_RANGES[name])
+        return float(value) if hint is float else value  # type: ignore[arg-type]
+    if hint is str:
+        if not isinstance(value, str):
+            raise _FigureError(owner, key, f"{_is_a(value)}; allowed: a string")
+        if name in _NAMES and not (0 < len(value) <= MAX_NAME_CHARS and value.isprintable()):
+            raise _FigureError(owner, key,
+                               f"{_is_a(value)}; allowed: a printable name of 1 to {MAX_NAME_CHARS} characters")
+        return value
+    if isinstance(hint, type):  # a nested spec
+        if not isinstance(value, hint):
+            raise _FigureError(owner, key, f"{_is_a(value)}; allowed: a {hint.__name__}")
+        return value
+    (item,) = {a for a in typing.get_args(hint) if a is not Ellipsis}  # tuple[X, ...]
+    if not isinstance(value, (list, tuple)) or (item is int and not 0 < len(value) <= 8):
+        allowed = "an array of 1 to 8 whole numbers" if item is int else f"an array of {item.__name__}"
+        raise _FigureError(owner, key, f"{_is_a(value)}; allowed: {allowed}")
+    return tuple(_check_field(owner, f"{key}[{i}]", v, item) for i, v in enumerate(value))
+
+
+@functools.cache
+def _hints(cls: type) -> dict[str, object]:
+    return typing.get_type_hints(cls)
+
+
+class _Checked:
+    """Checks every field of a spec dataclass when it is built, from a file or in code."""
+
+    def __post_init__(self) -> None:
+        owner = type(self).__name__
+        for field in dataclasses.fields(self):  # type: ignore[arg-type]
+            value = _check_field(owner, field.name, getattr(self, field.name), _hints(type(self))[field.name])
+            object.__setattr__(self, field.name, value)
+
+
+@dataclass(frozen=True)
+class TensorEngineSpec(_Checked):
     """The PE array: a matmul streams the moving tile past a loaded stationary tile."""
 
     clock_ghz: float
@@ -50,7 +217,7 @@ class TensorEngineSpec:
 
 
 @dataclass(frozen=True)
-class VectorEngineSpec:
+class VectorEngineSpec(_Checked):
     """A 128-lane engine (vector or scalar): one lane per partition."""
 
     clock_ghz: float
@@ -64,7 +231,7 @@ class VectorEngineSpec:
 
 
 @dataclass(frozen=True)
-class GpSimdSpec:
+class GpSimdSpec(_Checked):
     """General-purpose SIMD cores, each serving a group of partitions."""
 
     clock_ghz: float
@@ -75,7 +242,7 @@ class GpSimdSpec:
 
 
 @dataclass(frozen=True)
-class SbufSpec:
+class SbufSpec(_Checked):
     """State buffer: on-chip scratchpad of ``partitions`` x ``partition_kib``."""
 
     partitions: int
@@ -87,12 +254,18 @@ class SbufSpec:
 
 
 @dataclass(frozen=True)
-class PsumSpec:
+class PsumSpec(_Checked):
     """Partial-sum buffer: matmul accumulators, split into ``banks`` per partition."""
 
     partitions: int
     partition_kib: int
     banks: int
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.partition_bytes % self.banks:
+            raise _FigureError(type(self).__name__, "banks", f"is {self.banks}; allowed: a count that splits "
+                               f"partition_kib ({self.partition_kib} KiB) into banks of whole bytes")
 
     @property
     def partition_bytes(self) -> int:
@@ -104,7 +277,7 @@ class PsumSpec:
 
 
 @dataclass(frozen=True)
-class HbmSpec:
+class HbmSpec(_Checked):
     """Device memory of the whole chip, shared by its cores."""
 
     capacity_gib: float
@@ -116,7 +289,7 @@ class HbmSpec:
 
 
 @dataclass(frozen=True)
-class DmaSpec:
+class DmaSpec(_Checked):
     """DMA engines of one core; queues feed them, descriptors are contiguous chunks."""
 
     engines: int
@@ -129,14 +302,14 @@ class DmaSpec:
 
 
 @dataclass(frozen=True)
-class SyncSpec:
+class SyncSpec(_Checked):
     """Cross-engine synchronisation through semaphores."""
 
     semaphore_wait_ns: float
 
 
 @dataclass(frozen=True)
-class RuntimeSpec:
+class RuntimeSpec(_Checked):
     """The host runtime driving one core in eager mode."""
 
     op_launch_us: float
@@ -147,7 +320,7 @@ class RuntimeSpec:
 
 
 @dataclass(frozen=True)
-class NeuronLinkSpec:
+class NeuronLinkSpec(_Checked):
     """Chip-to-chip links for collectives."""
 
     version: int
@@ -157,17 +330,36 @@ class NeuronLinkSpec:
 
 
 @dataclass(frozen=True)
-class InstanceSpec:
-    """A machine built from several chips and how they are wired."""
+class InstanceSpec(_Checked):
+    """A machine built from several chips and how they are wired; ``shape`` lays the chips out."""
 
     name: str
     chips: int
     topology: str
     shape: tuple[int, ...]
 
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if math.prod(self.shape) != self.chips:
+            raise _FigureError(type(self).__name__, "shape", f"is {list(self.shape)}; allowed: a layout of "
+                               f"exactly chips ({self.chips}) chips, e.g. [{self.chips}]")
+
 
 @dataclass(frozen=True)
-class ChipSpec:
+class _ChipIdent(_Checked):
+    """The ``[chip]`` table: what a ChipSpec holds besides its other tables."""
+
+    name: str
+    generation: str
+    neuron_core: str
+    cores_per_chip: int
+    logical_core_size: int
+    published_peak_bf16_tflops: float
+    published_peak_fp32_tflops: float
+
+
+@dataclass(frozen=True)
+class ChipSpec(_Checked):
     """One Trainium chip: identity, memories, engines, links and instances."""
 
     name: str
@@ -190,6 +382,18 @@ class ChipSpec:
     neuronlink: NeuronLinkSpec
     instances: tuple[InstanceSpec, ...]
     source: str
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.cores_per_chip % self.logical_core_size:
+            divisors = [d for d in range(1, self.cores_per_chip + 1) if self.cores_per_chip % d == 0]
+            raise _FigureError(type(self).__name__, "logical_core_size", f"is {self.logical_core_size}; allowed: "
+                               f"a divisor of cores_per_chip ({self.cores_per_chip}): {', '.join(map(str, divisors))}")
+        names = [i.name for i in self.instances]
+        for name in names:
+            if names.count(name) > 1:
+                raise _FigureError(type(self).__name__, "instance",
+                                   f"names {name!r} twice; allowed: one [[instance]] per name")
 
     @property
     def device_hbm_bytes(self) -> int:
@@ -217,6 +421,7 @@ class ChipSpec:
 
 # Each TOML table and the dataclass it fills.
 _TABLES: dict[str, type] = {
+    "chip": _ChipIdent,
     "hbm": HbmSpec,
     "tensor_engine": TensorEngineSpec,
     "vector_engine": VectorEngineSpec,
@@ -229,173 +434,187 @@ _TABLES: dict[str, type] = {
     "runtime": RuntimeSpec,
     "neuronlink": NeuronLinkSpec,
 }
+_TOP_KEYS = ["extends", *_TABLES, "instance"]
+
+# One file as read: where it is, its stamp (inode, mtime, size) and its tables.
+_Stamp = tuple[int, int, int]
 
 
-def _read_toml(path: Path) -> dict:
+def _stamp(st: os.stat_result) -> _Stamp:
+    return (st.st_ino, st.st_mtime_ns, st.st_size)
+
+
+def _read_toml(path: Path) -> tuple[_Stamp, dict]:
     try:
         with open(path, "rb") as f:
-            return tomllib.load(f)
-    except tomllib.TOMLDecodeError as e:
-        raise ChipSpecError(f"{path}: not valid TOML: {e}") from None
+            stamp = _stamp(os.fstat(f.fileno()))
+            raw = f.read(MAX_FILE_BYTES + 1)
+    except OSError as e:
+        raise ChipSpecError(f"{path}: cannot read the chip file ({e.strerror or e}); "
+                            "pass a readable TOML file") from None
+    if len(raw) > MAX_FILE_BYTES:
+        raise ChipSpecError(f"{path}: larger than {MAX_FILE_BYTES // 1024} KiB; a chip file is a few KiB of TOML")
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise ChipSpecError(f"{path}: not valid UTF-8 (byte {raw[e.start:e.start + 1]!r} at offset {e.start}); "
+                            "save the file as UTF-8") from None
+    try:
+        return stamp, tomllib.loads(text)
+    except (ValueError, RecursionError) as e:  # TOMLDecodeError is a ValueError; so are over-long integers
+        reason = str(e).splitlines()[0] if str(e) else type(e).__name__
+        raise ChipSpecError(f"{path}: not valid TOML: {reason}") from None
 
 
-def _merge(base: dict, over: dict) -> dict:
-    out = dict(base)
-    for key, value in over.items():
-        if isinstance(value, dict) and isinstance(out.get(key), dict):
-            out[key] = _merge(out[key], value)
-        else:
-            out[key] = value
-    return out
+def _shipped_hint() -> str:
+    return f"a shipped chip ({', '.join(shipped_chips())}) or a path to a TOML file"
 
 
-def _resolve_path(name_or_path: str | os.PathLike) -> Path:
-    text = os.fspath(name_or_path)
+def _locate(text: str, folder: Path | None, referrer: Path | None) -> Path:
+    """The file a chip name or path means; a relative path is taken from ``folder``
+    (the current directory for the top file, the extending file's folder for ``extends``)."""
+    where = f"{referrer}: key 'extends' is {text!r}, but" if referrer else "chip file"
     if text.endswith(".toml") or os.sep in text or "/" in text:
-        path = Path(text)
+        path = Path(text) if folder is None else folder / text
         if not path.is_file():
-            raise ChipSpecError(f"chip file {path} does not exist; pass a shipped chip name ({', '.join(shipped_chips())}) or a path to a TOML file")
+            state = "is not a file" if path.exists() else "does not exist"
+            raise ChipSpecError(f"{where} {path} {state}; pass {_shipped_hint()}")
         return path
     path = CHIPS_DIR / f"{text}.toml"
-    if not path.is_file():
-        raise ChipSpecError(f"unknown chip {text!r}; shipped chips: {', '.join(shipped_chips())}, or pass a path to a TOML file")
+    if not text or not path.is_file():
+        close = difflib.get_close_matches(text, shipped_chips(), n=1)
+        hint = f"did you mean {close[0]!r}? " if close else ""
+        what = f"{referrer}: key 'extends' names unknown chip" if referrer else "unknown chip"
+        raise ChipSpecError(f"{what} {text!r}; {hint}pass {_shipped_hint()}")
     return path
 
 
-def _load_raw(path: Path, seen: tuple[Path, ...] = ()) -> dict:
-    if path.resolve() in seen:
-        chain = " -> ".join(str(p) for p in seen + (path,))
-        raise ChipSpecError(f"{path}: 'extends' forms a cycle: {chain}")
-    data = _read_toml(path)
-    parent = data.pop("extends", None)
-    if parent is None:
-        return data
-    if not isinstance(parent, str):
-        raise ChipSpecError(f"{path}: key 'extends' must be a chip name or path (str), got {type(parent).__name__}")
-    beside = path.parent / parent
-    parent_path = beside if parent.endswith(".toml") and beside.is_file() else _resolve_path(parent)
-    return _merge(_load_raw(parent_path, seen + (path.resolve(),)), data)
+def _read_chain(path: Path) -> list[tuple[Path, _Stamp, dict]]:
+    """The file and every file it extends, the file first."""
+    chain: list[tuple[Path, _Stamp, dict]] = []
+    seen: list[Path] = []
+    while True:
+        if path.resolve() in seen:
+            loop = " -> ".join(str(p) for p in [*seen, path.resolve()])
+            raise ChipSpecError(f"{chain[-1][0]}: key 'extends' forms a cycle: {loop}; remove one link")
+        if len(chain) == MAX_EXTENDS_DEPTH:
+            raise ChipSpecError(f"{chain[0][0]}: 'extends' chain is deeper than {MAX_EXTENDS_DEPTH} files "
+                                f"(at {path}); extend a shipped chip directly")
+        seen.append(path.resolve())
+        stamp, data = _read_toml(path)
+        chain.append((path, stamp, data))
+        parent = data.pop("extends", None)
+        if parent is None:
+            return chain
+        if not isinstance(parent, str):
+            raise ChipSpecError(f"{path}: key 'extends' {_is_a(parent)}; allowed: {_shipped_hint()}")
+        path = _locate(parent, path.parent, path)
 
 
-def _check_value(path: Path, key: str, value: object, expected: object) -> object:
-    if expected is float:
-        if isinstance(value, bool) or not isinstance(value, (int, float)):
-            raise ChipSpecError(f"{path}: key '{key}' must be a number (float), got {value!r}")
-        if value < 0:
-            raise ChipSpecError(f"{path}: key '{key}' must not be negative, got {value!r}")
-        return float(value)
-    if expected is int:
-        if isinstance(value, bool) or not isinstance(value, int):
-            raise ChipSpecError(f"{path}: key '{key}' must be an integer (int), got {value!r}")
-        if value < 0:
-            raise ChipSpecError(f"{path}: key '{key}' must not be negative, got {value!r}")
-        return value
-    if expected is str:
-        if not isinstance(value, str):
-            raise ChipSpecError(f"{path}: key '{key}' must be a string (str), got {value!r}")
-        return value
-    if typing.get_origin(expected) is tuple:
-        if not isinstance(value, list) or not all(isinstance(v, int) and not isinstance(v, bool) for v in value):
-            raise ChipSpecError(f"{path}: key '{key}' must be a list of integers, got {value!r}")
-        return tuple(value)
-    raise ChipSpecError(f"{path}: key '{key}' has unsupported type {expected}")  # pragma: no cover
+def _check_keys(data: dict, path: Path) -> None:
+    for key, value in data.items():
+        if key not in _TOP_KEYS:
+            close = difflib.get_close_matches(key, _TOP_KEYS, n=1)
+            hint = f"did you mean '{close[0]}'? " if close else ""
+            raise ChipSpecError(f"{path}: unknown {'table' if isinstance(value, dict) else 'key'} '{key}'; "
+                                f"{hint}a chip file has: {', '.join(_TOP_KEYS)}")
+        if key == "instance" and not (isinstance(value, list) and all(isinstance(t, dict) for t in value)):
+            raise ChipSpecError(f"{path}: key 'instance' {_is_a(value)}; allowed: an array of tables ([[instance]])")
+        cls = _TABLES.get(key)
+        if cls is None:
+            continue
+        if not isinstance(value, dict):
+            raise ChipSpecError(f"{path}: key '{key}' {_is_a(value)}; allowed: a table [{key}]")
+        names = [f.name for f in dataclasses.fields(cls)]
+        for inner in value:
+            if inner not in names:
+                close = difflib.get_close_matches(inner, names, n=1)
+                hint = f"did you mean '{close[0]}'? " if close else ""
+                raise ChipSpecError(f"{path}: unknown key '{key}.{inner}'; {hint}[{key}] has: {', '.join(names)}")
 
 
-def _build(cls: type, table: object, path: Path, where: str) -> object:
-    if not isinstance(table, dict):
-        raise ChipSpecError(f"{path}: '{where}' must be a table, got {table!r}")
-    hints = typing.get_type_hints(cls)
-    names = [f.name for f in dataclasses.fields(cls)]
-    unknown = sorted(set(table) - set(names))
-    if unknown:
-        raise ChipSpecError(f"{path}: unknown key '{where}.{unknown[0]}'; keys of [{where}] are: {', '.join(names)}")
-    values = {}
-    for name in names:
-        if name not in table:
-            raise ChipSpecError(f"{path}: missing key '{where}.{name}' ({hints[name].__name__ if isinstance(hints[name], type) else hints[name]})")
-        values[name] = _check_value(path, f"{where}.{name}", table[name], hints[name])
-    return cls(**values)
+def _merge(chain: list[tuple[Path, _Stamp, dict]]) -> tuple[dict, dict[str, Path]]:
+    """The tables of a chain merged (the file wins over what it extends), and which
+    file wrote each key (``table.key``, or ``instance`` for the array)."""
+    merged: dict = {}
+    origin: dict[str, Path] = {}
+    for path, _, data in reversed(chain):
+        _check_keys(data, path)
+        for key, value in data.items():
+            if isinstance(value, dict):  # a table: merged key by key
+                merged[key] = {**merged.get(key, {}), **value}
+                origin.update({f"{key}.{inner}": path for inner in value})
+            else:
+                merged[key] = value
+                origin[key] = path
+    return merged, origin
 
 
-def _positive(path: Path, chip: ChipSpec) -> None:
-    must_be_positive = {
-        "tensor_engine.clock_ghz": chip.tensor_engine.clock_ghz,
-        "vector_engine.clock_ghz": chip.vector_engine.clock_ghz,
-        "scalar_engine.clock_ghz": chip.scalar_engine.clock_ghz,
-        "gpsimd.clock_ghz": chip.gpsimd.clock_ghz,
-        "dma.engine_bw_gbps": chip.dma.engine_bw_gbps,
-        "dma.engines": chip.dma.engines,
-        "dma.queues_per_engine": chip.dma.queues_per_engine,
-        "dma.max_descriptor_kib": chip.dma.max_descriptor_kib,
-        "tensor_engine.pe_rows": chip.tensor_engine.pe_rows,
-        "tensor_engine.pe_cols": chip.tensor_engine.pe_cols,
-        "tensor_engine.fp32_cycle_factor": chip.tensor_engine.fp32_cycle_factor,
-        "tensor_engine.fp8_rows_factor": chip.tensor_engine.fp8_rows_factor,
-        "tensor_engine.stationary_load_speedup": chip.tensor_engine.stationary_load_speedup,
-        "vector_engine.bf16_speedup": chip.vector_engine.bf16_speedup,
-        "scalar_engine.bf16_speedup": chip.scalar_engine.bf16_speedup,
-        "psum.partitions": chip.psum.partitions,
-        "psum.partition_kib": chip.psum.partition_kib,
-        "hbm.capacity_gib": chip.hbm.capacity_gib,
-        "hbm.bw_gbps": chip.hbm.bw_gbps,
-        "sbuf.partitions": chip.sbuf.partitions,
-        "sbuf.partition_kib": chip.sbuf.partition_kib,
-        "psum.banks": chip.psum.banks,
-        "chip.cores_per_chip": chip.cores_per_chip,
-    }
-    for key, value in must_be_positive.items():
-        if value <= 0:
-            raise ChipSpecError(f"{path}: key '{key}' must be positive, got {value!r}")
-    if chip.psum.partition_kib * 1024 % chip.psum.banks:
-        raise ChipSpecError(f"{path}: psum.partition_kib ({chip.psum.partition_kib}) must split evenly into psum.banks ({chip.psum.banks})")
+def _build(cls: type, table: dict, where: str, origin: dict[str, Path], top: Path) -> typing.Any:
+    for field in dataclasses.fields(cls):
+        if field.name not in table:
+            hint = _hints(cls)[field.name]
+            kind = (FIGURE_RANGES[field.name].describe(hint is int) if hint in (int, float)
+                    else "a string" if hint is str else "an array")
+            file = origin.get(where.split("[", 1)[0], top)  # an [[instance]] entry: the file that wrote the array
+            raise ChipSpecError(f"{file}: missing key '{where}.{field.name}' ({kind}); write it, or start from "
+                                f"a shipped chip with extends = \"{DEFAULT_CHIP}\"")
+    try:
+        return cls(**table)
+    except _FigureError as e:
+        key = e.key if e.key in _TOP_KEYS else f"{where}.{e.key}"
+        file = origin.get(key, origin.get(key.split("[", 1)[0], top))
+        raise ChipSpecError(f"{file}: key '{key}' {e.detail}") from None
 
 
-def _from_dict(data: dict, path: Path) -> ChipSpec:
-    known = set(_TABLES) | {"chip", "instance"}
-    unknown = sorted(set(data) - known)
-    if unknown:
-        raise ChipSpecError(f"{path}: unknown table or key '{unknown[0]}'; a chip file has: extends, {', '.join(sorted(known))}")
-    if "chip" not in data:
-        raise ChipSpecError(f"{path}: missing table [chip]")
-    ident = _build(_ChipIdent, data["chip"], path, "chip")
-    tables = {key: _build(cls, data.get(key, {}), path, key) for key, cls in _TABLES.items()}
-    raw_instances = data.get("instance", [])
-    if not isinstance(raw_instances, list):
-        raise ChipSpecError(f"{path}: 'instance' must be an array of tables ([[instance]])")
-    instances = tuple(_build(InstanceSpec, t, path, f"instance[{i}]") for i, t in enumerate(raw_instances))
-    chip = ChipSpec(**dataclasses.asdict(ident), **tables, instances=instances, source=str(path))
-    _positive(path, chip)
-    return chip
+def _from_chain(chain: list[tuple[Path, _Stamp, dict]]) -> ChipSpec:
+    top = chain[0][0]
+    data, origin = _merge(chain)
+    tables = {key: _build(cls, data.get(key, {}), key, origin, top) for key, cls in _TABLES.items()}
+    raw = data.get("instance", [])
+    instances = tuple(_build(InstanceSpec, t, f"instance[{i}]", origin, top) for i, t in enumerate(raw))
+    ident = dataclasses.asdict(tables.pop("chip"))
+    return _build(ChipSpec, {**ident, **tables, "instances": instances, "source": str(top)}, "chip", origin, top)
 
 
-@dataclass(frozen=True)
-class _ChipIdent:
-    name: str
-    generation: str
-    neuron_core: str
-    cores_per_chip: int
-    logical_core_size: int
-    published_peak_bf16_tflops: float
-    published_peak_fp32_tflops: float
+# Loaded chips by resolved path, with the stamp of every file in their chain: a spec is
+# reused only while none of those files has changed.
+_cache: dict[Path, tuple[tuple[tuple[Path, _Stamp], ...], ChipSpec]] = {}
+_cache_lock = threading.Lock()
+_CACHE_SIZE = 64
 
 
-@lru_cache(maxsize=64)
-def _load_cached(path: Path, mtime: float) -> ChipSpec:
-    del mtime  # part of the cache key only: an edited file is read again
-    return _from_dict(_load_raw(path), path)
+def _unchanged(files: tuple[tuple[Path, _Stamp], ...]) -> bool:
+    try:
+        return all(_stamp(os.stat(path)) == stamp for path, stamp in files)
+    except OSError:
+        return False
 
 
 def load_chip(chip: str | os.PathLike | ChipSpec | None = None) -> ChipSpec:
     """Load a chip by shipped name (``"trn1"``), by path to a TOML file, or pass one through.
 
-    ``None`` means ``$TRNSIM_CHIP`` or the default chip (trn2).
+    ``None`` means ``$TRNSIM_CHIP`` or the default chip (trn2). A file is read again
+    when it, or any file it extends, has changed since it was last loaded.
     """
     if isinstance(chip, ChipSpec):
         return chip
     if chip is None:
         chip = os.environ.get("TRNSIM_CHIP") or DEFAULT_CHIP
-    path = _resolve_path(chip)
-    return _load_cached(path.resolve(), path.stat().st_mtime)
+    if not isinstance(chip, (str, os.PathLike)):
+        raise ChipSpecError(f"chip {_show(chip)} is not a chip; pass {_shipped_hint()} or a ChipSpec")
+    path = _locate(os.fspath(chip), None, None)
+    key = path.resolve()
+    hit = _cache.get(key)
+    if hit is not None and _unchanged(hit[0]):
+        return hit[1]
+    chain = _read_chain(path)
+    spec = _from_chain(chain)
+    with _cache_lock:
+        if len(_cache) >= _CACHE_SIZE:
+            _cache.pop(next(iter(_cache)))
+        _cache[key] = (tuple((p.resolve(), stamp) for p, stamp, _ in chain), spec)
+    return spec
 
 
 def shipped_chips() -> list[str]:
