@@ -143,6 +143,7 @@ def rebuild_storage(host: torch.UntypedStorage) -> torch.UntypedStorage:
 # -- DLPack ------------------------------------------------------------------
 
 _dlpack: Callable = torch.Tensor.__dlpack__
+_dlpack_device: Callable = torch.Tensor.__dlpack_device__
 _to_dlpack: Callable = torch.utils.dlpack.to_dlpack
 
 
@@ -156,6 +157,12 @@ def _dlpack_method(self: torch.Tensor, *args: Any, **kwargs: Any) -> Any:
     if self.device.type == "neuron":
         raise dlpack_error(self)
     return _dlpack(self, *args, **kwargs)
+
+
+def _dlpack_device_method(self: torch.Tensor) -> Any:
+    if self.device.type == "neuron":
+        raise dlpack_error(self)
+    return _dlpack_device(self)
 
 
 def _to_dlpack_fn(tensor: torch.Tensor) -> Any:
@@ -172,4 +179,5 @@ def install() -> None:
     torch.Tensor.__reduce_ex__ = _reduce_ex
     ForkingPickler.register(torch.UntypedStorage, reduce_storage)
     torch.Tensor.__dlpack__ = _dlpack_method
+    torch.Tensor.__dlpack_device__ = _dlpack_device_method
     torch.utils.dlpack.to_dlpack = _to_dlpack_fn
