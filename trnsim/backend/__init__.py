@@ -57,7 +57,6 @@ def register() -> None:
     reductions.install()
     hostshims.install()
     autocast.install()
-    torch.set_autocast_dtype("neuron", torch.bfloat16)
     _registered = True
 
 

@@ -17,6 +17,7 @@ in ``_SPECIAL``.
 
 from __future__ import annotations
 
+import threading
 from typing import Any, Callable
 
 import torch
@@ -186,7 +187,8 @@ def _compute(op, info: _OpInfo, args: tuple, kwargs: dict, host_op=None):
     if state.fidelity() == "instruction" and host.seen is not None:
         from trnsim.backend import instruction
 
-        result = instruction.run(info, host, args, kwargs)
+        with timeline.simulating:   # runs the op's kernel on the simulator, which is one per process
+            result = instruction.run(info, host, args, kwargs)
         if result is not None:
             timeline.charge(op, info, args, kwargs, host.flat, result)
             return result
@@ -494,12 +496,20 @@ _SPECIAL: dict[str, Callable] = {
 # each would reach the fallback twice. They get the fallback as their neuron kernel, on
 # the first op (registering some 440 kernels would slow ``import torch``).
 _direct_lib: torch.library.Library | None = None
+_direct_lock = threading.Lock()
 
 
 def _register_direct() -> None:
     global _direct_lib
-    lib = torch.library.Library("aten", "IMPL")
-    _direct_lib = lib
+    with _direct_lock:   # the first ops of two threads: register once
+        if _direct_lib is not None:
+            return
+        lib = torch.library.Library("aten", "IMPL")
+        _direct_lib = lib
+        _register_direct_kernels(lib)
+
+
+def _register_direct_kernels(lib: torch.library.Library) -> None:
     for qual in torch._C._dispatch_get_all_op_names():
         if not qual.startswith("aten::") or torch._C._dispatch_has_kernel_for_dispatch_key(qual, "PrivateUse1"):
             continue

@@ -64,7 +64,9 @@ def _restore(state: torch.Tensor) -> NeuronGenerator:
 def user_generator() -> NeuronGenerator:
     """A new neuron generator for the user (the CPU kernels learn to refuse it first)."""
     if _guard_lib is None:
-        _guard_cpu()
+        with _guard_lock:    # two threads making their first generators: guard once
+            if _guard_lib is None:
+                _guard_cpu()
     return NeuronGenerator()
 
 
@@ -141,6 +143,7 @@ def native_dropout(x: torch.Tensor, p: float, train: bool | None = None) -> tupl
 # -- CPU kernels refuse neuron generators -------------------------------------
 
 _guard_lib: torch.library.Library | None = None
+_guard_lock = threading.Lock()
 
 
 def _guard_cpu() -> None:
