@@ -148,6 +148,7 @@ _to_dlpack: Callable = torch.utils.dlpack.to_dlpack
 
 
 def dlpack_error(t: torch.Tensor) -> BufferError:
+    """The refusal of a DLPack export (``BufferError``, as the DLPack protocol asks)."""
     return BufferError(
         f"cannot export a {t.device} tensor through DLPack: its memory is the simulated device's (host memory "
         "behind the simulated chip), and DLPack has no device code for it; export a CPU copy with t.cpu()")
