@@ -44,7 +44,8 @@ KEEPS_SHARING = {"deepcopy", "save_zip", "save_legacy"}
 
 def _state(dtype: torch.dtype) -> dict:
     base = torch.arange(24).to(dtype).to(DEV)
-    return {"base": base, "slice": base[5:17], "t": base.view(4, 6).t(), "alone": torch.ones(3, dtype=dtype, device=DEV)}
+    return {"base": base, "slice": base[5:17], "t": base.view(4, 6).t(),
+            "alone": torch.ones(3, dtype=dtype, device=DEV)}
 
 
 @pytest.mark.parametrize("how", sorted(ROUND_TRIPS))
@@ -82,6 +83,16 @@ def test_parameters_and_modules_round_trip_on_neuron(how):
     assert torch.equal(out.weight.cpu(), model.weight.cpu())
     x = torch.randn(2, 4, device=DEV)
     assert torch.equal(out(x).cpu(), model(x).cpu())
+
+
+@pytest.mark.parametrize("layout", [torch.sparse_csr, torch.sparse_csc, torch.sparse_bsr], ids=str)
+@pytest.mark.parametrize("how", sorted(ROUND_TRIPS))
+def test_compressed_sparse_tensors_round_trip(how, layout):
+    dense = torch.tensor([[0.0, 2.0, 0.0, 0.0], [1.0, 0.0, 3.0, 0.0]])
+    blocks = (1, 2) if layout == torch.sparse_bsr else None
+    s = dense.to_sparse(layout=layout, blocksize=blocks).to(DEV)
+    r = ROUND_TRIPS[how](s)
+    assert r.device.type == DEV and r.layout == layout and torch.equal(r.to_dense().cpu(), dense)
 
 
 def test_legacy_checkpoint_loads_onto_the_cpu_with_map_location():

@@ -76,11 +76,23 @@ def _set_neuron_from_file(self: torch.UntypedStorage, *args: Any, **kwargs: Any)
 _tensor_reduce_ex: Callable = torch.Tensor.__reduce_ex__
 
 
+_COMPRESSED = {torch.sparse_csr: "crow_indices", torch.sparse_bsr: "crow_indices",
+               torch.sparse_csc: "ccol_indices", torch.sparse_bsc: "ccol_indices"}
+
+
 def _reduce_ex(self: torch.Tensor, proto: int) -> Any:
     """``Tensor.__reduce_ex__`` (pickle and both ``torch.save`` formats): a data-less
-    neuron tensor is refused before anything is written."""
-    if self.device.type == "neuron" and _has_no_data(self.untyped_storage()):
-        raise timing_error("save or pickle")
+    neuron tensor is refused before anything is written, and a compressed sparse one is
+    pickled as its neuron parts, as a CPU one is. (PyTorch would pickle a CPU copy and
+    move it back on load, which the legacy format does before it has read the bytes.)"""
+    if self.device.type == "neuron":
+        compressed = _COMPRESSED.get(self.layout)
+        if compressed is not None and type(self) is torch.Tensor:
+            plain = "col_indices" if compressed == "crow_indices" else "row_indices"
+            parts = (getattr(self, compressed)(), getattr(self, plain)(), self.values(), self.size())
+            return torch._utils._rebuild_sparse_tensor, (self.layout, parts)
+        if self.layout is torch.strided and _has_no_data(self.untyped_storage()):
+            raise timing_error("save or pickle")
     return _tensor_reduce_ex(self, proto)
 
 
