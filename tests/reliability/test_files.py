@@ -251,7 +251,7 @@ def test_nested_profiles_each_record_their_ops_and_write_their_trace(tmp_path):
         assert len([s for s in load(tmp_path / f"{name}.json").slices if s.track == "ops"]) == ops
     from trnsim.backend import profiler, timeline
 
-    assert profiler._active == [] and timeline._recorders == []
+    assert profiler.current() is None and timeline._recorders() == []
 
 
 def test_a_profile_cannot_be_entered_inside_itself_and_reuse_starts_afresh(tmp_path):
@@ -276,7 +276,7 @@ def test_a_profile_with_a_bad_path_refuses_before_recording(tmp_path):
     clean_error(lambda: trnsim.profile(tmp_path / "f" / "t.json").__enter__(), "not a folder", types=FileWriteError)
     from trnsim.backend import profiler
 
-    assert profiler._active == []
+    assert profiler.current() is None
 
 
 # ----------------------------------------------------------------------------- reading back

@@ -23,7 +23,7 @@ def register() -> None:
     if torch._C._get_privateuse1_backend_name() != "neuron":
         torch.utils.rename_privateuse1_backend("neuron")
     torch.utils.generate_methods_for_privateuse1_backend()
-    from trnsim.backend import autocast, device, dispatch, hostshims, mathbits, rng, sdpa, sparse
+    from trnsim.backend import autocast, device, dispatch, hostshims, mathbits, reductions, rng, sdpa, sparse
 
     class _Hooks(torch._C._acc.PrivateUse1Hooks):
         def is_available(self) -> bool:
@@ -54,9 +54,9 @@ def register() -> None:
     sparse.install(_lib, _aten_lib)
     mathbits.install(_aten_lib)
     rng.install()
+    reductions.install()
     hostshims.install()
     autocast.install()
-    torch.set_autocast_dtype("neuron", torch.bfloat16)
     _registered = True
 
 

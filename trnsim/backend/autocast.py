@@ -4,6 +4,10 @@ PyTorch keeps autocast op lists in C++ for its own devices only, so trnsim regis
 kernels for the ``AutocastPrivateUse1`` key: matmul-like ops run in the autocast
 dtype (bf16 by default, as the Neuron compiler's auto-cast does), ops that need
 range run in fp32, as CUDA's lists do; every other op passes through.
+
+The autocast dtype is per thread in PyTorch, and a new thread starts with PyTorch's
+default for a PrivateUse1 device (float16); :func:`get_autocast_dtype` gives each
+thread trnsim's default, bfloat16, until that thread sets another.
 """
 
 from __future__ import annotations
@@ -36,7 +40,7 @@ def _cast(x, dtype: torch.dtype):
 
 def _kernel(op, to_fp32: bool):
     def kernel(*args, **kwargs):
-        dtype = torch.float32 if to_fp32 else torch.get_autocast_dtype("neuron")
+        dtype = torch.float32 if to_fp32 else get_autocast_dtype("neuron")
         args = tuple(_cast(a, dtype) for a in args)
         kwargs = {k: _cast(v, dtype) for k, v in kwargs.items()}
         with torch._C._ExcludeDispatchKeyGuard(_KS):
@@ -45,6 +49,23 @@ def _kernel(op, to_fp32: bool):
 
 
 _libs: list = []
+_get_dtype = torch.get_autocast_dtype
+_set_dtype = torch.set_autocast_dtype
+_DTYPE_SET = "trnsim.autocast_dtype_set"   # in PyTorch's thread-local state, which autograd threads inherit
+
+
+def get_autocast_dtype(device_type: str) -> torch.dtype:
+    """``torch.get_autocast_dtype``: for ``neuron``, bfloat16 in a thread that has set none."""
+    if device_type == "neuron" and not torch._C._is_key_in_tls(_DTYPE_SET):
+        set_autocast_dtype("neuron", torch.bfloat16)
+    return _get_dtype(device_type)
+
+
+def set_autocast_dtype(device_type: str, dtype: torch.dtype) -> None:
+    """``torch.set_autocast_dtype``, remembering that this thread chose a ``neuron`` dtype."""
+    if device_type == "neuron" and not torch._C._is_key_in_tls(_DTYPE_SET):
+        torch._C._stash_obj_in_tls(_DTYPE_SET, True)
+    _set_dtype(device_type, dtype)
 
 
 def install() -> None:
@@ -63,3 +84,5 @@ def install() -> None:
                     continue   # out= and in-place variants keep their dtypes
                 lib.impl(qual.removeprefix("aten::"), _kernel(op, to_fp32), "AutocastPrivateUse1")
     _libs.extend([fall, lib])
+    torch.get_autocast_dtype = get_autocast_dtype
+    torch.set_autocast_dtype = set_autocast_dtype

@@ -17,6 +17,7 @@ in ``_SPECIAL``.
 
 from __future__ import annotations
 
+import threading
 from typing import Any, Callable
 
 import torch
@@ -44,8 +45,8 @@ _MIXED_OK = {"aten::index.Tensor", "aten::index_put_", "aten::index_put", "aten:
 class _OpInfo:
     """What the fallback needs to know about one op overload, worked out once."""
 
-    __slots__ = ("name", "kind", "mutable", "mutable_pos", "mutable_names", "has_device", "random", "special",
-                 "fresh_results")
+    __slots__ = ("name", "kind", "mutable", "mutable_pos", "mutable_names", "has_device", "random", "generator",
+                 "special", "fresh_results")
 
     def __init__(self, op: torch._ops.OpOverload) -> None:
         schema = op._schema
@@ -57,6 +58,9 @@ class _OpInfo:
         self.has_device = any(a.name == "device" for a in schema.arguments)
         self.kind = "view" if op.is_view and not self.mutable else "compute"
         self.random = torch.Tag.nondeterministic_seeded in op.tags
+        # where the device generator goes (random ops without the argument draw nothing
+        # on this path, or have their own host op: native_dropout)
+        self.generator = rng.generator_slot(op) if self.random else None
         self.special = _SPECIAL.get(self.name)
         # results with no alias annotation are new memory: no need to look for an input
         # storage they might share
@@ -183,16 +187,19 @@ def _compute(op, info: _OpInfo, args: tuple, kwargs: dict, host_op=None):
     if state.fidelity() == "instruction" and host.seen is not None:
         from trnsim.backend import instruction
 
-        result = instruction.run(info, host, args, kwargs)
+        with timeline.simulating:   # runs the op's kernel on the simulator, which is one per process
+            result = instruction.run(info, host, args, kwargs)
         if result is not None:
             timeline.charge(op, info, args, kwargs, host.flat, result)
             return result
     run = host_op if host_op is not None else op
-    swap_rng = info.random and (host.seen is not None or to_device)
+    draws = info.random and (host.seen is not None or to_device)
+    if draws and info.generator is not None:
+        h_args, h_kwargs = _with_device_generator(info.generator, h_args, h_kwargs)
     try:
-        result = _call(run, h_args, h_kwargs, swap_rng)
+        result = _call(run, h_args, h_kwargs, draws)
     except Exception as e:
-        h_args, h_kwargs, result = _retry_with_wrapped_numbers(e, op, run, info, h_args, h_kwargs, swap_rng)
+        h_args, h_kwargs, result = _retry_with_wrapped_numbers(e, op, run, info, h_args, h_kwargs, draws)
     sync_mutated_args(info, args, kwargs, h_args, h_kwargs)
     if host.seen is None and not to_device and not (info.has_device and kwargs.get("device") is None):
         # no neuron tensor in and none asked for: a CPU op reached us through a neuron
@@ -202,6 +209,18 @@ def _compute(op, info: _OpInfo, args: tuple, kwargs: dict, host_op=None):
     out = _from_host(result, host, info.fresh_results, keep_cpu)
     timeline.charge(op, info, args, kwargs, host.flat, out)
     return out
+
+
+def _with_device_generator(slot: tuple[int, str], h_args: list, h_kwargs: dict) -> tuple[list, dict]:
+    """The host call's arguments with the generator argument set to the device's generator
+    (the user's neuron generator, or the default one); a CPU generator is refused."""
+    pos, name = slot
+    if pos < len(h_args):
+        h_args = list(h_args)
+        h_args[pos] = rng.device_generator(h_args[pos])
+    else:
+        h_kwargs = {**h_kwargs, name: rng.device_generator(h_kwargs.get(name))}
+    return h_args, h_kwargs
 
 
 def _wants_neuron(kwargs: dict) -> bool:
@@ -273,7 +292,7 @@ def _sync_mutated(neuron: Any, host: Any) -> None:
         storage.rebind(neuron, neuron.untyped_storage(), host.shape, host.stride(), host.storage_offset())
 
 
-def _retry_with_wrapped_numbers(e: Exception, op, run, info: _OpInfo, h_args: tuple, h_kwargs: dict, swap_rng: bool):
+def _retry_with_wrapped_numbers(e: Exception, op, run, info: _OpInfo, h_args: tuple, h_kwargs: dict, draws: bool):
     """After the CPU call failed: run it again if PyTorch handed Python numbers for Tensor
     arguments (wrapped numbers, see :func:`edge_ops.wrap_numbers`), else re-raise.
     Returns the arguments of the call and its result."""
@@ -282,15 +301,15 @@ def _retry_with_wrapped_numbers(e: Exception, op, run, info: _OpInfo, h_args: tu
         _reraise(e, info)
     h_args, h_kwargs = wrapped
     try:
-        return h_args, h_kwargs, _call(run, h_args, h_kwargs, swap_rng)
+        return h_args, h_kwargs, _call(run, h_args, h_kwargs, draws)
     except Exception as e2:
         _reraise(e2, info)
 
 
-def _call(run, h_args, h_kwargs: dict, swap_rng: bool) -> Any:
-    """``run`` on host arguments; a random op draws from the neuron generator."""
-    if swap_rng:
-        with rng.swapped_default():
+def _call(run, h_args, h_kwargs: dict, draws: bool) -> Any:
+    """``run`` on host arguments; a random op's CPU kernel may take the neuron generator."""
+    if draws:
+        with rng.device_draw():
             return run(*h_args, **h_kwargs)
     return run(*h_args, **h_kwargs)
 
@@ -437,6 +456,11 @@ def _lazy_clone(op, info: _OpInfo, args: tuple, kwargs: dict):
     return _compute(op, info, args, kwargs, host_op=_aten.clone.default)
 
 
+def _native_dropout(op, info: _OpInfo, args: tuple, kwargs: dict):
+    """``native_dropout`` has no generator argument; its host op draws from the device's."""
+    return _compute(op, info, args, kwargs, host_op=rng.native_dropout)
+
+
 def _record_stream(op, info: _OpInfo, args: tuple, kwargs: dict):
     return None
 
@@ -456,6 +480,7 @@ _SPECIAL: dict[str, Callable] = {
     "aten::set_": _set_storage,
     "aten::record_stream": _record_stream,
     "aten::_lazy_clone": _lazy_clone,
+    "aten::native_dropout": _native_dropout,
     "aten::convolution_overrideable": _conv,
     "aten::convolution_backward_overrideable": _conv_backward,
     "aten::is_pinned": _no_time,
@@ -471,12 +496,20 @@ _SPECIAL: dict[str, Callable] = {
 # each would reach the fallback twice. They get the fallback as their neuron kernel, on
 # the first op (registering some 440 kernels would slow ``import torch``).
 _direct_lib: torch.library.Library | None = None
+_direct_lock = threading.Lock()
 
 
 def _register_direct() -> None:
     global _direct_lib
-    lib = torch.library.Library("aten", "IMPL")
-    _direct_lib = lib
+    with _direct_lock:   # the first ops of two threads: register once
+        if _direct_lib is not None:
+            return
+        lib = torch.library.Library("aten", "IMPL")
+        _direct_lib = lib
+        _register_direct_kernels(lib)
+
+
+def _register_direct_kernels(lib: torch.library.Library) -> None:
     for qual in torch._C._dispatch_get_all_op_names():
         if not qual.startswith("aten::") or torch._C._dispatch_has_kernel_for_dispatch_key(qual, "PrivateUse1"):
             continue

@@ -1,7 +1,9 @@
 """``trnsim.profile``: record the eager timeline of the ``neuron`` device.
 
-Inside ``with trnsim.profile("trace.json") as prof:`` every op the device runs is
-recorded with its name, shapes, dtypes and simulated start and end. The trace has an
+Inside ``with trnsim.profile("trace.json") as prof:`` every op this thread runs on the
+device (and the backward ops the autograd engine runs for it) is recorded with its
+name, shapes, dtypes and simulated start and end; as with PyTorch's profiler, other
+threads' ops are theirs to record. The trace has an
 "ops" track of op slices above the engine and DMA-queue slices of each op's kernel
 Program, placed at the op's start (ops timed by an estimate have no engine slices).
 """
@@ -17,12 +19,14 @@ from trnsim.atomic import check_writable
 from trnsim.backend import state, timeline
 from trnsim.errors import TrnSimError
 
-_active: list[profile] = []
+_ACTIVE = "trnsim.profiles"
 
 
 def current() -> profile | None:
-    """The innermost active profile, or None."""
-    return _active[-1] if _active else None
+    """The innermost profile active in this thread, or None (profiles are per thread, as
+    PyTorch's profiler is)."""
+    active = timeline.thread_list(_ACTIVE)
+    return active[-1] if active else None
 
 
 @dataclass(frozen=True)
@@ -69,20 +73,21 @@ class profile:
         self._raw: list = []
 
     def __enter__(self) -> profile:
-        if any(p is self for p in _active):
+        active = timeline.thread_list(_ACTIVE)
+        if any(p is self for p in active):
             raise TrnSimError("this trnsim.profile is already recording; a profile cannot be entered again inside "
                               "itself: make a second trnsim.profile(...) to nest one")
         if self.path is not None:
             check_writable(self.path)
         self.records, self.syncs, self._raw = [], [], []
-        timeline._recorders.append(self._raw)
-        _active.append(self)
+        timeline.start_recording(self._raw)
+        active.append(self)
         return self
 
     def __exit__(self, *exc: Any) -> None:
-        # by identity: two recordings that hold the same ops compare equal as lists
-        timeline._recorders[:] = [r for r in timeline._recorders if r is not self._raw]
-        _active[:] = [p for p in _active if p is not self]
+        timeline.stop_recording(self._raw)
+        active = timeline.thread_list(_ACTIVE)
+        active[:] = [p for p in active if p is not self]
         for r in self._raw:
             if isinstance(r, tuple):
                 self.syncs.append((r[1], r[2]))

@@ -7,6 +7,7 @@ simulated clock, and :meth:`Event.elapsed_time` is in simulated milliseconds.
 
 from __future__ import annotations
 
+import threading
 from typing import Any
 
 import torch
@@ -50,7 +51,15 @@ class Stream:
 
 
 _default = Stream()
-_current = [_default]
+_tls = threading.local()
+
+
+def _current() -> list[Stream]:
+    """This thread's stack of current streams (the current stream is per thread, as CUDA's is)."""
+    stack = getattr(_tls, "streams", None)
+    if stack is None:
+        stack = _tls.streams = [_default]
+    return stack
 
 
 def default_stream(device: Any = None) -> Stream:
@@ -58,23 +67,24 @@ def default_stream(device: Any = None) -> Stream:
 
 
 def current_stream(device: Any = None) -> Stream:
-    return _current[-1]
+    """The current stream of this thread (the default stream until :class:`stream` sets one)."""
+    return _current()[-1]
 
 
 class stream:
-    """Context manager that makes ``s`` the current stream."""
+    """Context manager that makes ``s`` the current stream of this thread."""
 
     def __init__(self, s: Stream | None) -> None:
         self.s = s
 
     def __enter__(self) -> Stream | None:
         if self.s is not None:
-            _current.append(self.s)
+            _current().append(self.s)
         return self.s
 
     def __exit__(self, *exc: Any) -> None:
         if self.s is not None:
-            _current.pop()
+            _current().pop()
 
 
 class Event:

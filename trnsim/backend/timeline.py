@@ -6,10 +6,19 @@ another. ``synchronize()``, ``.item()``, ``.cpu()`` and printing make the host w
 for the device. An op's device time comes from :mod:`trnsim.backend.costs` and is
 memoized on (op, shapes, strides, dtypes, other arguments, chip, fidelity), so a
 training loop pays the simulation once per distinct op.
+
+Threads: ops from several threads share the one device queue (the clock is updated
+under a lock), and a kernel simulation runs under :data:`simulating`, one at a time,
+since tracing a kernel uses process-wide tracer state. A recording (a
+:class:`trnsim.profile`) sees the ops of the thread that started it, as PyTorch's
+profiler does, including the backward ops the autograd engine runs for that thread
+on its device thread: the recordings live in PyTorch's thread-local state, which the
+engine carries over.
 """
 
 from __future__ import annotations
 
+import threading
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -49,8 +58,44 @@ class OpRecord:
 
 
 _memo: dict[tuple, OpCost] = {}
-_recorders: list[list] = []
 _LAUNCH: list[int] = []
+_clock_lock = threading.Lock()
+simulating = threading.RLock()   # re-entrant: a _foreach op costs its tensors through cost_of
+_RECORDERS = "trnsim.recorders"
+_recording = [0]   # recordings active in all threads; ops look for their thread's only then
+
+
+def thread_list(key: str) -> list:
+    """The list stored under ``key`` in this thread's PyTorch thread-local state (made
+    empty on first use). The autograd engine's threads see the list of the thread whose
+    backward they run."""
+    if torch._C._is_key_in_tls(key):
+        return torch._C._get_obj_in_tls(key)
+    new: list = []
+    torch._C._stash_obj_in_tls(key, new)
+    return new
+
+
+def start_recording(raw: list) -> None:
+    """Append every op and sync of this thread to ``raw`` until :func:`stop_recording`."""
+    thread_list(_RECORDERS).append(raw)
+    with _clock_lock:
+        _recording[0] += 1
+
+
+def stop_recording(raw: list) -> None:
+    """Stop appending to ``raw`` (found by identity: two recordings of the same ops are
+    equal lists)."""
+    recorders = thread_list(_RECORDERS)
+    recorders[:] = [r for r in recorders if r is not raw]
+    with _clock_lock:
+        _recording[0] -= 1
+
+
+def _recorders() -> list:
+    if _recording[0] and torch._C._is_key_in_tls(_RECORDERS):
+        return torch._C._get_obj_in_tls(_RECORDERS)
+    return []
 
 
 def _meta_key(x: Any) -> Any:
@@ -75,7 +120,10 @@ def cost_of(name: str, args: tuple, kwargs: dict, out: Any, flat: list | None = 
     if cost is None:
         from trnsim.backend import costs
 
-        cost = _memo[key] = costs.op_cost(name, args, kwargs, flat, out)
+        with simulating:
+            cost = _memo.get(key)
+            if cost is None:
+                cost = _memo[key] = costs.op_cost(name, args, kwargs, flat, out)
     return cost
 
 
@@ -86,16 +134,19 @@ def charge(op: Any, info: Any, args: tuple, kwargs: dict, flat: list, out: Any) 
         return
     clock = state.clock
     launch = _LAUNCH[0] if _LAUNCH else _launch_ps()
-    issued = clock.host + launch
-    start = issued if issued > clock.device else clock.device
-    clock.host = issued
-    clock.device = start + cost.ps
-    clock.ops += 1
-    if _recorders:
+    with _clock_lock:
+        issued = clock.host + launch
+        start = issued if issued > clock.device else clock.device
+        end = start + cost.ps
+        clock.host = issued
+        clock.device = end
+        clock.ops += 1
+    recorders = _recorders()
+    if recorders:
         shapes = tuple(tuple(x.shape) for x in flat if isinstance(x, torch.Tensor))
         dtypes = tuple(str(x.dtype).removeprefix("torch.") for x in flat if isinstance(x, torch.Tensor))
-        rec = OpRecord(info.name, shapes, dtypes, start, clock.device, cost)
-        for r in _recorders:
+        rec = OpRecord(info.name, shapes, dtypes, start, end, cost)
+        for r in recorders:
             r.append(rec)
 
 
@@ -107,12 +158,13 @@ def _launch_ps() -> int:
 def sync(reason: str = "synchronize") -> None:
     """The host waits until the device has finished everything issued so far."""
     clock = state.clock
-    if clock.device > clock.host:
-        clock.host = clock.device
-    clock.syncs += 1
-    if _recorders:
-        for r in _recorders:
-            r.append(("sync", reason, clock.host))
+    with _clock_lock:
+        if clock.device > clock.host:
+            clock.host = clock.device
+        clock.syncs += 1
+        now = clock.host
+    for r in _recorders():
+        r.append(("sync", reason, now))
 
 
 def reset_caches() -> None:
