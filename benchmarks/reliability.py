@@ -82,6 +82,7 @@ def before_tree(rev: str, dest: Path) -> Path:
     subprocess.run(["git", "worktree", "add", "--detach", "-q", str(dest), rev], cwd=ROOT, check=True)
     shutil.rmtree(dest / SUITE, ignore_errors=True)
     shutil.copytree(ROOT / SUITE, dest / SUITE, ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copy(ROOT / "tests" / "__init__.py", dest / "tests" / "__init__.py")
     return dest
 
 
