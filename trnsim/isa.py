@@ -282,6 +282,22 @@ class Instruction:
             if isinstance(value, Tensor):
                 setattr(self, name, value.view())
 
+    def __setattr__(self, name: str, value: object) -> None:
+        owner = self.__dict__.get("_owner")
+        if owner is not None:
+            raise ProgramError(f"instruction {self.index} {self.opcode} of program {owner!r} cannot change its {name}: "
+                               "the program checked and timed it as added; build a new instruction and add that instead")
+        super().__setattr__(name, value)
+
+    def _seal(self, owner: str) -> None:
+        """Fix every field, dependencies included: ``owner``'s checks and timing rely on them."""
+        object.__setattr__(self, "_owner", owner)
+
+    @property
+    def owner(self) -> str | None:
+        """Name of the Program this instruction was added to, or None."""
+        return self.__dict__.get("_owner")
+
     @property
     def track(self) -> str:
         """Name of the timeline this instruction runs on."""

@@ -1,0 +1,153 @@
+"""Adversarial checks of kernel CI helpers, Programs, NKI kernels and the kernel library."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from hypothesis.extra import numpy as hnp
+
+import trnsim.nki as nki
+import trnsim.nki.language as nl
+from trnsim import Program, simulate
+from trnsim.errors import ProgramError, SimulationError
+from trnsim.isa import Engine, Memset
+from trnsim.testing import assert_allclose, assert_kernel_matches, assert_latency
+
+from .conftest import clean_error
+
+SPECIAL = st.sampled_from([0.0, -0.0, 1.0, -1.0, np.inf, -np.inf, np.nan, 1e30, -2.5])
+ARRAYS = hnp.arrays(np.float64, hnp.array_shapes(max_dims=2, max_side=5),
+                    elements=st.one_of(st.floats(-1e6, 1e6), SPECIAL))
+
+
+# -- kernel CI helpers ---------------------------------------------------------
+
+def _check_fails(fn: object, *fragments: str) -> None:
+    """A kernel-CI helper's verdict: AssertionError (what pytest reports as a failed check)
+    whose message names each fragment."""
+    with pytest.raises(AssertionError) as info:
+        fn()
+    for fragment in fragments:
+        assert fragment in str(info.value), str(info.value)
+
+
+def test_assert_allclose_infinite_reference_does_not_hide_differences() -> None:
+    _check_fails(lambda: assert_allclose([1, 2, np.inf], [5, 6, np.inf]), "2 of 3 elements")
+
+
+@pytest.mark.parametrize("actual, expected", [
+    ([np.nan, 1.0], [1.0, 1.0]), ([1.0, 1.0], [np.nan, 1.0]), ([np.inf], [-np.inf]), ([1e300], [np.inf]),
+    ([np.inf], [1.0]), ([[1.0, 2.0]], [1.0, 2.0]), (None, [1.0]), ([1, 2], [1, 3]),
+])
+def test_assert_allclose_refuses(actual: object, expected: object) -> None:
+    _check_fails(lambda: assert_allclose(actual, expected))
+
+
+def test_assert_allclose_integer_dtype_is_exact() -> None:
+    _check_fails(lambda: assert_allclose(np.array([2**40 + 1]), np.array([2**40]), "int32"))
+    assert_allclose(np.arange(4, dtype=np.int32), np.arange(4), "int32")
+
+
+@pytest.mark.parametrize("kwargs", [{"rtol": float("nan")}, {"atol": -1.0}, {"atol": float("inf")}])
+def test_assert_allclose_refuses_tolerances_that_accept_anything(kwargs: dict) -> None:
+    clean_error(lambda: assert_allclose([1.0], [2.0], **kwargs), next(iter(kwargs)), types=ValueError)
+
+
+@settings(max_examples=60, deadline=None)
+@given(ARRAYS, st.data())
+def test_assert_allclose_fails_on_any_difference_beyond_tolerance(expected: np.ndarray, data: st.DataObject) -> None:
+    assert_allclose(expected.copy(), expected)   # identical arrays pass
+    if expected.size == 0:
+        return
+    idx = data.draw(st.tuples(*(st.integers(0, n - 1) for n in expected.shape)))
+    actual = expected.copy()
+    old = actual[idx]
+    finite = expected[np.isfinite(expected)]
+    atol = 1e-5 * max(float(np.max(np.abs(finite))) if finite.size else 0.0, 1e-30)
+    choices = [v for v in (np.nan, np.inf, -np.inf) if not (v == old or (np.isnan(v) and np.isnan(old)))]
+    if np.isfinite(old):
+        choices.append(old + 10 * (atol + 1e-5 * abs(old)) + 1.0)
+    actual[idx] = data.draw(st.sampled_from(choices))
+    with pytest.raises(AssertionError):
+        assert_allclose(actual, expected)
+
+
+@nki.jit
+def _copy_kernel(x):
+    out = nl.ndarray(x.shape, x.dtype, buffer=nl.shared_hbm)
+    nl.store(out, value=nl.load(x))
+    return out
+
+
+@nki.jit
+def _no_output(x):
+    nl.load(x)
+
+
+def test_assert_kernel_matches_refuses_a_kernel_returning_nothing() -> None:
+    x = np.ones((4, 8), np.float32)
+    _check_fails(lambda: assert_kernel_matches(_no_output, lambda a: a, x), "0 outputs")
+    _check_fails(lambda: assert_kernel_matches(_no_output, lambda a: None, x), "no values")
+    _check_fails(lambda: assert_kernel_matches(_copy_kernel, lambda a: a + 1, x), "differs")
+    assert_kernel_matches(_copy_kernel, lambda a: a, x)
+
+
+@pytest.mark.parametrize("max_ns", [float("nan"), float("inf"), -1.0, 0])
+def test_assert_latency_refuses_budgets_that_cannot_fail(max_ns: float) -> None:
+    clean_error(lambda: assert_latency(_copy_kernel, np.ones((4, 8), np.float32), max_ns=max_ns), "max_ns",
+                types=ValueError)
+
+
+def test_assert_latency_refuses_a_kernel_with_no_instructions() -> None:
+    @nki.jit
+    def nothing(x):
+        return None
+
+    _check_fails(lambda: assert_latency(nothing, np.ones((4, 8), np.float32), max_ns=1e9), "no instructions")
+
+
+# -- Programs ------------------------------------------------------------------
+
+def _two_memsets() -> Program:
+    p = Program("trn1")
+    t = p.sbuf((128, 4))
+    p.add(Memset(t.view(), 1.0, engine=Engine.VECTOR))
+    p.add(Memset(t.view(), 2.0, engine=Engine.VECTOR, deps=(0,)))
+    return p
+
+
+def test_instruction_dependencies_are_fixed_once_added() -> None:
+    p = _two_memsets()
+
+    def cycle() -> None:
+        p.instructions[0].deps = (1,)
+
+    clean_error(cycle, "instruction 0 memset", "deps", "build a new instruction", types=ProgramError)
+    assert p.instructions[0].deps == ()
+    simulate(p)
+
+
+def test_an_instruction_joins_one_program_once() -> None:
+    p = _two_memsets()
+    clean_error(lambda: p.add(p.instructions[1]), "already in program", types=ProgramError)
+
+
+def test_a_refused_instruction_can_be_fixed_and_added() -> None:
+    p = Program("trn1")
+    t = p.sbuf((128, 4))
+    inst = Memset(t.view(), 1.0, engine=Engine.VECTOR, deps=(5,))
+    clean_error(lambda: p.add(inst), "dependency 5", types=ProgramError)
+    inst.deps = ()
+    assert p.add(inst) == 0
+
+
+def test_instructions_put_in_the_list_directly_do_not_simulate() -> None:
+    p = _two_memsets()
+    t = p.tensors[0]
+    p.instructions.append(Memset(t.view(), 3.0, engine=Engine.VECTOR, deps=(2,)))
+    clean_error(lambda: simulate(p), "Program.add", types=SimulationError)
+    p = _two_memsets()
+    p.instructions.reverse()
+    clean_error(lambda: simulate(p), "Program.add", types=SimulationError)
