@@ -221,7 +221,7 @@ def _act(code, z):
     if code == _SIGMOID:
         return _sigmoid(z)
     if code == _RELU:
-        return 0.0 if z <= 0.0 else z
+        return 0.0 if z < 0.0 else z
     if code == _GELU:
         return 0.5 * z * (1.0 + math.erf(z / SQRT_2))
     if code == _GELU_TANH:
@@ -248,7 +248,7 @@ def _act(code, z):
         return 1.0
     if z < 0.0:
         return -1.0
-    return z
+    return 0.0
 
 
 @_jit
@@ -258,12 +258,14 @@ def _activation(x, code, scale, bias):
         s = scale[p]
         b = bias[p]
         for f in range(x.shape[1]):
-            out[p, f] = _act(code, x[p, f] * s + b)
+            z = x[p, f] * s
+            out[p, f] = _act(code, z if b == 0.0 else z + b)
     return out
 
 
 def activation(x: np.ndarray, func: ActivationFunc | str, scale: np.ndarray, bias: np.ndarray) -> np.ndarray:
-    """``func(x * scale + bias)`` in float64; see :func:`trnsim.compute.reference.activation`."""
+    """``func(x * scale + bias)`` in float64 (a zero bias adds nothing, keeping -0);
+    see :func:`trnsim.compute.reference.activation`."""
     code = _ACT_CODES[ActivationFunc(func)]
     x, scale, bias = activation_operands(x, scale, bias)
     return _activation(x, code, scale, bias)

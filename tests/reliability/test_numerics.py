@@ -1,0 +1,108 @@
+"""Instruction fidelity against PyTorch's CPU on special values, and the two numeric
+backends against each other, bit for bit."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+
+import trnsim
+from trnsim.backend.opkernels import _BINARY, _UNARY
+from trnsim.compute import fast, reference
+from trnsim.isa import ActivationFunc, AluOp
+
+INF, NAN = float("inf"), float("nan")
+SPECIAL = [0.0, -0.0, 1.0, -1.0, 0.5, -2.5, 3.0, 100.0, -100.0, INF, -INF, NAN, 1e-40, -1e-40, 3e38, -3e38]
+RTOL = {torch.float32: 1e-5, torch.bfloat16: 8e-3, torch.float16: 1e-3}
+
+
+def _expected(name: str, point: tuple, cpu: float) -> float:
+    """The CPU's value, except where its float32 formula overflows and the chip's (evaluated
+    in float64, rounded once) does not: PyTorch's gelu gives NaN for +inf and inf for
+    x > ~1.7e38, where gelu(x) = x."""
+    if name == "gelu" and point[0] > 1e38:
+        return point[0]
+    return cpu
+
+
+@pytest.fixture
+def instruction_fidelity():
+    trnsim.set_fidelity("instruction")
+    yield
+    trnsim.set_fidelity("op")
+
+
+def _assert_same_specials(name: str, x: list[tuple], cpu: torch.Tensor, chip: torch.Tensor) -> None:
+    """NaN where the CPU has NaN, infinities and signed zeros as the CPU's, finite values
+    within the dtype's rounding (the chip evaluates in float64 and rounds once)."""
+    assert cpu.dtype == chip.dtype and cpu.shape == chip.shape, (name, cpu.dtype, chip.dtype)
+    if cpu.dtype == torch.bool:
+        bad = (cpu != chip).nonzero().flatten().tolist()
+        assert not bad, [(name, x[i], cpu[i].item(), chip[i].item()) for i in bad]
+        return
+    c, d = cpu.double(), chip.double()
+    for i, point in enumerate(x):
+        want = _expected(name, point, c[i].item())
+        got = d[i].item()
+        if np.isnan(want) or np.isnan(got) or np.isinf(want) or np.isinf(got) or want == 0.0:
+            ok = (np.isnan(want) and np.isnan(got)) or (want == got and np.copysign(1, want) == np.copysign(1, got)) \
+                or (want == 0.0 and abs(got) < 1e-37 and np.copysign(1, want) == np.copysign(1, got))
+        else:
+            ok = abs(got - want) <= RTOL[cpu.dtype] * abs(want) + 1e-37
+        assert ok, f"{name}{point}: CPU {want!r}, instruction fidelity {got!r}"
+
+
+UNARY_FNS = {u: getattr(torch, u, None) or getattr(F, u) for u in _UNARY if u != "softplus"}
+UNARY_FNS["softplus"] = F.softplus
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("name", sorted(UNARY_FNS))
+def test_unary_special_values_match_the_cpu(instruction_fidelity: None, name: str, dtype: torch.dtype) -> None:
+    x = torch.tensor(SPECIAL, dtype=dtype)
+    fn = UNARY_FNS[name]
+    _assert_same_specials(name, [(v,) for v in x.tolist()], fn(x), fn(x.to("neuron")).cpu())
+
+
+@pytest.mark.parametrize("name", sorted(_BINARY))
+def test_binary_special_values_match_the_cpu(instruction_fidelity: None, name: str) -> None:
+    pairs = [(p, q) for p in SPECIAL for q in SPECIAL]
+    a = torch.tensor([p for p, _ in pairs])
+    b = torch.tensor([q for _, q in pairs])
+    fn = getattr(torch, name)
+    _assert_same_specials(name, pairs, fn(a, b), fn(a.to("neuron"), b.to("neuron")).cpu())
+    if name not in ("maximum", "minimum"):   # these take tensors only
+        for s in (0.0, -0.0, INF, NAN, -1.0):
+            _assert_same_specials(name, [(p, s) for p in SPECIAL], fn(a[::len(SPECIAL)], s),
+                                  fn(a[::len(SPECIAL)].to("neuron"), s).cpu())
+
+
+def test_negative_zero_keeps_its_sign_through_a_zero_bias(instruction_fidelity: None) -> None:
+    x = torch.tensor([-0.0, 0.0])
+    assert torch.rsqrt(x.to("neuron")).cpu().tolist() == [-INF, INF]
+    assert torch.reciprocal(x.to("neuron")).cpu().tolist() == [-INF, INF]
+    assert torch.signbit(torch.neg(x.to("neuron")).cpu()).tolist() == [False, True]
+    assert torch.signbit(torch.sign(torch.tensor([NAN, -0.0]).to("neuron")).cpu()).tolist() == [False, False]
+
+
+@pytest.mark.parametrize("func", list(ActivationFunc))
+@pytest.mark.parametrize("bias", [0.0, -0.0, 0.5])
+def test_activation_backends_agree_bit_for_bit_on_special_values(func: ActivationFunc, bias: float) -> None:
+    x = np.array([SPECIAL, SPECIAL[::-1]])
+    scale, b = np.array([1.0, -1.0]), np.array([bias, bias])
+    want = reference.activation(x, func, scale, b)
+    got = fast.activation(x, func, scale, b)
+    assert np.array_equal(want.view(np.int64), got.view(np.int64)) or \
+        np.array_equal(np.isnan(want), np.isnan(got)) and np.array_equal(want[~np.isnan(want)].view(np.int64),
+                                                                          got[~np.isnan(got)].view(np.int64))
+
+
+@pytest.mark.parametrize("op", list(AluOp))
+def test_alu_backends_agree_bit_for_bit_on_special_values(op: AluOp) -> None:
+    a = np.array([[p for p in SPECIAL for _ in SPECIAL]])
+    b = np.array([[q for _ in SPECIAL for q in SPECIAL]])
+    want, got = reference.alu(a, b, op), fast.alu(a, b, op)
+    assert np.array_equal(np.isnan(want), np.isnan(got))
+    assert np.array_equal(want[~np.isnan(want)].view(np.int64), got[~np.isnan(got)].view(np.int64))
