@@ -106,3 +106,59 @@ def test_alu_backends_agree_bit_for_bit_on_special_values(op: AluOp) -> None:
     want, got = reference.alu(a, b, op), fast.alu(a, b, op)
     assert np.array_equal(np.isnan(want), np.isnan(got))
     assert np.array_equal(want[~np.isnan(want)].view(np.int64), got[~np.isnan(got)].view(np.int64))
+
+
+# -- out= and in-place destinations that share memory ---------------------------
+
+def _overlap_cases() -> dict:
+    def out_shifted(a):
+        torch.add(a[:-1], 1, out=a[1:])
+
+    def inplace_shifted(a):
+        a[1:].add_(a[:-1])
+
+    def out_overlaps_second_input(a):
+        torch.mul(a[:4].clone(), a[2:6], out=a[:4])
+
+    def out_expanded(a):
+        torch.add(a[:4], 1, out=a[6:7].expand(4))
+
+    def unary_out_shifted(a):
+        torch.exp(a[2:], out=a[:-2])
+
+    def inplace_strided_input(a):   # PyTorch cannot prove this one and computes it
+        a[:4].mul_(a[::2])
+
+    return {f.__name__: f for f in (out_shifted, inplace_shifted, out_overlaps_second_input, out_expanded,
+                                    unary_out_shifted, inplace_strided_input)}
+
+
+def _outcome(fn, a: torch.Tensor) -> tuple:
+    try:
+        fn(a)
+    except Exception as e:   # noqa: BLE001 - the exception is what is compared
+        return type(e), str(e)
+    return None, a.cpu().tolist()
+
+
+@pytest.mark.parametrize("case", sorted(_overlap_cases()))
+def test_overlapping_destinations_are_refused_as_on_the_cpu(instruction_fidelity: None, case: str) -> None:
+    fn = _overlap_cases()[case]
+    a = torch.arange(1.0, 9.0)
+    assert _outcome(fn, a.to("neuron")) == _outcome(fn, a.clone())
+
+
+def test_the_same_view_read_and_written_still_runs_the_kernel(instruction_fidelity: None, monkeypatch) -> None:
+    from trnsim.backend import instruction
+
+    launches = []
+    execute = instruction.execute
+    monkeypatch.setattr(instruction, "execute", lambda launch: launches.append(launch) or execute(launch))
+    a = torch.arange(1.0, 9.0)
+    d = a.to("neuron")
+    d.add_(d)
+    torch.mul(d[:4], 2, out=d[4:])   # disjoint halves of one storage
+    assert len(launches) == 2
+    a.add_(a)
+    torch.mul(a[:4], 2, out=a[4:])
+    assert d.cpu().tolist() == a.tolist()
