@@ -19,3 +19,13 @@ class AllocationError(ProgramError):
 
 class SimulationError(TrnSimError, RuntimeError):
     """A Program cannot run to completion (a dependency cycle, a semaphore never signalled)."""
+
+
+class TrnSimWarning(UserWarning):
+    """Base class of every warning trnsim issues: a result that is likely not what was meant."""
+
+
+class UnwrittenOutputWarning(TrnSimWarning):
+    """A simulated Program (or NKI kernel) left part of an output tensor unwritten; those
+    elements read as NaN (0 for integer dtypes). Make it an error with
+    ``warnings.simplefilter("error", UnwrittenOutputWarning)``."""

@@ -151,3 +151,82 @@ def test_instructions_put_in_the_list_directly_do_not_simulate() -> None:
     p = _two_memsets()
     p.instructions.reverse()
     clean_error(lambda: simulate(p), "Program.add", types=SimulationError)
+
+
+# -- memory nothing wrote ----------------------------------------------------------
+
+def _store_part(rows: slice, cols: slice, dtype: object = None):
+    @nki.jit
+    def part(x):
+        out = nl.ndarray(x.shape, dtype or x.dtype, buffer=nl.shared_hbm)
+        nl.store(out[rows, cols], value=nl.load(x[rows, cols]))
+        return out
+
+    return part
+
+
+@pytest.mark.parametrize("rows, cols, region", [
+    (slice(0, 64), slice(0, 8), "rows 64:128"),
+    (slice(0, 128), slice(0, 5), "columns 5:8"),
+    (slice(0, 32), slice(0, 4), "896 of 1024 elements, within [0:128, 0:8]"),
+])
+def test_unwritten_output_reads_nan_and_warns(rows: slice, cols: slice, region: str) -> None:
+    from trnsim.errors import UnwrittenOutputWarning
+
+    x = np.arange(128 * 8, dtype=np.float32).reshape(128, 8)
+    with pytest.warns(UnwrittenOutputWarning) as caught:
+        out = _store_part(rows, cols)(x)
+    message = str(caught[0].message)
+    assert "'part'" in message and region in message and "[128, 8]" in message, message
+    assert np.array_equal(out[rows, cols], x[rows, cols])
+    written = np.zeros(x.shape, bool)
+    written[rows, cols] = True
+    assert np.isnan(out[~written]).all()
+
+
+def test_unwritten_output_warning_can_be_an_error() -> None:
+    import warnings
+
+    from trnsim.errors import UnwrittenOutputWarning
+
+    x = np.ones((128, 8), np.float32)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", UnwrittenOutputWarning)
+        clean_error(lambda: _store_part(slice(0, 64), slice(0, 8))(x), "rows 64:128", types=UnwrittenOutputWarning)
+
+
+def test_unwritten_narrow_and_integer_outputs() -> None:
+    from trnsim.errors import UnwrittenOutputWarning
+
+    x = np.ones((128, 8), np.float32)
+    with pytest.warns(UnwrittenOutputWarning, match="read as NaN"):
+        out = _store_part(slice(0, 64), slice(0, 8), nl.bfloat16)(x)
+    assert np.isnan(out[64:]).all() and (out[:64] == 1).all()
+    xi = np.full((128, 8), 7, np.int32)
+    with pytest.warns(UnwrittenOutputWarning, match="read as 0"):
+        out = _store_part(slice(0, 64), slice(0, 8))(xi)
+    assert (out[64:] == 0).all() and (out[:64] == 7).all()
+
+
+def test_a_partial_kernel_fails_its_check() -> None:
+    from trnsim.errors import UnwrittenOutputWarning
+
+    x = np.ones((128, 8), np.float32)
+    with pytest.warns(UnwrittenOutputWarning):
+        _check_fails(lambda: assert_kernel_matches(_store_part(slice(0, 64), slice(0, 8)), lambda a: a, x),
+                     "512 of 1024")
+
+
+def test_program_hbm_never_written_reads_nan() -> None:
+    from trnsim.errors import UnwrittenOutputWarning
+
+    p = Program("trn1", name="partial")
+    src = p.hbm((4, 4), kind="input", name="src")
+    scratch = p.hbm((4, 4), name="scratch")
+    out = p.hbm((4, 4), kind="output", name="out")
+    p.dma(out[0:2, :], scratch[0:2, :])    # copies memory nothing wrote
+    p.dma(out[2:4, 0:2], src[2:4, 0:2])
+    with pytest.warns(UnwrittenOutputWarning, match=r"'partial': elements \[2:4, 2:4\] of output out \[4, 4\]"):
+        result = simulate(p, {"src": np.ones((4, 4))}, fidelity="instruction")
+    got = result.outputs["out"]
+    assert np.isnan(got[0:2]).all() and (got[2:4, 0:2] == 1).all() and np.isnan(got[2:4, 2:4]).all()

@@ -26,8 +26,9 @@ class Machine:
     """The memories of one NeuronCore running ``program``, and the semantics of its instructions.
 
     ``backend`` names the numeric kernels: ``"numba"`` (compiled) or ``"numpy"``
-    (the reference); both give the same bits. Memories start zeroed; load the
-    inputs with :meth:`bind`, then :meth:`run` and read outputs with :meth:`result`.
+    (the reference); both give the same bits. SBUF and PSUM start zeroed, HBM other
+    than inputs as NaN (see :mod:`trnsim.compute.memory`); load the inputs with
+    :meth:`bind`, then :meth:`run` and read outputs with :meth:`result`.
     """
 
     def __init__(self, program: Program, backend: str = "numba") -> None:
@@ -66,6 +67,7 @@ class Machine:
         values = np.asarray(values, dtype=np.float64)
         _check_shape(view, values, "values")
         self.memory.array(view)[...] = self.backend.encode(values, view.dtype)
+        self.memory.mark_written(view)
 
     def read_raw(self, view: View) -> np.ndarray:
         """A copy of the storage (bit patterns) of ``view``, of shape ``view.shape``."""
@@ -79,6 +81,7 @@ class Machine:
             raise ProgramError(f"raw write to {view!r}: bits of {bits.dtype} are not {view.dtype.name} storage "
                                f"({view.dtype.storage}); use write() to convert values")
         self.memory.array(view)[...] = bits
+        self.memory.mark_written(view)
 
     def result(self, tensor: Tensor) -> np.ndarray:
         """The values of ``tensor``: float32 for float dtypes (narrow ones widened), the integer type for ints."""
