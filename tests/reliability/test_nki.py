@@ -230,3 +230,91 @@ def test_program_hbm_never_written_reads_nan() -> None:
         result = simulate(p, {"src": np.ones((4, 4))}, fidelity="instruction")
     got = result.outputs["out"]
     assert np.isnan(got[0:2]).all() and (got[2:4, 0:2] == 1).all() and np.isnan(got[2:4, 2:4]).all()
+
+
+# -- kernel library shape preconditions ------------------------------------------
+
+@pytest.mark.parametrize("kernel", ["matmul_basic", "matmul_optimized"])
+@pytest.mark.parametrize("k, m, n, named", [
+    (128, 200, 512, "M = 200"), (200, 128, 512, "K = 200"), (128, 128, 600, "N = 600"),
+    (128, 128 * 17, 512, "M = 2176"),
+])
+def test_tiled_matmuls_refuse_shapes_their_loops_do_not_cover(kernel: str, k: int, m: int, n: int, named: str) -> None:
+    from trnsim.kernels import matmul
+
+    if kernel == "matmul_basic" and m == 128 * 17:
+        return   # 17 tiles of M are fine for the basic kernel: it has no blocks
+    lhsT, rhs = np.ones((k, m), np.float32), np.ones((k, n), np.float32)
+    clean_error(lambda: nki.trace_program(getattr(matmul, kernel), lhsT, rhs), kernel, named, "matmul_general",
+                types=ProgramError)
+
+
+def test_tiled_matmul_refuses_operands_of_two_contraction_sizes() -> None:
+    from trnsim.kernels.matmul import matmul_basic
+
+    clean_error(lambda: matmul_basic(np.ones((256, 128), np.float32), np.ones((128, 512), np.float32)),
+                "[256, 128] and [128, 512]", types=ProgramError)
+
+
+def test_flash_attention_names_the_shape_it_needs() -> None:
+    from trnsim.kernels.attention import flash_attention_fwd
+
+    q = np.ones((130, 64), np.float32)
+    kv = np.ones((256, 64), np.float32)
+    clean_error(lambda: flash_attention_fwd(q, kv, kv), "seqlen = 130", "multiple of 128", "pad",
+                types=ProgramError)
+    clean_error(lambda: flash_attention_fwd(kv, kv[:200], kv[:200]), "keys = 200", "pad", types=ProgramError)
+
+
+def test_readme_softmax_on_200_rows_is_not_silently_zero() -> None:
+    from trnsim.errors import UnwrittenOutputWarning
+
+    @nki.jit
+    def softmax_rows(x):
+        out = nl.ndarray(x.shape, x.dtype, buffer=nl.shared_hbm)
+        for i in nl.affine_range(x.shape[0] // 128):
+            t = nl.load(x[i * 128:(i + 1) * 128, :])
+            nl.store(out[i * 128:(i + 1) * 128, :], value=nl.softmax(t, axis=1))
+        return out
+
+    with pytest.warns(UnwrittenOutputWarning, match=r"'softmax_rows': rows 128:200 of output .* \[200, 512\]"):
+        y = softmax_rows(np.zeros((200, 512), np.float32))
+    assert np.isnan(y[128:]).all() and np.allclose(y[:128], 1 / 512)
+
+
+def _library_cases():
+    from trnsim.kernels.elementwise import binary_kernel, unary_kernel
+    from trnsim.kernels.gemm import matmul_general
+    from trnsim.kernels.norms import rmsnorm_kernel
+    from trnsim.kernels.reduce import log_softmax_kernel, reduce_kernel
+    from trnsim.kernels.softmax import softmax_kernel
+
+    def softmax(a):
+        e = np.exp(a - a.max(axis=1, keepdims=True))
+        return e / e.sum(axis=1, keepdims=True)
+
+    w = np.linspace(0.5, 1.5, 4100)
+    return {
+        "softmax": (softmax_kernel, softmax),
+        "log_softmax": (log_softmax_kernel, lambda a: np.log(softmax(a))),
+        "reduce_max": (lambda a: reduce_kernel(a, op="max"), lambda a: a.max(axis=1).reshape(-1, 1)),
+        "rmsnorm": (lambda a: rmsnorm_kernel(a, w[:a.shape[1]].astype(np.float32)),
+                    lambda a: a / np.sqrt((a * a).mean(axis=1, keepdims=True) + 1e-6) * w[:a.shape[1]]),
+        "unary_exp": (lambda a: unary_kernel(a, op="exp"), np.exp),
+        "binary_column": (lambda a: binary_kernel(a, a[:, :1].copy(), op="subtract"), lambda a: a - a[:, :1]),
+        "matmul_general": (lambda a: matmul_general(a, a[:, :2].copy()), lambda a: a.T @ a[:, :2]),
+    }
+
+
+@pytest.mark.parametrize("rows, cols", [(129, 3), (3, 4100), (200, 130)])
+@pytest.mark.parametrize("name", sorted(_library_cases()))
+def test_library_kernels_cover_awkward_shapes(name: str, rows: int, cols: int) -> None:
+    import warnings
+
+    kernel, ref = _library_cases()[name]
+    x = np.random.default_rng(rows * cols).standard_normal((rows, cols)).astype(np.float32)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        got = kernel(x)
+    want = ref(x.astype(np.float64))
+    assert_allclose(np.asarray(got).reshape(want.shape), want, "float32", rtol=1e-4)
