@@ -218,7 +218,7 @@ def test_a_partial_kernel_fails_its_check() -> None:
 
 
 def test_program_hbm_never_written_reads_nan() -> None:
-    from trnsim.errors import UnwrittenOutputWarning
+    from trnsim.errors import UninitializedReadWarning, UnwrittenOutputWarning
 
     p = Program("trn1", name="partial")
     src = p.hbm((4, 4), kind="input", name="src")
@@ -226,8 +226,10 @@ def test_program_hbm_never_written_reads_nan() -> None:
     out = p.hbm((4, 4), kind="output", name="out")
     p.dma(out[0:2, :], scratch[0:2, :])    # copies memory nothing wrote
     p.dma(out[2:4, 0:2], src[2:4, 0:2])
-    with pytest.warns(UnwrittenOutputWarning, match=r"'partial': elements \[2:4, 2:4\] of output out \[4, 4\]"):
+    with pytest.warns(UnwrittenOutputWarning, match=r"'partial': elements \[2:4, 2:4\] of output out \[4, 4\]"), \
+            pytest.warns(UninitializedReadWarning, match=r"instruction 0 dma_copy reads hbm:scratch") as caught:
         result = simulate(p, {"src": np.ones((4, 4))}, fidelity="instruction")
+    assert {w.filename for w in caught} == {__file__}   # attributed to the caller, not to trnsim
     got = result.outputs["out"]
     assert np.isnan(got[0:2]).all() and (got[2:4, 0:2] == 1).all() and np.isnan(got[2:4, 2:4]).all()
 

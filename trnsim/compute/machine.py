@@ -16,7 +16,7 @@ import numpy as np
 
 from trnsim.compute.backends import Backend, get_backend
 from trnsim.compute.memory import CoreMemory
-from trnsim.errors import ProgramError
+from trnsim.errors import ProgramError, UninitializedReadWarning, warn
 from trnsim.isa import (BN_STATS_WIDTH, Activation, AffineSelect, BnAggr, BnStats, DmaCopy, Instruction, Iota, LoadStationary, Memset, MultiplyMoving,
                         Program, Select, SemaphoreSignal, SemaphoreWait, Tensor, TensorCopy, TensorReduce, TensorScalar,
                         TensorTensor, Transpose, View)
@@ -204,10 +204,18 @@ class Machine:
         self._put(inst.dst, np.where(keep != 0.0, self.read(inst.src), float(inst.fill)))
 
     def _dma_copy(self, inst: DmaCopy) -> None:
+        if not self.memory.all_written(inst.src):
+            warn(f"{self.program.name!r}: instruction {inst.index} dma_copy{_at(inst)} reads {inst.src!r}, "
+                 "parts of which nothing wrote; they read as NaN (0 for integer dtypes), undefined on the "
+                 "chip; write the HBM tensor before reading it", UninitializedReadWarning)
         bits = self.read_raw(inst.src)
         if bits.size != inst.dst.size:
             raise ProgramError(f"copies {bits.size} elements into {inst.dst!r}, which has {inst.dst.size}; sizes must match")
         self.write_raw(inst.dst, bits.reshape(inst.dst.shape))
+
+
+def _at(inst: Instruction) -> str:
+    return f" ({inst.source})" if inst.source else ""
 
 
 def _no_data(inst: Instruction) -> None:

@@ -50,6 +50,14 @@ class CoreMemory:
             np.ndarray(view.shape, dtype=bool, buffer=mask, offset=view.offset,
                        strides=tuple(s for s, _ in view.dims))[...] = True
 
+    def all_written(self, view: View) -> bool:
+        """Whether every element of ``view`` was written (always, for inputs and on-chip tensors)."""
+        mask = self._written.get(id(view.tensor))
+        if mask is None or not view.size:
+            return True
+        return bool(np.ndarray(view.shape, dtype=bool, buffer=mask, offset=view.offset,
+                               strides=tuple(s for s, _ in view.dims)).all())
+
     def unwritten(self, tensor: Tensor) -> np.ndarray | None:
         """A bool array of ``tensor``'s shape, True where nothing wrote (None if all was written
         or the tensor is an input)."""

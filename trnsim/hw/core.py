@@ -325,30 +325,15 @@ def run_timing(program: Program) -> RunResult:
 
 def _warn_unwritten(program: Program, machine: Any) -> None:
     """Issue an UnwrittenOutputWarning for each output tensor that the run left partly unwritten."""
-    import warnings
-
-    from trnsim.errors import UnwrittenOutputWarning
+    from trnsim.errors import UnwrittenOutputWarning, warn
 
     for t in program.outputs:
         missing = machine.memory.unwritten(t)
         if missing is not None:
             fill = "NaN" if t.dtype.is_float else "0"
-            warnings.warn(f"{program.name!r}: {_region(missing)} of output {t.name} {list(t.shape)} were never written "
-                          f"and read as {fill} (undefined on the chip); store every element of the output, or "
-                          "mask or pad the shapes the loops do not cover", UnwrittenOutputWarning,
-                          stacklevel=_caller_level())
-
-
-def _caller_level() -> int:
-    """The ``stacklevel`` that points a warning at the first caller outside trnsim."""
-    import os
-    import sys
-
-    package = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    frame, level = sys._getframe(1), 1
-    while frame is not None and os.path.abspath(frame.f_code.co_filename).startswith(package + os.sep):
-        frame, level = frame.f_back, level + 1
-    return level
+            warn(f"{program.name!r}: {_region(missing)} of output {t.name} {list(t.shape)} were never written "
+                 f"and read as {fill} (undefined on the chip); store every element of the output, or "
+                 "mask or pad the shapes the loops do not cover", UnwrittenOutputWarning)
 
 
 def _region(missing: Any) -> str:
