@@ -139,6 +139,9 @@ class Program:
         if inst.owner is not None:
             raise ProgramError(f"instruction {inst.index} {inst.opcode} is already in program {inst.owner!r}; "
                                "an instruction joins one program once, so build a new one")
+        if not isinstance(inst.deps, (tuple, list)):
+            raise ProgramError(f"instruction {inst.opcode}: deps {inst.deps!r} must be a tuple of instruction indices")
+        inst.deps = tuple(inst.deps)   # a list given stays the caller's to change; the deps must not
         inst.index = len(self.instructions)
         try:
             self._validate(inst)

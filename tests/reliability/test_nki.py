@@ -320,3 +320,15 @@ def test_library_kernels_cover_awkward_shapes(name: str, rows: int, cols: int) -
         got = kernel(x)
     want = ref(x.astype(np.float64))
     assert_allclose(np.asarray(got).reshape(want.shape), want, "float32", rtol=1e-4)
+
+
+def test_a_dependency_list_changed_after_add_does_not_reach_the_schedule() -> None:
+    p = Program("trn1")
+    t = p.sbuf((128, 4))
+    p.add(Memset(t.view(), 1.0, engine=Engine.VECTOR))
+    deps = [0]
+    p.add(Memset(t.view(), 2.0, engine=Engine.VECTOR, deps=deps))
+    deps.append(1)   # would make instruction 1 wait for itself
+    assert p.instructions[1].deps == (0,)
+    assert simulate(p).total_ps > 0
+    clean_error(lambda: p.add(Memset(t.view(), 3.0, engine=Engine.VECTOR, deps=5)), "deps 5", types=ProgramError)

@@ -7,6 +7,8 @@ import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import trnsim
 from trnsim.backend.opkernels import _BINARY, _UNARY
@@ -66,16 +68,18 @@ def test_unary_special_values_match_the_cpu(instruction_fidelity: None, name: st
     _assert_same_specials(name, [(v,) for v in x.tolist()], fn(x), fn(x.to("neuron")).cpu())
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 @pytest.mark.parametrize("name", sorted(_BINARY))
-def test_binary_special_values_match_the_cpu(instruction_fidelity: None, name: str) -> None:
+def test_binary_special_values_match_the_cpu(instruction_fidelity: None, name: str, dtype: torch.dtype) -> None:
     pairs = [(p, q) for p in SPECIAL for q in SPECIAL]
-    a = torch.tensor([p for p, _ in pairs])
-    b = torch.tensor([q for _, q in pairs])
+    a = torch.tensor([p for p, _ in pairs], dtype=dtype)
+    b = torch.tensor([q for _, q in pairs], dtype=dtype)
     fn = getattr(torch, name)
+    pairs = list(zip(a.tolist(), b.tolist()))
     _assert_same_specials(name, pairs, fn(a, b), fn(a.to("neuron"), b.to("neuron")).cpu())
     if name not in ("maximum", "minimum"):   # these take tensors only
         for s in (0.0, -0.0, INF, NAN, -1.0):
-            _assert_same_specials(name, [(p, s) for p in SPECIAL], fn(a[::len(SPECIAL)], s),
+            _assert_same_specials(name, [(p, s) for p in a[::len(SPECIAL)].tolist()], fn(a[::len(SPECIAL)], s),
                                   fn(a[::len(SPECIAL)].to("neuron"), s).cpu())
 
 
@@ -162,3 +166,31 @@ def test_the_same_view_read_and_written_still_runs_the_kernel(instruction_fideli
     a.add_(a)
     torch.mul(a[:4], 2, out=a[4:])
     assert d.cpu().tolist() == a.tolist()
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.sampled_from(["add", "mul", "exp", "sub_", "maximum"]), st.integers(0, 7), st.integers(0, 7),
+       st.integers(1, 8), st.booleans())
+def test_any_slices_of_one_storage_behave_as_on_the_cpu(op: str, src: int, dst: int, n: int, as_out: bool) -> None:
+    """An op reading one slice of a storage and writing another (out= or in place):
+    instruction fidelity refuses or computes exactly as the CPU."""
+    n = min(n, 8 - src, 8 - dst)
+
+    def call(a: torch.Tensor) -> None:
+        x, y = a[src:src + n], a[dst:dst + n]
+        if op == "exp":
+            torch.exp(x, out=y) if as_out else y.copy_(torch.exp(x))
+        elif op == "sub_":
+            y.sub_(x)
+        elif as_out:
+            getattr(torch, op)(y.clone(), x, out=y) if op == "maximum" else getattr(torch, op)(x, 2.0, out=y)
+        else:
+            getattr(torch, op)(x, y, out=y)
+
+    a = torch.arange(1.0, 9.0)
+    trnsim.set_fidelity("instruction")
+    try:
+        got = _outcome(call, a.to("neuron"))
+    finally:
+        trnsim.set_fidelity("op")
+    assert got == _outcome(call, a.clone())
