@@ -194,3 +194,16 @@ def test_any_slices_of_one_storage_behave_as_on_the_cpu(op: str, src: int, dst: 
     finally:
         trnsim.set_fidelity("op")
     assert got == _outcome(call, a.clone())
+
+
+@pytest.mark.parametrize("name", ["sum", "mean"])
+def test_a_sum_of_negative_zeros_is_positive_zero_as_on_the_cpu(instruction_fidelity: None, name: str) -> None:
+    x = torch.full((3, 5), -0.0)
+    cpu, chip = getattr(x, name)(1), getattr(x.to("neuron"), name)(1).cpu()
+    assert torch.equal(torch.signbit(chip), torch.signbit(cpu)) and not torch.signbit(cpu).any()
+
+
+@pytest.mark.parametrize("backend", [reference, fast])
+def test_reduce_add_starts_from_positive_zero(backend: object) -> None:
+    got = backend.reduce(np.array([[-0.0, -0.0], [-0.0, 1.0]]), "add")
+    assert not np.signbit(got[0]) and got[1] == 1.0

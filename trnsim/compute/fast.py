@@ -330,7 +330,7 @@ def _reduce(x, code):
     out = np.empty(x.shape[0], np.float64)
     for p in range(x.shape[0]):
         if code == _ADD:
-            acc = np.float32(x[p, 0])
+            acc = np.float32(0.0) + np.float32(x[p, 0])   # from +0, as PyTorch: a sum of -0s is +0
             for i in range(1, x.shape[1]):
                 acc = acc + np.float32(x[p, i])
             out[p] = acc

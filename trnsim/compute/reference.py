@@ -370,14 +370,14 @@ def alu(a: np.ndarray, b: np.ndarray, op: AluOp | str) -> np.ndarray:
 def reduce(x: np.ndarray, op: ReduceOp | str) -> np.ndarray:
     """Reduce ``x`` [P, F] along its free axis to [P] (float64).
 
-    ``add`` accumulates in float32 in index order, as the engines do; ``max`` and
+    ``add`` accumulates in float32 in index order from +0, as the engines do; ``max`` and
     ``min`` return one of the elements. NaN propagates.
     """
     r = ReduceOp(op)
     x = reduce_operand(x)
     with np.errstate(all="ignore"):
         if r is ReduceOp.ADD:
-            acc = x[:, 0].astype(np.float32)
+            acc = np.float32(0.0) + x[:, 0].astype(np.float32)   # from +0, as PyTorch: a sum of -0s is +0
             for i in range(1, x.shape[1]):
                 acc = acc + x[:, i].astype(np.float32)
             return acc.astype(np.float64)
