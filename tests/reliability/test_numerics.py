@@ -207,3 +207,11 @@ def test_a_sum_of_negative_zeros_is_positive_zero_as_on_the_cpu(instruction_fide
 def test_reduce_add_starts_from_positive_zero(backend: object) -> None:
     got = backend.reduce(np.array([[-0.0, -0.0], [-0.0, 1.0]]), "add")
     assert not np.signbit(got[0]) and got[1] == 1.0
+
+
+@pytest.mark.parametrize("d", [3, 5000])
+def test_log_softmax_keeps_the_log_of_the_sum_next_to_a_large_max(instruction_fidelity: None, d: int) -> None:
+    x = torch.zeros(2, d)
+    x[:, :2] = 1e8           # log_softmax of the two maxima is -log(2) (d = 3) or about it
+    cpu, chip = torch.log_softmax(x, 1), torch.log_softmax(x.to("neuron"), 1).cpu()
+    torch.testing.assert_close(chip, cpu)
