@@ -47,7 +47,13 @@ def test_assert_allclose_refuses(actual: object, expected: object) -> None:
 
 def test_assert_allclose_integer_dtype_is_exact() -> None:
     _check_fails(lambda: assert_allclose(np.array([2**40 + 1]), np.array([2**40]), "int32"))
+    _check_fails(lambda: assert_allclose(np.array([2**60 + 1]), np.array([2**60]), "int32"))
     assert_allclose(np.arange(4, dtype=np.int32), np.arange(4), "int32")
+
+
+def test_assert_allclose_takes_numpy_tolerances() -> None:
+    assert_allclose([1.0], [1.0 + 1e-6], rtol=np.float32(1e-5), atol=np.float64(0.0))
+    _check_fails(lambda: assert_allclose([1.0], [1.1], rtol=np.float32(1e-5), atol=np.float64(0.0)))
 
 
 @pytest.mark.parametrize("kwargs", [{"rtol": float("nan")}, {"atol": -1.0}, {"atol": float("inf")}])

@@ -15,8 +15,8 @@ from typing import Callable
 import numpy as np
 
 from trnsim.compute.backends import Backend, get_backend
-from trnsim.compute.memory import CoreMemory
-from trnsim.errors import ProgramError, UninitializedReadWarning, warn
+from trnsim.compute.memory import CoreMemory, describe_region
+from trnsim.errors import ProgramError, UninitializedReadWarning, UnwrittenOutputWarning, warn
 from trnsim.isa import (BN_STATS_WIDTH, Activation, AffineSelect, BnAggr, BnStats, DmaCopy, Instruction, Iota, LoadStationary, Memset, MultiplyMoving,
                         Program, Select, SemaphoreSignal, SemaphoreWait, Tensor, TensorCopy, TensorReduce, TensorScalar,
                         TensorTensor, Transpose, View)
@@ -89,6 +89,16 @@ class Machine:
         if not tensor.dtype.is_float:
             return bits
         return self.backend.decode(bits, tensor.dtype).astype(np.float32)
+
+    def warn_unwritten(self) -> None:
+        """Issue an UnwrittenOutputWarning for each output tensor left partly unwritten."""
+        for t in self.program.outputs:
+            missing = self.memory.unwritten(t)
+            if missing is not None:
+                fill = "NaN" if t.dtype.is_float else "0"
+                warn(f"{self.program.name!r}: {describe_region(missing)} of output {t.name} {list(t.shape)} were "
+                     f"never written and read as {fill} (undefined on the chip); store every element of the "
+                     "output, or mask or pad the shapes the loops do not cover", UnwrittenOutputWarning)
 
     # -- execution ------------------------------------------------------------
 

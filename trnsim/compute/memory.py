@@ -116,10 +116,28 @@ def _check_span(view: View, start: int, dims: tuple[tuple[int, int], ...], limit
                            f"({view.tensor!r}); fix the view's offset or strides")
 
 
-
 def _undefined(t: Tensor) -> np.ndarray:
     """The bytes of HBM tensor ``t`` before anything writes it: NaN for floats, 0 for integers."""
     buffer = np.zeros(t.nbytes, dtype=np.uint8)
     if t.dtype.is_float:
         buffer.view(t.dtype.storage)[...] = encode(np.array(np.nan), t.dtype)
     return buffer
+
+
+def describe_region(missing: np.ndarray) -> str:
+    """Where ``missing`` (a bool array with a True) is True: ``rows 128:200``, ``columns 5:8``,
+    ``elements [2:4, 2:4]``, or a count of elements within such a box."""
+    spans = []
+    for axis in range(missing.ndim):
+        hit = np.flatnonzero(missing.any(axis=tuple(a for a in range(missing.ndim) if a != axis)))
+        spans.append((int(hit[0]), int(hit[-1]) + 1))
+    full = [lo == 0 and hi == n for (lo, hi), n in zip(spans, missing.shape)]
+    box = "[" + ", ".join(f"{lo}:{hi}" for lo, hi in spans) + "]"
+    count = int(missing.sum())
+    if count != int(np.prod([hi - lo for lo, hi in spans])):
+        return f"{count} of {missing.size} elements, within {box},"
+    if missing.ndim >= 2 and all(full[1:]):
+        return f"rows {spans[0][0]}:{spans[0][1]}"
+    if missing.ndim >= 2 and full[0] and all(full[2:]):
+        return f"columns {spans[1][0]}:{spans[1][1]}"
+    return f"elements {box}"

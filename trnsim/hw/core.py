@@ -323,40 +323,6 @@ def run_timing(program: Program) -> RunResult:
     return RunResult(program, "timing", static.tracks, sched.starts, sched.ends, static.plans)  # type: ignore[arg-type]
 
 
-def _warn_unwritten(program: Program, machine: Any) -> None:
-    """Issue an UnwrittenOutputWarning for each output tensor that the run left partly unwritten."""
-    from trnsim.errors import UnwrittenOutputWarning, warn
-
-    for t in program.outputs:
-        missing = machine.memory.unwritten(t)
-        if missing is not None:
-            fill = "NaN" if t.dtype.is_float else "0"
-            warn(f"{program.name!r}: {_region(missing)} of output {t.name} {list(t.shape)} were never written "
-                 f"and read as {fill} (undefined on the chip); store every element of the output, or "
-                 "mask or pad the shapes the loops do not cover", UnwrittenOutputWarning)
-
-
-def _region(missing: Any) -> str:
-    """Where ``missing`` (a bool array) is True: a box of index ranges, e.g. ``rows 128:200``,
-    ``[0:64, 512:600]``, or a count of elements within such a box."""
-    import numpy as np
-
-    spans = []
-    for axis in range(missing.ndim):
-        hit = np.flatnonzero(missing.any(axis=tuple(a for a in range(missing.ndim) if a != axis)))
-        spans.append((int(hit[0]), int(hit[-1]) + 1))
-    full = [lo == 0 and hi == n for (lo, hi), n in zip(spans, missing.shape)]
-    box = "[" + ", ".join(f"{lo}:{hi}" for lo, hi in spans) + "]"
-    count = int(missing.sum())
-    if count != int(np.prod([hi - lo for lo, hi in spans])):
-        return f"{count} of {missing.size} elements, within {box},"
-    if missing.ndim >= 2 and all(full[1:]):
-        return f"rows {spans[0][0]}:{spans[0][1]}"
-    if missing.ndim >= 2 and full[0] and all(full[2:]):
-        return f"columns {spans[1][0]}:{spans[1][1]}"
-    return f"elements {box}"
-
-
 def simulate(program: Program, inputs: Mapping[str, Any] | None = None, *, fidelity: str = "timing",
              trace: Any = None, backend: str = "numba") -> RunResult:
     """Run ``program`` on one simulated NeuronCore of its chip.
@@ -364,8 +330,9 @@ def simulate(program: Program, inputs: Mapping[str, Any] | None = None, *, fidel
     ``fidelity="timing"`` times the program and computes no data;
     ``"instruction"`` also executes every instruction on simulated SBUF, PSUM and
     HBM (``inputs`` maps input tensor names to numpy arrays) and fills
-    ``result.outputs`` with the output tensors. ``trace`` is a path: the Chrome
-    trace-event JSON of the run is written there.
+    ``result.outputs`` with the output tensors; output elements nothing wrote read
+    as NaN (0 for integer dtypes) and raise an UnwrittenOutputWarning. ``trace`` is
+    a path: the Chrome trace-event JSON of the run is written there.
     """
     if fidelity not in FIDELITIES:
         raise ProgramError(f"fidelity {fidelity!r} is not one of: {', '.join(FIDELITIES)}")
@@ -386,7 +353,7 @@ def simulate(program: Program, inputs: Mapping[str, Any] | None = None, *, fidel
         machine.run()
         result.fidelity = "instruction"
         result.outputs = {t.name: machine.result(t) for t in program.outputs}
-        _warn_unwritten(program, machine)
+        machine.warn_unwritten()
     if trace is not None:
         from trnsim.trace import write_trace
 

@@ -15,6 +15,7 @@ installed) adds the ``nki`` marker (``@pytest.mark.nki(chip="trn1")``), the
 from __future__ import annotations
 
 import math
+import numbers
 from typing import Any, Callable
 
 import numpy as np
@@ -96,7 +97,7 @@ def _values(x: Any, what: str) -> np.ndarray:
 
 
 def _limit(value: float, name: str) -> float:
-    if not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0:
+    if isinstance(value, bool) or not isinstance(value, numbers.Real) or not math.isfinite(value) or value < 0:
         raise ValueError(f"{name}={value!r} is not a finite number >= 0; pass a tolerance such as {name}=1e-5")
     return float(value)
 
@@ -142,7 +143,7 @@ def assert_latency(kernel: Callable, *args: Any, max_ns: float, chip: Any = None
     so budgets can be tight)."""
     from trnsim.nki import benchmark
 
-    if isinstance(max_ns, bool) or not isinstance(max_ns, (int, float)) or not 0 < max_ns < math.inf:
+    if isinstance(max_ns, bool) or not isinstance(max_ns, numbers.Real) or not 0 < max_ns < math.inf:
         raise ValueError(f"max_ns={max_ns!r} is not a positive finite budget in nanoseconds; pass e.g. max_ns=30_000")
     result = benchmark(kernel, chip=chip, numerics=numerics)(*args, **kwargs)
     if result.instructions == 0:
