@@ -82,12 +82,11 @@ def _shares_memory(info: Any, host: Any) -> bool:
     """Whether an ``out=``/in-place destination of the call overlaps itself or partly
     overlaps one of the inputs (the same view read and written, as in ``a.add_(b)``, is
     fine). Conservative: a destination and an input whose byte ranges meet count."""
-    written = [(i, name) for i, name in info.mutable]
-    if not written:
+    if not info.mutable:
         return False
     dests, inputs = [], []
     for pos, value in [*enumerate(host.args), *host.kwargs.items()]:
-        is_dest = any(pos == i or pos == name for i, name in written)
+        is_dest = any(pos == i or pos == name for i, name in info.mutable)
         for t in value if isinstance(value, (list, tuple)) else (value,):
             if isinstance(t, torch.Tensor) and t.numel():
                 (dests if is_dest else inputs).append(t)
@@ -106,6 +105,7 @@ def _self_overlapping(t: torch.Tensor) -> bool:
 
 
 def _byte_range(t: torch.Tensor) -> tuple[int, int]:
+    """The addresses [first, end) that ``t``'s elements lie between."""
     low = sum(st * (sz - 1) for sz, st in zip(t.shape, t.stride()) if st < 0)
     high = sum(st * (sz - 1) for sz, st in zip(t.shape, t.stride()) if st > 0)
     item = t.element_size()
