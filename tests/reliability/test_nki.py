@@ -338,3 +338,18 @@ def test_a_dependency_list_changed_after_add_does_not_reach_the_schedule() -> No
     assert p.instructions[1].deps == (0,)
     assert simulate(p).total_ps > 0
     clean_error(lambda: p.add(Memset(t.view(), 3.0, engine=Engine.VECTOR, deps=5)), "deps 5", types=ProgramError)
+
+
+def test_operands_of_an_added_instruction_cannot_change_under_it() -> None:
+    p = _two_memsets()
+    view, tensor = p.instructions[0].dst, p.tensors[0]
+
+    def move_view() -> None:
+        view.offset = 4
+
+    def reshape_tensor() -> None:
+        tensor.shape = (64, 8)
+
+    clean_error(move_view, "views are values", types=ProgramError)
+    clean_error(reshape_tensor, "cannot change its shape", types=ProgramError)
+    assert view.offset == 0 and tensor.shape == (128, 4)
