@@ -1,4 +1,8 @@
-"""The error classes of trnsim: one base class, one subclass per concern."""
+"""The error and warning classes of trnsim: one base class each, one subclass per concern."""
+
+import os
+import sys
+import warnings
 
 
 class TrnSimError(Exception):
@@ -31,3 +35,27 @@ class FileWriteError(TrnSimError, OSError):
 
 class TraceFileError(TrnSimError, ValueError):
     """A trace file cannot be read back: not JSON, not a trnsim trace, or damaged."""
+
+
+class TrnSimWarning(UserWarning):
+    """Base class of every warning trnsim issues: a result that is likely not what was meant."""
+
+
+class UnwrittenOutputWarning(TrnSimWarning):
+    """A simulated Program (or NKI kernel) left part of an output tensor unwritten; those
+    elements read as NaN (0 for integer dtypes). Make it an error with
+    ``warnings.simplefilter("error", UnwrittenOutputWarning)``."""
+
+
+class UninitializedReadWarning(TrnSimWarning):
+    """A simulated DMA read HBM that nothing wrote (an internal HBM tensor, or an output
+    read back before it is stored); those elements read as NaN (0 for integer dtypes)."""
+
+
+def warn(message: str, category: type[TrnSimWarning]) -> None:
+    """Issue ``message`` as a ``category`` warning attributed to the first caller outside trnsim."""
+    package = os.path.dirname(os.path.abspath(__file__)) + os.sep
+    frame, level = sys._getframe(1), 1
+    while frame is not None and os.path.abspath(frame.f_code.co_filename).startswith(package):
+        frame, level = frame.f_back, level + 1
+    warnings.warn(message, category, stacklevel=level + 1)

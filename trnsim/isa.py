@@ -76,6 +76,13 @@ class Tensor:
         self.size = self.row_elems * self.shape[0]
         self.partition_bytes = self.row_elems * self.dtype.itemsize
         self.nbytes = self.size * self.dtype.itemsize
+        object.__setattr__(self, "_placed", True)
+
+    def __setattr__(self, name: str, value: object) -> None:
+        if self.__dict__.get("_placed"):
+            raise ProgramError(f"tensor {self!r} cannot change its {name}: it is placed, and instructions were "
+                               "checked against it; make a new tensor instead")
+        super().__setattr__(name, value)
 
     def view(self) -> View:
         """The whole tensor as a View."""
@@ -102,21 +109,32 @@ class View:
     """
 
     __slots__ = ("tensor", "offset", "dims", "shape", "size", "free_size", "partitions")
+    tensor: Tensor
+    offset: int
+    dims: tuple[tuple[int, int], ...]
+    #: The count of each dimension.
+    shape: tuple[int, ...]
+    #: Elements in all.
+    size: int
+    #: Elements per partition.
+    free_size: int
+    partitions: int
 
     def __init__(self, tensor: Tensor, offset: int, dims: tuple[tuple[int, int], ...]) -> None:
-        self.tensor = tensor
-        self.offset = offset
-        self.dims = dims
-        shape = []
-        free = 1
-        for _, count in dims:
-            shape.append(count)
-            free *= count
-        self.shape: tuple[int, ...] = tuple(shape)
-        self.partitions: int = shape[0] if shape else 1
-        self.size: int = free
-        #: Elements per partition.
-        self.free_size: int = free // self.partitions if self.partitions else 0
+        shape = tuple(count for _, count in dims)
+        size = math.prod(shape)
+        partitions = shape[0] if shape else 1
+        init = object.__setattr__
+        init(self, "tensor", tensor)
+        init(self, "offset", offset)
+        init(self, "dims", tuple(tuple(d) for d in dims))
+        init(self, "shape", shape)
+        init(self, "partitions", partitions)
+        init(self, "size", size)
+        init(self, "free_size", size // partitions if partitions else 0)
+
+    def __setattr__(self, name: str, value: object) -> None:
+        raise ProgramError(f"view {self!r} cannot change its {name}: views are values; slice the tensor for a new one")
 
     @property
     def dtype(self) -> DType:
@@ -281,6 +299,22 @@ class Instruction:
         for name, value in vars(self).items():
             if isinstance(value, Tensor):
                 setattr(self, name, value.view())
+
+    def __setattr__(self, name: str, value: object) -> None:
+        owner = self.__dict__.get("_owner")
+        if owner is not None:
+            raise ProgramError(f"instruction {self.index} {self.opcode} of program {owner!r} cannot change its {name}: "
+                               "the program checked and timed it as added; build a new instruction and add that instead")
+        super().__setattr__(name, value)
+
+    def _seal(self, owner: str) -> None:
+        """Fix every field, dependencies included: ``owner``'s checks and timing rely on them."""
+        object.__setattr__(self, "_owner", owner)
+
+    @property
+    def owner(self) -> str | None:
+        """Name of the Program this instruction was added to, or None."""
+        return self.__dict__.get("_owner")
 
     @property
     def track(self) -> str:

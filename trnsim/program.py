@@ -131,11 +131,26 @@ class Program:
     # -- instructions ------------------------------------------------------
 
     def add(self, inst: Instruction) -> int:
-        """Check ``inst`` against the chip and append it; returns its index."""
+        """Check ``inst`` against the chip and append it; returns its index.
+
+        From then on the instruction is fixed: changing a field (its dependencies, an
+        operand) raises ProgramError, since the checks and the timing were done with them.
+        """
+        if inst.owner is not None:
+            raise ProgramError(f"instruction {inst.index} {inst.opcode} is already in program {inst.owner!r}; "
+                               "an instruction joins one program once, so build a new one")
+        if not isinstance(inst.deps, (tuple, list)):
+            raise ProgramError(f"instruction {inst.opcode}: deps {inst.deps!r} must be a tuple of instruction indices")
+        inst.deps = tuple(inst.deps)   # a list given stays the caller's to change; the deps must not
         inst.index = len(self.instructions)
-        self._validate(inst)
+        try:
+            self._validate(inst)
+        except ProgramError:
+            inst.index = -1
+            raise
         self.instructions.append(inst)
         self.timing.add(inst)
+        inst._seal(self.name)
         return inst.index
 
     def __len__(self) -> int:

@@ -69,13 +69,55 @@ def run(info: Any, host: Any, args: tuple, kwargs: dict) -> Any:
     fidelity (neuron tensors, or the ``out=``/in-place destination), or None where no
     kernel applies and the CPU kernel should run. ``host`` is the fallback's
     :class:`trnsim.backend.dispatch._Host` of the call: its arguments as CPU aliases."""
-    if INSTRUCTION_OPS.get(info.name) is None:
+    if INSTRUCTION_OPS.get(info.name) is None or _shares_memory(info, host):
         return None
     launch = plan(Call(info.name, tuple(host.args), host.kwargs, list(host.args), None))
     if launch is None:
         return None
     result, _ = execute(launch)
     return _place(result, info, args, kwargs)
+
+
+def _shares_memory(info: Any, host: Any) -> bool:
+    """Whether an ``out=``/in-place destination of the call overlaps itself or partly
+    overlaps one of the inputs (the same view read and written, as in ``a.add_(b)``, is
+    fine). Conservative: a destination and an input whose byte ranges meet count."""
+    if not info.mutable:
+        return False
+    dests, inputs = [], []
+    for pos, value in [*enumerate(host.args), *host.kwargs.items()]:
+        is_dest = any(pos == i or pos == name for i, name in info.mutable)
+        for t in value if isinstance(value, (list, tuple)) else (value,):
+            if isinstance(t, torch.Tensor) and t.numel():
+                (dests if is_dest else inputs).append(t)
+    return any(_self_overlapping(d) or any(_partly_overlap(d, x) for x in inputs) for d in dests)
+
+
+def _self_overlapping(t: torch.Tensor) -> bool:
+    """Whether two elements of ``t`` may share memory (a stride of 0, say); True also
+    where strides interleave in ways not worth proving safe."""
+    extent = 1
+    for stride, size in sorted((abs(st), sz) for sz, st in zip(t.shape, t.stride()) if sz > 1):
+        if stride < extent:
+            return True
+        extent = stride * size
+    return False
+
+
+def _byte_range(t: torch.Tensor) -> tuple[int, int]:
+    """The addresses [first, end) that ``t``'s elements lie between."""
+    low = sum(st * (sz - 1) for sz, st in zip(t.shape, t.stride()) if st < 0)
+    high = sum(st * (sz - 1) for sz, st in zip(t.shape, t.stride()) if st > 0)
+    item = t.element_size()
+    return t.data_ptr() + low * item, t.data_ptr() + (high + 1) * item
+
+
+def _partly_overlap(a: torch.Tensor, b: torch.Tensor) -> bool:
+    """Whether ``a`` and ``b`` occupy intersecting byte ranges without being the same view."""
+    if a.data_ptr() == b.data_ptr() and a.shape == b.shape and a.stride() == b.stride() and a.dtype == b.dtype:
+        return False
+    (a0, a1), (b0, b1) = _byte_range(a), _byte_range(b)
+    return a0 < b1 and b0 < a1
 
 
 def plan(call: Call) -> Launch | None:

@@ -222,7 +222,7 @@ def _act(code, z):
     if code == _SIGMOID:
         return _sigmoid(z)
     if code == _RELU:
-        return 0.0 if z <= 0.0 else z
+        return 0.0 if z < 0.0 else z
     if code == _GELU:
         return 0.5 * z * (1.0 + math.erf(z / SQRT_2))
     if code == _GELU_TANH:
@@ -249,7 +249,7 @@ def _act(code, z):
         return 1.0
     if z < 0.0:
         return -1.0
-    return z
+    return 0.0
 
 
 @_jit
@@ -259,12 +259,14 @@ def _activation(x, code, scale, bias):
         s = scale[p]
         b = bias[p]
         for f in range(x.shape[1]):
-            out[p, f] = _act(code, x[p, f] * s + b)
+            z = x[p, f] * s
+            out[p, f] = _act(code, z if b == 0.0 else z + b)
     return out
 
 
 def activation(x: np.ndarray, func: ActivationFunc | str, scale: np.ndarray, bias: np.ndarray) -> np.ndarray:
-    """``func(x * scale + bias)`` in float64; see :func:`trnsim.compute.reference.activation`."""
+    """``func(x * scale + bias)`` in float64 (a zero bias adds nothing, keeping -0);
+    see :func:`trnsim.compute.reference.activation`."""
     code = _ACT_CODES[ActivationFunc(func)]
     x, scale, bias = activation_operands(x, scale, bias)
     return _activation(x, code, scale, bias)
@@ -329,7 +331,7 @@ def _reduce(x, code):
     out = np.empty(x.shape[0], np.float64)
     for p in range(x.shape[0]):
         if code == _ADD:
-            acc = np.float32(x[p, 0])
+            acc = np.float32(0.0) + np.float32(x[p, 0])   # from +0, as PyTorch: a sum of -0s is +0
             for i in range(1, x.shape[1]):
                 acc = acc + np.float32(x[p, i])
             out[p] = acc

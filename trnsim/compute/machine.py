@@ -15,8 +15,8 @@ from typing import Callable
 import numpy as np
 
 from trnsim.compute.backends import Backend, get_backend
-from trnsim.compute.memory import CoreMemory
-from trnsim.errors import ProgramError
+from trnsim.compute.memory import CoreMemory, describe_region
+from trnsim.errors import ProgramError, UninitializedReadWarning, UnwrittenOutputWarning, warn
 from trnsim.isa import (BN_STATS_WIDTH, Activation, AffineSelect, BnAggr, BnStats, DmaCopy, Instruction, Iota, LoadStationary, Memset, MultiplyMoving,
                         Program, Select, SemaphoreSignal, SemaphoreWait, Tensor, TensorCopy, TensorReduce, TensorScalar,
                         TensorTensor, Transpose, View)
@@ -26,8 +26,9 @@ class Machine:
     """The memories of one NeuronCore running ``program``, and the semantics of its instructions.
 
     ``backend`` names the numeric kernels: ``"numba"`` (compiled) or ``"numpy"``
-    (the reference); both give the same bits. Memories start zeroed; load the
-    inputs with :meth:`bind`, then :meth:`run` and read outputs with :meth:`result`.
+    (the reference); both give the same bits. SBUF and PSUM start zeroed, HBM other
+    than inputs as NaN (see :mod:`trnsim.compute.memory`); load the inputs with
+    :meth:`bind`, then :meth:`run` and read outputs with :meth:`result`.
     """
 
     def __init__(self, program: Program, backend: str = "numba") -> None:
@@ -66,6 +67,7 @@ class Machine:
         values = np.asarray(values, dtype=np.float64)
         _check_shape(view, values, "values")
         self.memory.array(view)[...] = self.backend.encode(values, view.dtype)
+        self.memory.mark_written(view)
 
     def read_raw(self, view: View) -> np.ndarray:
         """A copy of the storage (bit patterns) of ``view``, of shape ``view.shape``."""
@@ -79,6 +81,7 @@ class Machine:
             raise ProgramError(f"raw write to {view!r}: bits of {bits.dtype} are not {view.dtype.name} storage "
                                f"({view.dtype.storage}); use write() to convert values")
         self.memory.array(view)[...] = bits
+        self.memory.mark_written(view)
 
     def result(self, tensor: Tensor) -> np.ndarray:
         """The values of ``tensor``: float32 for float dtypes (narrow ones widened), the integer type for ints."""
@@ -86,6 +89,16 @@ class Machine:
         if not tensor.dtype.is_float:
             return bits
         return self.backend.decode(bits, tensor.dtype).astype(np.float32)
+
+    def warn_unwritten(self) -> None:
+        """Issue an UnwrittenOutputWarning for each output tensor left partly unwritten."""
+        for t in self.program.outputs:
+            missing = self.memory.unwritten(t)
+            if missing is not None:
+                fill = "NaN" if t.dtype.is_float else "0"
+                warn(f"{self.program.name!r}: {describe_region(missing)} of output {t.name} {list(t.shape)} were "
+                     f"never written and read as {fill} (undefined on the chip); store every element of the "
+                     "output, or mask or pad the shapes the loops do not cover", UnwrittenOutputWarning)
 
     # -- execution ------------------------------------------------------------
 
@@ -201,10 +214,18 @@ class Machine:
         self._put(inst.dst, np.where(keep != 0.0, self.read(inst.src), float(inst.fill)))
 
     def _dma_copy(self, inst: DmaCopy) -> None:
+        if not self.memory.all_written(inst.src):
+            warn(f"{self.program.name!r}: instruction {inst.index} dma_copy{_at(inst)} reads {inst.src!r}, "
+                 "parts of which nothing wrote; they read as NaN (0 for integer dtypes), undefined on the "
+                 "chip; write the HBM tensor before reading it", UninitializedReadWarning)
         bits = self.read_raw(inst.src)
         if bits.size != inst.dst.size:
             raise ProgramError(f"copies {bits.size} elements into {inst.dst!r}, which has {inst.dst.size}; sizes must match")
         self.write_raw(inst.dst, bits.reshape(inst.dst.shape))
+
+
+def _at(inst: Instruction) -> str:
+    return f" ({inst.source})" if inst.source else ""
 
 
 def _no_data(inst: Instruction) -> None:

@@ -4,30 +4,67 @@ SBUF and PSUM are uint8 arrays [partitions, partition_bytes] of the chip's
 sizes. An on-chip tensor occupies partitions ``start_partition`` onwards, its
 free dimensions row-major from ``byte_offset`` in each. Each HBM tensor has a
 byte buffer of its own, row-major.
+
+HBM that nothing wrote is undefined on the chip. Here it reads as NaN for float
+dtypes (as NKI's own simulator fills it) and as 0 for integer dtypes, which have
+no NaN; every HBM tensor but the inputs keeps a mask of the elements written, so
+:meth:`CoreMemory.unwritten` can name what a Program left out.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
+from trnsim.compute.reference import encode
 from trnsim.errors import ProgramError
-from trnsim.isa import Memory, Program, View
+from trnsim.isa import Memory, Program, Tensor, View
 
 
 class CoreMemory:
-    """Zeroed SBUF, PSUM and HBM buffers for ``program``'s tensors, read and written through Views."""
+    """SBUF, PSUM and HBM buffers for ``program``'s tensors, read and written through Views.
+
+    SBUF and PSUM start zeroed; HBM tensors other than inputs start as NaN (0 for
+    integer dtypes) and record which elements are written.
+    """
 
     def __init__(self, program: Program) -> None:
         chip = program.chip
         self.sbuf = np.zeros((chip.sbuf.partitions, chip.sbuf.partition_bytes), dtype=np.uint8)
         self.psum = np.zeros((chip.psum.partitions, chip.psum.partition_bytes), dtype=np.uint8)
         self.hbm: dict[int, np.ndarray] = {}
+        self._written: dict[int, np.ndarray] = {}
         self._tensors: set[int] = set()
         self._program_name = program.name
+        inputs = {id(t) for t in program.inputs}
         for t in program.tensors:
             self._tensors.add(id(t))
             if t.memory is Memory.HBM:
-                self.hbm[id(t)] = np.zeros(t.nbytes, dtype=np.uint8)
+                self.hbm[id(t)] = _undefined(t)
+                if id(t) not in inputs:
+                    self._written[id(t)] = np.zeros(t.size, dtype=bool)
+
+    def mark_written(self, view: View) -> None:
+        """Record that ``view`` (of an HBM tensor) was written."""
+        mask = self._written.get(id(view.tensor))
+        if mask is not None and view.size:
+            np.ndarray(view.shape, dtype=bool, buffer=mask, offset=view.offset,
+                       strides=tuple(s for s, _ in view.dims))[...] = True
+
+    def all_written(self, view: View) -> bool:
+        """Whether every element of ``view`` was written (always, for inputs and on-chip tensors)."""
+        mask = self._written.get(id(view.tensor))
+        if mask is None or not view.size:
+            return True
+        return bool(np.ndarray(view.shape, dtype=bool, buffer=mask, offset=view.offset,
+                               strides=tuple(s for s, _ in view.dims)).all())
+
+    def unwritten(self, tensor: Tensor) -> np.ndarray | None:
+        """A bool array of ``tensor``'s shape, True where nothing wrote (None if all was written
+        or the tensor is an input)."""
+        mask = self._written.get(id(tensor))
+        if mask is None or mask.all():
+            return None
+        return ~mask.reshape(tensor.shape)
 
     def array(self, view: View) -> np.ndarray:
         """The elements of ``view`` as a numpy view (shape ``view.shape``, the dtype's storage type).
@@ -78,3 +115,29 @@ def _check_span(view: View, start: int, dims: tuple[tuple[int, int], ...], limit
         raise ProgramError(f"view {view!r} reaches elements {lo}..{hi} but {where} holds {limit} "
                            f"({view.tensor!r}); fix the view's offset or strides")
 
+
+def _undefined(t: Tensor) -> np.ndarray:
+    """The bytes of HBM tensor ``t`` before anything writes it: NaN for floats, 0 for integers."""
+    buffer = np.zeros(t.nbytes, dtype=np.uint8)
+    if t.dtype.is_float:
+        buffer.view(t.dtype.storage)[...] = encode(np.array(np.nan), t.dtype)
+    return buffer
+
+
+def describe_region(missing: np.ndarray) -> str:
+    """Where ``missing`` (a bool array with a True) is True: ``rows 128:200``, ``columns 5:8``,
+    ``elements [2:4, 2:4]``, or a count of elements within such a box."""
+    spans = []
+    for axis in range(missing.ndim):
+        hit = np.flatnonzero(missing.any(axis=tuple(a for a in range(missing.ndim) if a != axis)))
+        spans.append((int(hit[0]), int(hit[-1]) + 1))
+    full = [lo == 0 and hi == n for (lo, hi), n in zip(spans, missing.shape)]
+    box = "[" + ", ".join(f"{lo}:{hi}" for lo, hi in spans) + "]"
+    count = int(missing.sum())
+    if count != int(np.prod([hi - lo for lo, hi in spans])):
+        return f"{count} of {missing.size} elements, within {box},"
+    if missing.ndim >= 2 and all(full[1:]):
+        return f"rows {spans[0][0]}:{spans[0][1]}"
+    if missing.ndim >= 2 and full[0] and all(full[2:]):
+        return f"columns {spans[1][0]}:{spans[1][1]}"
+    return f"elements {box}"

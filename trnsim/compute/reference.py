@@ -263,8 +263,8 @@ _ACTIVATIONS: dict[ActivationFunc, Callable[[np.ndarray], np.ndarray]] = {
     ActivationFunc.RECIPROCAL: lambda z: 1.0 / z,
     ActivationFunc.TANH: _TANH,
     ActivationFunc.SIGMOID: _sigmoid,
-    # ``z <= 0`` is false for NaN, so NaN passes through rather than turning into 0.
-    ActivationFunc.RELU: lambda z: np.where(z <= 0.0, 0.0, z),
+    # ``z < 0`` is false for NaN and -0, so both pass through (as PyTorch's relu keeps them).
+    ActivationFunc.RELU: lambda z: np.where(z < 0.0, 0.0, z),
     ActivationFunc.GELU: lambda z: 0.5 * z * (1.0 + _ERF(z / SQRT_2)),
     ActivationFunc.GELU_TANH: lambda z: 0.5 * z * (1.0 + _TANH(GELU_TANH_SCALE * (z + GELU_TANH_CUBIC * z * z * z))),
     ActivationFunc.SILU: lambda z: z * _sigmoid(z),
@@ -275,7 +275,8 @@ _ACTIVATIONS: dict[ActivationFunc, Callable[[np.ndarray], np.ndarray]] = {
     ActivationFunc.SIN: _SIN,
     ActivationFunc.COS: _COS,
     ActivationFunc.ERF: _ERF,
-    ActivationFunc.SIGN: lambda z: np.where(z > 0.0, 1.0, np.where(z < 0.0, -1.0, z)),
+    # Zeros of either sign and NaN give +0, as PyTorch's ``(0 < z) - (z < 0)``.
+    ActivationFunc.SIGN: lambda z: np.where(z > 0.0, 1.0, np.where(z < 0.0, -1.0, 0.0)),
     # d/dz gelu(z) = Phi(z) + z * phi(z); d/dz silu(z) = s + z * s * (1 - s), s = sigmoid(z)
     ActivationFunc.GELU_DX: lambda z: 0.5 * (1.0 + _ERF(z / SQRT_2)) + z * _EXP(-0.5 * z * z) * INV_SQRT_2PI,
     ActivationFunc.SILU_DX: lambda z: _sigmoid(z) * (1.0 + z * (1.0 - _sigmoid(z))),
@@ -285,12 +286,15 @@ _ACTIVATIONS: dict[ActivationFunc, Callable[[np.ndarray], np.ndarray]] = {
 def activation(x: np.ndarray, func: ActivationFunc | str, scale: np.ndarray, bias: np.ndarray) -> np.ndarray:
     """``func(x * scale + bias)`` in float64, for ``x`` [P, F] and per-partition ``scale``, ``bias`` [P].
 
+    A zero bias adds nothing, not even the sign change IEEE gives ``-0 + 0``: so -0
+    reaches ``func`` as -0 (``rsqrt(-0) = -inf``, ``-x`` of +0 is -0, as in PyTorch).
     Division by zero and domain errors give IEEE infinities and NaNs, silently.
     """
     f = ActivationFunc(func)
     x, scale, bias = activation_operands(x, scale, bias)
     with np.errstate(all="ignore"):
-        z = x * scale[:, None] + bias[:, None]
+        scaled = x * scale[:, None]
+        z = np.where(bias[:, None] == 0.0, scaled, scaled + bias[:, None])
         return np.array(_ACTIVATIONS[f](z), dtype=np.float64)
 
 
@@ -366,14 +370,14 @@ def alu(a: np.ndarray, b: np.ndarray, op: AluOp | str) -> np.ndarray:
 def reduce(x: np.ndarray, op: ReduceOp | str) -> np.ndarray:
     """Reduce ``x`` [P, F] along its free axis to [P] (float64).
 
-    ``add`` accumulates in float32 in index order, as the engines do; ``max`` and
+    ``add`` accumulates in float32 in index order from +0, as the engines do; ``max`` and
     ``min`` return one of the elements. NaN propagates.
     """
     r = ReduceOp(op)
     x = reduce_operand(x)
     with np.errstate(all="ignore"):
         if r is ReduceOp.ADD:
-            acc = x[:, 0].astype(np.float32)
+            acc = np.float32(0.0) + x[:, 0].astype(np.float32)   # from +0, as PyTorch: a sum of -0s is +0
             for i in range(1, x.shape[1]):
                 acc = acc + x[:, i].astype(np.float32)
             return acc.astype(np.float64)

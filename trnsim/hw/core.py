@@ -281,11 +281,25 @@ def _relax(sched: _Schedule) -> bool:
     return True
 
 
+def _check_intact(program: Program) -> None:
+    """Raise SimulationError unless ``program.instructions`` is exactly what ``Program.add``
+    accepted, in order: the schedule runs on what was checked and timed then."""
+    insts = program.instructions
+    if len(insts) != len(program.timing.kinds):
+        raise SimulationError(f"program {program.name!r} lists {len(insts)} instructions but {len(program.timing.kinds)} "
+                              "were added; append instructions with Program.add, never to Program.instructions")
+    for i, inst in enumerate(insts):
+        if inst.index != i or inst.owner is None:
+            raise SimulationError(f"instruction {i} of program {program.name!r} ({inst.opcode}, added as {inst.index}) "
+                                  "was put into Program.instructions directly; append instructions with Program.add")
+
+
 def run_timing(program: Program) -> RunResult:
     """Time ``program`` on its chip without computing any data."""
     import simpy
 
     static = program.timing
+    _check_intact(program)
     env = simpy.Environment()
     sched = _Schedule(env, program, static)
     by_group: dict[str, list[int]] = {}
@@ -316,8 +330,9 @@ def simulate(program: Program, inputs: Mapping[str, Any] | None = None, *, fidel
     ``fidelity="timing"`` times the program and computes no data;
     ``"instruction"`` also executes every instruction on simulated SBUF, PSUM and
     HBM (``inputs`` maps input tensor names to numpy arrays) and fills
-    ``result.outputs`` with the output tensors. ``trace`` is a path: the Chrome
-    trace-event JSON of the run is written there.
+    ``result.outputs`` with the output tensors; output elements nothing wrote read
+    as NaN (0 for integer dtypes) and raise an UnwrittenOutputWarning. ``trace`` is
+    a path: the Chrome trace-event JSON of the run is written there.
     """
     if fidelity not in FIDELITIES:
         raise ProgramError(f"fidelity {fidelity!r} is not one of: {', '.join(FIDELITIES)}")
@@ -338,6 +353,7 @@ def simulate(program: Program, inputs: Mapping[str, Any] | None = None, *, fidel
         machine.run()
         result.fidelity = "instruction"
         result.outputs = {t.name: machine.result(t) for t in program.outputs}
+        machine.warn_unwritten()
     if trace is not None:
         from trnsim.trace import write_trace
 

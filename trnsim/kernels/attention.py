@@ -29,6 +29,7 @@ import math
 import trnsim.nki as nki
 import trnsim.nki.isa as nisa
 import trnsim.nki.language as nl
+from trnsim.kernels.preconditions import require, require_multiple
 
 TILE_Q = 128          # queries per tile: one per partition
 TILE_K = 128          # keys per P @ V block: the contraction runs over partitions
@@ -69,10 +70,15 @@ def flash_attention_fwd(q, k, v, causal=False, key_tile=None):
     keys = k.shape[0]
     if key_tile is None:
         key_tile = KEY_TILES[-1] if keys % KEY_TILES[-1] == 0 else KEY_TILES[0]
-    if key_tile not in KEY_TILES or keys % key_tile:
-        raise nki.KernelError(f"key_tile={key_tile} must be 128 or 512 and divide the number of keys, {keys}")
-    if seqlen % TILE_Q or d > nl.tile_size.pmax:
-        raise nki.KernelError(f"q is [{seqlen}, {d}]: seqlen must be a multiple of {TILE_Q} and d at most {nl.tile_size.pmax}")
+    require_multiple("flash_attention_fwd", "the number of keys", keys, TILE_K,
+                     "pad k and v with keys whose scores are masked out")
+    require(key_tile in KEY_TILES and keys % key_tile == 0, "flash_attention_fwd",
+            f"needs key_tile 128 or 512 dividing the number of keys, got key_tile = {key_tile} for {keys} keys; "
+            "leave key_tile unset to pick one")
+    require_multiple("flash_attention_fwd", "seqlen", seqlen, TILE_Q,
+                     "pad q [seqlen, d] with rows and drop their outputs")
+    require(d <= nl.tile_size.pmax, "flash_attention_fwd",
+            f"needs a head dimension d of at most {nl.tile_size.pmax}, got q [{seqlen}, {d}]; split the head")
     _check_keys_and_values(k, v, keys, d)
     dtype = q.dtype
     scale = 1.0 / math.sqrt(d)

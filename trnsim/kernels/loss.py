@@ -170,9 +170,9 @@ def nll_loss_backward_kernel(grad, log_probs, target, weight=None, reduction="me
     """
     n, c = log_probs.shape
     values = _check(n, c, target, target_values, reduction, ignore_index, "nll_loss_backward_kernel")
-    if reduction == "mean" and total_weight is None:
-        raise nki.KernelError("nll_loss_backward_kernel: reduction 'mean' divides by total_weight; pass the "
-                              "forward's total_weight")
+    if reduction == "mean" and (total_weight is None or not hasattr(total_weight, "reshape")):
+        raise nki.KernelError(f"nll_loss_backward_kernel: reduction 'mean' divides by total_weight, got {total_weight!r}; "
+                              "pass the forward's total_weight (an array of one element)")
     f32 = nl.float32
     out = nl.ndarray((n, c), log_probs.dtype, buffer=nl.shared_hbm)
     views = flat_views(out, FREE_MAX)

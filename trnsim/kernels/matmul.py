@@ -3,7 +3,8 @@
 Both compute ``result[M, N] = lhsT.T @ rhs`` with ``lhsT`` [K, M] and ``rhs`` [K, N]
 in HBM (contraction dimension first, on partitions; any chip float dtype),
 accumulating in fp32 PSUM and storing an fp32 ``result`` in HBM. M and K are
-multiples of 128, N of 512.
+multiples of 128, N of 512 (for ``matmul_optimized``, M, N and K also multiples of
+its block sizes); other shapes raise KernelError (``matmul_general`` takes any).
 
 - ``matmul_basic``: one [128, 512] output tile at a time; every K step loads a
   [128, 128] stationary and a [128, 512] moving tile. The small loads (256-byte
@@ -16,6 +17,7 @@ multiples of 128, N of 512.
 
 import trnsim.nki as nki
 import trnsim.nki.language as nl
+from trnsim.kernels.preconditions import require, require_multiple
 
 TILE_K = 128   # nl.tile_size.pmax
 TILE_M = 128   # nl.tile_size.gemm_stationary_fmax
@@ -26,6 +28,7 @@ TILE_N = 512   # nl.tile_size.gemm_moving_fmax
 def matmul_basic(lhsT, rhs):
     K, M = lhsT.shape
     _, N = rhs.shape
+    _check("matmul_basic", lhsT, rhs, TILE_M, TILE_N, TILE_K)
     result = nl.ndarray((M, N), nl.float32, buffer=nl.shared_hbm)
     for m in nl.affine_range(M // TILE_M):
         for n in nl.affine_range(N // TILE_N):
@@ -47,6 +50,7 @@ def matmul_optimized(lhsT, rhs, tiles_in_block_m=16, tiles_in_block_n=2, tiles_i
     bn = min(tiles_in_block_n, N // TILE_N)
     bk = min(tiles_in_block_k, K // TILE_K)
     block_m, block_n, block_k = TILE_M * bm, TILE_N * bn, TILE_K * bk
+    _check("matmul_optimized", lhsT, rhs, max(block_m, TILE_M), max(block_n, TILE_N), max(block_k, TILE_K))
     result = nl.ndarray((M, N), nl.float32, buffer=nl.shared_hbm)
     for n2 in nl.affine_range(N // block_n):
         for m2 in nl.affine_range(M // block_m):
@@ -71,3 +75,16 @@ def matmul_optimized(lhsT, rhs, tiles_in_block_m=16, tiles_in_block_n=2, tiles_i
                 rows = slice(m2 * block_m + m * TILE_M, m2 * block_m + (m + 1) * TILE_M)
                 nl.store(result[rows, n2 * block_n:(n2 + 1) * block_n], value=acc[m])
     return result
+
+
+def _check(kernel, lhsT, rhs, multiple_m, multiple_n, multiple_k):
+    """Refuse shapes the tile loops do not cover: they would leave rows of the result
+    unwritten or drop a partial K tile from the sums."""
+    require(len(lhsT.shape) == 2 and len(rhs.shape) == 2 and lhsT.shape[0] == rhs.shape[0], kernel,
+            f"needs lhsT [K, M] and rhs [K, N] with one K, got {list(lhsT.shape)} and {list(rhs.shape)}")
+    K, M = lhsT.shape
+    N = rhs.shape[1]
+    fix = "pad it or use matmul_general, which takes any shape"
+    require_multiple(kernel, "M", M, multiple_m, fix)
+    require_multiple(kernel, "N", N, multiple_n, fix)
+    require_multiple(kernel, "K", K, multiple_k, fix)

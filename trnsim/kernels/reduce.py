@@ -139,9 +139,9 @@ def log_softmax_kernel(x):
     there when the row tile takes at most 64 KiB per partition, else loaded again
     for the result). Per block: the negated max (vector), ``exp(x - block max)``
     with its row sum (scalar engine, into an fp32 scratch tile). The block figures
-    [P, blocks] are combined into ``-max - log(sum)`` [P, 1] (fp32), which is added
-    to every block (alternately on the vector and scalar engines) before the store.
-    PSUM is not used.
+    [P, blocks] are combined into ``-max`` and ``log(sum)`` [P, 1] (fp32); one
+    ``tensor_scalar`` per block computes ``(x - max) - log(sum)`` (alternately on the
+    vector and scalar engines) before the store. PSUM is not used.
     """
     d = x.shape[-1]
     x2 = _rows(x)
@@ -171,13 +171,13 @@ def log_softmax_kernel(x):
             rescale = nisa.activation(op=nl.exp, data=neg_max, scale=-1.0, bias=row_neg_max, dtype=nl.float32)
             total = nisa.tensor_reduce(op=nl.add, data=nisa.tensor_tensor(rescale, sums, op=nl.multiply), axis=1,
                                        dtype=nl.float32)
-        shift = nisa.tensor_tensor(row_neg_max, nl.log(total), op=nl.subtract)
+        log_total = nl.log(total)
         for i, c0 in enumerate(starts):
             cols = slice(c0, min(c0 + FREE_MAX, d))
             block = kept[i] if keep else nl.load(src[:, cols])
-            if i % 2:
-                res = nisa.activation(op="identity", data=block, bias=shift, dtype=x.dtype)
-            else:
-                res = nisa.tensor_scalar(block, op0=nl.add, operand0=shift, dtype=x.dtype)
+            # (x - max) - log(sum), as PyTorch: one shift -max - log(sum) would lose log(sum)
+            # to rounding next to a large max
+            res = nisa.tensor_scalar(block, op0=nl.add, operand0=row_neg_max, op1=nl.subtract, operand1=log_total,
+                                     dtype=x.dtype, engine=nisa.scalar_engine if i % 2 else None)
             nl.store(out2[r0:r0 + p, cols], value=res)
     return out

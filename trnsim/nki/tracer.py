@@ -32,7 +32,7 @@ def _queue_split(chip: Any) -> tuple[tuple[int, ...], tuple[int, ...]]:
     return tuple(range(loads)), tuple(range(loads, n))
 
 
-class KernelError(TrnSimError, ValueError):
+class KernelError(ProgramError):
     """A kernel breaks a hardware or language rule; the message names its source line."""
 
 

@@ -14,6 +14,8 @@ installed) adds the ``nki`` marker (``@pytest.mark.nki(chip="trn1")``), the
 
 from __future__ import annotations
 
+import math
+import numbers
 from typing import Any, Callable
 
 import numpy as np
@@ -55,23 +57,49 @@ def assert_allclose(actual: Any, expected: Any, dtype: Any = "float32", rtol: fl
                     atol: float | None = None, what: str = "result") -> None:
     """Raise AssertionError unless ``actual`` is within the ``dtype`` tolerance of ``expected``.
 
-    The absolute tolerance scales with the reference's largest magnitude, so sums of many
-    rounded terms are judged against the size of what they sum to."""
-    actual = np.asarray(actual, dtype=np.float64)
-    expected = np.asarray(expected, dtype=np.float64)
+    Shapes must be equal. NaNs must sit where the reference has NaNs, and infinities
+    where it has infinities of the same sign. Finite elements compare within ``rtol``
+    relative and ``atol`` absolute; the default absolute tolerance scales with the
+    reference's largest finite magnitude, so sums of many rounded terms are judged
+    against the size of what they sum to. Integer dtypes (tolerance 0) compare exactly.
+    """
+    actual, expected = _values(actual, what), _values(expected, "the reference")
     if actual.shape != expected.shape:
         raise AssertionError(f"{what} has shape {list(actual.shape)}, the reference {list(expected.shape)}")
     d_rtol, d_atol = tolerance(dtype)
-    rtol = d_rtol if rtol is None else rtol
-    scale = float(np.max(np.abs(expected))) if expected.size else 0.0
-    atol = d_atol * max(scale, 1e-30) if atol is None else atol
-    bad = ~np.isclose(actual, expected, rtol=rtol, atol=atol, equal_nan=True)
+    rtol = d_rtol if rtol is None else _limit(rtol, "rtol")
+    finite = np.isfinite(expected)
+    scale = float(np.max(np.abs(expected[finite]))) if finite.any() else 0.0
+    atol = d_atol * max(scale, 1e-30) if atol is None else _limit(atol, "atol")
+    both = finite & np.isfinite(actual)
+    bad = ~both & ~((actual == expected) | (np.isnan(actual) & np.isnan(expected)))
+    with np.errstate(over="ignore", invalid="ignore"):
+        diff = np.abs(actual - expected, where=both, out=np.zeros(actual.shape))
+        bad |= both & (diff > atol + rtol * np.abs(expected))
     if bad.any():
         idx = tuple(int(i) for i in np.argwhere(bad)[0])
         raise AssertionError(
             f"{what} differs from the reference at {int(bad.sum())} of {bad.size} elements (tolerance for "
             f"{_name(dtype)}: rtol={rtol:g}, atol={atol:g}); first at {list(idx)}: {actual[idx]!r} vs {expected[idx]!r}, "
-            f"largest difference {float(np.nanmax(np.abs(actual - expected))):g}")
+            f"largest finite difference {float(np.max(diff, initial=0.0)):g}")
+
+
+def _values(x: Any, what: str) -> np.ndarray:
+    """``x`` as a float64 array (integers that float64 cannot hold exactly stay int64)."""
+    if x is None:
+        raise AssertionError(f"{what} is None, not an array; return the output tensor")
+    arr = np.asarray(x)
+    if arr.dtype.kind not in "biuf":
+        raise AssertionError(f"{what} holds {arr.dtype} values, not numbers")
+    if arr.dtype.kind in "iu" and arr.size and int(np.max(np.abs(arr.astype(np.int64)))) > 2**53:
+        return arr.astype(np.int64)
+    return arr.astype(np.float64)
+
+
+def _limit(value: float, name: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, numbers.Real) or not math.isfinite(value) or value < 0:
+        raise ValueError(f"{name}={value!r} is not a finite number >= 0; pass a tolerance such as {name}=1e-5")
+    return float(value)
 
 
 def assert_kernel_matches(kernel: Callable, reference: Callable, *args: Any, dtype: Any = None, chip: Any = None,
@@ -84,9 +112,13 @@ def assert_kernel_matches(kernel: Callable, reference: Callable, *args: Any, dty
     out = simulate(kernel, chip=chip)(*args, **kwargs)
     ref = reference(*(_float64(a) for a in args), **kwargs)
     dtype = dtype if dtype is not None else _coarsest(args)
-    outs, refs = (out, ref) if isinstance(out, (tuple, list)) else ((out,), (ref,))
+    outs = tuple(out) if isinstance(out, (tuple, list)) else () if out is None else (out,)
+    refs = tuple(ref) if isinstance(ref, (tuple, list)) else () if ref is None else (ref,)
     if len(outs) != len(refs):
         raise AssertionError(f"the kernel returned {len(outs)} outputs, the reference {len(refs)}")
+    if not any(np.size(r) for r in refs):
+        raise AssertionError(f"the reference returned no values to compare ({len(refs)} outputs, all empty); "
+                             "a check of nothing cannot fail, so return the reference's result")
     for i, (o, r) in enumerate(zip(outs, refs)):
         assert_allclose(o, r, dtype, rtol, atol, what=f"output {i}" if len(outs) > 1 else "output")
     return out
@@ -111,7 +143,12 @@ def assert_latency(kernel: Callable, *args: Any, max_ns: float, chip: Any = None
     so budgets can be tight)."""
     from trnsim.nki import benchmark
 
+    if isinstance(max_ns, bool) or not isinstance(max_ns, numbers.Real) or not 0 < max_ns < math.inf:
+        raise ValueError(f"max_ns={max_ns!r} is not a positive finite budget in nanoseconds; pass e.g. max_ns=30_000")
     result = benchmark(kernel, chip=chip, numerics=numerics)(*args, **kwargs)
+    if result.instructions == 0:
+        raise AssertionError(f"{getattr(kernel, '__name__', kernel)} traced no instructions, so its latency of 0 ns "
+                             "proves nothing; check that the kernel loads, computes and stores")
     if result.latency_ns > max_ns:
         raise AssertionError(f"{getattr(kernel, '__name__', kernel)} takes {result.latency_ns:,.1f} ns of simulated time, "
                              f"over its budget of {max_ns:,.1f} ns\n{result.summary()}")
