@@ -10,6 +10,7 @@ joins, so simulating a Program only schedules it.
 from __future__ import annotations
 
 import math
+import operator
 from typing import Callable, Iterator, Sequence
 
 from trnsim.dtypes import as_dtype, float32
@@ -370,7 +371,10 @@ def _extent(v: View) -> int:
 
 def _check_shape(shape: Sequence[int], where: str) -> tuple[int, ...]:
     try:
-        shape = tuple(int(s) for s in shape)
+        # operator.index refuses 1.5 (int() would truncate it to 1); a bool is no size either
+        if isinstance(shape, (str, bytes)) or any(isinstance(s, bool) for s in shape):
+            raise TypeError
+        shape = tuple(operator.index(s) for s in shape)
     except TypeError:
         raise ProgramError(f"{where} tensor shape {shape!r} must be a sequence of integers") from None
     if not shape or any(s <= 0 for s in shape):

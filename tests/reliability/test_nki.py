@@ -353,3 +353,30 @@ def test_operands_of_an_added_instruction_cannot_change_under_it() -> None:
     clean_error(move_view, "views are values", types=ProgramError)
     clean_error(reshape_tensor, "cannot change its shape", types=ProgramError)
     assert view.offset == 0 and tensor.shape == (128, 4)
+
+
+# -- Program construction and simulate's arguments -------------------------------
+
+@pytest.mark.parametrize("shape", [[128, 1.5], [128, True], "128", [128, None]])
+def test_program_shapes_are_integers_not_truncated(shape: object) -> None:
+    clean_error(lambda: Program("trn1").hbm(shape, "bfloat16", "x"), "must be a sequence of integers",
+                types=ProgramError)
+
+
+def test_program_shapes_take_numpy_integers() -> None:
+    assert Program("trn1").hbm([np.int64(128), np.int32(4)], "bfloat16", "x").shape == (128, 4)
+
+
+@pytest.mark.parametrize("program, inputs, fragment", [
+    ("not a program", None, "takes a Program, not str"),
+    (None, None, "takes a Program, not NoneType"),
+])
+def test_simulate_refuses_what_is_not_a_program(program: object, inputs: object, fragment: str) -> None:
+    clean_error(lambda: simulate(program, inputs), fragment, types=ProgramError)
+
+
+def test_simulate_refuses_inputs_that_are_not_a_mapping() -> None:
+    p = Program("trn1")
+    p.hbm([128, 4], "float32", "x", kind="input")
+    clean_error(lambda: simulate(p, [np.ones((128, 4))], fidelity="instruction"), "must map input tensor names",
+                types=ProgramError)

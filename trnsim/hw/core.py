@@ -334,8 +334,13 @@ def simulate(program: Program, inputs: Mapping[str, Any] | None = None, *, fidel
     as NaN (0 for integer dtypes) and raise an UnwrittenOutputWarning. ``trace`` is
     a path: the Chrome trace-event JSON of the run is written there.
     """
+    if not isinstance(program, Program):
+        raise ProgramError(f"simulate takes a Program, not {type(program).__name__} {program!r:.60}; build one with "
+                           "trnsim.Program or trace a kernel with trnsim.nki.trace_program")
     if fidelity not in FIDELITIES:
         raise ProgramError(f"fidelity {fidelity!r} is not one of: {', '.join(FIDELITIES)}")
+    if inputs is not None and not isinstance(inputs, Mapping):
+        raise ProgramError(f"inputs must map input tensor names to arrays, not {type(inputs).__name__}")
     if inputs and fidelity == "timing":
         raise ProgramError("inputs were given but fidelity='timing' computes no data; pass fidelity='instruction'")
     result = run_timing(program)
