@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import torch
 
+from trnsim.backend import state
+
 _C_Generator = torch._C.Generator
 
 
@@ -91,6 +93,7 @@ class Generator(_C_Generator, metaclass=_GeneratorMeta):
     def __new__(cls, device="cpu"):
         d = torch.device(device) if not isinstance(device, torch.device) else device
         if d.type == "neuron":
+            state.check_device_index(d.index)
             return NeuronGenerator()
         return _C_Generator(device)
 
