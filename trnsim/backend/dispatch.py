@@ -498,13 +498,18 @@ def _set_storage(op, info: _OpInfo, args: tuple, kwargs: dict):
 
 def _grow_for_set(args: tuple, kwargs: dict) -> None:
     """``set_(storage, offset, size, stride)`` past the storage's end grows the storage
-    in place, as the CPU's does (HBM checked first)."""
+    in place, as the CPU's does (HBM checked first). Like the CPU's, it does not where
+    the tensor already has that size (and stride, if given): the CPU then raises its
+    out-of-bounds error."""
     t, src = args[0], args[1]
     rest = list(args[2:]) + [kwargs[k] for k in ("storage_offset", "size", "stride") if k in kwargs]
     if len(rest) < 2:
         return
-    offset, size = rest[0], rest[1]
-    stride = rest[2] if len(rest) > 2 and rest[2] else torch.empty(size, device="meta").stride()
+    offset, size = rest[0], list(rest[1])
+    given = list(rest[2]) if len(rest) > 2 and rest[2] else None
+    if list(t.shape) == size and (given is None or list(t.stride()) == given):
+        return
+    stride = given if given is not None else torch.empty(size, device="meta").stride()
     st = src.untyped_storage() if isinstance(src, torch.TypedStorage) else src
     if any(n == 0 for n in size) or offset < 0:
         return

@@ -37,7 +37,7 @@ class HbmBlock:
     kept). Dropping the block returns its bytes to the device's account.
     """
 
-    __slots__ = ("host", "nbytes", "aliases", "fixed", "unwritten", "__weakref__")
+    __slots__ = ("host", "nbytes", "aliases", "fixed", "unwritten", "shrunk", "__weakref__")
 
     def __init__(self, host: torch.UntypedStorage | None, nbytes: int) -> None:
         state.memory.allocate(nbytes)
@@ -50,6 +50,9 @@ class HbmBlock:
         self.fixed: torch.UntypedStorage | None = None
         # the byte nothing-written memory must read as, until it is filled in (see allocate)
         self.unwritten: int | None = None
+        # the storage was resized down, so tensors made before may reach past its end;
+        # only then are views checked against its size (see host_alias)
+        self.shrunk = False
 
     def fill_unwritten(self) -> None:
         """Give memory that nothing wrote its ``unwritten`` byte, before it is first read."""
@@ -179,13 +182,17 @@ def resize_in_place(st: torch.UntypedStorage, nbytes: int, fill: int | None = _U
     host = torch.empty(nbytes, dtype=torch.uint8).untyped_storage() if keep_data else None
     old_block.fill_unwritten()
     block = HbmBlock(host, nbytes)
+    block.shrunk = old_block.shrunk or nbytes < old
     keep = min(old, nbytes)
     if host is not None:
         new_bytes = torch.empty(0, dtype=torch.uint8).set_(host)
         if keep and old_block.host is not None:
             new_bytes[:keep].copy_(torch.empty(0, dtype=torch.uint8).set_(old_block.host)[:keep])
         if fill is not None and nbytes > keep:
-            new_bytes[keep:].fill_(fill)
+            if keep:
+                new_bytes[keep:].fill_(fill)
+            else:
+                block.unwritten = fill   # nothing kept: filled lazily, as allocate does
     _point(st, host.data_ptr() if host is not None else 0, nbytes)
     st._trnsim_block = block
 
@@ -273,7 +280,8 @@ def host_alias(t: torch.Tensor, fresh: bool = False, growable: bool = False, ove
         raise state.no_data_error()
     dtype, shape, stride, offset = t.dtype, t.shape, t.stride(), t.storage_offset()
     if fresh or t.is_conj() or t.is_neg():
-        check_in_bounds(t, block.nbytes)
+        if block.shrunk:
+            check_in_bounds(t, block.nbytes)
         if fresh and not growable:
             if block.fixed is None:
                 block.fixed = _construct(host.data_ptr(), _CPU_DEVICE, host.nbytes())
@@ -282,7 +290,8 @@ def host_alias(t: torch.Tensor, fresh: bool = False, growable: bool = False, ove
     key = (dtype, shape, stride, offset)
     alias = block.aliases.get(key)
     if alias is None:
-        check_in_bounds(t, block.nbytes)
+        if block.shrunk:
+            check_in_bounds(t, block.nbytes)
         alias = torch.empty(0, dtype=dtype).set_(host, offset, shape, stride)
         if len(block.aliases) >= _MAX_ALIASES:
             block.aliases.clear()
