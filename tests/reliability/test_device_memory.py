@@ -82,6 +82,22 @@ def test_resize_growth_keeps_one_storage_and_its_account():
     assert torch.neuron.memory_allocated() - before == 4000 - 16
 
 
+@pytest.mark.parametrize("mode", ["op", "timing"])
+def test_out_regrowth_keeps_the_offset_and_grows_the_storage_views_see(mode, fidelity):
+    fidelity(mode)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        for dev in ("cpu", N):
+            base = torch.zeros(4, device=dev)
+            y = base[2:]
+            torch.add(torch.ones(10, device=dev), 1, out=y)
+            geometry = (y.shape, y.storage_offset(), y.untyped_storage().nbytes(), base.untyped_storage().nbytes())
+            if dev == "cpu":
+                expected = geometry
+        assert geometry == expected
+        assert y.untyped_storage()._cdata == base.untyped_storage()._cdata
+
+
 # -- 2. a storage resized down under a tensor ----------------------------------
 
 @pytest.mark.parametrize("read", [lambda x: x.cpu(), lambda x: x + 1, lambda x: x.sum(), lambda x: x.fill_(2),
