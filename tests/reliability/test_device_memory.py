@@ -387,6 +387,7 @@ def test_ops_that_write_every_element_skip_the_fill(monkeypatch):
     torch.empty(10, device=N).uniform_()
     torch.add(a, 1, out=torch.empty(1000, device=N))
     torch.empty(10, device=N).copy_(torch.ones(10))
+    torch.empty(10, device=N).resize_(20).zero_()     # still nothing written when it grows
     assert filled == []
     torch.empty(10, device=N).add_(1)      # reads what nothing wrote: filled first
     assert filled == [40]

@@ -180,11 +180,13 @@ def resize_in_place(st: torch.UntypedStorage, nbytes: int, fill: int | None = _U
     # a freed storage keeps an empty host storage where it keeps data: a block with no host
     # means timing fidelity to the rest of the backend (Tensor.resize_ would then give it no data)
     host = torch.empty(nbytes, dtype=torch.uint8).untyped_storage() if keep_data else None
-    old_block.fill_unwritten()
     block = HbmBlock(host, nbytes)
     block.shrunk = old_block.shrunk or nbytes < old
     keep = min(old, nbytes)
-    if host is not None:
+    if old_block.unwritten is not None and (nbytes <= old or fill == old_block.unwritten):
+        block.unwritten = old_block.unwritten   # still nothing written: nothing to copy or fill
+    elif host is not None:
+        old_block.fill_unwritten()
         new_bytes = torch.empty(0, dtype=torch.uint8).set_(host)
         if keep and old_block.host is not None:
             new_bytes[:keep].copy_(torch.empty(0, dtype=torch.uint8).set_(old_block.host)[:keep])
