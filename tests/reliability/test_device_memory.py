@@ -320,6 +320,8 @@ GROWS = {
     "out= factory": lambda x, col, row, e: torch.ones(HUGE, out=x),
     "out= arange": lambda x, col, row, e: torch.arange(0, HUGE, out=x),
     "out= broadcast": lambda x, col, row, e: torch.add(col, row, out=x),
+    "out= values and indices": lambda x, col, row, e: torch.sort(
+        row.expand(2 ** 14, 2 ** 21), out=(x, torch.empty(0, dtype=torch.long, device=N))),
     "empty": lambda x, col, row, e: torch.empty(HUGE, device=N),
     "zeros": lambda x, col, row, e: torch.zeros(HUGE, device=N),
     "full": lambda x, col, row, e: torch.full((HUGE,), 1.0, device=N),

@@ -52,7 +52,7 @@ class _OpInfo:
     """What the fallback needs to know about one op overload, worked out once."""
 
     __slots__ = ("name", "kind", "mutable", "mutable_pos", "mutable_names", "has_device", "random", "special",
-                 "fresh_results", "overwrites")
+                 "fresh_results", "out_names", "overwrites")
 
     def __init__(self, op: torch._ops.OpOverload) -> None:
         schema = op._schema
@@ -68,10 +68,14 @@ class _OpInfo:
         # results with no alias annotation are new memory: no need to look for an input
         # storage they might share
         self.fresh_results = not op.is_view and all(r.alias_info is None for r in schema.returns)
+        # out= arguments: written keyword-only arguments (``out``, ``values``, ``indices``, ...),
+        # which kernels resize; in-place ones keep their size
+        self.out_names = frozenset(a.name for a in schema.arguments
+                                   if a.alias_info is not None and a.alias_info.is_write and a.kwarg_only)
         # it writes every element of its written arguments without reading them: out=
         # arguments, fills and random fills (memory nothing wrote then needs no NaN fill first)
         self.overwrites = bool(self.mutable) and (
-            all(n.startswith("out") for _, n in self.mutable) or schema.name in _OVERWRITING)
+            all(n in self.out_names for _, n in self.mutable) or schema.name in _OVERWRITING)
 
 
 _infos: dict[Any, _OpInfo] = {}
@@ -108,7 +112,7 @@ class _Host:
     Aten schemas nest at most one level (``Tensor[]``, ``Tensor?[]``), so no pytree.
     """
 
-    __slots__ = ("args", "kwargs", "flat", "back", "seen", "cpu_dense", "written", "growable", "_owners")
+    __slots__ = ("args", "kwargs", "flat", "back", "seen", "cpu_dense", "written", "_owners")
 
     def __init__(self, info: _OpInfo, args: tuple, kwargs: dict, growable: bool = False) -> None:
         self.flat: list = []
@@ -116,15 +120,15 @@ class _Host:
         self._owners: dict[int, Any] | None = None
         self.seen = None
         self.cpu_dense = None
-        self.growable = growable
         # one fresh alias per written neuron tensor, also where it is read (``add(x, y, out=x)``):
         # the CPU kernel must see one tensor, as it would on the CPU, not a reader beside a writer
         self.written: dict[int, torch.Tensor] = {}
         for i, name in info.mutable:
             x = args[i] if i < len(args) else kwargs.get(name)
+            may_grow = growable or name not in info.out_names
             for t in (x if isinstance(x, (list, tuple)) else (x,)):
                 if isinstance(t, torch.Tensor) and t.device.type == "neuron" and id(t) not in self.written:
-                    self.written[id(t)] = storage.host_alias(t, fresh=True, growable=growable,
+                    self.written[id(t)] = storage.host_alias(t, fresh=True, growable=may_grow,
                                                              overwrite=_overwrites(info, t, args, kwargs))
         mpos = info.mutable_pos
         self.args = [self._leaf(x, i in mpos, info) for i, x in enumerate(args)]
@@ -164,7 +168,7 @@ class _Host:
             self.seen = x
             a = self.written.get(id(x)) if self.written else None
             if a is None:
-                a = storage.host_alias(x, fresh=mutable, growable=mutable and self.growable)
+                a = storage.host_alias(x, fresh=mutable)
             self.back[id(a)] = (x, a)
             return a
         if x.device.type == "meta":

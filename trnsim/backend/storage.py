@@ -256,8 +256,9 @@ def host_alias(t: torch.Tensor, fresh: bool = False, growable: bool = False, ove
     arguments a kernel may re-point or reshape (``out=`` and in-place arguments). A
     fresh alias sits on a storage the kernel cannot resize, so an ``out=`` argument that
     must grow makes the kernel fail before it allocates host memory (the caller grows it
-    through :func:`resize_in_place`, which checks HBM first); ``growable=True`` lets the
-    kernel resize the host memory itself (then see :func:`follow_host`).
+    through :func:`resize_in_place`, which checks HBM first); ``growable=True`` gives it
+    the host storage itself, for arguments no kernel resizes (in-place ones) and for a
+    kernel that must resize the host memory itself (then see :func:`follow_host`).
 
     A tensor whose storage is smaller than its view (the storage was resized down under
     it, ``untyped_storage().resize_(0)``) raises the RuntimeError the CPU's views raise.
