@@ -59,7 +59,7 @@ def test_device_module_mirrors_torch_cuda():
     n.set_device(0)
     with n.device(0):
         pass
-    with pytest.raises(ValueError, match="neuron device index 1 does not exist"):
+    with pytest.raises(RuntimeError, match="invalid neuron device index 1"):
         n.set_device(1)
     assert n.is_bf16_supported() and torch.bfloat16 in n.get_amp_supported_dtype()
     assert n.chip().name == "trn2"

@@ -41,7 +41,7 @@ def _is_in_bad_fork() -> bool:
 
 def device_count() -> int:
     """Number of ``neuron`` devices this process drives: 1 (one logical NeuronCore)."""
-    return 1
+    return state.DEVICE_COUNT
 
 
 def current_device() -> int:
@@ -49,19 +49,14 @@ def current_device() -> int:
 
 
 def _index(dev: Any) -> int:
-    if dev is None:
-        return 0
-    if isinstance(dev, int):
-        idx = dev
-    else:
-        d = torch.device(dev)
-        if d.type != "neuron":
-            raise ValueError(f"expected a neuron device, got {d}")
-        idx = 0 if d.index is None else d.index
-    if idx != 0:
-        raise ValueError(f"neuron device index {idx} does not exist: this process drives one NeuronCore "
-                         "(neuron:0); use torch.distributed (torchrun) for more")
-    return idx
+    """The device index that ``dev`` (None, an int, a string or a torch.device) names,
+    refused unless it is a device of this process (:func:`state.check_device_index`)."""
+    if dev is None or isinstance(dev, int):
+        return state.check_device_index(dev)
+    d = torch.device(dev)
+    if d.type != "neuron":
+        raise ValueError(f"expected a neuron device, got {d}; use torch.neuron for neuron devices only")
+    return state.check_device_index(d.index)
 
 
 def set_device(dev: Any) -> None:

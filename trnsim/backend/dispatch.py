@@ -18,6 +18,7 @@ in ``_SPECIAL``.
 from __future__ import annotations
 
 import threading
+import warnings
 from typing import Any, Callable
 
 import torch
@@ -42,11 +43,17 @@ _MIXED_OK = {"aten::index.Tensor", "aten::index_put_", "aten::index_put", "aten:
              "aten::_copy_from.out", "aten::_copy_from_and_resize.out"}
 
 
+# In-place ops that write every element of ``self`` without reading it.
+_OVERWRITING = frozenset(f"aten::{n}" for n in (
+    "fill_", "zero_", "uniform_", "normal_", "random_", "bernoulli_", "exponential_", "geometric_",
+    "log_normal_", "cauchy_"))
+
+
 class _OpInfo:
     """What the fallback needs to know about one op overload, worked out once."""
 
     __slots__ = ("name", "kind", "mutable", "mutable_pos", "mutable_names", "has_device", "random", "generator",
-                 "special", "fresh_results")
+                 "special", "fresh_results", "out_names", "overwrites")
 
     def __init__(self, op: torch._ops.OpOverload) -> None:
         schema = op._schema
@@ -65,6 +72,14 @@ class _OpInfo:
         # results with no alias annotation are new memory: no need to look for an input
         # storage they might share
         self.fresh_results = not op.is_view and all(r.alias_info is None for r in schema.returns)
+        # out= arguments: written keyword-only arguments (``out``, ``values``, ``indices``, ...),
+        # which kernels resize; in-place ones keep their size
+        self.out_names = frozenset(a.name for a in schema.arguments
+                                   if a.alias_info is not None and a.alias_info.is_write and a.kwarg_only)
+        # it writes every element of its written arguments without reading them: out=
+        # arguments, fills and random fills (memory nothing wrote then needs no NaN fill first)
+        self.overwrites = bool(self.mutable) and (
+            all(n in self.out_names for _, n in self.mutable) or schema.name in _OVERWRITING)
 
 
 _infos: dict[Any, _OpInfo] = {}
@@ -101,14 +116,15 @@ class _Host:
     Aten schemas nest at most one level (``Tensor[]``, ``Tensor?[]``), so no pytree.
     """
 
-    __slots__ = ("args", "kwargs", "flat", "back", "seen", "cpu_dense", "written", "_owners")
+    __slots__ = ("args", "kwargs", "flat", "back", "seen", "cpu_dense", "written", "growable", "_owners")
 
-    def __init__(self, info: _OpInfo, args: tuple, kwargs: dict) -> None:
+    def __init__(self, info: _OpInfo, args: tuple, kwargs: dict, growable: bool = False) -> None:
         self.flat: list = []
         self.back: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
         self._owners: dict[int, Any] | None = None
         self.seen = None
         self.cpu_dense = None
+        self.growable = growable
         # one fresh alias per written neuron tensor, also where it is read (``add(x, y, out=x)``):
         # the CPU kernel must see one tensor, as it would on the CPU, not a reader beside a writer
         self.written: dict[int, torch.Tensor] = {}
@@ -116,7 +132,8 @@ class _Host:
             x = args[i] if i < len(args) else kwargs.get(name)
             for t in (x if isinstance(x, (list, tuple)) else (x,)):
                 if isinstance(t, torch.Tensor) and t.device.type == "neuron" and id(t) not in self.written:
-                    self.written[id(t)] = storage.host_alias(t, fresh=True)
+                    self.written[id(t)] = storage.host_alias(t, fresh=True, growable=growable,
+                                                             overwrite=_overwrites(info, t, args, kwargs))
         mpos = info.mutable_pos
         self.args = [self._leaf(x, i in mpos, info) for i, x in enumerate(args)]
         if kwargs:
@@ -155,7 +172,7 @@ class _Host:
             self.seen = x
             a = self.written.get(id(x)) if self.written else None
             if a is None:
-                a = storage.host_alias(x, fresh=mutable)
+                a = storage.host_alias(x, fresh=mutable, growable=self.growable)
             self.back[id(a)] = (x, a)
             return a
         if x.device.type == "meta":
@@ -174,15 +191,37 @@ class _Host:
         return self._owners
 
 
-def _compute(op, info: _OpInfo, args: tuple, kwargs: dict, host_op=None):
-    """Run ``op`` (or ``host_op``, the CPU op that does its work) on host aliases."""
+def _overwrites(info: _OpInfo, t: torch.Tensor, args: tuple, kwargs: dict) -> bool:
+    """Whether ``op`` writes all of ``t`` without reading it: it is an overwriting op and
+    no argument it reads shares ``t``'s storage (``add(x, 1, out=x)`` reads ``x``).
+    Asked only of memory nothing wrote yet."""
+    if not info.overwrites or storage.block_of(t).unwritten is None:
+        return False
+    ptr = t.untyped_storage().data_ptr()
+    read = [a for i, a in enumerate(args) if i not in info.mutable_pos]
+    read += [v for k, v in kwargs.items() if k not in info.mutable_names]
+    for x in read:
+        for y in (x if isinstance(x, (list, tuple)) else (x,)):
+            if _is_neuron(y) and y.untyped_storage().data_ptr() == ptr:
+                return False
+    return True
+
+
+def _compute(op, info: _OpInfo, args: tuple, kwargs: dict, host_op=None, growable: bool = False):
+    """Run ``op`` (or ``host_op``, the CPU op that does its work) on host aliases.
+
+    Written arguments get aliases whose host storage the kernel cannot resize, so an
+    ``out=`` argument that is too small makes the kernel fail before it allocates; it is
+    then grown in place with HBM checked first (:func:`_grow_outputs`) and the op runs
+    again. ``growable`` (where the op's meta kernel cannot say the sizes) lets the kernel
+    resize the host memory itself, accounted after (:func:`storage.follow_host`)."""
     to_device = info.has_device and _wants_neuron(kwargs)
     if state.fidelity() == "timing":
         from trnsim.backend import nodata
 
         flat, spec = tree_flatten((args, kwargs))
         return nodata.run(op, info, flat, spec, to_device)
-    host = _Host(info, args, kwargs)
+    host = _Host(info, args, kwargs, growable)
     h_args, h_kwargs = host.args, host.kwargs
     if state.fidelity() == "instruction" and host.seen is not None:
         from trnsim.backend import instruction
@@ -199,6 +238,8 @@ def _compute(op, info: _OpInfo, args: tuple, kwargs: dict, host_op=None):
     try:
         result = _call(run, h_args, h_kwargs, draws)
     except Exception as e:
+        if info.mutable and not growable and _NOT_RESIZABLE in str(e):
+            return _compute(op, info, args, kwargs, host_op, growable=not _grow_outputs(op, info, args, kwargs))
         h_args, h_kwargs, result = _retry_with_wrapped_numbers(e, op, run, info, h_args, h_kwargs, draws)
     sync_mutated_args(info, args, kwargs, h_args, h_kwargs)
     if host.seen is None and not to_device and not (info.has_device and kwargs.get("device") is None):
@@ -223,11 +264,60 @@ def _with_device_generator(slot: tuple[int, str], h_args: list, h_kwargs: dict) 
     return h_args, h_kwargs
 
 
+_NOT_RESIZABLE = "Trying to resize storage that is not resizable"
+
+
+def _grow_outputs(op, info: _OpInfo, args: tuple, kwargs: dict) -> bool:
+    """Grow the storage of each written argument of ``op`` to what the op will resize it
+    to, found by running the op on meta tensors; HBM is checked before host memory is
+    touched (:func:`storage.resize_in_place`). False if the meta kernel cannot say."""
+    def meta(x: Any) -> Any:
+        if isinstance(x, torch.Tensor) and x.layout is _STRIDED:
+            return torch.empty_strided(x.shape, x.stride(), dtype=x.dtype, device="meta")
+        return x
+
+    m_args = [_map_leaves(meta, a) for a in args]
+    m_kwargs = {k: _map_leaves(meta, v) for k, v in kwargs.items()}
+    try:
+        with warnings.catch_warnings():   # the CPU kernel gives the user its own warnings
+            warnings.simplefilter("ignore")
+            op(*m_args, **m_kwargs)
+    except Exception:   # noqa: BLE001 - no meta kernel (or it disagrees): the kernel resizes the host itself
+        return False
+    grew = False
+    for i, name in info.mutable:
+        pairs = (args[i], m_args[i]) if i < len(args) else (kwargs.get(name), m_kwargs.get(name))
+        for t, m in zip(*(p if isinstance(p, (list, tuple)) else (p,) for p in pairs)):
+            if not (_is_neuron(t) and isinstance(m, torch.Tensor)) or m.numel() == 0:
+                continue
+            need = t.storage_offset() * t.element_size() + _storage_bytes(m.shape, m.stride(), m.dtype)
+            st = t.untyped_storage()
+            if need > st.nbytes():
+                storage.resize_in_place(st, need, None)   # the kernel writes every element
+                grew = True
+    return grew
+
+
+def _map_leaves(fn: Callable, x: Any) -> Any:
+    """``fn`` over ``x`` or the items of list or tuple ``x`` (aten nests one level)."""
+    if isinstance(x, (list, tuple)):
+        return type(x)(fn(y) for y in x)
+    return fn(x)
+
+
 def _wants_neuron(kwargs: dict) -> bool:
+    """Whether the op's ``device=`` argument is a neuron device; an index this process
+    does not have is refused here, the one place every ``device=`` passes."""
     d = kwargs.get("device")
     if d is None:
         return False
-    return (d.type if isinstance(d, torch.device) else str(d).split(":")[0]) == "neuron"
+    if not isinstance(d, torch.device):
+        d = torch.device(d)
+    if d.type != "neuron":
+        return False
+    if d.index:
+        state.check_device_index(d.index)
+    return True
 
 
 def _from_host(result: Any, host: _Host, fresh: bool, keep_cpu: bool) -> Any:
@@ -325,7 +415,8 @@ def _reraise(e: Exception, info: _OpInfo):
 # -- ops with their own handling ---------------------------------------------
 
 def _empty(op, info: _OpInfo, args: tuple, kwargs: dict):
-    """``empty.memory_format`` / ``empty_strided``: the one place memory is made from nothing."""
+    """``empty.memory_format`` / ``empty_strided``: the one place memory is made from nothing.
+    Floats and complex numbers nothing wrote read as NaN (see :func:`storage.unwritten_byte`)."""
     size = args[0]
     stride = args[1] if info.name == "aten::empty_strided" else None
     dtype = kwargs.get("dtype") or torch.get_default_dtype()
@@ -333,12 +424,8 @@ def _empty(op, info: _OpInfo, args: tuple, kwargs: dict):
         meta = torch.empty(size, dtype=dtype, device="meta", memory_format=kwargs.get("memory_format")
                            or torch.contiguous_format)
         size, stride = meta.shape, meta.stride()
-    nbytes = _storage_bytes(size, stride, dtype)
-    state.memory.check(nbytes)  # before touching host memory
-    if state.fidelity() == "timing":
-        st = storage.timing_storage(nbytes)
-    else:
-        st = storage.neuron_storage(torch.empty(nbytes, dtype=torch.uint8).untyped_storage())
+    _wants_neuron(kwargs)
+    st = storage.allocate(_storage_bytes(size, stride, dtype), storage.unwritten_byte(dtype))
     return storage.on_storage(st, dtype, size, stride, 0)
 
 
@@ -365,8 +452,10 @@ def _copy(op, info: _OpInfo, args: tuple, kwargs: dict):
 
         nodata.copy(dst, src)
     else:
-        h_dst = storage.host_alias(dst) if dst.device.type == "neuron" else dst
+        # the source first: it gets its fill before the destination, which may share its
+        # memory, is taken as overwritten
         h_src = storage.host_alias(src) if src.device.type == "neuron" else src
+        h_dst = storage.host_alias(dst, overwrite=True) if dst.device.type == "neuron" else dst
         h_dst.copy_(h_src)
     timeline.charge(op, info, (dst, src), {}, flat, dst)
     return dst
@@ -397,22 +486,22 @@ def _item(op, info: _OpInfo, args: tuple, kwargs: dict):
 
 
 def _resize(op, info: _OpInfo, args: tuple, kwargs: dict):
-    """``resize_``: grows into a new HBM allocation that keeps the old bytes."""
+    """``Tensor.resize_``, as the CPU does it: the new geometry comes from the same resize
+    on a meta tensor (so bad sizes get the CPU's errors); a storage too small for it grows
+    in place (:func:`storage.resize_in_place`, HBM checked first), so the base and every
+    view see the new memory, and its new bytes read as NaN for floats; a smaller size
+    leaves the storage as it is."""
     t, size = args[0], args[1]
     fmt = kwargs.get("memory_format") or (args[2] if len(args) > 2 else None)
-    meta = torch.empty(size, dtype=t.dtype, device="meta",
-                       memory_format=fmt if fmt is not None else torch.contiguous_format)
-    need = t.storage_offset() * t.element_size() + _storage_bytes(meta.shape, meta.stride(), t.dtype)
-    old = t.untyped_storage()
-    if need > old.nbytes():
-        if storage.block_of(t).host is None:
-            new = storage.timing_storage(need)
-        else:
-            host = torch.empty(need, dtype=torch.uint8)
-            host[:old.nbytes()] = torch.empty(0, dtype=torch.uint8).set_(storage.block_of(t).host)
-            new = storage.neuron_storage(host.untyped_storage())
-        storage.rebind(t, new, t.shape, t.stride(), t.storage_offset())
-    storage.rebind(t, t.untyped_storage(), meta.shape, meta.stride(), t.storage_offset())
+    meta = torch.empty_strided(t.shape, t.stride(), dtype=t.dtype, device="meta")
+    meta.resize_(size, memory_format=fmt)
+    offset = t.storage_offset()
+    st = t.untyped_storage()
+    if meta.numel():
+        need = offset * t.element_size() + _storage_bytes(meta.shape, meta.stride(), t.dtype)
+        if need > st.nbytes():
+            storage.resize_in_place(st, need, storage.unwritten_byte(t.dtype))
+    storage.rebind(t, st, meta.shape, meta.stride(), offset)
     return t
 
 
@@ -425,7 +514,31 @@ def _set_storage(op, info: _OpInfo, args: tuple, kwargs: dict):
     if isinstance(src, (torch.UntypedStorage, torch.TypedStorage)) and src.device.type == "cpu":
         raise RuntimeError(f"{info.name}: cannot set a neuron tensor onto a CPU storage; "
                            "move the data with .to('neuron') first")
+    if info.name == "aten::set_.source_Storage_storage_offset":
+        _grow_for_set(args, kwargs)
     return op.redispatch(_CPU_KS, *args, **kwargs)
+
+
+def _grow_for_set(args: tuple, kwargs: dict) -> None:
+    """``set_(storage, offset, size, stride)`` past the storage's end grows the storage
+    in place, as the CPU's does (HBM checked first). Like the CPU's, it does not where
+    the tensor already has that size (and stride, if given): the CPU then raises its
+    out-of-bounds error."""
+    t, src = args[0], args[1]
+    rest = list(args[2:]) + [kwargs[k] for k in ("storage_offset", "size", "stride") if k in kwargs]
+    if len(rest) < 2:
+        return
+    offset, size = rest[0], list(rest[1])
+    given = list(rest[2]) if len(rest) > 2 and rest[2] else None
+    if list(t.shape) == size and (given is None or list(t.stride()) == given):
+        return
+    stride = given if given is not None else torch.empty(size, device="meta").stride()
+    st = src.untyped_storage() if isinstance(src, torch.TypedStorage) else src
+    if any(n == 0 for n in size) or offset < 0:
+        return
+    need = offset * t.element_size() + _storage_bytes(size, stride, t.dtype)
+    if need > st.nbytes():
+        storage.resize_in_place(st, need, storage.unwritten_byte(t.dtype))
 
 
 def _no_time(op, info: _OpInfo, args: tuple, kwargs: dict):

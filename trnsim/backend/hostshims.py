@@ -24,6 +24,8 @@ import weakref
 
 import torch
 
+from trnsim.backend import state
+
 _pinned: dict[int, weakref.ref] = {}
 _ORIGINAL = torch._C.DispatchKeySet(torch._C.DispatchKey.CompositeExplicitAutograd)
 
@@ -32,7 +34,11 @@ def _for_neuron(device) -> bool:
     if device is None:
         acc = torch.accelerator.current_accelerator()
         return acc is not None and acc.type == "neuron"
-    return torch.device(device).type == "neuron"
+    d = torch.device(device)
+    if d.type != "neuron":
+        return False
+    state.check_device_index(d.index)
+    return True
 
 
 def _pinned_ptr(t: torch.Tensor) -> bool:
@@ -76,11 +82,16 @@ _storage_resize = torch.UntypedStorage.resize_
 
 def _new_storage(cls, *args, device=None, **kwargs):
     if device is not None and torch.device(device).type == "neuron":
-        if cls is not torch.UntypedStorage or kwargs or len(args) > 1 or (args and not isinstance(args[0], int)):
+        from trnsim.backend import storage
+
+        if args and isinstance(args[0], (float, complex, bool)):
+            raise RuntimeError(f"torch.UntypedStorage(): Expected a sequence type, but got "
+                               f"{type(args[0]).__name__} ({args[0]!r}); give the size as a whole number of bytes")
+        if cls is not torch.UntypedStorage or kwargs or len(args) > 1 or (args and not hasattr(args[0], "__index__")):
             raise TypeError(f"{cls.__name__}(*{args!r}, device={device!r}) is not supported on neuron; make a "
                             "neuron storage as torch.empty(nbytes, dtype=torch.uint8, device='neuron')"
                             ".untyped_storage()")
-        nbytes = args[0] if args else 0
+        nbytes = storage.storage_size(args[0]) if args else 0
         return torch.empty(nbytes, dtype=torch.uint8, device=device).untyped_storage()
     return _storage_new(cls, *args, device=device, **kwargs) if device is not None else \
         _storage_new(cls, *args, **kwargs)
@@ -90,7 +101,7 @@ def _resize_storage(self, size: int):
     if self.device.type == "neuron":
         from trnsim.backend import storage
 
-        storage.resize_in_place(self, int(size))
+        storage.resize_in_place(self, storage.storage_size(size))
         return self
     return _storage_resize(self, size)
 
@@ -101,7 +112,12 @@ def install_storage() -> None:
 
 
 def _tag(obj) -> str | None:
+    """``torch.save``'s location of a neuron storage, whose bytes it then reads directly
+    (so memory nothing wrote gets its fill first)."""
     if getattr(obj, "device", None) is not None and obj.device.type == "neuron":
+        block = getattr(obj, "_trnsim_block", None)
+        if block is not None:
+            block.fill_unwritten()
         return "neuron:0"
     return None
 

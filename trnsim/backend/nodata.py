@@ -82,11 +82,14 @@ def _sync(target: Any, m: Any) -> None:
     if not isinstance(target, torch.Tensor) or target.device.type != "neuron":
         return
     if m.shape != target.shape or m.stride() != target.stride():
-        need = _bytes(m)
+        # as the CPU resizes an out= argument: its own storage grows in place (every view
+        # sees it) and its offset stays
+        offset = target.storage_offset()
+        need = offset * target.element_size() + _bytes(m)
         st = target.untyped_storage()
-        if need > st.nbytes():
-            st = storage.timing_storage(need)
-        storage.rebind(target, st, m.shape, m.stride(), 0)
+        if m.numel() and need > st.nbytes():
+            storage.resize_in_place(st, need)
+        storage.rebind(target, st, m.shape, m.stride(), offset)
 
 
 def _bytes(m: torch.Tensor) -> int:

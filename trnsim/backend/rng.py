@@ -24,6 +24,8 @@ from typing import Any
 
 import torch
 
+from trnsim.backend import state
+
 _C_Generator = torch._C.Generator
 
 
@@ -203,6 +205,7 @@ class Generator(_C_Generator, metaclass=_GeneratorMeta):
     def __new__(cls, device="cpu"):
         d = torch.device(device) if not isinstance(device, torch.device) else device
         if d.type == "neuron":
+            state.check_device_index(d.index)
             return user_generator()
         return _C_Generator(device)
 

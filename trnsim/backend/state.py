@@ -8,7 +8,7 @@ from dataclasses import dataclass
 
 import torch
 
-from trnsim.errors import ConfigError
+from trnsim.errors import ConfigError, TrnSimError
 
 FIDELITIES = ("op", "instruction", "timing")
 
@@ -50,6 +50,19 @@ class MemoryAccount:
         self.allocated -= nbytes
         self.total_freed += nbytes
         self.frees += 1
+
+    def reallocate(self, old: int, new: int) -> None:
+        """One block going from ``old`` to ``new`` bytes in place (an ``out=`` argument a
+        kernel regrew): counted as CUDA counts a reallocation, one allocation of ``new``
+        and one free of ``old``, so the live count stays the number of live blocks."""
+        self.check(new - old)
+        self.allocated += new - old
+        self.total_allocated += new
+        self.total_freed += old
+        self.allocations += 1
+        self.frees += 1
+        if self.allocated > self.peak:
+            self.peak = self.allocated
 
 
 def _fmt(n: int) -> str:
@@ -131,6 +144,28 @@ def set_fidelity(value: str) -> None:
     if value not in FIDELITIES:
         raise ValueError(f"fidelity {value!r} is not one of {', '.join(FIDELITIES)}")
     _fidelity = value
+
+
+DEVICE_COUNT = 1   # one logical NeuronCore per process, as Neuron runs one process per core
+
+
+class InvalidDeviceError(TrnSimError, RuntimeError):
+    """A ``neuron`` device index outside ``range(torch.neuron.device_count())`` (CUDA's
+    "invalid device ordinal"; a RuntimeError, as CUDA's is)."""
+
+
+def check_device_index(index: int | None) -> int:
+    """``index`` (None means the current device, 0) if it names a device of this
+    process; otherwise raise :class:`InvalidDeviceError` naming the index and the fix."""
+    if index is None:
+        return 0
+    if isinstance(index, bool) or not isinstance(index, int) or not 0 <= index < DEVICE_COUNT:
+        raise InvalidDeviceError(
+            f"invalid neuron device index {index!r}: this process has {DEVICE_COUNT} neuron device "
+            f"(torch.neuron.device_count() == {DEVICE_COUNT}, so only neuron:0), as Neuron runs one process per "
+            "NeuronCore; for more cores start one process per core with torchrun (each process's LOCAL_RANK "
+            "says which core it is) and use device 'neuron' in each (docs/device.md)")
+    return index
 
 
 def no_data_error() -> RuntimeError:

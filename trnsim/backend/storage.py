@@ -8,6 +8,8 @@ in-place ops all share it, and the bytes are returned when the last user goes.
 
 from __future__ import annotations
 
+import operator
+
 import torch
 
 from trnsim.backend import state
@@ -18,6 +20,7 @@ _construct = torch._C._construct_storage_from_data_pointer
 _create_empty = torch._C._acc.create_empty_tensor
 
 
+_CPU_DEVICE = torch.device("cpu")
 _DEVICE: list[torch.device] = []
 
 
@@ -34,7 +37,7 @@ class HbmBlock:
     kept). Dropping the block returns its bytes to the device's account.
     """
 
-    __slots__ = ("host", "nbytes", "aliases", "__weakref__")
+    __slots__ = ("host", "nbytes", "aliases", "fixed", "unwritten", "shrunk", "__weakref__")
 
     def __init__(self, host: torch.UntypedStorage | None, nbytes: int) -> None:
         state.memory.allocate(nbytes)
@@ -43,20 +46,67 @@ class HbmBlock:
         # CPU tensors over ``host``, by (dtype, shape, stride, offset): made once, reused
         # by every op that reads that view (see host_alias)
         self.aliases: dict[tuple, torch.Tensor] = {}
+        # a CPU storage over ``host``'s memory that a kernel cannot resize (see host_alias)
+        self.fixed: torch.UntypedStorage | None = None
+        # the byte nothing-written memory must read as, until it is filled in (see allocate)
+        self.unwritten: int | None = None
+        # the storage was resized down, so tensors made before may reach past its end;
+        # only then are views checked against its size (see host_alias)
+        self.shrunk = False
+
+    def fill_unwritten(self) -> None:
+        """Give memory that nothing wrote its ``unwritten`` byte, before it is first read."""
+        if self.unwritten is not None:
+            if self.host is not None and self.nbytes:
+                torch.empty(0, dtype=torch.uint8).set_(self.host).fill_(self.unwritten)
+            self.unwritten = None
 
     def regrow(self, nbytes: int) -> None:
         """Account for ``host`` having been resized in place to ``nbytes``."""
-        if nbytes > self.nbytes:
-            state.memory.allocate(nbytes - self.nbytes)
-        elif nbytes < self.nbytes:
-            state.memory.free(self.nbytes - nbytes)
-        self.nbytes = nbytes
+        if nbytes != self.nbytes:
+            state.memory.reallocate(self.nbytes, nbytes)
+            self.nbytes = nbytes
 
     def __del__(self) -> None:
         try:
             state.memory.free(self.nbytes)
         except Exception:  # interpreter shutdown: the account is gone already
             pass
+
+
+# Memory nothing wrote holds all-ones bytes: a NaN in every float and complex dtype but
+# the "fnuz" float8s, whose one NaN is 0x80. Integers and bool are left as they come
+# (uninitialised, as on the CPU).
+_UNWRITTEN = 0xFF
+_UNWRITTEN_FNUZ = 0x80
+_FNUZ = {getattr(torch, n) for n in ("float8_e4m3fnuz", "float8_e5m2fnuz") if hasattr(torch, n)}
+
+
+def unwritten_byte(dtype: torch.dtype) -> int | None:
+    """The byte that fills memory nothing wrote, for tensors of ``dtype`` (so that
+    floats read as NaN, not as a plausible zero), or None to leave it as it comes."""
+    if dtype in _FNUZ:
+        return _UNWRITTEN_FNUZ
+    if dtype.is_floating_point or dtype.is_complex:
+        return _UNWRITTEN
+    return None
+
+
+def allocate(nbytes: int, fill: int | None = None) -> torch.UntypedStorage:
+    """A new neuron storage of ``nbytes`` that reads as bytes ``fill`` until written
+    (None: uninitialised).
+
+    HBM is checked first, so an allocation that does not fit raises
+    ``torch.OutOfMemoryError`` before any host memory is touched. Timing fidelity
+    keeps no host memory. The fill is lazy: an op that overwrites the whole storage
+    first (``zeros`` is ``empty`` and ``zero_``; an ``out=`` argument) skips it, and
+    anything else fills it in before it runs (see :func:`host_alias`)."""
+    state.memory.check(nbytes)
+    if state.fidelity() == "timing":
+        return timing_storage(nbytes)
+    st = neuron_storage(torch.empty(nbytes, dtype=torch.uint8).untyped_storage())
+    st._trnsim_block.unwritten = fill
+    return st
 
 
 def block_of(t: torch.Tensor) -> HbmBlock:
@@ -82,6 +132,7 @@ def follow_host(st: torch.UntypedStorage) -> None:
     host = block.host
     block.regrow(host.nbytes())
     block.aliases.clear()
+    block.fixed = None
     _point(st, host.data_ptr(), host.nbytes())
 
 
@@ -94,18 +145,32 @@ def _point(st: torch.UntypedStorage, ptr: int, nbytes: int) -> None:
         st._swap_data_ptr_(_construct(ptr, _device(), nbytes))
 
 
-def resize_in_place(st: torch.UntypedStorage, nbytes: int) -> None:
-    """``UntypedStorage.resize_`` for neuron storage ``st``: every tensor on it sees the new
-    size, the first bytes are kept, and the HBM account follows (FSDP2 frees unsharded
-    parameters with ``resize_(0)`` and brings them back with ``resize_(n)``).
+def storage_size(size: object) -> int:
+    """``size`` as a storage size in bytes, refused as the CPU refuses it: a float,
+    bool, tensor or string is a RuntimeError, as is a negative size."""
+    if isinstance(size, (bool, torch.Tensor)) or not hasattr(size, "__index__"):
+        raise RuntimeError(f"resize_ expects an int, but got {type(size).__name__} ({size!r}); pass a whole "
+                           "number of bytes")
+    n = operator.index(size)
+    if n < 0:
+        raise RuntimeError(f"resize_ expects a size of at least 0 bytes, but got {n}")
+    return n
+
+
+def resize_in_place(st: torch.UntypedStorage, nbytes: int, fill: int | None = _UNWRITTEN) -> None:
+    """Resize neuron storage ``st`` to ``nbytes`` in place, as the CPU resizes a storage:
+    the StorageImpl itself takes the new memory, so every tensor on it (the base and each
+    view) sees it, the first bytes are kept and the HBM account follows. Bytes past the
+    old end are ``fill`` (None: uninitialised). ``UntypedStorage.resize_`` (FSDP2 frees
+    unsharded parameters with ``resize_(0)`` and brings them back with ``resize_(n)``),
+    ``Tensor.resize_``, ``set_`` and ``out=`` arguments growing all come here.
 
     The new memory is a new HBM block, made before anything changes, so running out of
-    HBM raises ``torch.OutOfMemoryError`` and leaves ``st`` as it was; the StorageImpl
-    then takes the new block's memory (``_swap_data_ptr_``, through a zero-byte storage
-    since it swaps sizes too) and the old block is freed when nothing else uses it.
+    HBM raises ``torch.OutOfMemoryError`` before host memory is touched and leaves ``st``
+    as it was; the StorageImpl then takes the new block's memory (``_swap_data_ptr_``,
+    through a zero-byte storage since it swaps sizes too) and the old block is freed when
+    nothing else uses it.
     """
-    if nbytes < 0:
-        raise ValueError(f"UntypedStorage.resize_({nbytes}): a storage size cannot be negative")
     old_block = st._trnsim_block
     old = st.nbytes()
     if nbytes == old:
@@ -116,10 +181,20 @@ def resize_in_place(st: torch.UntypedStorage, nbytes: int) -> None:
     # means timing fidelity to the rest of the backend (Tensor.resize_ would then give it no data)
     host = torch.empty(nbytes, dtype=torch.uint8).untyped_storage() if keep_data else None
     block = HbmBlock(host, nbytes)
+    block.shrunk = old_block.shrunk or nbytes < old
     keep = min(old, nbytes)
-    if host is not None and keep and old_block.host is not None:
-        byte_view = torch.empty(0, dtype=torch.uint8)
-        byte_view.set_(host)[:keep].copy_(torch.empty(0, dtype=torch.uint8).set_(old_block.host)[:keep])
+    if old_block.unwritten is not None and (nbytes <= old or fill == old_block.unwritten):
+        block.unwritten = old_block.unwritten   # still nothing written: nothing to copy or fill
+    elif host is not None:
+        old_block.fill_unwritten()
+        new_bytes = torch.empty(0, dtype=torch.uint8).set_(host)
+        if keep and old_block.host is not None:
+            new_bytes[:keep].copy_(torch.empty(0, dtype=torch.uint8).set_(old_block.host)[:keep])
+        if fill is not None and nbytes > keep:
+            if keep:
+                new_bytes[keep:].fill_(fill)
+            else:
+                block.unwritten = fill   # nothing kept: filled lazily, as allocate does
     _point(st, host.data_ptr() if host is not None else 0, nbytes)
     st._trnsim_block = block
 
@@ -143,15 +218,13 @@ def adopt(cpu: torch.Tensor) -> torch.Tensor:
     """A neuron tensor that takes over the memory of CPU tensor ``cpu`` (zero-copy), with
     its lazy conjugate/negative bits.
 
-    ``cpu`` itself becomes the cached host alias of the new tensor, so the caller must
-    not keep it for other uses.
+    ``cpu`` is not kept as a host alias: aliases sit on the block's one fixed CPU storage
+    (see :func:`host_alias`), not on the resizable one the kernel made.
     """
     st = neuron_storage(cpu.untyped_storage())
-    dtype, shape, stride, offset = cpu.dtype, cpu.shape, cpu.stride(), cpu.storage_offset()
-    t = on_storage(st, dtype, shape, stride, offset)
+    t = on_storage(st, cpu.dtype, cpu.shape, cpu.stride(), cpu.storage_offset())
     if cpu.is_conj() or cpu.is_neg():
         return carry_math_bits(cpu, t)
-    st._trnsim_block.aliases[(dtype, shape, stride, offset)] = cpu
     return t
 
 
@@ -173,28 +246,74 @@ def rebind(t: torch.Tensor, st: torch.UntypedStorage, size, stride, offset: int)
 _MAX_ALIASES = 16   # views of one storage kept; more are made afresh (KV-cache slices, say)
 
 
-def host_alias(t: torch.Tensor, fresh: bool = False) -> torch.Tensor:
+def host_alias(t: torch.Tensor, fresh: bool = False, growable: bool = False, overwrite: bool = False) -> torch.Tensor:
     """A CPU tensor aliasing the host memory of neuron tensor ``t`` (zero-copy).
 
     Aliases are cached on the HBM block by view geometry, since making one costs more
     than most small ops. ``fresh=True`` makes a new one that is not cached: use it for
-    arguments a kernel may re-point or reshape (``out=`` and in-place arguments).
+    arguments a kernel may re-point or reshape (``out=`` and in-place arguments). All
+    aliases of a block sit on one CPU storage the kernel cannot resize (``block.fixed``):
+    PyTorch's overlap checks then see readers and writers of one memory as one storage,
+    and an ``out=`` argument that must grow makes the kernel fail before it allocates
+    host memory (the caller grows it through :func:`resize_in_place`, which checks HBM
+    first). ``growable=True`` gives an uncached alias on the host storage itself, for a
+    kernel that must resize the host memory itself (then see :func:`follow_host`).
+
+    A tensor whose storage is smaller than its view (the storage was resized down under
+    it, ``untyped_storage().resize_(0)``) raises the RuntimeError the CPU's views raise.
+
+    Memory nothing wrote yet gets its fill (see :func:`allocate`) before the alias is
+    made, unless ``overwrite`` says the op writes every element of ``t`` without reading
+    it and ``t`` covers the whole storage.
     """
     st = t.untyped_storage()
     block = st._trnsim_block
+    if block.unwritten is not None:
+        if overwrite and t.storage_offset() == 0 and t.numel() * t.element_size() == block.nbytes \
+                and t.is_contiguous():
+            block.unwritten = None
+        else:
+            block.fill_unwritten()
     host = block.host
     if host is None:
         if st.nbytes() == 0:
+            check_in_bounds(t, 0)
             return carry_math_bits(t, torch.empty_strided(t.shape, t.stride(), dtype=t.dtype))
         raise state.no_data_error()
     dtype, shape, stride, offset = t.dtype, t.shape, t.stride(), t.storage_offset()
-    if fresh or t.is_conj() or t.is_neg():
+    if not growable:
+        # Every alias that is not growable sits on one CPU StorageImpl per block, so PyTorch's
+        # own overlap checks (``add(a[:4], 1, out=a[1:5])``) see readers and writers of one
+        # memory as one storage, as they would on the CPU.
+        if block.fixed is None:
+            block.fixed = _construct(host.data_ptr(), _CPU_DEVICE, host.nbytes())
+        host = block.fixed
+    if fresh or growable or t.is_conj() or t.is_neg():
+        if block.shrunk:
+            check_in_bounds(t, block.nbytes)
         return carry_math_bits(t, torch.empty(0, dtype=dtype).set_(host, offset, shape, stride))
     key = (dtype, shape, stride, offset)
     alias = block.aliases.get(key)
     if alias is None:
+        if block.shrunk:
+            check_in_bounds(t, block.nbytes)
         alias = torch.empty(0, dtype=dtype).set_(host, offset, shape, stride)
         if len(block.aliases) >= _MAX_ALIASES:
             block.aliases.clear()
         block.aliases[key] = alias
     return alias
+
+
+def check_in_bounds(t: torch.Tensor, nbytes: int) -> None:
+    """Raise the CPU's RuntimeError if the view of ``t`` reaches past the ``nbytes`` of
+    its storage (only a storage resized down under a tensor is that small)."""
+    if t.numel() == 0:
+        return
+    offset, itemsize = t.storage_offset(), t.element_size()
+    need = (offset + 1 + sum((n - 1) * s for n, s in zip(t.shape, t.stride()))) * itemsize
+    if need > nbytes:
+        raise RuntimeError(
+            f"setStorage: sizes {list(t.shape)}, strides {list(t.stride())}, storage offset {offset}, and itemsize "
+            f"{itemsize} requiring a storage size of {need} are out of bounds for storage of size {nbytes}; the "
+            "storage was resized down (untyped_storage().resize_) after this tensor was made: resize it back "
+            f"to at least {need} bytes before using the tensor")

@@ -15,11 +15,19 @@ import torch
 from trnsim.backend import state, timeline
 
 
+def _index(device: Any) -> int:
+    """The index of ``device`` (None, an int, a string, a torch.device), refused unless
+    it names a device of this process."""
+    if device is None or isinstance(device, int):
+        return state.check_device_index(device)
+    return state.check_device_index(torch.device(device).index)
+
+
 class Stream:
     """A ``neuron`` stream (``torch.cuda.Stream`` shape); ``priority`` is kept, not modelled."""
 
     def __init__(self, device: Any = None, priority: int = 0) -> None:
-        self.device = torch.device("neuron", 0)
+        self.device = torch.device("neuron", _index(device))
         self.priority = priority
 
     def synchronize(self) -> None:
@@ -63,12 +71,15 @@ def _current() -> list[Stream]:
 
 
 def default_stream(device: Any = None) -> Stream:
+    _index(device)
     return _default
 
 
 def current_stream(device: Any = None) -> Stream:
     """The current stream of this thread (the default stream until :class:`stream` sets one)."""
+    _index(device)
     return _current()[-1]
+
 
 
 class stream:
