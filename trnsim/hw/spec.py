@@ -359,16 +359,10 @@ class _ChipIdent(_Checked):
 
 
 @dataclass(frozen=True)
-class ChipSpec(_Checked):
-    """One Trainium chip: identity, memories, engines, links and instances."""
+class ChipSpec(_ChipIdent):
+    """One Trainium chip: identity (the ``[chip]`` table), memories, engines, links and
+    instances."""
 
-    name: str
-    generation: str
-    neuron_core: str
-    cores_per_chip: int
-    logical_core_size: int
-    published_peak_bf16_tflops: float
-    published_peak_fp32_tflops: float
     hbm: HbmSpec
     tensor_engine: TensorEngineSpec
     vector_engine: VectorEngineSpec
