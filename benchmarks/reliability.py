@@ -7,8 +7,10 @@ probes that pass (right) and those that fail, error or hang (wrong), by file.
 
 With ``--before REV`` it also runs today's suite against the source tree of an earlier
 commit (a temporary git worktree with today's ``tests/reliability`` copied in), so the
-same probes are counted before and after in one run. A probe that the earlier tree
-cannot even collect (it imports a name that did not exist) counts as wrong there.
+same probes are counted before and after in one run. A name of trnsim that a probe
+imports and the earlier tree lacks (an error class, a module added since) is given to
+it as a placeholder that fails wherever it is used (it is never raised, and calling it
+raises), so each probe is judged on its own rather than its whole file failing to load.
 
 Run: ``python benchmarks/reliability.py --before e9c5f5b``
 """
@@ -39,13 +41,18 @@ def probe_ids(tree: Path) -> list[str]:
     return ids
 
 
-def run_suite(tree: Path, timeout_s: int) -> dict[str, str]:
+def run_suite(tree: Path, timeout_s: int, placeholders: bool = False) -> dict[str, str]:
     """Outcome ('passed', 'failed', 'error', 'skipped') of each probe run in ``tree``."""
     with tempfile.TemporaryDirectory() as tmp:
         report = Path(tmp) / "junit.xml"
+        shim = None
+        if placeholders:
+            shim = Path(tmp) / "shim"
+            shim.mkdir()
+            (shim / "sitecustomize.py").write_text(_PLACEHOLDERS)
         subprocess.run([sys.executable, "-m", "pytest", SUITE, "-q", "-p", "no:cacheprovider", "-o",
                         "junit_family=xunit2", f"--junitxml={report}", f"--timeout={timeout_s}"],
-                       cwd=tree, env=_env(tree), capture_output=True, text=True, timeout=3600)
+                       cwd=tree, env=_env(tree, shim), capture_output=True, text=True, timeout=3600)
         if not report.exists():
             return {}
         outcomes: dict[str, str] = {}
@@ -57,8 +64,63 @@ def run_suite(tree: Path, timeout_s: int) -> dict[str, str]:
         return outcomes
 
 
-def _env(tree: Path) -> dict[str, str]:
-    return {**os.environ, "PYTHONPATH": str(tree), "PYTHONDONTWRITEBYTECODE": "1"}
+def _env(tree: Path, shim: Path | None = None) -> dict[str, str]:
+    path = os.pathsep.join(str(p) for p in (shim, tree) if p is not None)
+    return {**os.environ, "PYTHONPATH": path, "PYTHONDONTWRITEBYTECODE": "1"}
+
+
+# Loaded as sitecustomize in the earlier tree's runs only: names of trnsim the earlier
+# tree lacks become placeholders (see the module docstring).
+_PLACEHOLDERS = '''
+import builtins, importlib.machinery, sys, types
+
+class _MissingMeta(type):
+    def __call__(cls, *args, **kwargs):
+        raise RuntimeError(f"{cls.__name__} does not exist in this tree")
+
+class _Missing(Exception, metaclass=_MissingMeta):
+    pass
+
+def _placeholder(name):
+    return _MissingMeta(name, (_Missing,), {})
+
+class _Finder:
+    def find_spec(self, name, path=None, target=None):
+        if not name.startswith("trnsim.") or name in sys.modules:
+            return None
+        sys.meta_path.remove(self)
+        try:
+            found = importlib.machinery.PathFinder.find_spec(name, path)
+        finally:
+            sys.meta_path.append(self)
+        return None if found is not None else importlib.machinery.ModuleSpec(name, self)
+
+    def create_module(self, spec):
+        module = types.ModuleType(spec.name)
+        module.__getattr__ = _placeholder
+        return module
+
+    def exec_module(self, module):
+        pass
+
+sys.meta_path.append(_Finder())
+_import = builtins.__import__
+
+def _guarded_import(name, globals=None, locals=None, fromlist=(), level=0):
+    module = _import(name, globals, locals, fromlist, level)
+    if fromlist and getattr(module, "__name__", "").startswith("trnsim"):
+        for attr in fromlist:
+            if attr != "*" and not hasattr(module, attr):
+                try:
+                    _import(f"{module.__name__}.{attr}")
+                except ImportError:
+                    pass
+                if not hasattr(module, attr):
+                    setattr(module, attr, _placeholder(attr))
+    return module
+
+builtins.__import__ = _guarded_import
+'''
 
 
 def _node_key(node: str) -> str:
@@ -99,7 +161,7 @@ def main() -> int:
         with tempfile.TemporaryDirectory() as tmp:
             tree = before_tree(args.before, Path(tmp) / "before")
             try:
-                before = tally(ids, run_suite(tree, args.timeout))
+                before = tally(ids, run_suite(tree, args.timeout, placeholders=True))
             finally:
                 subprocess.run(["git", "worktree", "remove", "--force", str(tree)], cwd=ROOT, check=False)
 
