@@ -19,11 +19,11 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import shutil
 import subprocess
 import sys
 import tempfile
-import xml.etree.ElementTree as ET
 from collections import Counter
 from pathlib import Path
 
@@ -41,27 +41,37 @@ def probe_ids(tree: Path) -> list[str]:
     return ids
 
 
-def run_suite(tree: Path, timeout_s: int, placeholders: bool = False) -> dict[str, str]:
-    """Outcome ('passed', 'failed', 'error', 'skipped') of each probe run in ``tree``."""
+def run_suite(tree: Path, ids: list[str], timeout_s: int, placeholders: bool = False) -> dict[str, str]:
+    """Outcome ('passed', 'failed', 'error', 'skipped' or 'crashed') of each probe run in
+    ``tree``. A probe that kills the interpreter (a segmentation fault) is marked crashed
+    and the run goes on from the probe after it."""
     with tempfile.TemporaryDirectory() as tmp:
-        report = Path(tmp) / "junit.xml"
         shim = None
         if placeholders:
             shim = Path(tmp) / "shim"
             shim.mkdir()
             (shim / "sitecustomize.py").write_text(_PLACEHOLDERS)
-        subprocess.run([sys.executable, "-m", "pytest", SUITE, "-q", "-p", "no:cacheprovider", "-o",
-                        "junit_family=xunit2", f"--junitxml={report}", f"--timeout={timeout_s}"],
-                       cwd=tree, env=_env(tree, shim), capture_output=True, text=True, timeout=3600)
-        if not report.exists():
-            return {}
         outcomes: dict[str, str] = {}
-        for case in ET.parse(report).getroot().iter("testcase"):
-            node = f"{case.get('classname')}::{case.get('name')}"
-            kinds = {child.tag for child in case}
-            outcomes[node] = ("failed" if "failure" in kinds else "error" if "error" in kinds
-                              else "skipped" if "skipped" in kinds else "passed")
+        while len(outcomes) < len(ids):
+            done = [f"--deselect={node}" for node in outcomes]
+            run = subprocess.run([sys.executable, "-m", "pytest", SUITE, "-v", "-p", "no:cacheprovider",
+                                  f"--timeout={timeout_s}", *done],
+                                 cwd=tree, env=_env(tree, shim), capture_output=True, text=True, timeout=3600)
+            before = len(outcomes)
+            for line in run.stdout.splitlines():
+                match = _RESULT.match(line)
+                if match and match["node"] in ids:
+                    outcomes.setdefault(match["node"], match["outcome"].lower())
+            if run.returncode in (0, 1) and len(outcomes) == before:
+                break   # nothing more to learn: the rest were not collected
+            if run.returncode not in (0, 1):   # it died: the first probe not reported is the one
+                rest = [node for node in ids if node not in outcomes]
+                if rest:
+                    outcomes[rest[0]] = "crashed"
         return outcomes
+
+
+_RESULT = re.compile(r"^(?P<node>\S+::\S+(?:\[.*\])?) (?P<outcome>PASSED|FAILED|ERROR|SKIPPED|XFAIL|XPASS)")
 
 
 def _env(tree: Path, shim: Path | None = None) -> dict[str, str]:
@@ -123,19 +133,11 @@ builtins.__import__ = _guarded_import
 '''
 
 
-def _node_key(node: str) -> str:
-    """``tests/reliability/test_x.py::Class::test_y[p]`` as junit names it:
-    ``tests.reliability.test_x.Class::test_y[p]``."""
-    parts = node.split("::")
-    module = parts[0].removesuffix(".py").replace("/", ".")
-    return "::".join([".".join([module, *parts[1:-1]]), parts[-1]])
-
-
 def tally(ids: list[str], outcomes: dict[str, str]) -> dict[str, Counter]:
     groups: dict[str, Counter] = {}
     for node in ids:
         group = Path(node.split("::")[0]).stem.removeprefix("test_")
-        outcome = outcomes.get(_node_key(node), "error")
+        outcome = outcomes.get(node, "error")
         groups.setdefault(group, Counter())[outcome] += 1
     return groups
 
@@ -155,13 +157,13 @@ def main() -> int:
     args = parser.parse_args()
 
     ids = probe_ids(ROOT)
-    after = tally(ids, run_suite(ROOT, args.timeout))
+    after = tally(ids, run_suite(ROOT, ids, args.timeout))
     before = None
     if args.before:
         with tempfile.TemporaryDirectory() as tmp:
             tree = before_tree(args.before, Path(tmp) / "before")
             try:
-                before = tally(ids, run_suite(tree, args.timeout, placeholders=True))
+                before = tally(ids, run_suite(tree, ids, args.timeout, placeholders=True))
             finally:
                 subprocess.run(["git", "worktree", "remove", "--force", str(tree)], cwd=ROOT, check=False)
 
@@ -169,7 +171,7 @@ def main() -> int:
         return c["passed"]
 
     def wrong(c: Counter) -> int:
-        return c["failed"] + c["error"]
+        return c["failed"] + c["error"] + c["crashed"]
 
     header = f"{'group':<22}{'probes':>7}"
     header += f"{'right before':>14}{'wrong before':>14}" if before else ""
