@@ -13,6 +13,7 @@ import math
 import os
 import random
 import selectors
+import shutil
 import signal
 import subprocess
 import sys
@@ -78,15 +79,41 @@ def test_a_folder_that_refuses_new_files_is_a_clear_error(tmp_path, monkeypatch)
     assert list((tmp_path / "ro").iterdir()) == []
 
 
-@pytest.mark.skipif(os.geteuid() == 0, reason="root writes into read-only folders; the monkeypatched test covers it")
+_SAVE_INTO = """
+import sys
+from trnsim.errors import FileWriteError
+from trnsim.trace import save
+from trnsim.trace.events import Trace
+try:
+    save(Trace(process="p"), sys.argv[1])
+except FileWriteError as e:
+    print("refused:", e)
+    sys.exit(3)
+"""
+
+
 def test_a_read_only_folder_is_a_clear_error(tmp_path):
+    """A folder its user cannot write: read-only bits for a user, a read-only mount in a
+    mount namespace for root (root writes through permissions)."""
     ro = tmp_path / "ro"
     ro.mkdir()
-    ro.chmod(0o555)
+    prefix: list[str] = []
+    if os.geteuid() == 0:
+        unshare = shutil.which("unshare")
+        if unshare is None:
+            pytest.skip("root writes through read-only bits and unshare is missing for a read-only mount")
+        prefix = [unshare, "--mount", "sh", "-c", f'mount --bind {ro} {ro} && mount -o remount,ro,bind {ro} {ro} '
+                  '&& exec "$@"', "sh"]
+    else:
+        ro.chmod(0o555)
     try:
-        clean_error(lambda: save(small_trace(), ro / "t.json"), str(ro / "t.json"), types=FileWriteError)
+        proc = subprocess.run([*prefix, sys.executable, "-c", _SAVE_INTO, str(ro / "t.json")], capture_output=True,
+                              text=True, timeout=120, env={**os.environ, "PYTHONPATH": str(ROOT)})
     finally:
         ro.chmod(0o755)
+    assert proc.returncode == 3 and "Traceback" not in proc.stderr, proc.stdout + proc.stderr
+    assert f"refused: cannot write {ro / 't.json'}" in proc.stdout and "choose a folder you can write to" in proc.stdout
+    assert list(ro.iterdir()) == []
 
 
 def test_missing_folders_are_made(tmp_path):
