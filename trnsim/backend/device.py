@@ -143,8 +143,16 @@ manual_seed_all = rng.manual_seed
 seed = rng.seed
 seed_all = rng.seed
 initial_seed = rng.initial_seed
-get_rng_state = rng.get_rng_state
-set_rng_state = rng.set_rng_state
+def get_rng_state(device: Any = "neuron") -> torch.Tensor:
+    """The state of ``device``'s random generator (a uint8 CPU tensor)."""
+    _index(device)
+    return rng.get_rng_state()
+
+
+def set_rng_state(new_state: torch.Tensor, device: Any = "neuron") -> None:
+    """Restore ``device``'s random generator from :func:`get_rng_state`'s tensor."""
+    _index(device)
+    rng.set_rng_state(new_state)
 
 
 def get_rng_state_all() -> list[torch.Tensor]:

@@ -142,7 +142,8 @@ def set_fidelity(value: str) -> None:
     """Switch fidelity for the ops that follow (tensors made under ``timing`` keep no data)."""
     global _fidelity
     if value not in FIDELITIES:
-        raise ValueError(f"fidelity {value!r} is not one of {', '.join(FIDELITIES)}")
+        raise ConfigError(f"fidelity {value!r} is not one of {', '.join(FIDELITIES)}; pass one of them "
+                          "(lower case), as in set_fidelity('instruction')")
     _fidelity = value
 
 

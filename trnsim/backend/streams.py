@@ -110,7 +110,9 @@ class Event:
         self.time_ps = max(state.clock.device, state.clock.host)
 
     def query(self) -> bool:
-        return self.time_ps is not None and self.time_ps <= state.clock.host
+        """True when the work before the record is done (an event never recorded has
+        none to wait for, as with torch.cuda.Event)."""
+        return self.time_ps is None or self.time_ps <= state.clock.host
 
     def synchronize(self) -> None:
         timeline.sync("event.synchronize")
@@ -120,6 +122,8 @@ class Event:
 
     def elapsed_time(self, end: Event) -> float:
         """Simulated milliseconds from this event to ``end``."""
+        if not isinstance(end, Event):
+            raise TypeError(f"elapsed_time takes a torch.neuron.Event, not {type(end).__name__} {end!r:.40}")
         if not (self.enable_timing and end.enable_timing):
             raise RuntimeError("Both events must be created with enable_timing=True to use elapsed_time")
         if self.time_ps is None or end.time_ps is None:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import functools
 import inspect
 import itertools
+import math
 import os
 from dataclasses import dataclass
 from typing import Any, Callable
@@ -77,6 +78,11 @@ class Traced:
     output_tensors: list[NkiTensor]
 
 
+# Every instance of a launch grid is traced in turn into one Program; past this many the
+# trace would take hours and exhaust host memory rather than fail.
+MAX_GRID_INSTANCES = 65536
+
+
 class Kernel:
     """A kernel function made runnable by :func:`jit`."""
 
@@ -88,8 +94,13 @@ class Kernel:
 
     def __getitem__(self, grid: Any) -> Kernel:
         grid = grid if isinstance(grid, tuple) else (grid,)
-        if not grid or not all(isinstance(g, int) and g > 0 for g in grid):
+        if not grid or not all(isinstance(g, (int, np.integer)) and not isinstance(g, bool) and g > 0 for g in grid):
             raise KernelError(f"launch grid {grid!r} must be positive integers, as in kernel[4] or kernel[2, 3]")
+        grid = tuple(int(g) for g in grid)
+        if math.prod(grid) > MAX_GRID_INSTANCES:
+            raise KernelError(f"launch grid {grid!r} has {math.prod(grid):,} instances, more than the "
+                              f"{MAX_GRID_INSTANCES:,} the simulator traces one by one; launch fewer instances "
+                              "and loop inside the kernel (nl.affine_range)")
         return Kernel(self.fn, grid, self.chip)
 
     def trace(self, *args: Any, chip: Any = None, **kwargs: Any) -> Traced:

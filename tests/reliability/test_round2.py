@@ -1,0 +1,241 @@
+"""Second round of adversarial probes: what the first round left wrong.
+
+Instruction fidelity and out-of-range dims, numbers taken as file descriptors, a
+profile exited without being entered, trace helpers given what is not a trace,
+torch.neuron events and generator states, NKI launch grids, and the pytest plugin's
+options and marker.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import tempfile
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+import trnsim
+import trnsim.nki as nki
+import trnsim.nki.language as nl
+from trnsim import trace as T
+from trnsim.errors import ConfigError, PathTypeError, TrnSimError
+
+from .conftest import clean_error
+
+
+@pytest.fixture
+def instruction_fidelity():
+    trnsim.set_fidelity("instruction")
+    yield
+    trnsim.set_fidelity("op")
+
+
+@pytest.fixture(scope="module")
+def saved_trace() -> Path:
+    """A small eager trace on disk."""
+    path = Path(tempfile.mkdtemp()) / "t.json"
+    with trnsim.profile(path):
+        x = torch.randn(64, 64, device="neuron")
+        (x @ x).sum().item()
+    return path
+
+
+# -- instruction fidelity: a call the CPU refuses is refused, never reinterpreted ----------
+
+_REFUSED_CALLS = {
+    "sum dim -3 of 2-d": lambda x: x.sum(-3),
+    "mean dim 5": lambda x: x.mean(5),
+    "amax dim 2": lambda x: x.amax(2),
+    "sum dim listed twice": lambda x: x.sum((0, 0)),
+    "softmax dim 3": lambda x: x.softmax(3),
+    "log_softmax dim -3": lambda x: x.log_softmax(-3),
+    "index_select dim 2": lambda x: x.index_select(2, torch.zeros(1, dtype=torch.long, device=x.device)),
+    "cat dim 2": lambda x: torch.cat([x, x], 2),
+    "cat mismatched": lambda x: torch.cat([x, x.T]),
+}
+
+
+@pytest.mark.parametrize("name", sorted(_REFUSED_CALLS))
+def test_instruction_fidelity_refuses_what_the_cpu_refuses(instruction_fidelity: None, name: str) -> None:
+    """An out-of-range dim was wrapped modulo the rank (x.sum(-3) of a 2-d tensor summed
+    dim 1): a silent wrong result where the CPU raises IndexError."""
+    call = _REFUSED_CALLS[name]
+    x = torch.arange(12.).reshape(3, 4)
+    with pytest.raises(Exception) as cpu:
+        call(x)
+    with pytest.raises(type(cpu.value)) as neuron:
+        call(x.to("neuron"))
+    assert str(neuron.value) == str(cpu.value)
+
+
+def test_instruction_fidelity_still_computes_valid_dims(instruction_fidelity: None) -> None:
+    x = torch.arange(12.).reshape(3, 4)
+    n = x.to("neuron")
+    assert torch.equal(n.sum(-1).cpu(), x.sum(-1))
+    assert torch.allclose(n.softmax(-2).cpu(), x.softmax(-2))
+
+
+# -- paths: a number is not a file descriptor --------------------------------------------
+
+@pytest.mark.parametrize("bad", [1, 0, None, True, b"t.json", ""])
+def test_trace_load_refuses_what_is_not_a_path(bad: object) -> None:
+    """trace.load(1) read fd 1 (stdout) and closed it."""
+    clean_error(lambda: T.load(bad), "not a path", types=PathTypeError)
+    os.fstat(1)   # still open
+
+
+@pytest.mark.parametrize("bad", [1, 2, True, b"x.json", ""])
+def test_writers_refuse_what_is_not_a_path(bad: object, saved_trace: Path) -> None:
+    tr = T.load(saved_trace)
+    clean_error(lambda: T.save(tr, bad), "not a path", types=PathTypeError)
+    clean_error(lambda: trnsim.profile(bad), "not a path", types=PathTypeError)
+    clean_error(lambda: T.plot_busy(tr, bad), "not a path", types=PathTypeError)
+    os.fstat(1)
+    os.fstat(2)
+
+
+# -- profiles ---------------------------------------------------------------------------
+
+def _ops_recorded() -> int:
+    with trnsim.profile() as prof:
+        (torch.ones(4, device="neuron") + 1).cpu()
+    return len(prof.records)
+
+
+@pytest.mark.parametrize("misuse", ["exit without enter", "exit twice"])
+def test_a_profile_misused_does_not_stop_later_profiles_recording(misuse: str) -> None:
+    """__exit__ without __enter__ set the recording count to -1: every later profile
+    silently recorded nothing."""
+    expected = _ops_recorded()
+    assert expected > 0
+    prof = trnsim.profile()
+    if misuse == "exit twice":
+        prof.__enter__()
+        prof.__exit__(None, None, None)
+    clean_error(lambda: prof.__exit__(None, None, None), "not recording", types=TrnSimError)
+    assert _ops_recorded() == expected
+
+
+# -- trace helpers: what is not a trace, windows that are not windows ----------------------
+
+@pytest.mark.parametrize("bad", [None, 3, [1, 2]])
+def test_trace_helpers_refuse_what_is_not_a_trace(bad: object) -> None:
+    for fn in (T.summarize, T.plot_busy, T.plot_timeline):
+        clean_error(lambda: fn(bad), "Trace", type(bad).__name__, types=TrnSimError)
+    clean_error(lambda: T.busy_ns(bad), "Slice", types=TrnSimError)
+
+
+def test_trace_helpers_take_a_saved_trace_path(saved_trace: Path) -> None:
+    assert T.summarize(str(saved_trace)) == T.summarize(T.load(saved_trace))
+    assert T.plot_busy(saved_trace) is not None
+
+
+@pytest.mark.parametrize("start, end", [(1e6, 0.0), (-5.0, -1.0), (math.nan, None), ("a", None),
+                                        (0.0, math.inf), (10.0, 10.0), (True, None)])
+def test_plot_timeline_refuses_windows_that_are_not_windows(saved_trace: Path, start: object, end: object) -> None:
+    """start_ns > end_ns and negative windows drew an empty axis; a string start raised
+    a raw TypeError from inside the loop."""
+    clean_error(lambda: T.plot_timeline(T.load(saved_trace), start_ns=start, end_ns=end), "start_ns",
+                types=TrnSimError)
+
+
+def test_plot_timeline_draws_an_empty_trace() -> None:
+    with trnsim.profile() as prof:
+        pass
+    assert T.plot_timeline(prof.trace()) is not None
+
+
+# -- fidelity, events, generator states ---------------------------------------------------
+
+@pytest.mark.parametrize("bad", [None, "OP", 1, ""])
+def test_set_fidelity_refuses_with_a_config_error(bad: object) -> None:
+    before = torch.neuron.fidelity()
+    clean_error(lambda: trnsim.set_fidelity(bad), repr(bad), "instruction", types=ConfigError)
+    clean_error(lambda: torch.neuron.set_fidelity(bad), repr(bad), types=ValueError)
+    assert torch.neuron.fidelity() == before
+
+
+def test_an_event_never_recorded_is_complete() -> None:
+    """As torch.cuda.Event: query() of an unrecorded event is True (it was False)."""
+    assert torch.neuron.Event().query() is True
+
+
+def test_elapsed_time_refuses_what_is_not_an_event() -> None:
+    start = torch.neuron.Event(enable_timing=True)
+    start.record()
+    clean_error(lambda: start.elapsed_time(None), "torch.neuron.Event", types=TypeError)
+
+
+@pytest.mark.parametrize("device", ["neuron:1", 1, "cpu"])
+def test_rng_state_of_a_device_that_is_not_there_is_refused(device: object) -> None:
+    """get_rng_state('neuron:1') returned neuron:0's state."""
+    clean_error(lambda: torch.neuron.get_rng_state(device), types=(RuntimeError, ValueError))
+    state = torch.neuron.get_rng_state()
+    clean_error(lambda: torch.neuron.set_rng_state(state, device), types=(RuntimeError, ValueError))
+    assert torch.equal(torch.neuron.get_rng_state("neuron:0"), state)
+
+
+# -- NKI launch grids ---------------------------------------------------------------------
+
+@nki.jit
+def _copy(x):
+    out = nl.ndarray(x.shape, x.dtype, buffer=nl.shared_hbm)
+    nl.store(out, nl.load(x))
+    return out
+
+
+def test_a_grid_of_numpy_integers_launches() -> None:
+    x = np.ones((128, 64), np.float32)
+    assert np.array_equal(np.asarray(_copy[np.int64(2)](x)), x)
+
+
+@pytest.mark.parametrize("grid", [True, (2, False), 10**9, (65536, 2)])
+def test_grids_that_are_not_counts_or_too_large_are_refused(grid: object) -> None:
+    """kernel[10**9] traced instance after instance until host memory ran out;
+    kernel[True] ran one instance."""
+    clean_error(lambda: _copy[grid], "launch grid", types=nki.KernelError)
+
+
+# -- the pytest plugin --------------------------------------------------------------------
+
+_PLUGIN_TESTS = """
+    import os, pytest
+
+    @pytest.mark.nki("trn1")
+    def test_positional():
+        assert os.environ["TRNSIM_CHIP"] == "trn1"
+
+    @pytest.mark.nki(chip=trnsim_chip)
+    def test_chipspec():
+        assert os.environ["TRNSIM_CHIP"].endswith("trn3.toml")
+
+    @pytest.mark.nki(chip="trn9")
+    def test_bad_marker():
+        pass
+
+    @pytest.mark.nki(chips="trn1")
+    def test_misspelt_marker():
+        pass
+"""
+
+
+def test_plugin_marker(pytester: pytest.Pytester) -> None:
+    """@pytest.mark.nki('trn1') (the chip as a positional argument) was silently ignored,
+    a ChipSpec was passed on as its repr, and a bad chip failed deep inside the kernel."""
+    pytester.makepyfile("import trnsim\ntrnsim_chip = trnsim.load_chip('trn3')\n" + _PLUGIN_TESTS.replace("\n    ", "\n"))
+    result = pytester.runpytest("-p", "no:cacheprovider")
+    result.assert_outcomes(passed=2, errors=2)
+    result.stdout.fnmatch_lines(["*@pytest.mark.nki: unknown chip 'trn9'*", "*the marker takes one chip*"])
+    assert "Traceback" not in result.stdout.str()
+
+
+@pytest.mark.parametrize("option, fragment", [("--trnsim-chip=trn9", "unknown chip 'trn9'"),
+                                              ("--trnsim-trace-dir=/dev/null", "trnsim-trace-dir")])
+def test_plugin_refuses_bad_options_once(pytester: pytest.Pytester, option: str, fragment: str) -> None:
+    pytester.makepyfile("def test_a():\n    pass\n")
+    result = pytester.runpytest(option, "-p", "no:cacheprovider")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines([f"ERROR: *{fragment}*"])
