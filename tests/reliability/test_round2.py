@@ -21,9 +21,9 @@ import trnsim
 import trnsim.nki as nki
 import trnsim.nki.language as nl
 from trnsim import trace as T
-from trnsim.errors import ConfigError, PathTypeError, TrnSimError
+from trnsim.errors import ChipSpecError, ConfigError, FileWriteError, PathTypeError, TraceFileError, TrnSimError
 
-from .conftest import clean_error
+from .conftest import assert_one_line_error, clean_error, cli
 
 
 @pytest.fixture
@@ -239,3 +239,27 @@ def test_plugin_refuses_bad_options_once(pytester: pytest.Pytester, option: str,
     result = pytester.runpytest(option, "-p", "no:cacheprovider")
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     result.stderr.fnmatch_lines([f"ERROR: *{fragment}*"])
+
+
+# -- names the file system refuses ----------------------------------------------------------
+
+@pytest.mark.parametrize("name", ["x" * 5000, "trn2\0", "a/" + "y" * 5000 + ".toml"])
+def test_chip_names_the_os_refuses_are_unknown_chips(name: str) -> None:
+    """A 5000-character --chip raised a raw OSError (File name too long) from the lookup."""
+    clean_error(lambda: trnsim.load_chip(name), "pass a shipped chip", types=ChipSpecError)
+
+
+@pytest.mark.parametrize("name", ["y" * 5000 + ".json", "d" * 300 + "/x.json", "a\0b.json"])
+def test_output_names_the_os_refuses_are_file_errors(name: str, tmp_path: Path, saved_trace: Path) -> None:
+    """Too long a name raised a raw OSError, a NUL byte a raw ValueError."""
+    path = str(tmp_path / name)
+    tr = T.load(saved_trace)
+    for write in (lambda: T.save(tr, path), lambda: trnsim.profile(path).__enter__(),
+                  lambda: T.plot_busy(tr, path[:-5] + ".png")):
+        clean_error(write, types=(FileWriteError, PathTypeError))
+    clean_error(lambda: T.load(path), types=(TraceFileError, PathTypeError))
+
+
+def test_cli_refuses_an_over_long_chip_name() -> None:
+    rc, _, err = cli("demo", "--chip", "x" * 5000, "--size", "128", "128", "512")
+    assert_one_line_error(rc, err, "unknown chip")
