@@ -263,3 +263,21 @@ def test_output_names_the_os_refuses_are_file_errors(name: str, tmp_path: Path, 
 def test_cli_refuses_an_over_long_chip_name() -> None:
     rc, _, err = cli("demo", "--chip", "x" * 5000, "--size", "128", "128", "512")
     assert_one_line_error(rc, err, "unknown chip")
+
+
+# -- streams and events take streams and events ----------------------------------------------
+
+@pytest.mark.parametrize("misuse", ["stream(1)", "wait_stream(1)", "wait_event(None)", "record(1)", "priority='x'"])
+def test_streams_and_events_refuse_what_is_not_one(misuse: str) -> None:
+    """Each was accepted and ignored; torch.neuron.stream(1) even made 1 the current stream."""
+    N = torch.neuron
+    call = {"stream(1)": lambda: N.stream(1), "wait_stream(1)": lambda: N.Stream().wait_stream(1),
+            "wait_event(None)": lambda: N.Stream().wait_event(None), "record(1)": lambda: N.Event().record(1),
+            "priority='x'": lambda: N.Stream(priority="x")}[misuse]
+    clean_error(call, "torch.neuron" if misuse != "priority='x'" else "priority", types=TypeError)
+    assert N.current_stream() is N.default_stream()
+
+
+def test_a_stream_on_a_cpu_device_is_refused() -> None:
+    """Stream(device='cpu') made a neuron:0 stream."""
+    clean_error(lambda: torch.neuron.Stream(device="cpu"), "neuron device", types=ValueError)

@@ -48,15 +48,7 @@ def current_device() -> int:
     return 0
 
 
-def _index(dev: Any) -> int:
-    """The device index that ``dev`` (None, an int, a string or a torch.device) names,
-    refused unless it is a device of this process (:func:`state.check_device_index`)."""
-    if dev is None or isinstance(dev, int):
-        return state.check_device_index(dev)
-    d = torch.device(dev)
-    if d.type != "neuron":
-        raise ValueError(f"expected a neuron device, got {d}; use torch.neuron for neuron devices only")
-    return state.check_device_index(d.index)
+_index = state.device_index
 
 
 def set_device(dev: Any) -> None:

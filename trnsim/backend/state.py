@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 
@@ -167,6 +168,18 @@ def check_device_index(index: int | None) -> int:
             "NeuronCore; for more cores start one process per core with torchrun (each process's LOCAL_RANK "
             "says which core it is) and use device 'neuron' in each (docs/device.md)")
     return index
+
+
+def device_index(dev: Any) -> int:
+    """The device index that ``dev`` (None, an int, a string or a torch.device) names,
+    refused unless it is a neuron device of this process (:func:`check_device_index`);
+    another device type raises ValueError, as torch.cuda's functions do for a CPU device."""
+    if dev is None or isinstance(dev, int):
+        return check_device_index(dev)
+    d = torch.device(dev)
+    if d.type != "neuron":
+        raise ValueError(f"expected a neuron device, got {d}; use torch.neuron for neuron devices only")
+    return check_device_index(d.index)
 
 
 def no_data_error() -> RuntimeError:
