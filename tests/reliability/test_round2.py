@@ -281,3 +281,20 @@ def test_streams_and_events_refuse_what_is_not_one(misuse: str) -> None:
 def test_a_stream_on_a_cpu_device_is_refused() -> None:
     """Stream(device='cpu') made a neuron:0 stream."""
     clean_error(lambda: torch.neuron.Stream(device="cpu"), "neuron device", types=ValueError)
+
+
+# -- nki.typed: integer arguments are integers ---------------------------------------------
+
+@pytest.mark.parametrize("values, dtype, first", [([[300.5, -1.5]], nl.int8, "300.5"), ([[300, -129]], nl.int8, "300"),
+                                                  ([[-1, 7]], nl.uint8, "-1"), ([[math.nan]], nl.int32, "nan"),
+                                                  ([[2**40]], nl.int32, "1099511627776"), ([[0.5]], nl.int16, "0.5")])
+def test_typed_refuses_values_an_integer_dtype_cannot_hold(values: list, dtype: object, first: str) -> None:
+    """nki.typed(array, int8) saturated 300 to 127, rounded 2.5 to 2 and made NaN 0, silently."""
+    clean_error(lambda: nki.typed(np.array(values), dtype), first, "np.clip", types=nki.KernelError)
+
+
+def test_typed_takes_integral_floats_and_the_full_range() -> None:
+    x = np.array([[1.0, -3.0, 127.0, -128.0]])
+    assert np.array_equal(np.asarray(_copy(nki.typed(x, nl.int8))), x.astype(np.int8))
+    big = np.array([[0, 4294967295]])
+    assert np.array_equal(np.asarray(_copy(nki.typed(big, nl.uint32))), big.astype(np.uint32))
