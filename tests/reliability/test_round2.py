@@ -298,3 +298,12 @@ def test_typed_takes_integral_floats_and_the_full_range() -> None:
     assert np.array_equal(np.asarray(_copy(nki.typed(x, nl.int8))), x.astype(np.int8))
     big = np.array([[0, 4294967295]])
     assert np.array_equal(np.asarray(_copy(nki.typed(big, nl.uint32))), big.astype(np.uint32))
+
+
+def test_program_inputs_refuse_values_an_integer_tensor_cannot_hold() -> None:
+    """simulate(..., inputs=) saturated and rounded them silently, as typed() did."""
+    p = nki.trace_program(_copy, nki.typed(np.zeros((128, 4)), nl.int8))
+    clean_error(lambda: trnsim.simulate(p, {"x": np.full((128, 4), 300.0)}, fidelity="instruction"),
+                "not int8 values", "300.0", types=trnsim.ProgramError)
+    out = trnsim.simulate(p, {"x": np.full((128, 4), -7)}, fidelity="instruction").outputs
+    assert (next(iter(out.values())) == -7).all()

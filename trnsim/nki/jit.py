@@ -19,7 +19,7 @@ from typing import Any, Callable
 import numpy as np
 
 from trnsim import dtypes as _dt
-from trnsim.errors import TrnSimError
+from trnsim.errors import ProgramError, TrnSimError
 from trnsim.isa import Memory
 from trnsim.nki.tensor import NkiTensor, _Placement
 from trnsim.nki.tracer import KernelError, Tracer
@@ -45,27 +45,11 @@ def typed(array: Any, dtype: Any) -> Typed:
     every value must already be one of its values: a fraction, NaN, infinity or a value
     out of range raises :class:`KernelError` (the chip would saturate or round it)."""
     arr, dt = np.asarray(array), _dt.as_dtype(dtype)
-    if not dt.is_float:
-        _check_integers(arr, dt)
+    try:
+        _dt.check_values(arr, dt, "nki.typed")
+    except ProgramError as e:
+        raise KernelError(str(e)) from None
     return Typed(arr, dt)
-
-
-def _check_integers(arr: np.ndarray, dt: _dt.DType) -> None:
-    """Refuse ``arr`` as integer dtype ``dt`` unless each value is an integer in its range."""
-    if arr.dtype.kind not in "biuf":
-        raise KernelError(f"nki.typed: a {arr.dtype} array cannot be {dt.name}; pass integers")
-    if not arr.size:
-        return
-    info = np.iinfo(dt.storage)
-    with np.errstate(invalid="ignore"):
-        bad = (arr < info.min) | (arr > info.max)
-        if arr.dtype.kind == "f":
-            bad |= ~np.isfinite(arr) | (arr != np.trunc(arr))
-    if bad.any():
-        where = tuple(int(i) for i in np.argwhere(bad)[0])
-        raise KernelError(f"nki.typed: {int(bad.sum())} of {arr.size} values are not {dt.name} values (integers "
-                          f"from {info.min} to {info.max}), the first {arr[where].item()!r} at {list(where)}; "
-                          "convert them first, for example with np.clip and np.round, or choose a wider dtype")
 
 
 def _is_tensor_arg(value: Any) -> bool:
