@@ -307,3 +307,20 @@ def test_program_inputs_refuse_values_an_integer_tensor_cannot_hold() -> None:
                 "not int8 values", "300.0", types=trnsim.ProgramError)
     out = trnsim.simulate(p, {"x": np.full((128, 4), -7)}, fidelity="instruction").outputs
     assert (next(iter(out.values())) == -7).all()
+
+
+# -- TRNSIM_CHIP: one reader ---------------------------------------------------------------
+
+def test_an_empty_trnsim_chip_means_the_default_everywhere() -> None:
+    """load_chip took TRNSIM_CHIP='' as unset, NKI kernels (and so `trnsim demo`) as
+    chip '' and refused it."""
+    rc, out, err = cli("demo", "--size", "128", "128", "512", "--trace", os.devnull, env={"TRNSIM_CHIP": ""})
+    assert rc == 0, err
+    assert "trn2" in out
+
+
+def test_a_bad_trnsim_chip_is_named_as_the_variable(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("TRNSIM_CHIP", "trn9")
+    clean_error(lambda: trnsim.load_chip(), "TRNSIM_CHIP='trn9'", "unknown chip", types=ChipSpecError)
+    rc, _, err = cli("demo", "--size", "128", "128", "512", "--trace", os.devnull)
+    assert_one_line_error(rc, err, "TRNSIM_CHIP='trn9'")

@@ -611,7 +611,15 @@ def load_chip(chip: str | os.PathLike | ChipSpec | None = None) -> ChipSpec:
     if isinstance(chip, ChipSpec):
         return chip
     if chip is None:
-        chip = os.environ.get("TRNSIM_CHIP") or DEFAULT_CHIP
+        env = os.environ.get("TRNSIM_CHIP")
+        if not env:
+            return load_chip(DEFAULT_CHIP)
+        try:
+            return load_chip(env)
+        except ChipSpecError as e:
+            if str(e).startswith(env):   # a damaged file, named by its path already
+                raise
+            raise ChipSpecError(f"TRNSIM_CHIP={env[:200]!r}: {e}; or unset TRNSIM_CHIP") from None
     if not isinstance(chip, (str, os.PathLike)):
         raise ChipSpecError(f"chip {_show(chip)} is not a chip; pass {_shipped_hint()} or a ChipSpec")
     path = _locate(os.fspath(chip), None, None)

@@ -178,7 +178,9 @@ def jit(fn: Callable | None = None, *, chip: Any = None, **_options: Any) -> Any
 
 
 def _chip(chip: Any, kernel: Kernel) -> Any:
-    return chip if chip is not None else kernel.chip if kernel.chip is not None else os.environ.get("TRNSIM_CHIP")
+    """The chip a run asks for, else the kernel's; None leaves ``$TRNSIM_CHIP`` (or the
+    default) to :func:`trnsim.hw.spec.load_chip`, the one reader of the variable."""
+    return chip if chip is not None else kernel.chip
 
 
 def _results(traced: Traced, run: Any) -> Any:
