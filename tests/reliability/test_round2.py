@@ -324,3 +324,47 @@ def test_a_bad_trnsim_chip_is_named_as_the_variable(monkeypatch: pytest.MonkeyPa
     clean_error(lambda: trnsim.load_chip(), "TRNSIM_CHIP='trn9'", "unknown chip", types=ChipSpecError)
     rc, _, err = cli("demo", "--size", "128", "128", "512", "--trace", os.devnull)
     assert_one_line_error(rc, err, "TRNSIM_CHIP='trn9'")
+
+
+# -- timing fidelity: dims the meta kernels do not check ----------------------------------
+
+_DIM_OPS = {
+    "softmax": lambda a, i: a.softmax(5), "log_softmax": lambda a, i: a.log_softmax(5), "cumsum": lambda a, i: a.cumsum(5),
+    "sort": lambda a, i: a.sort(5), "argsort": lambda a, i: a.argsort(5), "sort stable": lambda a, i: a.sort(stable=True, dim=5),
+    "topk": lambda a, i: a.topk(1, 5), "flip": lambda a, i: a.flip(5), "roll": lambda a, i: a.roll(1, 5),
+    "select": lambda a, i: a.select(5, 0), "squeeze": lambda a, i: a.squeeze(5), "transpose": lambda a, i: a.transpose(0, 5),
+    "mean": lambda a, i: a.mean(5), "var": lambda a, i: a.var(5), "logsumexp": lambda a, i: a.logsumexp(5),
+    "gather": lambda a, i: a.gather(5, i), "index_select": lambda a, i: a.index_select(5, i[0]),
+    "cat": lambda a, i: torch.cat([a, a], 5), "max": lambda a, i: a.max(5), "argmax": lambda a, i: a.argmax(5),
+    "kthvalue": lambda a, i: a.kthvalue(1, 5), "median": lambda a, i: a.median(5), "cummax": lambda a, i: a.cummax(5),
+    "prod": lambda a, i: a.prod(5), "norm": lambda a, i: a.norm(dim=5), "unbind": lambda a, i: a.unbind(5),
+}
+
+
+@pytest.mark.parametrize("name", sorted(_DIM_OPS))
+def test_timing_fidelity_refuses_dims_out_of_range(name: str) -> None:
+    """softmax, sort and argsort took dim 5 of a 2-d tensor under timing fidelity (their
+    meta kernels do not check it), timing an op the CPU refuses."""
+    call = _DIM_OPS[name]
+    with pytest.raises(IndexError) as cpu:
+        call(torch.ones(3, 4), torch.zeros(3, 4, dtype=torch.long))
+    trnsim.set_fidelity("timing")
+    try:
+        a = torch.ones(3, 4, device="neuron")
+        i = torch.zeros(3, 4, dtype=torch.long, device="neuron")
+        with pytest.raises(IndexError) as neuron:
+            call(a, i)
+    finally:
+        trnsim.set_fidelity("op")
+    if str(cpu.value).startswith("Dimension out of range"):
+        assert str(neuron.value) == str(cpu.value)
+
+
+def test_timing_fidelity_still_times_valid_dims() -> None:
+    trnsim.set_fidelity("timing")
+    try:
+        a = torch.ones(3, 4, device="neuron")
+        assert a.softmax(-1).shape == (3, 4) and a.sort(0).values.shape == (3, 4)
+        assert a.argsort(dim=1, stable=True).shape == (3, 4)
+    finally:
+        trnsim.set_fidelity("op")
