@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from trnsim.errors import TrnSimError
-from trnsim.trace.events import Slice, Trace, as_trace, track_label, track_sort_key
+from trnsim.trace.events import Slice, as_trace, track_label, track_sort_key
 
 
 def busy_ns(slices: list[Slice]) -> float:
