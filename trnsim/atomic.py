@@ -20,9 +20,23 @@ import stat
 from pathlib import Path
 from typing import IO, Callable
 
-from trnsim.errors import FileWriteError
+from trnsim.errors import FileWriteError, PathTypeError
 
 TEMP_SUFFIX = ".tmp"
+
+
+def as_path(value: object, what: str = "file") -> Path:
+    """``value`` as a :class:`Path`, if it is a ``str`` or ``os.PathLike`` naming a file.
+
+    Every function of trnsim that reads or writes a file takes its path through here:
+    ``open(1)`` would read or write (and then close) file descriptor 1, stdout, and
+    ``Path("")`` is the current folder. Raises :class:`PathTypeError` for anything else."""
+    if isinstance(value, os.PathLike):
+        value = os.fspath(value)
+    if not isinstance(value, str) or not value or "\0" in value:
+        raise PathTypeError(f"the {what} path {value!r:.200} is not a path; give a file name as a str or "
+                            "pathlib.Path, such as 'trace.json'")
+    return Path(value)
 
 
 def _fix(err: OSError) -> str:
@@ -48,7 +62,19 @@ def _target(path: str | os.PathLike) -> Path:
 
 
 def _prepare(path: str | os.PathLike) -> Path:
-    """The path to write, its folders made; refuses a folder in the way by name."""
+    """The path to write, its folders made; refuses a folder in the way by name, and a
+    name the file system refuses (too long) with :class:`FileWriteError`."""
+    path = as_path(path, "output")
+    try:
+        return _prepare_checked(path)
+    except OSError as e:
+        if isinstance(e, FileWriteError):
+            raise
+        raise FileWriteError(f"cannot write {str(path)[:200]}: {e.strerror or e}; {_fix(e)}") from None
+
+
+def _prepare_checked(path: Path) -> Path:
+    """:func:`_prepare` once ``path`` is known to be a path."""
     if _is_stream(path):
         return Path(path)
     path = _target(path)

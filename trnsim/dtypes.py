@@ -74,3 +74,24 @@ def int_range(dtype: DType) -> tuple[int, int]:
     """Smallest and largest value of an integer dtype."""
     info = np.iinfo(dtype.storage)
     return int(info.min), int(info.max)
+
+
+def check_values(values: np.ndarray, dtype: DType, what: str) -> None:
+    """Refuse ``values`` as data of ``dtype`` where they are not real numbers, or, for an
+    integer dtype, not all integers in its range: the chip would saturate or round them
+    (300 as int8 is 127), a change nobody asked for. Floats are rounded to a float dtype
+    as HBM stores them, which is what a float dtype means."""
+    if values.dtype.kind not in "biuf":
+        raise ProgramError(f"{what}: cannot load an array of {values.dtype}; pass real numbers")
+    if dtype.is_float or not values.size:
+        return
+    info = np.iinfo(dtype.storage)
+    with np.errstate(invalid="ignore"):
+        bad = (values < info.min) | (values > info.max)
+        if values.dtype.kind == "f":
+            bad |= ~np.isfinite(values) | (values != np.trunc(values))
+    if bad.any():
+        where = tuple(int(i) for i in np.argwhere(bad)[0])
+        raise ProgramError(f"{what}: {int(bad.sum())} of {values.size} values are not {dtype.name} values (integers "
+                           f"from {info.min} to {info.max}), the first {values[where].item()!r} at {list(where)}; "
+                           "convert them first, for example with np.clip and np.round, or choose a wider dtype")

@@ -37,6 +37,11 @@ class TraceFileError(TrnSimError, ValueError):
     """A trace file cannot be read back: not JSON, not a trnsim trace, or damaged."""
 
 
+class PathTypeError(TrnSimError, TypeError):
+    """A file argument is not a path: a number (which ``open`` would take as a file
+    descriptor), None where a path is needed, bytes, an empty string."""
+
+
 class TrnSimWarning(UserWarning):
     """Base class of every warning trnsim issues: a result that is likely not what was meant."""
 

@@ -48,15 +48,7 @@ def current_device() -> int:
     return 0
 
 
-def _index(dev: Any) -> int:
-    """The device index that ``dev`` (None, an int, a string or a torch.device) names,
-    refused unless it is a device of this process (:func:`state.check_device_index`)."""
-    if dev is None or isinstance(dev, int):
-        return state.check_device_index(dev)
-    d = torch.device(dev)
-    if d.type != "neuron":
-        raise ValueError(f"expected a neuron device, got {d}; use torch.neuron for neuron devices only")
-    return state.check_device_index(d.index)
+_index = state.device_index
 
 
 def set_device(dev: Any) -> None:
@@ -143,8 +135,16 @@ manual_seed_all = rng.manual_seed
 seed = rng.seed
 seed_all = rng.seed
 initial_seed = rng.initial_seed
-get_rng_state = rng.get_rng_state
-set_rng_state = rng.set_rng_state
+def get_rng_state(device: Any = "neuron") -> torch.Tensor:
+    """The state of ``device``'s random generator (a uint8 CPU tensor)."""
+    _index(device)
+    return rng.get_rng_state()
+
+
+def set_rng_state(new_state: torch.Tensor, device: Any = "neuron") -> None:
+    """Restore ``device``'s random generator from :func:`get_rng_state`'s tensor."""
+    _index(device)
+    rng.set_rng_state(new_state)
 
 
 def get_rng_state_all() -> list[torch.Tensor]:

@@ -227,7 +227,7 @@ def _compute(op, info: _OpInfo, args: tuple, kwargs: dict, host_op=None, growabl
         from trnsim.backend import instruction
 
         with timeline.simulating:   # runs the op's kernel on the simulator, which is one per process
-            result = instruction.run(info, host, args, kwargs)
+            result = instruction.run(op, info, host, args, kwargs)
         if result is not None:
             timeline.charge(op, info, args, kwargs, host.flat, result)
             return result

@@ -44,6 +44,7 @@ from typing import Any, Callable
 
 import numpy as np
 import torch
+from torch.utils._pytree import tree_map
 
 from trnsim.backend import state, storage
 from trnsim.backend.opkernels import _BINARY, _UNARY, MAX_MULTIPLIES, Call, _base, _chip_dtype
@@ -64,18 +65,38 @@ class Launch:
     finish: Callable[[list[np.ndarray]], Any]
 
 
-def run(info: Any, host: Any, args: tuple, kwargs: dict) -> Any:
+def run(op: Any, info: Any, host: Any, args: tuple, kwargs: dict) -> Any:
     """The result of op ``info`` on neuron tensors computed by its kernel at instruction
     fidelity (neuron tensors, or the ``out=``/in-place destination), or None where no
     kernel applies and the CPU kernel should run. ``host`` is the fallback's
     :class:`trnsim.backend.dispatch._Host` of the call: its arguments as CPU aliases."""
-    if INSTRUCTION_OPS.get(info.name) is None or _shares_memory(info, host):
+    if INSTRUCTION_OPS.get(info.name) is None or _shares_memory(info, host) or _refused(op, host):
         return None
     launch = plan(Call(info.name, tuple(host.args), host.kwargs, list(host.args), None))
     if launch is None:
         return None
     result, _ = execute(launch)
     return _place(result, info, args, kwargs)
+
+
+def _refused(op: Any, host: Any) -> bool:
+    """Whether PyTorch's own checks refuse the call (a dim out of range, shapes that do
+    not broadcast): the op runs on meta tensors of the arguments' shapes, strides and
+    dtypes. A refused call goes to the CPU kernel, which raises the CPU's error, so no
+    adapter has to repeat PyTorch's checks. Ops without a meta kernel are not refused."""
+    def meta(x: Any) -> Any:
+        if isinstance(x, torch.Tensor):
+            return torch.empty_strided(x.shape, x.stride(), dtype=x.dtype, device="meta")
+        return x
+
+    meta_args, meta_kwargs = tree_map(meta, (host.args, host.kwargs))
+    try:
+        op(*meta_args, **meta_kwargs)
+    except NotImplementedError:
+        return False
+    except Exception:   # noqa: BLE001 - any refusal: the CPU kernel raises its own
+        return True
+    return False
 
 
 def _shares_memory(info: Any, host: Any) -> bool:
@@ -206,12 +227,19 @@ def _epilogue(out: torch.Tensor, bias: torch.Tensor | None, beta: Any, alpha: An
     return acc.to(out.dtype)
 
 
+def _wrap_dim(dim: int, ndim: int) -> int | None:
+    """``dim`` in ``range(ndim)`` (negative counts from the end), or None where it is out
+    of range: PyTorch refuses such a dim, and the CPU kernel then raises its error."""
+    return dim % ndim if -ndim <= dim < ndim else None
+
+
 def _dims(x: torch.Tensor, dim: Any) -> list[int] | None:
-    """Reduced dimensions, normalized and sorted (all of them for None or [])."""
+    """Reduced dimensions, normalized and sorted (all of them for None or []); None for
+    a dim out of range or given twice."""
     if dim is None or (isinstance(dim, (list, tuple)) and len(dim) == 0):
         return list(range(x.dim()))
-    dims = sorted(d % x.dim() for d in ([dim] if isinstance(dim, int) else dim))
-    return dims if len(set(dims)) == len(dims) else None
+    dims = sorted(_wrap_dim(d, x.dim()) for d in ([dim] if isinstance(dim, int) else dim))
+    return dims if None not in dims and len(set(dims)) == len(dims) else None
 
 
 # -- matmul family -----------------------------------------------------------
@@ -403,7 +431,9 @@ def _softmax(call: Call) -> Launch | None:
     third = call.arg(2, "half_to_float", call.kwargs.get("dtype"))
     if not _float(x) or x.dim() == 0 or third not in (None, False, x.dtype):
         return None
-    dim = call.arg(1, "dim") % x.dim()
+    dim = _wrap_dim(call.arg(1, "dim"), x.dim())
+    if dim is None:
+        return None
     moved = x.movedim(dim, -1)
     d = moved.shape[-1]
     kernel = log_softmax_kernel if "log" in call.name else softmax_kernel
@@ -511,10 +541,10 @@ def _embedding(call: Call) -> Launch | None:
 
 
 def _index_select(call: Call) -> Launch | None:
-    x, dim, index = call.arg(0, "self"), call.arg(1, "dim"), call.arg(2, "index")
-    if x.dim() == 0 or index.dim() > 1:
+    x, index = call.arg(0, "self"), call.arg(2, "index")
+    dim = _wrap_dim(call.arg(1, "dim"), x.dim())
+    if dim is None or index.dim() > 1:
         return None
-    dim %= x.dim()
     moved = x.movedim(dim, 0)
     rows = moved.shape[0]
     return _gather(moved.reshape(rows, moved.numel() // rows), index, (index.numel(), *moved.shape[1:]),
@@ -548,7 +578,9 @@ def _cat(call: Call) -> Launch | None:
     if not xs or not all(t.dim() == xs[0].dim() and t.dtype == xs[0].dtype for t in tensors) or \
             (xs[0].dtype not in CHIP_FLOATS and xs[0].dtype not in _CHIP_INTS):
         return None
-    axis = call.arg(1, "dim", 0) % xs[0].dim()
+    axis = _wrap_dim(call.arg(1, "dim", 0), xs[0].dim())
+    if axis is None:
+        return None
 
     def finish(outs: list[np.ndarray]) -> torch.Tensor:
         return _tensor(outs[0], outs[0].shape, xs[0].dtype)

@@ -22,6 +22,24 @@ _NEEDS_VALUES = frozenset({"aten::masked_select", "aten::nonzero", "aten::unique
                            "aten::unique_consecutive", "aten::unique_dim", "aten::equal", "aten::allclose"})
 
 
+# Ops whose meta kernels do not check ``dim`` against the rank (their CPU kernels do;
+# index_select's meta kernel fails with a bare "list assignment index out of range"),
+# found by sweeping ops that take a dim; checked here as the CPU checks it.
+_UNCHECKED_DIM = frozenset({"aten::_softmax", "aten::_softmax.out", "aten::sort", "aten::sort.stable",
+                            "aten::sort.values", "aten::sort.values_stable", "aten::index_select",
+                            "aten::index_select.out"})
+
+
+def _check_dim(op, args: tuple, kwargs: dict) -> None:
+    """Raise the CPU's IndexError if the ``dim`` argument of ``op`` is out of range."""
+    names = [a.name for a in op._schema.arguments]
+    pos = names.index("dim")
+    dim = args[pos] if pos < len(args) else kwargs.get("dim", -1)
+    n = max(args[0].dim(), 1)
+    if not -n <= dim < n:
+        raise IndexError(f"Dimension out of range (expected to be in range of [{-n}, {n - 1}], but got {dim})")
+
+
 def _meta(t: torch.Tensor) -> torch.Tensor:
     return torch.empty_strided(t.shape, t.stride(), dtype=t.dtype, device="meta")
 
@@ -46,6 +64,8 @@ def run(op, info, flat: list, spec, to_device: bool) -> Any:
         raise state.no_data_error()
     args, kwargs = tree_unflatten(metas, spec)
     args, kwargs = edge_ops.wrap_numbers(op, args, kwargs) or (args, kwargs)
+    if info.name in _UNCHECKED_DIM:
+        _check_dim(op, args, kwargs)
     try:
         result = op(*args, **kwargs)
     except NotImplementedError as e:

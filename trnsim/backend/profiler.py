@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from trnsim.atomic import check_writable
+from trnsim.atomic import as_path, check_writable
 from trnsim.backend import state, timeline
 from trnsim.errors import TrnSimError
 
@@ -66,7 +66,7 @@ class profile:
     """
 
     def __init__(self, path: str | os.PathLike | None = None, *, engines: bool = True) -> None:
-        self.path = Path(path) if path is not None else None
+        self.path = as_path(path, "profile trace") if path is not None else None
         self.engines = engines
         self.records: list[timeline.OpRecord] = []
         self.syncs: list[tuple[str, int]] = []
@@ -85,7 +85,9 @@ class profile:
         return self
 
     def __exit__(self, *exc: Any) -> None:
-        timeline.stop_recording(self._raw)
+        if not timeline.stop_recording(self._raw):
+            raise TrnSimError("this trnsim.profile is not recording: __exit__ without __enter__ (or a second "
+                              "__exit__); use it as `with trnsim.profile(...) as prof:`")
         active = timeline.thread_list(_ACTIVE)
         active[:] = [p for p in active if p is not self]
         for r in self._raw:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 
@@ -142,7 +143,8 @@ def set_fidelity(value: str) -> None:
     """Switch fidelity for the ops that follow (tensors made under ``timing`` keep no data)."""
     global _fidelity
     if value not in FIDELITIES:
-        raise ValueError(f"fidelity {value!r} is not one of {', '.join(FIDELITIES)}")
+        raise ConfigError(f"fidelity {value!r} is not one of {', '.join(FIDELITIES)}; pass one of them "
+                          "(lower case), as in set_fidelity('instruction')")
     _fidelity = value
 
 
@@ -166,6 +168,18 @@ def check_device_index(index: int | None) -> int:
             "NeuronCore; for more cores start one process per core with torchrun (each process's LOCAL_RANK "
             "says which core it is) and use device 'neuron' in each (docs/device.md)")
     return index
+
+
+def device_index(dev: Any) -> int:
+    """The device index that ``dev`` (None, an int, a string or a torch.device) names,
+    refused unless it is a neuron device of this process (:func:`check_device_index`);
+    another device type raises ValueError, as torch.cuda's functions do for a CPU device."""
+    if dev is None or isinstance(dev, int):
+        return check_device_index(dev)
+    d = torch.device(dev)
+    if d.type != "neuron":
+        raise ValueError(f"expected a neuron device, got {d}; use torch.neuron for neuron devices only")
+    return check_device_index(d.index)
 
 
 def no_data_error() -> RuntimeError:

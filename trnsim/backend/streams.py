@@ -15,12 +15,13 @@ import torch
 from trnsim.backend import state, timeline
 
 
-def _index(device: Any) -> int:
-    """The index of ``device`` (None, an int, a string, a torch.device), refused unless
-    it names a device of this process."""
-    if device is None or isinstance(device, int):
-        return state.check_device_index(device)
-    return state.check_device_index(torch.device(device).index)
+_index = state.device_index
+
+
+def _check(value: Any, cls: type, what: str) -> None:
+    """Refuse ``value`` unless it is a ``cls`` (a torch.neuron Stream or Event)."""
+    if not isinstance(value, cls):
+        raise TypeError(f"{what} takes a torch.neuron.{cls.__name__}, not {type(value).__name__} {value!r:.40}")
 
 
 class Stream:
@@ -28,6 +29,8 @@ class Stream:
 
     def __init__(self, device: Any = None, priority: int = 0) -> None:
         self.device = torch.device("neuron", _index(device))
+        if isinstance(priority, bool) or not isinstance(priority, int):
+            raise TypeError(f"Stream priority must be an int (0, or negative for higher), not {priority!r}")
         self.priority = priority
 
     def synchronize(self) -> None:
@@ -39,9 +42,11 @@ class Stream:
 
     def wait_event(self, event: Event) -> None:
         """Ops issued later start after ``event`` (already true on one in-order queue)."""
+        _check(event, Event, "wait_event")
 
     def wait_stream(self, other: Stream) -> None:
         """Ops issued later start after ``other``'s (already true on one in-order queue)."""
+        _check(other, Stream, "wait_stream")
 
     def record_event(self, event: Event | None = None) -> Event:
         event = event if event is not None else Event()
@@ -86,6 +91,8 @@ class stream:
     """Context manager that makes ``s`` the current stream of this thread."""
 
     def __init__(self, s: Stream | None) -> None:
+        if s is not None:
+            _check(s, Stream, "torch.neuron.stream")
         self.s = s
 
     def __enter__(self) -> Stream | None:
@@ -107,10 +114,14 @@ class Event:
 
     def record(self, stream: Stream | None = None) -> None:
         """Mark the time the device reaches this point of the issued work."""
+        if stream is not None:
+            _check(stream, Stream, "Event.record")
         self.time_ps = max(state.clock.device, state.clock.host)
 
     def query(self) -> bool:
-        return self.time_ps is not None and self.time_ps <= state.clock.host
+        """True when the work before the record is done (an event never recorded has
+        none to wait for, as with torch.cuda.Event)."""
+        return self.time_ps is None or self.time_ps <= state.clock.host
 
     def synchronize(self) -> None:
         timeline.sync("event.synchronize")
@@ -120,6 +131,7 @@ class Event:
 
     def elapsed_time(self, end: Event) -> float:
         """Simulated milliseconds from this event to ``end``."""
+        _check(end, Event, "elapsed_time")
         if not (self.enable_timing and end.enable_timing):
             raise RuntimeError("Both events must be created with enable_timing=True to use elapsed_time")
         if self.time_ps is None or end.time_ps is None:

@@ -83,13 +83,18 @@ def start_recording(raw: list) -> None:
         _recording[0] += 1
 
 
-def stop_recording(raw: list) -> None:
+def stop_recording(raw: list) -> bool:
     """Stop appending to ``raw`` (found by identity: two recordings of the same ops are
-    equal lists)."""
+    equal lists). Returns False, changing nothing, if ``raw`` was not recording, so the
+    count of recordings always equals the recorders registered."""
     recorders = thread_list(_RECORDERS)
-    recorders[:] = [r for r in recorders if r is not raw]
+    kept = [r for r in recorders if r is not raw]
+    if len(kept) == len(recorders):
+        return False
+    recorders[:] = kept
     with _clock_lock:
         _recording[0] -= 1
+    return True
 
 
 def _recorders() -> list:

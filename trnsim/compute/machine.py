@@ -16,6 +16,7 @@ import numpy as np
 
 from trnsim.compute.backends import Backend, get_backend
 from trnsim.compute.memory import CoreMemory, describe_region
+from trnsim.dtypes import check_values
 from trnsim.errors import ProgramError, UninitializedReadWarning, UnwrittenOutputWarning, warn
 from trnsim.isa import (BN_STATS_WIDTH, Activation, AffineSelect, BnAggr, BnStats, DmaCopy, Instruction, Iota, LoadStationary, Memset, MultiplyMoving,
                         Program, Select, SemaphoreSignal, SemaphoreWait, Tensor, TensorCopy, TensorReduce, TensorScalar,
@@ -54,8 +55,7 @@ class Machine:
         if values.shape != tensor.shape:
             raise ProgramError(f"bind {tensor!r}: the array has shape {list(values.shape)} but the tensor has shape "
                                f"{list(tensor.shape)}; pass an array of shape {list(tensor.shape)}")
-        if values.dtype.kind not in "biuf":
-            raise ProgramError(f"bind {tensor!r}: cannot load an array of {values.dtype}; pass real numbers")
+        check_values(values, tensor.dtype, f"bind {tensor!r}")
         self.write(tensor.view(), values.astype(np.float64))
 
     def read(self, view: View) -> np.ndarray:

@@ -464,22 +464,33 @@ def _shipped_hint() -> str:
     return f"a shipped chip ({', '.join(shipped_chips())}) or a path to a TOML file"
 
 
+def _file_state(path: Path) -> str | None:
+    """None if ``path`` is a file; otherwise why not, in words. Names the OS refuses (too
+    long, a NUL byte) are "not a valid file name" rather than an OSError from deep inside."""
+    try:
+        if path.is_file():
+            return None
+        return "is not a file" if path.exists() else "does not exist"
+    except (OSError, ValueError) as e:
+        return f"is not a valid file name ({getattr(e, 'strerror', None) or e})"
+
+
 def _locate(text: str, folder: Path | None, referrer: Path | None) -> Path:
     """The file a chip name or path means; a relative path is taken from ``folder``
     (the current directory for the top file, the extending file's folder for ``extends``)."""
     where = f"{referrer}: key 'extends' is {text!r}, but" if referrer else "chip file"
     if text.endswith(".toml") or os.sep in text or "/" in text:
         path = Path(text) if folder is None else folder / text
-        if not path.is_file():
-            state = "is not a file" if path.exists() else "does not exist"
-            raise ChipSpecError(f"{where} {path} {state}; pass {_shipped_hint()}")
+        state = _file_state(path)
+        if state is not None:
+            raise ChipSpecError(f"{where} {str(path)[:200]} {state}; pass {_shipped_hint()}")
         return path
     path = CHIPS_DIR / f"{text}.toml"
-    if not text or not path.is_file():
+    if not text or _file_state(path) is not None:
         close = difflib.get_close_matches(text, shipped_chips(), n=1)
         hint = f"did you mean {close[0]!r}? " if close else ""
         what = f"{referrer}: key 'extends' names unknown chip" if referrer else "unknown chip"
-        raise ChipSpecError(f"{what} {text!r}; {hint}pass {_shipped_hint()}")
+        raise ChipSpecError(f"{what} {text[:200]!r}; {hint}pass {_shipped_hint()}")
     return path
 
 
@@ -594,7 +605,15 @@ def load_chip(chip: str | os.PathLike | ChipSpec | None = None) -> ChipSpec:
     if isinstance(chip, ChipSpec):
         return chip
     if chip is None:
-        chip = os.environ.get("TRNSIM_CHIP") or DEFAULT_CHIP
+        env = os.environ.get("TRNSIM_CHIP")
+        if not env:
+            return load_chip(DEFAULT_CHIP)
+        try:
+            return load_chip(env)
+        except ChipSpecError as e:
+            if str(e).startswith(env):   # a damaged file, named by its path already
+                raise
+            raise ChipSpecError(f"TRNSIM_CHIP={env[:200]!r}: {e}; or unset TRNSIM_CHIP") from None
     if not isinstance(chip, (str, os.PathLike)):
         raise ChipSpecError(f"chip {_show(chip)} is not a chip; pass {_shipped_hint()} or a ChipSpec")
     path = _locate(os.fspath(chip), None, None)

@@ -11,6 +11,7 @@ from __future__ import annotations
 import functools
 import inspect
 import itertools
+import math
 import os
 from dataclasses import dataclass
 from typing import Any, Callable
@@ -18,7 +19,7 @@ from typing import Any, Callable
 import numpy as np
 
 from trnsim import dtypes as _dt
-from trnsim.errors import TrnSimError
+from trnsim.errors import ProgramError, TrnSimError
 from trnsim.isa import Memory
 from trnsim.nki.tensor import NkiTensor, _Placement
 from trnsim.nki.tracer import KernelError, Tracer
@@ -38,8 +39,17 @@ class Typed:
 
 
 def typed(array: Any, dtype: Any) -> Typed:
-    """``array`` as a kernel argument of chip dtype ``dtype`` (bfloat16, float8_e4m3, ...)."""
-    return Typed(np.asarray(array), _dt.as_dtype(dtype))
+    """``array`` as a kernel argument of chip dtype ``dtype`` (bfloat16, float8_e4m3, ...).
+
+    Floats are rounded to a float ``dtype`` as HBM stores them. For an integer ``dtype``
+    every value must already be one of its values: a fraction, NaN, infinity or a value
+    out of range raises :class:`KernelError` (the chip would saturate or round it)."""
+    arr, dt = np.asarray(array), _dt.as_dtype(dtype)
+    try:
+        _dt.check_values(arr, dt, "nki.typed")
+    except ProgramError as e:
+        raise KernelError(str(e)) from None
+    return Typed(arr, dt)
 
 
 def _is_tensor_arg(value: Any) -> bool:
@@ -77,6 +87,11 @@ class Traced:
     output_tensors: list[NkiTensor]
 
 
+# Every instance of a launch grid is traced in turn into one Program; past this many the
+# trace would take hours and exhaust host memory rather than fail.
+MAX_GRID_INSTANCES = 65536
+
+
 class Kernel:
     """A kernel function made runnable by :func:`jit`."""
 
@@ -88,8 +103,13 @@ class Kernel:
 
     def __getitem__(self, grid: Any) -> Kernel:
         grid = grid if isinstance(grid, tuple) else (grid,)
-        if not grid or not all(isinstance(g, int) and g > 0 for g in grid):
+        if not grid or not all(isinstance(g, (int, np.integer)) and not isinstance(g, bool) and g > 0 for g in grid):
             raise KernelError(f"launch grid {grid!r} must be positive integers, as in kernel[4] or kernel[2, 3]")
+        grid = tuple(int(g) for g in grid)
+        if math.prod(grid) > MAX_GRID_INSTANCES:
+            raise KernelError(f"launch grid {grid!r} has {math.prod(grid):,} instances, more than the "
+                              f"{MAX_GRID_INSTANCES:,} the simulator traces one by one; launch fewer instances "
+                              "and loop inside the kernel (nl.affine_range)")
         return Kernel(self.fn, grid, self.chip)
 
     def trace(self, *args: Any, chip: Any = None, **kwargs: Any) -> Traced:
@@ -158,7 +178,9 @@ def jit(fn: Callable | None = None, *, chip: Any = None, **_options: Any) -> Any
 
 
 def _chip(chip: Any, kernel: Kernel) -> Any:
-    return chip if chip is not None else kernel.chip if kernel.chip is not None else os.environ.get("TRNSIM_CHIP")
+    """The chip a run asks for, else the kernel's; None leaves ``$TRNSIM_CHIP`` (or the
+    default) to :func:`trnsim.hw.spec.load_chip`, the one reader of the variable."""
+    return chip if chip is not None else kernel.chip
 
 
 def _results(traced: Traced, run: Any) -> Any:

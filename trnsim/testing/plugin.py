@@ -23,16 +23,55 @@ def pytest_addoption(parser: Any) -> None:
 
 
 def pytest_configure(config: Any) -> None:
+    """Register the marker; refuse a bad ``--trnsim-chip`` or ``--trnsim-trace-dir`` once,
+    as a usage error, rather than in every test."""
+    from trnsim.errors import TrnSimError
+
     config.addinivalue_line("markers", "nki(chip=None): run this test's kernels on the given simulated chip")
+    from trnsim.atomic import check_writable
+
+    checks = {"--trnsim-chip": _checked_chip,
+              "--trnsim-trace-dir": lambda d: check_writable(os.path.join(d, "trnsim-trace-dir-check.json"))}
+    for option, check in checks.items():
+        value = config.getoption(option)
+        try:
+            if value:
+                check(value)
+        except TrnSimError as e:
+            raise pytest.UsageError(f"{option}: {e}") from None
+
+
+def _checked_chip(chip: Any) -> str:
+    """``chip`` (a shipped chip's name, a TOML path or a ChipSpec) as ``$TRNSIM_CHIP``
+    holds it, loaded once to check it (:class:`trnsim.errors.ChipSpecError` if bad)."""
+    from trnsim.hw.spec import ChipSpec, load_chip
+
+    if isinstance(chip, ChipSpec):
+        return chip.source
+    load_chip(chip)
+    return os.fspath(chip)
 
 
 @pytest.fixture(autouse=True)
 def _trnsim_chip(request: Any, monkeypatch: Any) -> None:
+    from trnsim.errors import TrnSimError
+
     marker = request.node.get_closest_marker("nki")
-    chip = marker.kwargs.get("chip") if marker is not None else None
+    chip = None
+    if marker is not None:
+        if len(marker.args) > 1 or set(marker.kwargs) - {"chip"} or (marker.args and "chip" in marker.kwargs):
+            pytest.fail(f"@pytest.mark.nki{marker.args!r} {marker.kwargs!r}: the marker takes one chip, as in "
+                        "@pytest.mark.nki(chip='trn1') or @pytest.mark.nki('trn1')", pytrace=False)
+        chip = marker.args[0] if marker.args else marker.kwargs.get("chip")
     chip = chip or request.config.getoption("--trnsim-chip")
-    if chip:
-        monkeypatch.setenv("TRNSIM_CHIP", str(chip))
+    error = None
+    try:
+        if chip:
+            monkeypatch.setenv("TRNSIM_CHIP", _checked_chip(chip))
+    except TrnSimError as e:
+        error = f"@pytest.mark.nki: {e}"
+    if error:
+        pytest.fail(error, pytrace=False)
 
 
 @pytest.fixture

@@ -5,11 +5,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from trnsim.trace.events import Slice, Trace, track_label, track_sort_key
+from trnsim.errors import TrnSimError
+from trnsim.trace.events import Slice, as_trace, track_label, track_sort_key
 
 
 def busy_ns(slices: list[Slice]) -> float:
     """Time covered by at least one of ``slices`` (overlaps counted once)."""
+    if not isinstance(slices, (list, tuple)) or not all(isinstance(s, Slice) for s in slices):
+        raise TrnSimError(f"busy_ns takes a list of trnsim.trace.Slice (such as trace.slices), not {slices!r:.60}")
     total = 0.0
     end = float("-inf")
     for s in sorted(slices, key=lambda s: s.start_ns):
@@ -60,13 +63,8 @@ class Summary:
 
 
 def summarize(run_or_trace: Any) -> Summary:
-    """Summary of a :class:`Trace`, or of a run (which is traced first)."""
-    if isinstance(run_or_trace, Trace):
-        trace = run_or_trace
-    else:
-        from trnsim.trace.events import trace_from_run
-
-        trace = trace_from_run(run_or_trace)
+    """Summary of a :class:`Trace`, of a run (which is traced first) or of a saved trace's path."""
+    trace = as_trace(run_or_trace, "summarize")
     total = trace.total_ns
     by_track: dict[str, list[Slice]] = {}
     for s in trace.slices:

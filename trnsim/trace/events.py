@@ -8,8 +8,11 @@ simulated run into one.
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
 from typing import Any
+
+from trnsim.errors import TrnSimError
 
 Nanos = float
 
@@ -123,6 +126,25 @@ def _effective_peak(program: Any) -> float:
             rate *= te.fp8_rows_factor  # fp8 streams two or four rows at once on NC-v3/v4
         ideal_s += f / rate
     return flops / ideal_s if ideal_s else te.peak_flops()
+
+
+def as_trace(value: Any, what: str) -> Trace:
+    """``value`` as a Trace: a Trace itself, a simulated run (a
+    :class:`trnsim.hw.core.RunResult`, traced), or the path of a saved trace (loaded).
+    ``what`` names the caller in the refusal of anything else."""
+    from trnsim.hw.core import RunResult
+
+    if isinstance(value, Trace):
+        return value
+    if isinstance(value, RunResult):
+        return trace_from_run(value)
+    if isinstance(value, (str, os.PathLike)):
+        from trnsim.trace.export import load
+
+        return load(value)
+    raise TrnSimError(f"{what} takes a trnsim.trace.Trace, a simulated run (trnsim.simulate's result) or the "
+                      f"path of a saved trace, not {type(value).__name__} {value!r:.60}; for a trnsim.profile, "
+                      "pass its .trace()")
 
 
 def trace_from_run(result: Any) -> Trace:

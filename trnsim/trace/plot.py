@@ -5,10 +5,10 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from trnsim.atomic import write_atomic
+from trnsim.atomic import as_path, write_atomic
 from trnsim.errors import TrnSimError
 from trnsim.trace.analysis import summarize
-from trnsim.trace.events import Trace, track_label
+from trnsim.trace.events import Trace, as_trace, track_label
 
 # One colour per instruction kind, so the same opcode looks the same on every row.
 _COLOURS = {
@@ -29,8 +29,9 @@ def plot_timeline(trace: Trace, path: str | os.PathLike | None = None, *, start_
         matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    trace = as_trace(trace, "plot_timeline")
+    end_ns = _window(trace, start_ns, end_ns)
     tracks = trace.tracks()
-    end_ns = trace.total_ns if end_ns is None else end_ns
     if ax is None:
         _, ax = plt.subplots(figsize=(12, 0.45 * len(tracks) + 1.2))
     rows = {t: i for i, t in enumerate(tracks)}
@@ -57,6 +58,19 @@ def plot_timeline(trace: Trace, path: str | os.PathLike | None = None, *, start_
     return ax
 
 
+def _window(trace: Trace, start_ns: Any, end_ns: Any) -> float:
+    """The end of the window ``start_ns``..``end_ns`` (the trace's end for None), checked:
+    finite numbers, start not negative and before the end."""
+    end = trace.total_ns if end_ns is None else end_ns
+    if end_ns is None and start_ns == 0:
+        return end      # the whole trace, even an empty one
+    numbers = all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in (start_ns, end))
+    if not numbers or not 0 <= start_ns < end < float("inf"):
+        raise TrnSimError(f"plot_timeline window start_ns={start_ns!r} end_ns={end_ns!r}: give finite numbers "
+                          f"with 0 <= start_ns < end_ns (the trace ends at {trace.total_ns:g} ns)")
+    return end
+
+
 def plot_busy(trace: Trace, path: str | os.PathLike | None = None, ax: Any = None) -> Any:
     """A bar per track: the share of the run it was busy. Returns the Axes."""
     import matplotlib
@@ -65,7 +79,7 @@ def plot_busy(trace: Trace, path: str | os.PathLike | None = None, ax: Any = Non
         matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    busy = summarize(trace).busy_pct
+    busy = summarize(as_trace(trace, "plot_busy")).busy_pct
     if ax is None:
         _, ax = plt.subplots(figsize=(8, 0.35 * len(busy) + 1))
     labels = [track_label(t) for t in busy]
@@ -82,7 +96,7 @@ def image_format(path: str | os.PathLike) -> str:
     """The image format the suffix of ``path`` names (PNG when it has none), checked."""
     from matplotlib.backend_bases import FigureCanvasBase
 
-    fmt = os.path.splitext(os.fspath(path))[1][1:].lower() or "png"
+    fmt = os.path.splitext(as_path(path, "image"))[1][1:].lower() or "png"
     known = FigureCanvasBase.get_supported_filetypes()
     if fmt not in known:
         raise TrnSimError(f"cannot draw {path}: {fmt!r} is not an image format matplotlib writes; "

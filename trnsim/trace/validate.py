@@ -17,6 +17,7 @@ import math
 import os
 from typing import Any
 
+from trnsim.atomic import as_path
 from trnsim.errors import TraceFileError
 
 FORMAT = "trnsim-trace/1"
@@ -42,6 +43,7 @@ def _check_time(path: Any, where: str, key: str, value: Any, limit: float = MAX_
 
 
 def _load_json(path: str | os.PathLike) -> Any:
+    path = as_path(path, "trace")
     try:
         with open(path, "rb") as f:
             raw = f.read()
