@@ -92,12 +92,12 @@ def _report(args: argparse.Namespace) -> int:
     from trnsim.trace import load, plot_timeline, summarize
     from trnsim.trace.plot import image_format
 
-    if args.plot:
+    if args.plot is not None:   # an empty --plot is refused by name, not skipped
         image_format(args.plot)
         check_writable(args.plot)
     trace = load(args.trace)
     print(summarize(trace))
-    if args.plot:
+    if args.plot is not None:
         plot_timeline(trace, args.plot)
         print(f"timeline       {args.plot}")
     return 0

@@ -368,3 +368,21 @@ def test_timing_fidelity_still_times_valid_dims() -> None:
         assert a.argsort(dim=1, stable=True).shape == (3, 4)
     finally:
         trnsim.set_fidelity("op")
+
+
+def test_report_refuses_an_empty_plot_path(tmp_path: Path) -> None:
+    from trnsim.trace.events import Slice, Trace
+
+    trace = Trace(process="p")
+    trace.slices.append(Slice("ops", "aten::add", 0.0, 10.0, {}))
+    path = T.save(trace, tmp_path / "t.json")
+    rc, out, err = cli("report", str(path), "--plot", "")
+    assert_one_line_error(rc, err, "image path ''")
+    assert out == ""
+
+
+def test_assert_kernel_matches_needs_a_reference_function() -> None:
+    from trnsim.testing import assert_kernel_matches
+
+    clean_error(lambda: assert_kernel_matches(lambda x: x, None, np.ones((128, 4), np.float32)),
+                "needs a reference function", "not NoneType", types=TypeError)

@@ -109,6 +109,9 @@ def assert_kernel_matches(kernel: Callable, reference: Callable, *args: Any, dty
     dtype among the arguments. Returns the kernel's outputs."""
     from trnsim.nki import simulate
 
+    if not callable(reference):
+        raise TypeError(f"assert_kernel_matches needs a reference function (numpy arrays in, the expected outputs "
+                        f"out), not {type(reference).__name__} {reference!r:.40}")
     out = simulate(kernel, chip=chip)(*args, **kwargs)
     ref = reference(*(_float64(a) for a in args), **kwargs)
     dtype = dtype if dtype is not None else _coarsest(args)
