@@ -63,7 +63,7 @@ def _window(trace: Trace, start_ns: Any, end_ns: Any) -> float:
     finite numbers, start not negative and before the end."""
     end = trace.total_ns if end_ns is None else end_ns
     if end_ns is None and start_ns == 0:
-        return end      # the whole trace, even an empty one
+        return max(end, 1.0)      # the whole trace; an empty one gets a 1 ns axis, not a singular one
     numbers = all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in (start_ns, end))
     if not numbers or not 0 <= start_ns < end < float("inf"):
         raise TrnSimError(f"plot_timeline window start_ns={start_ns!r} end_ns={end_ns!r}: give finite numbers "
