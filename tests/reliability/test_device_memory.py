@@ -471,3 +471,42 @@ def test_random_storage_sequences_match_the_cpu(n, steps):
                 torch.empty(0).set_(cs, old // 4, (grown,), (1,)).fill_(-7.0)
         for c, d in zip(cpu, dev):
             torch.testing.assert_close(d.cpu(), c, equal_nan=True, rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("fails", [
+    lambda y: torch.mm(torch.ones(2, 3, device="neuron"), torch.ones(2, 3, device="neuron"), out=y),
+    lambda y: y.copy_(torch.ones(3)),
+    lambda y: y.uniform_(2, 1),
+], ids=["mm out=", "copy_", "uniform_"])
+def test_an_op_that_fails_leaves_unwritten_memory_reading_nan(fails):
+    y = torch.empty(4, device="neuron")
+    with pytest.raises(RuntimeError):
+        fails(y)
+    assert torch.isnan(y.cpu()).all()
+
+
+def test_a_kernel_growing_its_output_past_hbm_leaves_no_pointer_to_freed_memory(monkeypatch):
+    """nonzero has no meta kernel for its sizes, so the CPU kernel grows the output's host
+    memory itself; past HBM the memory is given back and the storage stays as it was."""
+    from trnsim.backend import state
+
+    x = torch.ones(1000, device="neuron")
+    o = torch.zeros(3, dtype=torch.long, device="neuron")
+    gc.collect()   # tensors of earlier tests are freed now, not during the op
+    before = torch.neuron.memory_allocated()
+    monkeypatch.setattr(state.memory, "capacity", before + 100)
+    with pytest.warns(UserWarning), pytest.raises(torch.OutOfMemoryError):
+        torch.nonzero(x, out=o)
+    monkeypatch.undo()
+    assert torch.neuron.memory_allocated() == before
+    assert o.untyped_storage().nbytes() == 24 and o.shape == (3,)
+    host = o.cpu()
+    assert o.untyped_storage().data_ptr() == storage_ptr_of_block(o)
+    o.add_(1)
+    assert (o.cpu() == host + 1).all()
+
+
+def storage_ptr_of_block(t: torch.Tensor) -> int:
+    from trnsim.backend.storage import block_of
+
+    return block_of(t).host.data_ptr()

@@ -230,3 +230,31 @@ def test_process_queues_deliver_neuron_tensors_as_neuron_and_share_them(method):
         q_in.close()
         q_out.close()
     assert not p.is_alive()
+
+
+def _fill_child(q_in, q_out) -> None:
+    got = q_in.get(timeout=60)
+    got.fill_(7.0)
+    q_out.put("written")
+
+
+def test_memory_nothing_wrote_sent_to_a_process_keeps_what_the_process_writes():
+    """The NaN fill of unwritten memory goes in before the memory is shared; done later,
+    it would land on what the other process wrote."""
+    ctx = mp.get_context("fork")
+    q_in, q_out = ctx.Queue(), ctx.Queue()
+    sent = torch.empty(4, device=DEV)
+    p = ctx.Process(target=_fill_child, args=(q_in, q_out), daemon=True)
+    p.start()
+    try:
+        q_in.put(sent)
+        assert q_out.get(timeout=120) == "written"
+        p.join(timeout=60)
+        assert p.exitcode == 0
+        assert sent.cpu().tolist() == [7.0] * 4
+    finally:
+        if p.is_alive():
+            p.kill()
+            p.join(timeout=10)
+        q_in.close()
+        q_out.close()

@@ -116,7 +116,8 @@ class _Host:
     Aten schemas nest at most one level (``Tensor[]``, ``Tensor?[]``), so no pytree.
     """
 
-    __slots__ = ("args", "kwargs", "flat", "back", "seen", "cpu_dense", "written", "growable", "_owners")
+    __slots__ = ("args", "kwargs", "flat", "back", "seen", "cpu_dense", "written", "overwritten", "growable",
+                 "_owners")
 
     def __init__(self, info: _OpInfo, args: tuple, kwargs: dict, growable: bool = False) -> None:
         self.flat: list = []
@@ -128,12 +129,16 @@ class _Host:
         # one fresh alias per written neuron tensor, also where it is read (``add(x, y, out=x)``):
         # the CPU kernel must see one tensor, as it would on the CPU, not a reader beside a writer
         self.written: dict[int, torch.Tensor] = {}
+        # written arguments whose unwritten fill was skipped: marked written once the op succeeds
+        self.overwritten: list[torch.Tensor] = []
         for i, name in info.mutable:
             x = args[i] if i < len(args) else kwargs.get(name)
             for t in (x if isinstance(x, (list, tuple)) else (x,)):
                 if isinstance(t, torch.Tensor) and t.device.type == "neuron" and id(t) not in self.written:
-                    self.written[id(t)] = storage.host_alias(t, fresh=True, growable=growable,
-                                                             overwrite=_overwrites(info, t, args, kwargs))
+                    overwrite = _overwrites(info, t, args, kwargs)
+                    if overwrite:
+                        self.overwritten.append(t)
+                    self.written[id(t)] = storage.host_alias(t, fresh=True, growable=growable, overwrite=overwrite)
         mpos = info.mutable_pos
         self.args = [self._leaf(x, i in mpos, info) for i, x in enumerate(args)]
         if kwargs:
@@ -229,6 +234,8 @@ def _compute(op, info: _OpInfo, args: tuple, kwargs: dict, host_op=None, growabl
         with timeline.simulating:   # runs the op's kernel on the simulator, which is one per process
             result = instruction.run(op, info, host, args, kwargs)
         if result is not None:
+            for t in host.overwritten:
+                storage.mark_written(t)
             timeline.charge(op, info, args, kwargs, host.flat, result)
             return result
     run = host_op if host_op is not None else op
@@ -241,6 +248,8 @@ def _compute(op, info: _OpInfo, args: tuple, kwargs: dict, host_op=None, growabl
         if info.mutable and not growable and _NOT_RESIZABLE in str(e):
             return _compute(op, info, args, kwargs, host_op, growable=not _grow_outputs(op, info, args, kwargs))
         h_args, h_kwargs, result = _retry_with_wrapped_numbers(e, op, run, info, h_args, h_kwargs, draws)
+    for t in host.overwritten:
+        storage.mark_written(t)
     sync_mutated_args(info, args, kwargs, h_args, h_kwargs)
     if host.seen is None and not to_device and not (info.has_device and kwargs.get("device") is None):
         # no neuron tensor in and none asked for: a CPU op reached us through a neuron
@@ -271,13 +280,8 @@ def _grow_outputs(op, info: _OpInfo, args: tuple, kwargs: dict) -> bool:
     """Grow the storage of each written argument of ``op`` to what the op will resize it
     to, found by running the op on meta tensors; HBM is checked before host memory is
     touched (:func:`storage.resize_in_place`). False if the meta kernel cannot say."""
-    def meta(x: Any) -> Any:
-        if isinstance(x, torch.Tensor) and x.layout is _STRIDED:
-            return torch.empty_strided(x.shape, x.stride(), dtype=x.dtype, device="meta")
-        return x
-
-    m_args = [_map_leaves(meta, a) for a in args]
-    m_kwargs = {k: _map_leaves(meta, v) for k, v in kwargs.items()}
+    m_args = [_map_leaves(storage.meta_like, a) for a in args]
+    m_kwargs = {k: _map_leaves(storage.meta_like, v) for k, v in kwargs.items()}
     try:
         with warnings.catch_warnings():   # the CPU kernel gives the user its own warnings
             warnings.simplefilter("ignore")
@@ -457,6 +461,8 @@ def _copy(op, info: _OpInfo, args: tuple, kwargs: dict):
         h_src = storage.host_alias(src) if src.device.type == "neuron" else src
         h_dst = storage.host_alias(dst, overwrite=True) if dst.device.type == "neuron" else dst
         h_dst.copy_(h_src)
+        if dst.device.type == "neuron":
+            storage.mark_written(dst)
     timeline.charge(op, info, (dst, src), {}, flat, dst)
     return dst
 

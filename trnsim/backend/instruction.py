@@ -84,12 +84,7 @@ def _refused(op: Any, host: Any) -> bool:
     not broadcast): the op runs on meta tensors of the arguments' shapes, strides and
     dtypes. A refused call goes to the CPU kernel, which raises the CPU's error, so no
     adapter has to repeat PyTorch's checks. Ops without a meta kernel are not refused."""
-    def meta(x: Any) -> Any:
-        if isinstance(x, torch.Tensor):
-            return torch.empty_strided(x.shape, x.stride(), dtype=x.dtype, device="meta")
-        return x
-
-    meta_args, meta_kwargs = tree_map(meta, (host.args, host.kwargs))
+    meta_args, meta_kwargs = tree_map(storage.meta_like, (host.args, host.kwargs))
     try:
         op(*meta_args, **meta_kwargs)
     except NotImplementedError:

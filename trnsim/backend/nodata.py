@@ -40,10 +40,6 @@ def _check_dim(op, args: tuple, kwargs: dict) -> None:
         raise IndexError(f"Dimension out of range (expected to be in range of [{-n}, {n - 1}], but got {dim})")
 
 
-def _meta(t: torch.Tensor) -> torch.Tensor:
-    return torch.empty_strided(t.shape, t.stride(), dtype=t.dtype, device="meta")
-
-
 def run(op, info, flat: list, spec, to_device: bool) -> Any:
     """Run ``op`` on meta stand-ins of ``flat``; results become data-less neuron tensors."""
     metas = []
@@ -53,7 +49,7 @@ def run(op, info, flat: list, spec, to_device: bool) -> Any:
             if x.device.type == "cpu" and x.dim() == 0:
                 metas.append(x)   # a CPU scalar keeps its value
                 continue
-            m = _meta(x)
+            m = storage.meta_like(x)
             back[id(m)] = x
             metas.append(m)
         elif isinstance(x, torch.device) and x.type == "neuron":

@@ -128,7 +128,11 @@ def reduce_storage(st: torch.UntypedStorage) -> tuple:
 
     if _has_no_data(st):
         raise timing_error("send to another process")
-    host = st._trnsim_block.host
+    block = st._trnsim_block
+    # the fill goes in before the memory is shared: filled later, it would land on what the
+    # other process wrote meanwhile
+    block.fill_unwritten()
+    host = block.host
     if not host.is_shared():
         # moves the bytes to shared memory (a new address) before the pickler does it,
         # so the neuron storage can be pointed at them

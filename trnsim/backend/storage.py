@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import operator
 
+from typing import Any
+
 import torch
 
 from trnsim.backend import state
@@ -101,7 +103,7 @@ def allocate(nbytes: int, fill: int | None = None) -> torch.UntypedStorage:
     keeps no host memory. The fill is lazy: an op that overwrites the whole storage
     first (``zeros`` is ``empty`` and ``zero_``; an ``out=`` argument) skips it, and
     anything else fills it in before it runs (see :func:`host_alias`)."""
-    state.memory.check(nbytes)
+    state.memory.check(nbytes)   # before touching host memory (HbmBlock accounts it after)
     if state.fidelity() == "timing":
         return timing_storage(nbytes)
     st = neuron_storage(torch.empty(nbytes, dtype=torch.uint8).untyped_storage())
@@ -130,9 +132,16 @@ def follow_host(st: torch.UntypedStorage) -> None:
     the freed memory), and the block's account follows the new size."""
     block = st._trnsim_block
     host = block.host
-    block.regrow(host.nbytes())
     block.aliases.clear()
     block.fixed = None
+    try:
+        block.regrow(host.nbytes())
+    except torch.OutOfMemoryError:
+        # past HBM: the host storage gives the memory back (its first bytes are the old
+        # ones), so nothing is left pointing at freed memory and the account stays exact
+        host.resize_(block.nbytes)
+        _point(st, host.data_ptr(), host.nbytes())
+        raise
     _point(st, host.data_ptr(), host.nbytes())
 
 
@@ -264,16 +273,14 @@ def host_alias(t: torch.Tensor, fresh: bool = False, growable: bool = False, ove
 
     Memory nothing wrote yet gets its fill (see :func:`allocate`) before the alias is
     made, unless ``overwrite`` says the op writes every element of ``t`` without reading
-    it and ``t`` covers the whole storage.
+    it and ``t`` covers the whole storage: then the fill is skipped, and the caller marks
+    the memory written (:func:`mark_written`) once the op has succeeded, so an op that
+    fails leaves it to read as unwritten, not as whatever the host memory held.
     """
     st = t.untyped_storage()
     block = st._trnsim_block
-    if block.unwritten is not None:
-        if overwrite and t.storage_offset() == 0 and t.numel() * t.element_size() == block.nbytes \
-                and t.is_contiguous():
-            block.unwritten = None
-        else:
-            block.fill_unwritten()
+    if block.unwritten is not None and not (overwrite and covers_storage(t)):
+        block.fill_unwritten()
     host = block.host
     if host is None:
         if st.nbytes() == 0:
@@ -302,6 +309,27 @@ def host_alias(t: torch.Tensor, fresh: bool = False, growable: bool = False, ove
             block.aliases.clear()
         block.aliases[key] = alias
     return alias
+
+
+def meta_like(x: Any) -> Any:
+    """A meta tensor with the shape, strides and dtype of strided tensor ``x`` (to ask an
+    op's meta kernel what it would do); anything else as it is."""
+    if isinstance(x, torch.Tensor) and x.layout is torch.strided:
+        return torch.empty_strided(x.shape, x.stride(), dtype=x.dtype, device="meta")
+    return x
+
+
+def covers_storage(t: torch.Tensor) -> bool:
+    """Whether ``t`` is every byte of its storage, in order."""
+    return t.storage_offset() == 0 and t.numel() * t.element_size() == t.untyped_storage().nbytes() \
+        and t.is_contiguous()
+
+
+def mark_written(t: torch.Tensor) -> None:
+    """After an op wrote all of ``t`` (an alias taken with ``overwrite=True``): its memory
+    no longer needs the unwritten fill."""
+    if covers_storage(t):
+        t.untyped_storage()._trnsim_block.unwritten = None
 
 
 def check_in_bounds(t: torch.Tensor, nbytes: int) -> None:
