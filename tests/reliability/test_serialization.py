@@ -224,11 +224,7 @@ def test_process_queues_deliver_neuron_tensors_as_neuron_and_share_them(method):
         p.join(timeout=60)
         assert p.exitcode == 0
     finally:
-        if p.is_alive():
-            p.kill()
-            p.join(timeout=10)
-        q_in.close()
-        q_out.close()
+        _reap(p, q_in, q_out)
     assert not p.is_alive()
 
 
@@ -253,8 +249,14 @@ def test_memory_nothing_wrote_sent_to_a_process_keeps_what_the_process_writes():
         assert p.exitcode == 0
         assert sent.cpu().tolist() == [7.0] * 4
     finally:
-        if p.is_alive():
-            p.kill()
-            p.join(timeout=10)
-        q_in.close()
-        q_out.close()
+        _reap(p, q_in, q_out)
+    assert not p.is_alive()
+
+
+def _reap(p, *queues) -> None:
+    """Leave no process behind: kill ``p`` if it still runs, and close the queues."""
+    if p.is_alive():
+        p.kill()
+        p.join(timeout=10)
+    for q in queues:
+        q.close()
