@@ -93,8 +93,7 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.
                                  scale=None, enable_gqa=False):
     """SDPA on ``neuron``: the fused overrideable op where the choice says so, else
     PyTorch's own decomposition (which takes the math path on this device)."""
-    if _aten._fused_sdp_choice(query, key, value, attn_mask, dropout_p, is_causal, scale=scale,
-                               enable_gqa=enable_gqa) == OVERRIDEABLE:
+    if fusable(query, key, value, attn_mask, dropout_p, is_causal, enable_gqa):
         return _FWD(query, key, value, attn_mask, dropout_p, is_causal, False, scale=scale)[0]
     return _SDPA.decompose(query, key, value, attn_mask, dropout_p, is_causal, scale=scale, enable_gqa=enable_gqa)
 
@@ -110,8 +109,10 @@ def _host_forward(query, key, value, attn_bias=None, dropout_p=0.0, is_causal=Fa
                   scale=None) -> tuple:
     out, lse = _aten._scaled_dot_product_flash_attention_for_cpu(
         query, key, value, dropout_p, is_causal, attn_mask=_float_mask(attn_bias, query.dtype), scale=scale)
-    # no varlen sequences, no dropout RNG state, no debug mask: undefined tensors, as in the meta kernel
-    return out, lse, None, None, query.shape[2], key.shape[2], None, None, None
+    # no varlen sequences and no debug mask: undefined tensors, as in the meta kernel; no dropout, so the RNG
+    # seed and offset are zeros, but tensors as the meta kernel's are (a compiled graph saves them for backward)
+    seed, offset = torch.zeros((), dtype=torch.long), torch.zeros((), dtype=torch.long)
+    return out, lse, None, None, query.shape[2], key.shape[2], seed, offset, None
 
 
 def _host_backward(grad_out, query, key, value, attn_bias, grad_input_mask, out, logsumexp, cum_seq_q, cum_seq_k,
