@@ -64,3 +64,12 @@ def warn(message: str, category: type[TrnSimWarning]) -> None:
     while frame is not None and os.path.abspath(frame.f_code.co_filename).startswith(package):
         frame, level = frame.f_back, level + 1
     warnings.warn(message, category, stacklevel=level + 1)
+
+
+class CompileError(TrnSimError, RuntimeError):
+    """``torch.compile(backend="neuron")`` was asked for something it does not do."""
+
+
+class CompileModeWarning(TrnSimWarning):
+    """A ``torch.compile`` mode or option the ``neuron`` backend does not have; it
+    compiles as in the default mode."""

@@ -122,9 +122,10 @@ def _tensors(flat: list) -> list[torch.Tensor]:
 
 # -- matmul family -----------------------------------------------------------
 
-def _matmul(b: int, m: int, k: int, n: int, dtype: torch.dtype) -> OpCost:
-    from trnsim.kernels.gemm import matmul_general
-
+def matmul_share(b: int, m: int, k: int, n: int) -> tuple[int, int, int, int]:
+    """One physical core's share of a matmul [b, m, k] x [b, k, n], as traced: (b, m, n,
+    scale), the slab of at most :data:`MAX_MULTIPLIES` multiplies whose Program, run
+    ``scale`` times, times the share (see the module)."""
     m, k, n = max(m, 1), max(k, 1), max(n, 1)
     lnc = _lnc()
     if lnc > 1:   # the physical cores of a logical core take a share of the batch, rows or columns each
@@ -153,6 +154,14 @@ def _matmul(b: int, m: int, k: int, n: int, dtype: torch.dtype) -> OpCost:
             keep = max(512, (n * MAX_MULTIPLIES // mults) // 512 * 512)
             scale *= math.ceil(n / keep)
             n = keep
+    return b, m, n, scale
+
+
+def _matmul(b: int, m: int, k: int, n: int, dtype: torch.dtype) -> OpCost:
+    from trnsim.kernels.gemm import matmul_general
+
+    b, m, n, scale = matmul_share(b, m, k, n)
+    k = max(k, 1)
     lhs = (b, k, m) if b > 1 else (k, m)
     rhs = (b, k, n) if b > 1 else (k, n)
     out_dtype = _chip_dtype(dtype) if dtype.is_floating_point else "float32"

@@ -142,11 +142,20 @@ class profile:
             "hbm_bw_gbps": chip.hbm_bw_per_core_gbps * chip.logical_core_size,
         })
         origin = min((r.start_ps for r in self.records), default=0)
+        graph_start = 0.0
         for r in self.records:
             start_ns = (r.start_ps - origin) / 1000
             args = {"shapes": [list(s) for s in r.shapes], "dtypes": list(r.dtypes), "timed_by": r.cost.source}
             if r.cost.kernel:
                 args["kernel"] = r.cost.kernel
+            if r.info is not None:   # a kernel of a compiled graph
+                args.update(r.info)
+                if r.info["index"] == 0:
+                    graph_start = start_ns
+                if r.info["index"] == r.info["kernels"] - 1:
+                    end_ns = (r.end_ps - origin) / 1000
+                    tr.slices.append(Slice("graphs", r.info["graph"], graph_start, end_ns - graph_start,
+                                           {"kernels": r.info["kernels"]}))
             tr.slices.append(Slice("ops", r.name.removeprefix("aten::"), start_ns, (r.end_ps - r.start_ps) / 1000,
                                    args))
             if self.engines and r.cost.run is not None:

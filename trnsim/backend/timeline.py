@@ -55,6 +55,7 @@ class OpRecord:
     start_ps: int
     end_ps: int
     cost: OpCost
+    info: Any = field(default=None, compare=False)   # a compiled graph's kernel: its graph, ops and source lines
 
 
 _memo: dict[tuple, OpCost] = {}
@@ -132,8 +133,25 @@ def cost_of(name: str, args: tuple, kwargs: dict, out: Any, flat: list | None = 
     return cost
 
 
+_host_only = threading.local()
+
+
+class graph_execution:
+    """While active, ops this thread runs are not put on the timeline: they compute a
+    compiled graph's values on the host, and the graph is charged as a whole
+    (:func:`charge_graph`)."""
+
+    def __enter__(self) -> None:
+        _host_only.depth = getattr(_host_only, "depth", 0) + 1
+
+    def __exit__(self, *exc: Any) -> None:
+        _host_only.depth -= 1
+
+
 def charge(op: Any, info: Any, args: tuple, kwargs: dict, flat: list, out: Any) -> None:
     """Put op ``info.name`` on the timeline."""
+    if getattr(_host_only, "depth", 0):
+        return
     cost = cost_of(info.name, args, kwargs, out, flat)
     if cost.source == "none":
         return
@@ -153,6 +171,28 @@ def charge(op: Any, info: Any, args: tuple, kwargs: dict, flat: list, out: Any) 
         rec = OpRecord(info.name, shapes, dtypes, start, end, cost)
         for r in recorders:
             r.append(rec)
+
+
+def charge_graph(kernels: list[tuple[str, OpCost, tuple, tuple, Any]]) -> None:
+    """Put one compiled graph on the timeline: one launch, then its kernels
+    ``(name, cost, shapes, dtypes, info)`` back to back."""
+    clock = state.clock
+    launch = _LAUNCH[0] if _LAUNCH else _launch_ps()
+    total = sum(c.ps for _, c, _, _, _ in kernels)
+    with _clock_lock:
+        issued = clock.host + launch
+        start = issued if issued > clock.device else clock.device
+        clock.host = issued
+        clock.device = start + total
+        clock.ops += 1
+    recorders = _recorders()
+    if recorders:
+        t = start
+        for name, cost, shapes, dtypes, info in kernels:
+            rec = OpRecord(name, shapes, dtypes, t, t + cost.ps, cost, info)
+            t += cost.ps
+            for r in recorders:
+                r.append(rec)
 
 
 def _launch_ps() -> int:

@@ -18,6 +18,8 @@ Nanos = float
 
 # Display names and order of a NeuronCore's tracks, as a Neuron profile shows them.
 TRACK_NAMES = {
+    "compile": "Compiler (host)",
+    "graphs": "Compiled graphs",
     "ops": "PyTorch ops",
     "host": "Host (sync points)",
     "tensor": "TensorE (matmul)",

@@ -1,0 +1,18 @@
+"""``torch.compile(backend="neuron")``: whole graphs as fused kernels on the simulated chip.
+
+The backend is registered under the ``torch_dynamo_backends`` entry point, so
+``backend="neuron"`` needs no import. Dynamo's graphs go through AOT Autograd with a
+decomposition table to core aten ops (forward and backward graphs for training, one
+graph for inference; no Inductor); each graph is partitioned into fused kernels
+(:mod:`.partition`), timed (:mod:`.lower`) and run (:mod:`.runtime`).
+
+As on the real backend: shapes are static (``dynamic=False`` is the default and
+``dynamic=True`` is refused), modes other than ``"default"`` warn and compile as the
+default, ``fullgraph`` and graph breaks both work.
+"""
+
+from __future__ import annotations
+
+from trnsim.backend.compile.backend import neuron_backend
+
+__all__ = ["neuron_backend"]

@@ -1,0 +1,58 @@
+"""The Dynamo backend function and the options it takes."""
+
+from __future__ import annotations
+
+import functools
+import itertools
+import warnings
+from typing import Any
+
+import torch
+import torch.fx as fx
+
+from trnsim.errors import CompileError, CompileModeWarning
+
+_names = itertools.count()
+
+
+@functools.cache
+def decompositions() -> dict:
+    """Core aten decompositions, keeping whole the ops that have their own kernels
+    (the fused attention op is not in the table: it stays one node)."""
+    from torch._decomp import core_aten_decompositions
+
+    return dict(core_aten_decompositions())
+
+
+def _check_options(mode: str | None, options: dict | None) -> None:
+    if mode is not None and mode != "default":
+        warnings.warn(f"torch.compile(mode={mode!r}) has no meaning on the neuron backend, which compiles every "
+                      "graph the one way; compiling as mode='default'", CompileModeWarning, stacklevel=3)
+    if options:
+        warnings.warn(f"torch.compile(options={options!r}): the neuron backend takes no options; ignoring "
+                      f"{', '.join(map(repr, options))}", CompileModeWarning, stacklevel=3)
+    if not torch._dynamo.config.assume_static_by_default:
+        raise CompileError("torch.compile(dynamic=True) is not supported by the neuron backend: it compiles static "
+                           "shapes, one graph per shape, as the Neuron compiler does. Use dynamic=False (the "
+                           "default) and keep shapes fixed: pad inputs to a few fixed lengths and use static caches "
+                           "(generate(..., cache_implementation='static')).")
+
+
+def neuron_backend(gm: fx.GraphModule, example_inputs: list, mode: str | None = None,
+                   options: dict | None = None) -> Any:
+    """The ``neuron`` Dynamo backend: ``torch.compile(model, backend="neuron")``."""
+    from torch._dynamo.backends.common import aot_autograd
+
+    from trnsim.backend.compile.runtime import CompiledGraph
+
+    _check_options(mode, options)
+    name = f"graph{next(_names)}"
+
+    def compiler(kind: str):
+        def compile_graph(graph: fx.GraphModule, inputs: list) -> CompiledGraph:
+            return CompiledGraph(graph, f"{name} {kind}", kind)
+        return compile_graph
+
+    return aot_autograd(fw_compiler=compiler("forward"), bw_compiler=compiler("backward"),
+                        inference_compiler=compiler("inference"), decompositions=decompositions(),
+                        keep_inference_input_mutations=True)(gm, example_inputs)

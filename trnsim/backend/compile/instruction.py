@@ -1,0 +1,125 @@
+"""A compiled graph in ``instruction`` fidelity: fused kernels compute the values.
+
+The graph's kernels run in order. A fused kernel is traced on its operands' real values
+(read from the host memory behind the neuron tensors, laid out as the timing path lays
+them out: the matmul's left operand transposed, operands broadcast over the domain where
+they repeat) and simulated instruction by instruction, so its results carry the chip's
+numerics (bf16 rounding, fp32 PSUM accumulation, the scalar engine's activations); they
+become new neuron tensors. Every other node runs as in eager instruction fidelity (its
+kernel where :mod:`trnsim.backend.instruction` has one, else PyTorch's CPU kernel).
+
+A matmul larger than op fidelity traces whole (more than
+:data:`trnsim.backend.opkernels.MAX_MULTIPLIES` multiplies) runs its nodes one by one,
+as eager instruction fidelity does.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+import torch
+import torch.fx as fx
+from torch.fx.node import map_arg
+
+from trnsim.backend import state, storage, timeline
+from trnsim.backend.compile.partition import Group
+from trnsim.backend.opkernels import MAX_MULTIPLIES
+
+
+def run(gm: fx.GraphModule, lowered: Any, args: list) -> Any:
+    """The outputs of ``gm`` called with ``args``, its fused kernels computing their
+    values at instruction fidelity (``lowered``: the graph's groups for these shapes)."""
+    env: dict[fx.Node, Any] = {}
+    placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
+    for n, a in zip(placeholders, args):
+        env[n] = a
+    with timeline.graph_execution():
+        for g in lowered.groups:
+            if g.kind in ("rows", "matmul") and _fused(g, env, lowered.vals):
+                continue
+            for n in g.nodes:
+                env[n] = _node(n, env)
+        out = next(n for n in gm.graph.nodes if n.op == "output")
+        return map_arg(out.args[0], lambda n: env[n])
+
+
+def _node(n: fx.Node, env: dict[fx.Node, Any]) -> Any:
+    if n.op == "get_attr":
+        return getattr(n.graph.owning_module, n.target)
+    args = map_arg(n.args, lambda a: env[a])
+    kwargs = map_arg(n.kwargs, lambda a: env[a])
+    return n.target(*args, **kwargs)
+
+
+def _host(t: torch.Tensor) -> torch.Tensor:
+    return storage.host_alias(t) if t.device.type == "neuron" else t
+
+
+def _operand(g: Group, layout: str, t: Any) -> Any:
+    """An operand's values laid out as the fused kernel reads them (CPU tensors)."""
+    n, d = g.rows
+    if not isinstance(t, torch.Tensor):
+        return torch.tensor([float(t)], dtype=torch.float32)
+    host = _host(t)
+    if layout == "full":
+        return host.expand(g.shape).contiguous().reshape((n, d) if g.kind == "rows" else _matmul_full(g))
+    if layout == "row":
+        return host.reshape(d).contiguous()
+    if layout == "col":
+        return host.reshape(_matmul_col(g) if g.kind == "matmul" else (n, 1)).contiguous()
+    return host.reshape(1).contiguous()
+
+
+def _matmul_full(g: Group) -> tuple[int, ...]:
+    b, m, _, n = g.domain
+    return (b, m, n) if _batched(g) else (m, n)
+
+
+def _matmul_col(g: Group) -> tuple[int, ...]:
+    b, m, _, _ = g.domain
+    return (b, m, 1) if _batched(g) else (m, 1)
+
+
+def _batched(g: Group) -> bool:
+    return g.domain[0] > 1
+
+
+def _fused(g: Group, env: dict[fx.Node, Any], vals: dict[fx.Node, Any]) -> bool:
+    """Run fusion ``g`` as its kernel and put its outputs in ``env``; False where it
+    runs node by node instead."""
+    from trnsim.hw.core import simulate
+    from trnsim.kernels.fused import fused_rows_kernel
+    from trnsim.kernels.fused_matmul import fused_matmul_kernel
+
+    recipe = g.recipe
+    operands = [_operand(g, layout, env[a] if isinstance(a, fx.Node) else a) for layout, a in zip(g.layouts, g.inputs)]
+    if g.kind == "rows":
+        traced = fused_rows_kernel.trace(*operands, chip=state.chip(), recipe=recipe, shape=g.rows)
+    else:
+        b, m, k, n = g.domain
+        if b * math.ceil(m / 128) * math.ceil(n / 512) * math.ceil(k / 128) > MAX_MULTIPLIES:
+            return False
+        lhs, rhs = (_host(env[x]) for x in g.mm)
+        lhsT = lhs.transpose(-2, -1).contiguous()
+        rhs = rhs.contiguous()
+        if b == 1 and lhsT.dim() == 3:
+            lhsT, rhs = lhsT[0], rhs[0]
+        traced = fused_matmul_kernel.trace(lhsT, rhs, *operands, chip=state.chip(), recipe=recipe,
+                                           dtype=recipe.steps[0].dtype)
+    result = simulate(traced.tracer.program, traced.inputs, fidelity="instruction")
+    values = [result.outputs[t.tensor.name] for t in traced.output_tensors]
+    made: dict[fx.Node, torch.Tensor] = {}
+    for node, arr in zip(g.outputs, values):
+        ref = vals[node]
+        cpu = torch.from_numpy(np.ascontiguousarray(arr)).reshape(tuple(ref.shape)).to(ref.dtype)
+        made[node] = storage.adopt(cpu)
+    inside = set(g.nodes)
+    for node in g.nodes:
+        if node in made:
+            env[node] = made[node]
+        elif any(u not in inside for u in node.users):   # a view of an output, used outside
+            source = next(o for o in g.outputs if g.value[o] == g.value[node])
+            env[node] = made[source].reshape(tuple(vals[node].shape))
+    return True

@@ -1,0 +1,196 @@
+"""Lower a partitioned graph to timed kernels: one :class:`Kernel` per group.
+
+Fused groups are traced with :mod:`trnsim.kernels.fused` on placeholder arrays of their
+shapes and dtypes, and simulated for their time, as eager ops are
+(:mod:`trnsim.backend.opkernels`): on a chip whose logical NeuronCore spans several
+physical cores, one core's share of the rows (or of the matmul) is traced and the cores
+run their shares at once. ``"op"`` groups take their eager cost
+(:func:`trnsim.backend.timeline.cost_of`, memoized per op signature), and ``"free"``
+groups cost nothing. Fused kernels of the same recipe and shapes (the layers of a
+model) are simulated once.
+
+Each kernel also counts the HBM bytes it moves and the bytes its ops would move run one
+by one (each reading its operands from HBM and writing its result back): their
+difference is what fusing saved.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+import torch.fx as fx
+
+from trnsim.backend import opkernels, state, timeline
+from trnsim.backend.compile.partition import FREE, Group, op_name
+from trnsim.backend.costs import moved_bytes
+from trnsim.backend.timeline import OpCost
+
+_memo: dict[tuple, OpCost] = {}
+
+
+@dataclass
+class Kernel:
+    """One kernel of a compiled graph: its ``name`` (the fused ops, or the op), the
+    ``group`` it runs, its simulated ``cost``, the HBM bytes it moves (``hbm_bytes``) and
+    those its ops would move one by one (``eager_bytes``), and the user's source lines
+    its ops come from."""
+
+    name: str
+    group: Group
+    cost: OpCost
+    hbm_bytes: int = 0
+    eager_bytes: int = 0
+    source: list[str] = field(default_factory=list)
+
+    @property
+    def fused(self) -> bool:
+        return self.group.kind in ("rows", "matmul")
+
+
+def lower(groups: list[Group], vals: dict[fx.Node, Any]) -> list[Kernel]:
+    """The kernels of ``groups`` (free groups left out), each timed."""
+    kernels = []
+    with timeline.simulating:
+        for g in groups:
+            if g.kind == "free":
+                continue
+            if g.kind == "op":
+                kernels.append(_op_kernel(g, vals))
+            else:
+                kernels.append(_fused_kernel(g, vals))
+    return kernels
+
+
+def _value(x: Any, vals: dict[fx.Node, Any]) -> Any:
+    if isinstance(x, fx.Node):
+        return vals.get(x)
+    if isinstance(x, (list, tuple)):
+        return type(x)(_value(y, vals) for y in x)
+    return x
+
+
+def _tensors(x: Any) -> list[torch.Tensor]:
+    if isinstance(x, torch.Tensor):
+        return [x]
+    if isinstance(x, (list, tuple)):
+        return [t for y in x for t in _tensors(y)]
+    return []
+
+
+def _op_kernel(g: Group, vals: dict[fx.Node, Any]) -> Kernel:
+    node = g.nodes[0]
+    name = op_name(node)
+    args, kwargs = _value(node.args, vals), {k: _value(v, vals) for k, v in node.kwargs.items()}
+    out = vals.get(node)
+    flat = _tensors(list(args)) + _tensors(list(kwargs.values()))
+    cost = timeline.cost_of(name, tuple(args), kwargs, out, flat)
+    nbytes = moved_bytes(flat, out) if cost.source != "none" else 0
+    return Kernel(name, g, cost, nbytes, nbytes, _sources(g))
+
+
+def _bytes(t: torch.Tensor | None) -> int:
+    return t.numel() * t.element_size() if isinstance(t, torch.Tensor) else 0
+
+
+def _eager_bytes(g: Group, vals: dict[fx.Node, Any]) -> int:
+    """Bytes the group's ops would move as separate eager kernels."""
+    total = 0
+    for n in g.nodes:
+        if n.target in FREE:
+            continue
+        ins = [vals.get(a) for a in n.all_input_nodes]
+        total += sum(_bytes(t) for t in ins) + _bytes(vals.get(n))
+    return total
+
+
+def _fused_kernel(g: Group, vals: dict[fx.Node, Any]) -> Kernel:
+    from trnsim.kernels.fused import fused_rows_kernel
+    from trnsim.kernels.fused_matmul import fused_matmul_kernel
+
+    recipe = g.recipe
+    ins = [vals.get(a) if isinstance(a, fx.Node) else a for a in g.inputs]
+    outs = [vals.get(n) for n in g.outputs]
+    dtypes = tuple(str(t.dtype) for t in ins) + tuple(str(t.dtype) for t in outs)
+    chip = state.chip()
+    if g.kind == "rows":
+        n, d = g.rows
+        share = max(1, math.ceil(n / chip.logical_core_size))
+        key = ("rows", recipe, n, d, dtypes, chip.name)
+        cost = _memo.get(key)
+        if cost is None:
+            ops = [_operand(layout, share, d, t) for layout, t in zip(g.layouts, ins)]
+            cost = _memo[key] = _simulate(fused_rows_kernel, "fused_rows_kernel", ops, cores=n / share,
+                                          recipe=recipe, shape=(share, d))
+    else:
+        b, m, k, n = g.domain
+        a, w = vals.get(g.mm[0]), vals.get(g.mm[1])
+        key = ("matmul", recipe, g.domain, str(a.dtype), str(w.dtype), dtypes, chip.name)
+        cost = _memo.get(key)
+        if cost is None:
+            opkernels._shares.clear()
+            sb, sm, sn, scale = opkernels.matmul_share(b, m, k, n)
+            cores = math.prod(opkernels._shares)
+            opkernels._shares.clear()
+            lhs = (sb, k, sm) if b > 1 else (k, sm)
+            rhs = (sb, k, sn) if b > 1 else (k, sn)
+            ops = [opkernels._ph(lhs, a.dtype), opkernels._ph(rhs, w.dtype)]
+            ops += [_matmul_operand(layout, sb if b > 1 else 0, sm, sn, t) for layout, t in zip(g.layouts, ins)]
+            out_dtype = recipe.steps[0].dtype
+            cost = _memo[key] = _simulate(fused_matmul_kernel, "fused_matmul_kernel", ops, cores=cores,
+                                          repeat=scale, recipe=recipe, dtype=out_dtype)
+    hbm = sum(_bytes(t) for t in ins) + sum(_bytes(t) for t in outs)
+    if g.kind == "matmul":
+        hbm += _bytes(vals.get(g.mm[0])) + _bytes(vals.get(g.mm[1]))
+    return Kernel(kernel_name(g), g, cost, hbm, _eager_bytes(g, vals), _sources(g))
+
+
+def _operand(layout: str, n: int, d: int, t: torch.Tensor) -> Any:
+    shape = {"full": (n, d), "row": (d,), "col": (n, 1), "scalar": (1,)}[layout]
+    return opkernels._ph(shape, t.dtype)
+
+
+def _matmul_operand(layout: str, b: int, m: int, n: int, t: torch.Tensor) -> Any:
+    lead = (b,) if b else ()
+    shape = {"full": lead + (m, n), "row": (n,), "col": lead + (m, 1), "scalar": (1,)}[layout]
+    return opkernels._ph(shape, t.dtype)
+
+
+def _simulate(kernel: Any, name: str, operands: list, cores: float, repeat: int = 1, **kwargs: Any) -> OpCost:
+    from trnsim.hw.core import simulate
+
+    traced = kernel.trace(*operands, chip=state.chip(), **kwargs)
+    run = simulate(traced.tracer.program, None, fidelity="timing")
+    return OpCost(ps=run.total_ps * repeat, source="kernel", kernel=name, run=run, scale=repeat, cores=cores)
+
+
+_SHORT = re.compile(r"^\w+::")
+
+
+def kernel_name(g: Group) -> str:
+    """``fused[mm+add+silu]``-style name: the ops of a fused kernel, in order."""
+    ops = [_SHORT.sub("", o).split(".")[0] for o in g.ops]
+    shown = "+".join(ops[:8]) + (f"+...{len(ops) - 8} more" if len(ops) > 8 else "")
+    return f"fused[{shown}]"
+
+
+_FRAME = re.compile(r'File "([^"]+)", line (\d+), in (\S+)\n\s*(.*)')
+
+
+def _sources(g: Group) -> list[str]:
+    """The user's source lines the group's ops come from (``file:line  code``), each
+    once, in order."""
+    seen: list[str] = []
+    for n in g.nodes:
+        trace = n.meta.get("stack_trace") or ""
+        frames = _FRAME.findall(trace)
+        if not frames:
+            continue
+        path, line, _fn, code = frames[-1]
+        entry = f"{path.rsplit('/', 1)[-1]}:{line}  {code.strip()}"
+        if entry not in seen:
+            seen.append(entry)
+    return seen

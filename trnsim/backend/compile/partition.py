@@ -1,0 +1,402 @@
+"""Partition an AOT Autograd FX graph of aten ops into the kernels the chip runs.
+
+Nodes are taken in graph order and grouped into :class:`Group` s, each one kernel:
+
+- ``"rows"``: elementwise ops and reductions over the last axis on one [N, D] domain
+  (N the product of the leading dimensions), fused into one
+  :func:`trnsim.kernels.fused.fused_rows_kernel`: softmax, RMSNorm, LayerNorm,
+  activation chains, residual adds, casts;
+- ``"matmul"``: ``mm``/``addmm``/``bmm`` with the elementwise ops that follow it on its
+  output (bias, activation, residual add, cast), one
+  :func:`trnsim.kernels.fused.fused_matmul_kernel`;
+- ``"op"``: any other op, run as its eager kernel (attention goes to the flash-attention
+  kernels this way; an op without a kernel gets the eager bandwidth estimate);
+- ``"free"``: views and other ops without device work.
+
+Groups run one after another in the order listed, which is a valid schedule: a node
+that does not depend on the fusion being grown (a view, an op that cannot be fused) is
+placed before it instead of ending it. Each ``"op"`` group says why it was not fused
+(:attr:`Group.reason`), and a fusion ends before it would outgrow the SBUF.
+
+The recipes are what the fused kernels compute; in ``op`` fidelity the values of a
+compiled call come from the graph's own aten ops on the host.
+"""
+
+from __future__ import annotations
+
+import math
+import operator
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+import torch
+import torch.fx as fx
+
+from trnsim.kernels.fused import Recipe, Ref, Step
+
+aten = torch.ops.aten
+prims = torch.ops.prims
+
+UNARY = {aten.exp.default: "exp", aten.log.default: "log", aten.sqrt.default: "sqrt", aten.rsqrt.default: "rsqrt",
+         aten.reciprocal.default: "reciprocal", aten.tanh.default: "tanh", aten.sigmoid.default: "sigmoid",
+         aten.relu.default: "relu", aten.abs.default: "abs", aten.neg.default: "neg", aten.sin.default: "sin",
+         aten.cos.default: "cos", aten.erf.default: "erf", aten.sign.default: "sign", aten.silu.default: "silu",
+         aten.clone.default: "copy", aten._to_copy.default: "copy", prims.convert_element_type.default: "copy"}
+BINARY = {aten.add.Tensor: "add", aten.add.Scalar: "add", aten.sub.Tensor: "subtract", aten.sub.Scalar: "subtract",
+          aten.mul.Tensor: "multiply", aten.mul.Scalar: "multiply", aten.div.Tensor: "divide",
+          aten.div.Scalar: "divide", aten.maximum.default: "maximum", aten.minimum.default: "minimum",
+          aten.pow.Tensor_Scalar: "power", aten.pow.Tensor_Tensor: "power", aten.rsub.Scalar: "rsub"}
+REDUCE = {aten.sum.dim_IntList: "sum", aten.amax.default: "max", aten.amin.default: "min", aten.mean.dim: "mean"}
+MATMULS = (aten.mm.default, aten.addmm.default, aten.bmm.default)
+# views, metadata and allocations: no device work (eager charges them nothing either)
+FREE = frozenset({aten.view.default, aten._unsafe_view.default, aten.reshape.default, aten.permute.default,
+                  aten.transpose.int, aten.t.default, aten.expand.default, aten.unsqueeze.default,
+                  aten.squeeze.dim, aten.squeeze.dims, aten.squeeze.default, aten.slice.Tensor, aten.select.int,
+                  aten.detach.default, aten.alias.default, aten.as_strided.default, aten.split.Tensor,
+                  aten.split_with_sizes.default, aten.unbind.int, aten.empty.memory_format,
+                  aten.empty_strided.default, aten.sym_size.int, operator.getitem})
+# views that keep the [N, D] layout of a contiguous value: inside a fusion they are the same value
+RESHAPES = frozenset({aten.view.default, aten._unsafe_view.default, aten.reshape.default, aten.alias.default,
+                      aten.unsqueeze.default, aten.squeeze.dim, aten.detach.default})
+CHIP_FLOATS = {torch.float32: "float32", torch.bfloat16: "bfloat16", torch.float16: "float16",
+               torch.float8_e4m3fn: "float8_e4m3", torch.float8_e5m2: "float8_e5m2"}
+ATTENTION = aten._scaled_dot_product_fused_attention_overrideable.default
+
+Fits = Callable[[Recipe, tuple[int, int], list[int]], bool]
+
+
+@dataclass
+class Group:
+    """One kernel of a compiled graph.
+
+    ``kind`` is ``"rows"``, ``"matmul"``, ``"op"`` or ``"free"`` (see the module) and
+    ``nodes`` its FX nodes in graph order. For the fused kinds: ``domain`` is [N, D]
+    (rows) or the matmul's [B, M, K, N]; ``mm`` the matmul's two operand nodes;
+    ``inputs`` the values loaded from HBM as the recipe's operands, of ``layouts``;
+    ``steps`` what is computed; ``outputs`` the nodes whose values leave the kernel.
+    ``reason`` says why an ``"op"`` node was not fused.
+    """
+
+    kind: str
+    nodes: list[fx.Node] = field(default_factory=list)
+    domain: tuple[int, ...] = ()
+    shape: tuple[int, ...] = ()   # the N-D shape of the fusion's full values
+    mm: tuple[Any, Any] | None = None
+    inputs: list[Any] = field(default_factory=list)
+    layouts: list[str] = field(default_factory=list)
+    steps: list[Step] = field(default_factory=list)
+    outputs: list[fx.Node] = field(default_factory=list)
+    reason: str = ""
+    value: dict[fx.Node, int] = field(default_factory=dict)   # node -> step holding its value
+    col: set[fx.Node] = field(default_factory=set)             # nodes whose value is one per row
+
+    @property
+    def recipe(self) -> Recipe:
+        return Recipe(tuple(self.layouts), tuple(self.steps), tuple(self.value[n] for n in self.outputs))
+
+    @property
+    def rows(self) -> tuple[int, int]:
+        """The domain as [N, D]."""
+        d = self.domain
+        return (d[0], d[1]) if self.kind == "rows" else (d[0] * d[1], d[3])
+
+    @property
+    def ops(self) -> list[str]:
+        """The aten ops this kernel runs, in graph order (views left out)."""
+        return [op_name(n) for n in self.nodes if n.target not in FREE]
+
+
+def op_name(node: fx.Node) -> str:
+    """``aten::add.Tensor`` style name of a node's target."""
+    target = node.target
+    if isinstance(target, torch._ops.OpOverload):
+        return target.name()
+    return getattr(target, "__name__", str(target))
+
+
+def rows_of(shape: Any) -> tuple[int, int]:
+    """``shape`` as [N, D]: the product of the leading dimensions and the last one."""
+    shape = tuple(int(s) for s in shape)
+    return (math.prod(shape[:-1]), shape[-1]) if shape else (1, 1)
+
+
+class Partitioner:
+    """Partition one graph. ``vals`` maps each node to its example value (a fake tensor,
+    a number, a tuple); ``fits(recipe, rows)`` says whether a rows fusion fits the SBUF."""
+
+    def __init__(self, gm: fx.GraphModule, vals: dict[fx.Node, Any], fits: Fits) -> None:
+        self.gm, self.vals, self.fits = gm, vals, fits
+        self.groups: list[Group] = []
+        self.current: Group | None = None
+        self.hoisted: list[Group] = []
+
+    # -- values --------------------------------------------------------------
+
+    def tensor(self, x: Any) -> torch.Tensor | None:
+        v = self.vals.get(x) if isinstance(x, fx.Node) else None
+        return v if isinstance(v, torch.Tensor) else None
+
+    def chip_float(self, t: torch.Tensor | None) -> bool:
+        return (t is not None and t.dtype in CHIP_FLOATS and t.numel() > 0
+                and all(isinstance(s, int) for s in t.shape))
+
+    # -- the walk --------------------------------------------------------------
+
+    def run(self) -> list[Group]:
+        for node in self.gm.graph.nodes:
+            if node.op not in ("placeholder", "output", "get_attr"):
+                self.visit(node)
+        self.close()
+        return self.groups
+
+    def visit(self, node: fx.Node) -> None:
+        g = self.current
+        out = self.tensor(node)
+        if g is not None and node.target in RESHAPES and node.args and node.args[0] in g.value \
+                and out is not None and self.chip_float(out) and rows_of(out.shape) == g.rows:
+            g.value[node] = g.value[node.args[0]]
+            if node.args[0] in g.col:
+                g.col.add(node)
+            g.nodes.append(node)
+            return
+        if g is not None and self.extend(g, node, out):
+            return
+        independent = g is not None and not any(a in g.value for a in node.all_input_nodes)
+        if node.target in FREE:
+            self.place(Group("free", [node]), independent)
+            return
+        if independent and not self.fusable(node, out):
+            self.place(Group("op", [node], reason=self.why_not(node, out)), True)
+            return
+        self.close()
+        self.current = self.start(node, out)
+        if self.current is None:
+            self.groups.append(Group("op", [node], reason=self.why_not(node, out)))
+
+    def place(self, group: Group, before_current: bool) -> None:
+        """Add a group that does no fused work: before the open fusion when it does not
+        depend on it, else after it (ending the fusion)."""
+        if before_current:
+            self.hoisted.append(group)
+        else:
+            self.close()
+            self.groups.append(group)
+
+    def close(self) -> None:
+        self.groups.extend(self.hoisted)
+        self.hoisted = []
+        g = self.current
+        if g is not None:
+            inside = set(g.nodes)
+            firsts: dict[int, fx.Node] = {}
+            for n in g.nodes:
+                if n in g.value:
+                    firsts.setdefault(g.value[n], n)
+            outs: list[fx.Node] = []
+            for n in g.nodes:
+                if n in g.value and any(u not in inside for u in n.users):
+                    first = firsts[g.value[n]]
+                    if first not in outs:
+                        outs.append(first)
+            g.outputs = outs
+            self.groups.append(g)
+        self.current = None
+
+    # -- fusing --------------------------------------------------------------
+
+    def fusable(self, node: fx.Node, out: torch.Tensor | None) -> bool:
+        return self.chip_float(out) and (_elementwise(node) is not None or self.reduction(node) is not None
+                                         or node.target in MATMULS)
+
+    def start(self, node: fx.Node, out: torch.Tensor | None) -> Group | None:
+        """A new fusion begun by ``node``, or None if it runs alone."""
+        if not self.chip_float(out):
+            return None
+        if node.target in MATMULS:
+            return self.start_matmul(node, out)
+        elem = _elementwise(node)
+        red = self.reduction(node)
+        if elem is None and red is None:
+            return None
+        src = out if elem is not None else self.tensor(node.args[0])
+        g = Group("rows", domain=rows_of(src.shape), shape=tuple(int(s) for s in src.shape))
+        return g if self.extend(g, node, out) else None
+
+    def extend(self, g: Group, node: fx.Node, out: torch.Tensor | None) -> bool:
+        """Add ``node`` to fusion ``g``; False, leaving ``g`` as it was, where it cannot join."""
+        if not self.chip_float(out):
+            return False
+        elem = _elementwise(node)
+        n, d = g.rows
+        if elem is not None:
+            col = d > 1 and out.numel() == n and out.shape[-1] == 1
+            if (rows_of(out.shape) != g.rows and not col) or (g.kind == "matmul" and (elem[0] == "where" or col)):
+                return False
+            op, args = elem
+            if op == "rsub":
+                op, args = "subtract", [args[1], args[0]]
+            return self.add_step(g, node, op, args, out.dtype, col)
+        red = self.reduction(node)
+        if red is not None and g.kind == "rows" and rows_of(self.tensor(node.args[0]).shape) == g.rows:
+            return self.add_step(g, node, red, [node.args[0]], out.dtype, True, reduce=True)
+        return False
+
+    def add_step(self, g: Group, node: fx.Node, op: str, args: list, dtype: torch.dtype, col: bool,
+                 reduce: bool = False) -> bool:
+        """Add step ``op`` for ``node``: a per-row value when ``col``; a reduction reads a
+        full value. False, leaving ``g`` as it was, where an argument does not fit."""
+        n_inputs, n_steps = len(g.inputs), len(g.steps)
+        refs = []
+        for a in args:
+            r = self.ref(g, a)
+            if r is None or (reduce or col) and self._is_col_ref(g, r) != (not reduce):
+                break
+            refs.append(r)
+        else:
+            g.steps.append(Step(op, tuple(refs), CHIP_FLOATS[dtype]))
+            g.value[node] = len(g.steps) - 1
+            if col:
+                g.col.add(node)
+            g.nodes.append(node)
+            if g.kind != "rows" or self.fits(_partial(g), g.rows, self.itemsizes(g)):
+                return True
+            g.nodes.pop()
+            g.col.discard(node)
+            del g.value[node]
+        del g.inputs[n_inputs:], g.layouts[n_inputs:], g.steps[n_steps:]
+        return False
+
+    def itemsizes(self, g: Group) -> list[int]:
+        """Bytes per element of each operand of ``g``."""
+        return [self.tensor(a).element_size() if self.tensor(a) is not None else 4 for a in g.inputs]
+
+    def _is_col_ref(self, g: Group, r: Ref) -> bool:
+        """Whether a reference is one value per row (or a constant or scalar)."""
+        if r.kind == "const":
+            return True
+        if r.kind == "in":
+            return g.layouts[r.index] in ("col", "scalar")
+        if r.kind == "step":
+            return any(g.value.get(n) == r.index for n in g.col)
+        return False
+
+    def ref(self, g: Group, arg: Any) -> Ref | None:
+        """The recipe reference of a step argument, adding an operand where needed."""
+        if isinstance(arg, fx.Node) and arg in g.value:
+            return Ref("step", g.value[arg])
+        if isinstance(arg, (int, float)) and not isinstance(arg, bool):
+            return Ref("const", value=float(arg))
+        t = self.tensor(arg)
+        if t is None or t.dtype not in CHIP_FLOATS or not all(isinstance(s, int) for s in t.shape):
+            return None
+        layout = self.layout(g, t)
+        if layout is None:
+            return None
+        if arg not in g.inputs:
+            g.inputs.append(arg)
+            g.layouts.append(layout)
+        return Ref("in", g.inputs.index(arg))
+
+    def layout(self, g: Group, t: torch.Tensor) -> str | None:
+        """How a tensor from outside the fusion is read over its domain, or None."""
+        n, d = g.rows
+        shape = tuple(int(s) for s in t.shape)
+        if t.numel() == 1:
+            return "scalar"
+        if not shape:
+            return None
+        if t.numel() == n * d and shape[-1] == d:
+            return "full"
+        if t.numel() == d and shape[-1] == d and n > 1:
+            return "row"
+        if t.numel() == n and shape[-1] == 1:
+            return "col"
+        try:   # any other broadcast is read as a full operand (rows read again where it repeats)
+            if tuple(torch.broadcast_shapes(shape, g.shape)) == g.shape:
+                return "full"
+        except RuntimeError:
+            pass
+        return None
+
+    def reduction(self, node: fx.Node) -> str | None:
+        """The step op of a reduction over the last axis keeping it, or None."""
+        if node.target not in REDUCE or node.kwargs.get("dtype") is not None:
+            return None
+        x, out = self.tensor(node.args[0]), self.tensor(node)
+        if not self.chip_float(x) or not self.chip_float(out) or x.dim() == 0:
+            return None
+        dims = node.args[1] if len(node.args) > 1 else None
+        keep = node.args[2] if len(node.args) > 2 else node.kwargs.get("keepdim", False)
+        if not isinstance(dims, (list, tuple)) or len(dims) != 1 or dims[0] % x.dim() != x.dim() - 1 or not keep:
+            return None
+        return REDUCE[node.target]
+
+    def start_matmul(self, node: fx.Node, out: torch.Tensor) -> Group | None:
+        a, b = node.args[-2], node.args[-1]
+        ta, tb = self.tensor(a), self.tensor(b)
+        if not (self.chip_float(ta) and self.chip_float(tb)):
+            return None
+        if node.target == aten.bmm.default:
+            domain = (ta.shape[0], ta.shape[1], ta.shape[2], tb.shape[2])
+        else:
+            if node.kwargs.get("beta", 1) != 1 or node.kwargs.get("alpha", 1) != 1:
+                return None
+            domain = (1, ta.shape[0], ta.shape[1], tb.shape[1])
+        g = Group("matmul", domain=tuple(int(s) for s in domain), mm=(a, b), shape=tuple(int(s) for s in out.shape))
+        g.nodes.append(node)
+        if node.target == aten.addmm.default:
+            bias = self.ref(g, node.args[0])
+            if bias is None:
+                return None
+            g.steps.append(Step("add", (Ref("mm"), bias), CHIP_FLOATS[out.dtype]))
+        else:
+            g.steps.append(Step("copy", (Ref("mm"),), CHIP_FLOATS[out.dtype]))
+        g.value[node] = 0
+        return g
+
+    def why_not(self, node: fx.Node, out: Any) -> str:
+        """Why ``node`` runs as its own kernel."""
+        name = op_name(node)
+        if node.target == ATTENTION:
+            return "attention runs as the flash-attention kernels"
+        if isinstance(out, torch.Tensor) and out.dtype not in CHIP_FLOATS:
+            return f"{name} gives {str(out.dtype).removeprefix('torch.')}, which the fused kernels do not compute"
+        if node.target in REDUCE:
+            return f"{name} does not reduce only the last axis keeping it, the one reduction a fused kernel takes"
+        if node.target in MATMULS:
+            return f"{name}: operands the fused matmul does not take"
+        if _elementwise(node) is not None:
+            return f"{name}: an operand is not a row, a column or a scalar of the fusion's domain"
+        return f"{name} has no fused form: it runs as its eager kernel"
+
+
+def _partial(g: Group) -> Recipe:
+    """``g``'s recipe with every step an output: an upper bound of what it keeps."""
+    return Recipe(tuple(g.layouts), tuple(g.steps), tuple(range(len(g.steps))))
+
+
+def _elementwise(node: fx.Node) -> tuple[str, list[Any]] | None:
+    """(step op, step arguments) of an elementwise aten node, or None."""
+    t = node.target
+    a = list(node.args)
+    if t in UNARY:
+        if t == aten._to_copy.default and set(node.kwargs) - {"dtype"}:
+            return None   # a device or layout change, not a cast
+        return UNARY[t], a[:1]
+    if t in BINARY:
+        if node.kwargs.get("alpha", 1) != 1:
+            return None
+        if BINARY[t] == "power" and isinstance(a[1], (int, float)) and a[1] == 2:
+            return "square", a[:1]
+        return BINARY[t], a[:2]
+    if t == aten.where.self:
+        return "where", a[:3]
+    return None
+
+
+def partition(gm: fx.GraphModule, fits: Fits, vals: dict[fx.Node, Any] | None = None) -> list[Group]:
+    """The kernels of ``gm`` in order (see the module). ``vals``: each node's example
+    value, by default ``node.meta["val"]``."""
+    if vals is None:
+        vals = {n: n.meta.get("val") for n in gm.graph.nodes}
+    return Partitioner(gm, vals, fits).run()

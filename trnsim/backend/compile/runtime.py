@@ -1,0 +1,144 @@
+"""A compiled graph at run time: values from the host, time from its kernels.
+
+:class:`CompiledGraph` is what the backend hands AOT Autograd for each forward,
+backward or inference graph. A call computes the graph's values by running its aten
+ops on the host through the ``neuron`` device (in ``op`` fidelity exactly eager's
+values: input mutations and output aliases are eager's too), with the eager timeline
+paused, then puts the graph on the timeline as one launch followed by its kernels.
+
+In ``instruction`` fidelity the fused kernels compute their values instead, with the
+chip's numerics (:mod:`trnsim.backend.compile.instruction`); the other ops run as in
+eager instruction fidelity.
+
+Shapes are static, so a graph is lowered once. A graph that Dynamo made with symbolic
+sizes (automatic dynamic shapes, after a size changed) is lowered again for each new
+set of concrete sizes, as the real compiler compiles each shape: each is a
+recompilation, counted with its cause.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import torch
+import torch.fx as fx
+
+from trnsim.backend import state, timeline
+from trnsim.backend.compile.lower import Kernel, lower
+from trnsim.backend.compile.partition import Group, partition
+
+
+def _fits(recipe: Any, rows: tuple[int, int], itemsizes: list[int]) -> bool:
+    from trnsim.kernels.fused import sbuf_bytes
+
+    return sbuf_bytes(recipe, rows, itemsizes) <= state.chip().sbuf.partition_bytes
+
+
+class Lowered:
+    """A graph lowered for one set of shapes: its kernels and what the timeline records."""
+
+    def __init__(self, name: str, groups: list[Group], kernels: list[Kernel], host_s: float,
+                 vals: dict[fx.Node, Any]) -> None:
+        self.groups = groups
+        self.vals = vals
+        self.kernels = kernels
+        self.host_s = host_s
+        self.records = []
+        for i, k in enumerate(kernels):
+            node = k.group.nodes[0]
+            ins = [vals[a] for a in node.all_input_nodes if isinstance(vals.get(a), torch.Tensor)]
+            shapes = tuple(tuple(t.shape) for t in ins)
+            dtypes = tuple(str(t.dtype).removeprefix("torch.") for t in ins)
+            info = {"graph": name, "index": i, "kernels": len(kernels), "ops": k.group.ops, "source": k.source,
+                    "hbm_bytes": k.hbm_bytes, "eager_bytes": k.eager_bytes}
+            if k.group.reason:
+                info["not_fused"] = k.group.reason
+            self.records.append((k.name, k.cost, shapes, dtypes, info))
+
+    @property
+    def device_ps(self) -> int:
+        """Simulated time of the graph's kernels (the launch aside)."""
+        return sum(k.cost.ps for k in self.kernels)
+
+
+def lower_graph(gm: fx.GraphModule, name: str, vals: dict[fx.Node, Any] | None = None) -> Lowered:
+    """Partition and time ``gm`` (``vals``: each node's example value, by default its
+    ``meta["val"]``)."""
+    if vals is None:
+        vals = {n: n.meta.get("val") for n in gm.graph.nodes}
+    t0 = time.perf_counter()
+    groups = partition(gm, _fits, vals)
+    kernels = lower(groups, vals)
+    return Lowered(name, groups, kernels, time.perf_counter() - t0, vals)
+
+
+def _symbolic(gm: fx.GraphModule) -> bool:
+    for n in gm.graph.nodes:
+        if n.op != "placeholder":
+            continue
+        v = n.meta.get("val")
+        if isinstance(v, torch.SymInt) or isinstance(v, torch.Tensor) and not all(
+                isinstance(s, int) for s in v.shape):
+            return True
+    return False
+
+
+class CompiledGraph:
+    """One AOT graph (``kind``: forward, backward or inference) compiled for ``neuron``."""
+
+    _boxed_call = True
+
+    def __init__(self, gm: fx.GraphModule, name: str, kind: str, on_specialize: Any = None) -> None:
+        self.gm = gm
+        self.name = name
+        self.kind = kind
+        self.symbolic = _symbolic(gm)
+        self.on_specialize = on_specialize
+        self.shapes: dict[tuple, Lowered] = {}
+        self.lowered = None if self.symbolic else lower_graph(gm, name)
+
+    def __call__(self, args: list) -> Any:
+        lowered = self.lowered if self.lowered is not None else self._specialize(args)
+        if state.fidelity() == "instruction":
+            from trnsim.backend.compile.instruction import run
+
+            outs = run(self.gm, lowered, args)
+        else:
+            with timeline.graph_execution():
+                outs = self.gm(*args)
+        timeline.charge_graph(lowered.records)
+        args.clear()
+        return outs
+
+    def _specialize(self, args: list) -> Lowered:
+        key = tuple((tuple(a.shape), a.dtype) if isinstance(a, torch.Tensor) else a for a in args)
+        lowered = self.shapes.get(key)
+        if lowered is None:
+            vals = _concrete_values(self.gm, args)
+            lowered = self.shapes[key] = lower_graph(self.gm, f"{self.name} {_shape_text(args)}", vals)
+            if self.on_specialize is not None:
+                self.on_specialize(self, args, lowered)
+        return lowered
+
+
+def _shape_text(args: list) -> str:
+    return "(" + ", ".join("x".join(map(str, a.shape)) for a in args if isinstance(a, torch.Tensor)) + ")"
+
+
+def _concrete_values(gm: fx.GraphModule, args: list) -> dict[fx.Node, Any]:
+    """Each node's value as fake tensors of the concrete shapes of ``args``."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    mode = FakeTensorMode()
+    fakes = [mode.from_tensor(a) if isinstance(a, torch.Tensor) else a for a in args]
+    vals: dict[fx.Node, Any] = {}
+
+    class _Record(fx.Interpreter):
+        def run_node(self, n: fx.Node) -> Any:
+            vals[n] = r = super().run_node(n)
+            return r
+
+    with mode:
+        _Record(gm).run(*fakes)
+    return vals
