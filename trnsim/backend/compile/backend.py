@@ -41,6 +41,7 @@ def _check_options(mode: str | None, options: dict | None) -> None:
 def neuron_backend(gm: fx.GraphModule, example_inputs: list, mode: str | None = None,
                    options: dict | None = None) -> Any:
     """The ``neuron`` Dynamo backend: ``torch.compile(model, backend="neuron")``."""
+    from functorch.compile import make_boxed_compiler
     from torch._dynamo.backends.common import aot_autograd
 
     from trnsim.backend.compile.runtime import CompiledGraph
@@ -51,7 +52,7 @@ def neuron_backend(gm: fx.GraphModule, example_inputs: list, mode: str | None = 
     def compiler(kind: str):
         def compile_graph(graph: fx.GraphModule, inputs: list) -> CompiledGraph:
             return CompiledGraph(graph, f"{name} {kind}", kind)
-        return compile_graph
+        return make_boxed_compiler(compile_graph)
 
     return aot_autograd(fw_compiler=compiler("forward"), bw_compiler=compiler("backward"),
                         inference_compiler=compiler("inference"), decompositions=decompositions(),

@@ -64,7 +64,9 @@ def _operand(g: Group, layout: str, t: Any) -> Any:
         return torch.tensor([float(t)], dtype=torch.float32)
     host = _host(t)
     if layout == "full":
-        return host.expand(g.shape).contiguous().reshape((n, d) if g.kind == "rows" else _matmul_full(g))
+        if host.numel() != n * d:   # a broadcast operand, read as the full domain
+            host = host.expand(g.shape)
+        return host.contiguous().reshape((n, d) if g.kind == "rows" else _matmul_full(g))
     if layout == "row":
         return host.reshape(d).contiguous()
     if layout == "col":
@@ -113,7 +115,9 @@ def _fused(g: Group, env: dict[fx.Node, Any], vals: dict[fx.Node, Any]) -> bool:
     made: dict[fx.Node, torch.Tensor] = {}
     for node, arr in zip(g.outputs, values):
         ref = vals[node]
-        cpu = torch.from_numpy(np.ascontiguousarray(arr)).reshape(tuple(ref.shape)).to(ref.dtype)
+        values = torch.from_numpy(np.ascontiguousarray(arr)).reshape(tuple(ref.shape))
+        # the strides eager gives this value (a view after it may depend on them)
+        cpu = torch.empty_strided(tuple(ref.shape), tuple(ref.stride()), dtype=ref.dtype).copy_(values)
         made[node] = storage.adopt(cpu)
     inside = set(g.nodes)
     for node in g.nodes:

@@ -87,8 +87,6 @@ def _symbolic(gm: fx.GraphModule) -> bool:
 class CompiledGraph:
     """One AOT graph (``kind``: forward, backward or inference) compiled for ``neuron``."""
 
-    _boxed_call = True
-
     def __init__(self, gm: fx.GraphModule, name: str, kind: str, on_specialize: Any = None) -> None:
         self.gm = gm
         self.name = name
@@ -98,20 +96,19 @@ class CompiledGraph:
         self.shapes: dict[tuple, Lowered] = {}
         self.lowered = None if self.symbolic else lower_graph(gm, name)
 
-    def __call__(self, args: list) -> Any:
+    def __call__(self, *args: Any) -> Any:
         lowered = self.lowered if self.lowered is not None else self._specialize(args)
         if state.fidelity() == "instruction":
             from trnsim.backend.compile.instruction import run
 
-            outs = run(self.gm, lowered, args)
+            outs = run(self.gm, lowered, list(args))
         else:
             with timeline.graph_execution():
                 outs = self.gm(*args)
         timeline.charge_graph(lowered.records)
-        args.clear()
         return outs
 
-    def _specialize(self, args: list) -> Lowered:
+    def _specialize(self, args: tuple) -> Lowered:
         key = tuple((tuple(a.shape), a.dtype) if isinstance(a, torch.Tensor) else a for a in args)
         lowered = self.shapes.get(key)
         if lowered is None:
