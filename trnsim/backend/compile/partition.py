@@ -89,6 +89,7 @@ class Group:
     reason: str = ""
     value: dict[fx.Node, int] = field(default_factory=dict)   # node -> step holding its value
     col: set[fx.Node] = field(default_factory=set)             # nodes whose value is one per row
+    parts: dict[fx.Node, list[tuple[int, bool]]] = field(default_factory=dict)   # tuple nodes: (step, per row)
 
     @property
     def recipe(self) -> Recipe:
@@ -129,6 +130,8 @@ class Partitioner:
         self.groups: list[Group] = []
         self.current: Group | None = None
         self.hoisted: list[Group] = []
+        self.too_big: set[fx.Node] = set()   # nodes that alone would not fit a fused kernel's SBUF
+        self.placed: set[fx.Node] = set()    # nodes placed before their turn (a tuple result's items)
 
     # -- values --------------------------------------------------------------
 
@@ -158,6 +161,8 @@ class Partitioner:
             if node.args[0] in g.col:
                 g.col.add(node)
             g.nodes.append(node)
+            return
+        if node in self.placed:
             return
         if g is not None and self.extend(g, node, out):
             return
@@ -204,12 +209,19 @@ class Partitioner:
 
     # -- fusing --------------------------------------------------------------
 
-    def fusable(self, node: fx.Node, out: torch.Tensor | None) -> bool:
+    def fusable(self, node: fx.Node, out: Any) -> bool:
+        if self.composite(node) is not None:
+            return True
         return self.chip_float(out) and (_elementwise(node) is not None or self.reduction(node) is not None
                                          or node.target in MATMULS)
 
     def start(self, node: fx.Node, out: torch.Tensor | None) -> Group | None:
         """A new fusion begun by ``node``, or None if it runs alone."""
+        comp = self.composite(node)
+        if comp is not None:
+            x = self.tensor(node.args[0])
+            g = Group("rows", domain=rows_of(x.shape), shape=tuple(int(s) for s in x.shape))
+            return g if self.extend(g, node, out) else None
         if not self.chip_float(out):
             return None
         if node.target in MATMULS:
@@ -224,6 +236,10 @@ class Partitioner:
 
     def extend(self, g: Group, node: fx.Node, out: torch.Tensor | None) -> bool:
         """Add ``node`` to fusion ``g``; False, leaving ``g`` as it was, where it cannot join."""
+        comp = self.composite(node)
+        if comp is not None:
+            x = self.tensor(node.args[0])
+            return g.kind == "rows" and rows_of(x.shape) == g.rows and self.add_composite(g, node, *comp)
         if not self.chip_float(out):
             return False
         elem = _elementwise(node)
@@ -263,6 +279,81 @@ class Partitioner:
             g.nodes.pop()
             g.col.discard(node)
             del g.value[node]
+            if len(g.nodes) == 0:
+                self.too_big.add(node)
+        del g.inputs[n_inputs:], g.layouts[n_inputs:], g.steps[n_steps:]
+        return False
+
+    def composite(self, node: fx.Node) -> tuple[list, list[int] | None] | None:
+        """The steps of softmax, log-softmax or LayerNorm over the last axis:
+        ``(spec, parts)``, each spec entry ``(op, args, per_row, dtype)`` whose args are
+        node arguments or ``("local", i)`` (entry i); ``parts`` the entries a tuple
+        result is made of (None: the last entry is the value). None for other nodes."""
+        x = self.tensor(node.args[0]) if node.args else None
+        if not self.chip_float(x) or x.dim() == 0:
+            return None
+        f32, last = torch.float32, x.dim() - 1
+        L = lambda i: ("local", i)   # noqa: E731
+        if node.target in (aten._softmax.default, aten._log_softmax.default):
+            out = self.tensor(node)
+            if node.args[1] % x.dim() != last or not self.chip_float(out):
+                return None
+            spec = [("max", [node.args[0]], True, f32), ("subtract", [node.args[0], L(0)], False, f32),
+                    ("exp", [L(1)], False, f32), ("sum", [L(2)], True, f32)]
+            if node.target == aten._softmax.default:
+                spec.append(("divide", [L(2), L(3)], False, out.dtype))
+            else:
+                spec += [("log", [L(3)], True, f32), ("subtract", [L(1), L(4)], False, out.dtype)]
+            return spec, None
+        if node.target == aten.native_layer_norm.default:
+            shape, weight, bias, eps = node.args[1], node.args[2], node.args[3], node.args[4]
+            outs = self.vals.get(node)
+            if list(shape) != [x.shape[-1]] or not isinstance(outs, (tuple, list)) or \
+                    not all(self.chip_float(t) for t in outs):
+                return None
+            spec = [("mean", [node.args[0]], True, f32), ("subtract", [node.args[0], L(0)], False, f32),
+                    ("square", [L(1)], False, f32), ("mean", [L(2)], True, f32), ("add", [L(3), float(eps)], True, f32),
+                    ("rsqrt", [L(4)], True, f32), ("multiply", [L(1), L(5)], False, f32)]
+            if weight is not None:
+                spec.append(("multiply", [L(len(spec) - 1), weight], False, f32))
+            if bias is not None:
+                spec.append(("add", [L(len(spec) - 1), bias], False, f32))
+            spec[-1] = spec[-1][:3] + (outs[0].dtype,)
+            spec[0] = spec[0][:3] + (outs[1].dtype,) if outs[1].dtype != f32 else spec[0]
+            return spec, [len(spec) - 1, 0, 5]
+        return None
+
+    def add_composite(self, g: Group, node: fx.Node, spec: list, parts: list[int] | None) -> bool:
+        """Add the steps of a composite node (see :meth:`composite`); False, leaving ``g``
+        as it was, where an operand does not fit."""
+        n_inputs, n_steps = len(g.inputs), len(g.steps)
+        base = len(g.steps)
+        for op, args, per_row, dtype in spec:
+            refs = []
+            for a in args:
+                r = Ref("step", base + a[1]) if isinstance(a, tuple) else self.ref(g, a)
+                if r is None:
+                    del g.inputs[n_inputs:], g.layouts[n_inputs:], g.steps[n_steps:]
+                    return False
+                refs.append(r)
+            g.steps.append(Step(op, tuple(refs), CHIP_FLOATS[dtype]))
+        if self.fits(_partial(g), g.rows, self.itemsizes(g)):
+            g.nodes.append(node)
+            if parts is None:
+                g.value[node] = len(g.steps) - 1
+            else:   # the items of the tuple result join with it
+                g.parts[node] = [(base + i, spec[i][2]) for i in parts]
+                for user in node.users:
+                    if user.target is operator.getitem:
+                        step, per_row = g.parts[node][user.args[1]]
+                        g.value[user] = step
+                        if per_row:
+                            g.col.add(user)
+                        g.nodes.append(user)
+                        self.placed.add(user)
+            return True
+        if not g.nodes:
+            self.too_big.add(node)
         del g.inputs[n_inputs:], g.layouts[n_inputs:], g.steps[n_steps:]
         return False
 
@@ -359,6 +450,10 @@ class Partitioner:
         name = op_name(node)
         if node.target == ATTENTION:
             return "attention runs as the flash-attention kernels"
+        if node in self.too_big:
+            return (f"{name}: its rows would not fit the SBUF of a fused kernel "
+                    f"({self.vals[node].shape[-1] if isinstance(self.vals.get(node), torch.Tensor) else '?'} "
+                    "columns); it runs as its eager kernel, which tiles them")
         if isinstance(out, torch.Tensor) and out.dtype not in CHIP_FLOATS:
             return f"{name} gives {str(out.dtype).removeprefix('torch.')}, which the fused kernels do not compute"
         if node.target in REDUCE:
@@ -366,6 +461,10 @@ class Partitioner:
         if node.target in MATMULS:
             return f"{name}: operands the fused matmul does not take"
         if _elementwise(node) is not None:
+            for a in node.all_input_nodes:
+                t = self.tensor(a)
+                if t is not None and t.dtype not in CHIP_FLOATS:
+                    return f"{name} reads {str(t.dtype).removeprefix('torch.')}, which the fused kernels do not read"
             return f"{name}: an operand is not a row, a column or a scalar of the fusion's domain"
         return f"{name} has no fused form: it runs as its eager kernel"
 

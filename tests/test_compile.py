@@ -1,0 +1,268 @@
+"""torch.compile(backend="neuron"): values, gradients, time, traces, options."""
+
+from __future__ import annotations
+
+import copy
+import json
+import subprocess
+import sys
+import warnings
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+import trnsim
+from trnsim.backend import state
+from trnsim.backend.compile.partition import Group, partition
+from trnsim.errors import CompileError, CompileModeWarning
+from trnsim.tinyllama import TinyLlama, causal_lm_loss
+
+
+@pytest.fixture(autouse=True)
+def fresh_dynamo():
+    torch._dynamo.reset()
+    yield
+    torch._dynamo.reset()
+
+
+def _model(dtype=torch.float32, layers=2, seq=128, vocab=512):
+    torch.manual_seed(0)
+    return TinyLlama(vocab=vocab, layers=layers, seq=seq).to("neuron", dtype)
+
+
+def _device_ps(fn) -> int:
+    """Simulated device time of ``fn()`` from an idle device (what a profile around it
+    records: the ops' times and the device's waits for the host to launch them)."""
+    torch.neuron.synchronize()
+    with trnsim.profile() as prof:
+        fn()
+        torch.neuron.synchronize()
+    return prof.device_ps
+
+
+def test_backend_name_needs_no_import():
+    code = ("import torch\n"
+            "f = torch.compile(lambda x: torch.nn.functional.silu(x) * 2, backend='neuron')\n"
+            "x = torch.ones(4, 8, device='neuron')\n"
+            "print(torch.allclose(f(x).cpu(), torch.nn.functional.silu(torch.ones(4, 8)) * 2))\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "True"
+    assert "neuron" in torch._dynamo.list_backends()
+
+
+@pytest.mark.parametrize("dtype,tol", [(torch.float32, 1e-5), (torch.bfloat16, 2e-2)])
+def test_inference_matches_eager(dtype, tol):
+    m = _model(dtype)
+    x = torch.randint(0, 512, (1, 128), device="neuron")
+    with torch.no_grad():
+        eager = m(x).float().cpu()
+        compiled = torch.compile(m, backend="neuron")(x).float().cpu()
+    scale = eager.abs().max().item()
+    assert (compiled - eager).abs().max().item() <= tol * max(scale, 1.0)
+
+
+def test_training_step_matches_eager_gradients():
+    m = _model()
+    c_model = copy.deepcopy(m)
+    compiled = torch.compile(c_model, backend="neuron")
+    x = torch.randint(0, 512, (2, 64), device="neuron")
+    causal_lm_loss(m(x), x).backward()
+    loss = causal_lm_loss(compiled(x), x)
+    loss.backward()
+    for (name, p), q in zip(m.named_parameters(), c_model.parameters()):
+        torch.testing.assert_close(q.grad.cpu(), p.grad.cpu(), rtol=1e-5, atol=1e-6, msg=name)
+
+
+def test_compiled_forward_is_at_most_half_of_eager_at_1x128():
+    m = _model(layers=4, vocab=1000)
+    x = torch.randint(0, 1000, (1, 128), device="neuron")
+    compiled = torch.compile(m, backend="neuron")
+    with torch.no_grad():
+        compiled(x)
+        eager_ps = _device_ps(lambda: m(x))
+        compiled_ps = _device_ps(lambda: compiled(x))
+    assert compiled_ps <= 0.5 * eager_ps, (compiled_ps, eager_ps)
+
+
+def test_a_call_is_one_launch_then_its_kernels_back_to_back():
+    m = _model(layers=1)
+    x = torch.randint(0, 512, (1, 128), device="neuron")
+    compiled = torch.compile(m, backend="neuron")
+    with torch.no_grad():
+        compiled(x)
+        torch.neuron.synchronize()
+        with trnsim.profile() as prof:
+            compiled(x)
+    kernels = [r for r in prof.records if r.info is not None]
+    assert kernels and len(kernels) == kernels[0].info["kernels"]
+    for a, b in zip(kernels, kernels[1:]):
+        assert b.start_ps == a.end_ps
+    clock = state.clock
+    before_ops = clock.ops
+    with torch.no_grad():
+        compiled(x)
+    assert clock.ops == before_ops + 1   # one launch for the whole graph
+    assert prof.device_ps == sum(r.cost.ps for r in kernels)
+
+
+def test_trace_names_fused_kernels_their_ops_and_source_lines(tmp_path):
+    def block(x, w, b):
+        return F.silu(x @ w + b) * 2.0 + x   # the fused matmul's epilogue
+
+    compiled = torch.compile(block, backend="neuron")
+    x = torch.randn(128, 256, device="neuron")
+    w = torch.randn(256, 256, device="neuron")
+    b = torch.randn(256, device="neuron")
+    compiled(x, w, b)
+    path = tmp_path / "t.json"
+    with trnsim.profile(path) as prof:
+        compiled(x, w, b)
+    summary = str(prof.summary())
+    assert "fused[mm+add+sigmoid+mul+mul+add]" in summary and "fused_matmul_kernel" in summary
+    events = json.loads(path.read_text())["traceEvents"]
+    fused = [e for e in events if e.get("name", "").startswith("fused[")]
+    assert fused
+    args = fused[0]["args"]
+    assert args["ops"][:3] == ["aten::mm", "aten::add.Tensor", "aten::sigmoid"]
+    assert any("test_compile.py" in s and "F.silu(x @ w + b)" in s for s in args["source"])
+    assert args["hbm_bytes"] < args["eager_bytes"]
+    graphs = [e for e in events if e.get("ph") == "X" and e.get("name", "").startswith("graph")]
+    assert len(graphs) == 1
+
+
+def test_values_are_eager_values_in_op_fidelity():
+    def fn(x, y):
+        return torch.softmax(x * y + 1.0, dim=-1).to(torch.bfloat16)
+
+    x, y = torch.randn(64, 300, device="neuron"), torch.randn(300, device="neuron")
+    eager = fn(x, y)
+    got = torch.compile(fn, backend="neuron")(x, y)
+    assert got.dtype == torch.bfloat16
+    assert torch.equal(got.cpu(), eager.cpu())
+
+
+def test_input_mutation_and_output_alias_behave_as_eager():
+    def update(cache, pos, new):
+        cache.index_copy_(1, pos, new)
+        return cache[:, :4], cache.sum()
+
+    cache_e = torch.zeros(2, 8, 16, device="neuron")
+    cache_c = cache_e.clone()
+    pos = torch.tensor([1, 3], device="neuron")
+    new = torch.randn(2, 2, 16, device="neuron")
+    view_e, total_e = update(cache_e, pos, new)
+    view_c, total_c = torch.compile(update, backend="neuron")(cache_c, pos, new)
+    assert torch.equal(cache_c.cpu(), cache_e.cpu())
+    assert torch.equal(view_c.cpu(), view_e.cpu()) and torch.allclose(total_c.cpu(), total_e.cpu())
+    assert view_c.untyped_storage().data_ptr() == cache_c.untyped_storage().data_ptr()   # still a view
+
+
+def test_graph_breaks_and_fullgraph_both_work():
+    def with_break(x):
+        y = torch.relu(x) + 1
+        torch._dynamo.graph_break()
+        return y * 3
+
+    x = torch.randn(8, 32, device="neuron")
+    assert torch.allclose(torch.compile(with_break, backend="neuron")(x).cpu(), (torch.relu(x.cpu()) + 1) * 3)
+    f = torch.compile(lambda x: torch.tanh(x) * x, backend="neuron", fullgraph=True)
+    assert torch.allclose(f(x).cpu(), torch.tanh(x.cpu()) * x.cpu())
+
+
+def test_dynamic_true_is_refused_with_the_fix():
+    f = torch.compile(lambda x: x * 2, backend="neuron", dynamic=True)
+    with pytest.raises(Exception) as info:
+        f(torch.ones(4, device="neuron"))
+    err = info.value
+    inner = getattr(err, "inner_exception", err)
+    assert isinstance(inner, CompileError)
+    assert "dynamic=True" in str(err) and "static" in str(err)
+
+
+@pytest.mark.parametrize("kwargs", [{"mode": "max-autotune"}, {"mode": "reduce-overhead"},
+                                    {"options": {"triton.cudagraphs": True}}])
+def test_other_modes_and_options_warn_and_compile_as_default(kwargs):
+    f = torch.compile(lambda x: x * 2 + 1, backend="neuron", **kwargs)
+    with pytest.warns(CompileModeWarning, match="neuron backend"):
+        y = f(torch.ones(4, device="neuron"))
+    assert torch.equal(y.cpu(), torch.full((4,), 3.0))
+
+
+def test_default_mode_does_not_warn():
+    f = torch.compile(lambda x: x * 2, backend="neuron", mode="default")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", CompileModeWarning)
+        f(torch.ones(4, device="neuron"))
+
+
+def test_instruction_fidelity_computes_fusions_with_chip_numerics():
+    def fn(x, w):
+        return torch.rsqrt((x * x).mean(-1, keepdim=True) + 1e-6) * x * w
+
+    x = torch.randn(200, 96, dtype=torch.bfloat16)
+    w = torch.randn(96, dtype=torch.bfloat16)
+    cpu = fn(x.float(), w.float())
+    trnsim.set_fidelity("instruction")
+    try:
+        got = torch.compile(fn, backend="neuron")(x.to("neuron"), w.to("neuron")).cpu()
+    finally:
+        trnsim.set_fidelity("op")
+    assert got.dtype == torch.bfloat16
+    torch.testing.assert_close(got.float(), cpu, rtol=2e-2, atol=2e-2)
+
+
+def test_partition_states_why_a_node_is_not_fused():
+    def fn(x, idx):
+        return (x.exp() + 1).sum(0) + idx.float().sum()   # a sum over rows, an int input
+
+    gm_holder = {}
+
+    def capture(gm, inputs):
+        from torch._dynamo.backends.common import aot_autograd
+
+        def fw(g, ins):
+            gm_holder["g"] = g
+            return g
+        return aot_autograd(fw_compiler=fw)(gm, inputs)
+
+    torch.compile(fn, backend=capture)(torch.randn(8, 16, device="neuron"),
+                                       torch.arange(4, device="neuron"))
+    groups = partition(gm_holder["g"], lambda r, rows, sizes: True)
+    reasons = {g.ops[0]: g.reason for g in groups if g.kind == "op"}
+    assert "the last axis" in reasons["aten::sum.dim_IntList"]
+    assert any("int64" in r for r in reasons.values()), reasons
+
+
+def _aten_graph(fn, *args):
+    """The AOT inference graph of ``fn`` on ``args``."""
+    from torch._dynamo.backends.common import aot_autograd
+
+    holder = {}
+
+    def fw(g, ins):
+        holder["g"] = g
+        return g
+
+    torch.compile(fn, backend=aot_autograd(fw_compiler=fw))(*args)
+    return holder["g"]
+
+
+def test_a_fusion_that_would_outgrow_the_sbuf_is_split():
+    gm = _aten_graph(lambda x: ((x.exp() * 2.0) + 1.0).tanh() - x, torch.randn(4, 32, device="neuron"))
+    whole = [g for g in partition(gm, lambda r, rows, sizes: True) if g.kind == "rows"]
+    split = [g for g in partition(gm, lambda r, rows, sizes: len(r.steps) <= 2) if g.kind == "rows"]
+    assert len(whole) == 1 and len(split) == 3
+    assert [len(g.steps) for g in split] == [2, 2, 1]
+
+
+def test_softmax_fuses_whole_or_runs_alone_when_its_rows_do_not_fit():
+    gm = _aten_graph(lambda x: torch.softmax(x, -1) * 2.0, torch.randn(4, 32, device="neuron"))
+    fused = [g for g in partition(gm, lambda r, rows, sizes: True) if g.kind != "free"]
+    assert [g.kind for g in fused] == ["rows"] and [s.op for s in fused[0].steps] == [
+        "max", "subtract", "exp", "sum", "divide", "multiply"]
+    alone = [g for g in partition(gm, lambda r, rows, sizes: not any(s.op == "max" for s in r.steps))
+             if g.kind != "free"]
+    assert alone[0].kind == "op" and "SBUF" in alone[0].reason
+    assert alone[1].kind == "rows"
