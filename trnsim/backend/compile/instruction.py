@@ -59,12 +59,12 @@ def _host(t: torch.Tensor) -> torch.Tensor:
 
 def _operand(g: Group, layout: str, t: Any) -> Any:
     """An operand's values laid out as the fused kernel reads them (CPU tensors)."""
-    n, d = g.rows
+    n, d = g.kernel_rows if g.kind == "rows" else g.rows
     if not isinstance(t, torch.Tensor):
         return torch.tensor([float(t)], dtype=torch.float32)
     host = _host(t)
     if layout == "full":
-        if host.numel() != n * d:   # a broadcast operand, read as the full domain
+        if host.numel() != n * d:   # a broadcast operand, read as the whole domain
             host = host.expand(g.shape)
         return host.contiguous().reshape((n, d) if g.kind == "rows" else _matmul_full(g))
     if layout == "row":
@@ -98,7 +98,7 @@ def _fused(g: Group, env: dict[fx.Node, Any], vals: dict[fx.Node, Any]) -> bool:
     recipe = g.recipe
     operands = [_operand(g, layout, env[a] if isinstance(a, fx.Node) else a) for layout, a in zip(g.layouts, g.inputs)]
     if g.kind == "rows":
-        traced = fused_rows_kernel.trace(*operands, chip=state.chip(), recipe=recipe, shape=g.rows)
+        traced = fused_rows_kernel.trace(*operands, chip=state.chip(), recipe=recipe, shape=g.kernel_rows)
     else:
         b, m, k, n = g.domain
         if b * math.ceil(m / 128) * math.ceil(n / 512) * math.ceil(k / 128) > MAX_MULTIPLIES:

@@ -117,14 +117,16 @@ def _fused_kernel(g: Group, vals: dict[fx.Node, Any]) -> Kernel:
     dtypes = tuple(str(t.dtype) for t in ins) + tuple(str(t.dtype) for t in outs)
     chip = state.chip()
     if g.kind == "rows":
-        n, d = g.rows
-        share = max(1, math.ceil(n / chip.logical_core_size))
+        n, d = g.kernel_rows
+        lnc = chip.logical_core_size
+        # the physical cores take a share of the rows each, or of the columns of 128 rows
+        share = (n, math.ceil(d / lnc)) if n == 128 and (n, d) != g.rows else (math.ceil(n / lnc), d)
         key = ("rows", recipe, n, d, dtypes, chip.name)
         cost = _memo.get(key)
         if cost is None:
-            ops = [_operand(layout, share, d, t) for layout, t in zip(g.layouts, ins)]
-            cost = _memo[key] = _simulate(fused_rows_kernel, "fused_rows_kernel", ops, cores=n / share,
-                                          recipe=recipe, shape=(share, d))
+            ops = [_operand(layout, *share, t) for layout, t in zip(g.layouts, ins)]
+            cost = _memo[key] = _simulate(fused_rows_kernel, "fused_rows_kernel", ops,
+                                          cores=n * d / (share[0] * share[1]), recipe=recipe, shape=share)
     else:
         b, m, k, n = g.domain
         a, w = vals.get(g.mm[0]), vals.get(g.mm[1])

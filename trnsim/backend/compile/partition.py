@@ -102,6 +102,19 @@ class Group:
         return (d[0], d[1]) if self.kind == "rows" else (d[0] * d[1], d[3])
 
     @property
+    def kernel_rows(self) -> tuple[int, int]:
+        """The [N, D] a rows kernel runs over. A fusion without reductions whose operands
+        are all full or scalar is elementwise over its elements: it runs over them laid
+        out as 128 rows (as the eager elementwise kernels lay tensors out), not over its
+        own rows, which may be few columns wide."""
+        n, d = self.rows
+        flat = (self.kind == "rows" and not self.col and all(l in ("full", "scalar") for l in self.layouts)
+                and not any(s.op in ("sum", "max", "min", "mean") for s in self.steps))
+        if flat and n != 128 and (n * d) % 128 == 0:
+            return 128, n * d // 128
+        return n, d
+
+    @property
     def ops(self) -> list[str]:
         """The aten ops this kernel runs, in graph order (views left out)."""
         return [op_name(n) for n in self.nodes if n.target not in FREE]
