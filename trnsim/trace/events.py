@@ -20,6 +20,7 @@ Nanos = float
 TRACK_NAMES = {
     "ops": "PyTorch ops",
     "host": "Host (sync points)",
+    "compile": "torch.compile (simulated compile time, not device time)",
     "tensor": "TensorE (matmul)",
     "tensor.load": "TensorE (load stationary)",
     "vector": "VectorE",

@@ -102,10 +102,13 @@ class GuardFailure:
     expected: str | None = None
     actual: str | None = None
 
-    def describe(self) -> str:
-        """The change in words: ``input 'x' changed shape at dimension 1 (8 -> 9)``."""
+    def describe(self, change: str | None = None) -> str:
+        """The change in words: ``input 'x' changed shape at dimension 1 (8 -> 9)``;
+        ``change`` replaces the ``8 -> 9``."""
         name = f"input '{self.input}'"
-        change = f" ({self.expected} -> {self.actual})" if self.actual is not None else ""
+        if change is None:
+            change = f"{self.expected} -> {self.actual}" if self.actual is not None else ""
+        change = f" ({change})" if change else ""
         if self.kind in ("shape", "stride"):
             return f"{name} changed {self.kind} at dimension {self.dim}{change}"
         if self.kind in ("rank", "dtype", "device", "requires_grad", "dispatch keys"):
@@ -149,3 +152,23 @@ def parse(reason: str) -> GuardFailure:
         if m:
             return GuardFailure(text, kind, m.group("name").strip(), expected=m.groupdict().get("exp"))
     return GuardFailure(text, "other")
+
+
+def describe_all(failures: list[GuardFailure]) -> list[str]:
+    """Several failures in words, one line per input and kind of change, in order of first
+    appearance; successive values chain (``input 'x' changed shape at dimension 1
+    (8 -> 9 -> 10)``)."""
+    groups: dict[tuple, list[GuardFailure]] = {}
+    for f in failures:
+        key = (f.kind, f.input, f.dim) if f.input is not None else (f.kind, f.text, None)
+        groups.setdefault(key, []).append(f)
+    lines = []
+    for fs in groups.values():
+        if len(fs) == 1 or any(f.actual is None for f in fs):
+            lines.append(fs[0].describe() + (f", {len(fs)} times" if len(fs) > 1 else ""))
+            continue
+        chain = [fs[0].expected]
+        for f in fs:
+            chain += [f.actual] if f.expected == chain[-1] else ["...", f.expected, f.actual]
+        lines.append(fs[0].describe(" -> ".join(str(v) for v in chain).replace(" -> ... -> ", ", ")))
+    return lines

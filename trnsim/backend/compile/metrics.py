@@ -103,7 +103,7 @@ class CompileEvent:
     ``count`` is how many times it has compiled, this one included; ``recompile`` is
     True when it had compiled before and a guard failed; ``reason`` is that guard (None
     on a first compile, or where Dynamo recorded none); ``graphs`` the graphs
-    :func:`finish` has recorded for it.
+    :func:`finish` has recorded for it; ``thread`` the thread that compiled it.
     """
 
     index: int
@@ -116,6 +116,7 @@ class CompileEvent:
     reason: GuardFailure | None
     graph_key: str
     graphs: list[NeuronCompilationMetrics] = field(default_factory=list)
+    thread: int = field(default_factory=threading.get_ident)
     _mark_ns: int = field(default=0, repr=False)
 
     @property
@@ -390,11 +391,12 @@ def summary(events: Sequence[CompileEvent] | None = None) -> CompileSummary:
     rows = []
     for code, es in by_code.items():
         firsts = {e.compile_id or id(e): e for e in es}.values()
-        reasons = [e.reason.describe() if e.reason else "unknown cause" for e in firsts if e.recompile]
-        rows.append(FunctionRow(code, len(firsts), sum(e.recompile for e in firsts),
-                                sum(e.simulated_compile_ps for e in es) / 1e12,
-                                sum(g.host_compile_s for e in es for g in e.graphs),
-                                tuple(dict.fromkeys(reasons))))
+        recompiles = [e for e in firsts if e.recompile]
+        found = causes.describe_all([e.reason for e in recompiles if e.reason is not None])
+        unknown = sum(e.reason is None for e in recompiles)
+        found += [f"cause unknown, {unknown} times" if unknown > 1 else "cause unknown"] if unknown else []
+        rows.append(FunctionRow(code, len(firsts), len(recompiles), sum(e.simulated_compile_ps for e in es) / 1e12,
+                                sum(g.host_compile_s for e in es for g in e.graphs), tuple(found)))
     return CompileSummary(sum(r.compilations for r in rows), sum(r.recompilations for r in rows),
                           sum(len(e.graphs) for e in events), sum(r.simulated_compile_s for r in rows),
                           sum(r.host_compile_s for r in rows), tuple(rows))
