@@ -55,8 +55,10 @@ def current_frame() -> Frame:
 def new_failures(code: types.CodeType, seen: int) -> tuple[list[str], int]:
     """Guard-failure reasons Dynamo recorded for ``code`` after the first ``seen``, and
     how many it holds now (``torch._dynamo.reset()`` empties the record: start over)."""
-    from torch._dynamo.utils import guard_failures
-
+    try:
+        from torch._dynamo.utils import guard_failures
+    except ImportError:  # the internal moved: no cause is known
+        return [], 0
     reasons = list(guard_failures.get(code, ()))
     if len(reasons) < seen:
         seen = 0
@@ -124,8 +126,8 @@ class GuardFailure:
 
 _TENSOR = re.compile(r"^tensor '(?P<name>.+?)' (?P<what>.+?) mismatch(?: at index (?P<dim>\d+))?\.?\s*(?P<rest>.*)$")
 _EXPECTED = re.compile(r"[Ee]xpected (?:device index to be |requires_grad=)?(?P<exp>[^,]+?)(?:, actual (?P<act>.+))?$")
-_TENSOR_KINDS = {"size": "shape", "rank": "rank", "stride": "stride", "dtype": "dtype", "requires_grad": "requires_grad",
-                 "dispatch key set": "dispatch keys", "Tensor device index": "device"}
+_TENSOR_KINDS = {"size": "shape", "rank": "rank", "stride": "stride", "dtype": "dtype",
+                 "requires_grad": "requires_grad", "dispatch key set": "dispatch keys", "Tensor device index": "device"}
 _VALUE = re.compile(r"^(?P<name>[A-Za-z_][\w.\[\]'\"]*) (?:==|is) (?P<exp>.+)$")
 _TYPE = re.compile(r"^___check_type_id\((?P<name>[^,]+),")
 _LEN = re.compile(r"^len\((?P<name>[^)]+)\) == (?P<exp>\d+)$")
