@@ -57,6 +57,12 @@ class UninitializedReadWarning(TrnSimWarning):
     read back before it is stored); those elements read as NaN (0 for integer dtypes)."""
 
 
+class RecompileWarning(TrnSimWarning):
+    """A function compiled with ``torch.compile`` keeps recompiling because an input's shape,
+    dtype or a Python value changes between calls; each new graph costs a compile (seconds on
+    the real chip). Issued once per function; the message names the changing input."""
+
+
 def warn(message: str, category: type[TrnSimWarning]) -> None:
     """Issue ``message`` as a ``category`` warning attributed to the first caller outside trnsim."""
     package = os.path.dirname(os.path.abspath(__file__)) + os.sep

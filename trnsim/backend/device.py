@@ -18,11 +18,12 @@ from trnsim.backend.streams import Event, Stream, current_stream, default_stream
 
 __all__ = [
     "Event", "Stream", "chip", "clock", "current_device", "current_stream", "current_trace", "default_stream",
-    "device", "device_count", "elapsed_ms", "empty_cache", "fidelity", "get_amp_supported_dtype", "get_rng_state",
-    "get_rng_state_all", "initial_seed", "is_available", "is_bf16_supported", "is_initialized", "manual_seed",
-    "manual_seed_all", "max_memory_allocated", "max_memory_reserved", "mem_get_info", "memory_allocated",
-    "memory_reserved", "memory_stats", "reset_peak_memory_stats", "seed", "seed_all", "set_chip", "set_device",
-    "set_fidelity", "set_rng_state", "set_rng_state_all", "stream", "synchronize",
+    "device", "device_count", "elapsed_ms", "empty_cache", "fidelity", "get_amp_supported_dtype",
+    "get_dynamo_metrics", "get_rng_state", "get_rng_state_all", "initial_seed", "is_available", "is_bf16_supported",
+    "is_initialized", "manual_seed", "manual_seed_all", "max_memory_allocated", "max_memory_reserved",
+    "mem_get_info", "memory_allocated", "memory_reserved", "memory_stats", "reset_dynamo_metrics",
+    "reset_peak_memory_stats", "seed", "seed_all", "set_chip", "set_device", "set_fidelity", "set_rng_state",
+    "set_rng_state_all", "stream", "synchronize",
 ]
 
 
@@ -164,6 +165,22 @@ def is_bf16_supported(including_emulation: bool = True) -> bool:
 def get_amp_supported_dtype() -> list[torch.dtype]:
     """Dtypes autocast may use on ``neuron``: bfloat16 (preferred) and float16."""
     return [torch.bfloat16, torch.float16]
+
+
+def get_dynamo_metrics() -> list:
+    """Every graph ``torch.compile(backend="neuron")`` compiled since the last reset, oldest
+    first: a list of :class:`trnsim.backend.compile.metrics.NeuronCompilationMetrics` (node
+    count, simulated compile time, compile id, and for a recompile the guard that failed)."""
+    from trnsim.backend.compile import metrics
+
+    return metrics.get_dynamo_metrics()
+
+
+def reset_dynamo_metrics() -> None:
+    """Forget the compilations :func:`get_dynamo_metrics` lists."""
+    from trnsim.backend.compile import metrics
+
+    metrics.reset_dynamo_metrics()
 
 
 # -- trnsim's own view -------------------------------------------------------

@@ -6,11 +6,18 @@ name, shapes, dtypes and simulated start and end; as with PyTorch's profiler, ot
 threads' ops are theirs to record. The trace has an
 "ops" track of op slices above the engine and DMA-queue slices of each op's kernel
 Program, placed at the op's start (ops timed by an estimate have no engine slices).
+
+``torch.compile`` compilations this thread makes while a profile records are kept too
+(:attr:`profile.compilations`): the summary prints them below the ops, with their
+causes and simulated compile time, and the trace marks each compiled graph on a
+"compile" track at the host time it was compiled. Compile time is host time on the real
+chip, never device time: the marks have no duration and the device timeline is unchanged.
 """
 
 from __future__ import annotations
 
 import os
+import threading
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -42,7 +49,11 @@ class OpRow:
 
 
 class ProfileSummary(list):
-    """Ops by total simulated time (a list of :class:`OpRow`), printed as a table."""
+    """Ops by total simulated time (a list of :class:`OpRow`), printed as a table; then,
+    where the profile saw ``torch.compile`` compile, ``compiles`` (a
+    :class:`trnsim.backend.compile.metrics.CompileSummary`), printed below it."""
+
+    compiles: Any = None
 
     def __str__(self) -> str:
         width = max([44] + [len(r.name) for r in self])
@@ -50,6 +61,8 @@ class ProfileSummary(list):
         for r in self:
             how = r.kernel if r.source == "kernel" else r.source
             lines.append(f"{r.name:{width}} {r.calls:6d} {r.total_us:12.3f} {r.pct:6.1f}  {how}")
+        if self.compiles is not None and self.compiles.compilations:
+            lines += ["", *self.compiles.lines()]
         return "\n".join(lines)
 
 
@@ -70,7 +83,9 @@ class profile:
         self.engines = engines
         self.records: list[timeline.OpRecord] = []
         self.syncs: list[tuple[str, int]] = []
+        self.compilations: list = []
         self._raw: list = []
+        self._compile_mark = 0
 
     def __enter__(self) -> profile:
         active = timeline.thread_list(_ACTIVE)
@@ -79,7 +94,10 @@ class profile:
                               "itself: make a second trnsim.profile(...) to nest one")
         if self.path is not None:
             check_writable(self.path)
-        self.records, self.syncs, self._raw = [], [], []
+        from trnsim.backend.compile import metrics
+
+        self.records, self.syncs, self._raw, self.compilations = [], [], [], []
+        self._compile_mark = metrics.mark()
         timeline.start_recording(self._raw)
         active.append(self)
         return self
@@ -90,6 +108,10 @@ class profile:
                               "__exit__); use it as `with trnsim.profile(...) as prof:`")
         active = timeline.thread_list(_ACTIVE)
         active[:] = [p for p in active if p is not self]
+        from trnsim.backend.compile import metrics
+
+        me = threading.get_ident()
+        self.compilations = [e for e in metrics.compilations_since(self._compile_mark) if e.thread == me]
         for r in self._raw:
             if isinstance(r, tuple):
                 self.syncs.append((r[1], r[2]))
@@ -116,7 +138,12 @@ class profile:
             t = sum(r.end_ps - r.start_ps for r in rs)
             rows.append(OpRow(name, len(rs), t / 1e6, 100 * t / total, rs[0].cost.source, rs[0].cost.kernel))
         rows.sort(key=lambda r: (-r.total_us, r.name))
-        return ProfileSummary(rows)
+        out = ProfileSummary(rows)
+        if self.compilations:
+            from trnsim.backend.compile import metrics
+
+            out.compiles = metrics.summary(self.compilations)
+        return out
 
     def trace(self):
         """The recording as a :class:`trnsim.trace.Trace`."""
@@ -143,6 +170,17 @@ class profile:
         })
         origin = min((r.start_ps for r in self.records), default=0)
         graph_start = 0.0
+        graphs = [g for e in self.compilations for g in e.graphs]
+        if graphs:
+            tr.meta["compiled_graphs"] = len(graphs)
+            tr.meta["simulated_compile_s"] = sum(g.simulated_compile_s for g in graphs)
+        for g in graphs:
+            args = {"code": g.code, "kind": g.kind, "nodes": g.graph_node_count, "recompile": g.recompile,
+                    "simulated_compile_s": g.simulated_compile_s}
+            if g.reason is not None:
+                args["reason"] = g.reason
+            at_ns = max(g.host_clock_ps - origin, 0) / 1000  # a compile before the first op marks the start
+            tr.slices.append(Slice("compile", f"compile {g.graph_name}", at_ns, 0.0, args))
         for r in self.records:
             start_ns = (r.start_ps - origin) / 1000
             args = {"shapes": [list(s) for s in r.shapes], "dtypes": list(r.dtypes), "timed_by": r.cost.source}

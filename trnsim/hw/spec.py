@@ -113,6 +113,9 @@ FIGURE_RANGES: dict[str, Range] = {
     "semaphore_to_start_ns": _LATENCY_NS,
     "semaphore_wait_ns": _LATENCY_NS,
     "op_launch_us": Range(0, 1e6, "us"),
+    "graph_base_s": Range(0, 86400, "s"),
+    "per_node_ms": Range(0, 1e6, "ms"),
+    "graph_max_s": Range(0, 86400, "s"),
     "version": Range(1, 100, "NeuronLink generation"),
     "chip_bw_gbps": _BANDWIDTH,
     "hop_latency_ns": _LATENCY_NS,
@@ -320,6 +323,28 @@ class RuntimeSpec(_Checked):
 
 
 @dataclass(frozen=True)
+class CompilerSpec(_Checked):
+    """The graph compiler behind ``torch.compile``: what one new graph costs to compile,
+    on the host, before it first runs (not device time)."""
+
+    graph_base_s: float
+    per_node_ms: float
+    graph_max_s: float
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.graph_max_s < self.graph_base_s:
+            raise _FigureError(type(self).__name__, "graph_max_s", f"is {_number(self.graph_max_s)}; allowed: "
+                               f"at least graph_base_s ({_number(self.graph_base_s)} s)")
+
+    def graph_ps(self, nodes: int) -> int:
+        """Simulated compile time of a graph of ``nodes`` operator nodes, in picoseconds:
+        ``graph_base_s + nodes * per_node_ms``, at most ``graph_max_s``."""
+        seconds = min(self.graph_base_s + max(nodes, 0) * self.per_node_ms / 1000, self.graph_max_s)
+        return round(seconds * 1e12)
+
+
+@dataclass(frozen=True)
 class NeuronLinkSpec(_Checked):
     """Chip-to-chip links for collectives."""
 
@@ -373,6 +398,7 @@ class ChipSpec(_ChipIdent):
     dma: DmaSpec
     sync: SyncSpec
     runtime: RuntimeSpec
+    compiler: CompilerSpec
     neuronlink: NeuronLinkSpec
     instances: tuple[InstanceSpec, ...]
     source: str
@@ -426,6 +452,7 @@ _TABLES: dict[str, type] = {
     "dma": DmaSpec,
     "sync": SyncSpec,
     "runtime": RuntimeSpec,
+    "compiler": CompilerSpec,
     "neuronlink": NeuronLinkSpec,
 }
 _TOP_KEYS = ["extends", *_TABLES, "instance"]

@@ -22,6 +22,7 @@ TRACK_NAMES = {
     "graphs": "Compiled graphs",
     "ops": "PyTorch ops",
     "host": "Host (sync points)",
+    "compile": "torch.compile (simulated compile time, not device time)",
     "tensor": "TensorE (matmul)",
     "tensor.load": "TensorE (load stationary)",
     "vector": "VectorE",
