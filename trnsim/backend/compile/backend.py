@@ -38,6 +38,13 @@ def _check_options(mode: str | None, options: dict | None) -> None:
                            "(generate(..., cache_implementation='static')).")
 
 
+def _user_name(placeholder: str) -> str:
+    """The user's name of a Dynamo graph input (``L_x_`` and ``l_x_`` are ``x``)."""
+    if placeholder[:2] in ("L_", "l_") and placeholder.endswith("_"):
+        return placeholder[2:-1]
+    return placeholder
+
+
 def neuron_backend(gm: fx.GraphModule, example_inputs: list, mode: str | None = None,
                    options: dict | None = None) -> Any:
     """The ``neuron`` Dynamo backend: ``torch.compile(model, backend="neuron")``."""
@@ -46,12 +53,18 @@ def neuron_backend(gm: fx.GraphModule, example_inputs: list, mode: str | None = 
 
     from trnsim.backend.compile.runtime import CompiledGraph
 
+    from trnsim.backend.compile import metrics
+
     _check_options(mode, options)
+    event = metrics.on_compile(gm, example_inputs)
     name = f"graph{next(_names)}"
+    inputs = [_user_name(n.name) for n in gm.graph.nodes if n.op == "placeholder"]
 
     def compiler(kind: str):
-        def compile_graph(graph: fx.GraphModule, inputs: list) -> CompiledGraph:
-            return CompiledGraph(graph, f"{name} {kind}", kind)
+        def compile_graph(graph: fx.GraphModule, example: list) -> CompiledGraph:
+            compiled = CompiledGraph(graph, f"{name} {kind}", kind, event, inputs if kind != "backward" else None)
+            metrics.finish(event, nodes=compiled.nodes, kind=kind)
+            return compiled
         return make_boxed_compiler(compile_graph)
 
     return aot_autograd(fw_compiler=compiler("forward"), bw_compiler=compiler("backward"),

@@ -140,6 +140,7 @@ class _CodeState:
     reasons: list[GuardFailure] = field(default_factory=list)
     simulated_ps: Picos = 0
     warned: bool = False
+    children: list[CompileEvent] = field(default_factory=list)   # recompilations the backend made itself
 
 
 _lock = threading.Lock()
@@ -217,6 +218,44 @@ def on_compile(gm: Any, example_inputs: Sequence[Any]) -> CompileEvent:
             warnings.warn_explicit(message, RecompileWarning, file, line)
         else:
             warn(message, RecompileWarning)
+    return event
+
+
+def respecialize(parent: CompileEvent, reason: str | None) -> CompileEvent:
+    """Record a recompilation the backend makes itself: a graph Dynamo traced with
+    symbolic sizes (automatic dynamic shapes, after a size changed) is compiled again for
+    each new set of concrete sizes, as the Neuron compiler compiles every shape.
+
+    ``parent`` is the Dynamo compilation of that graph; ``reason`` the change in Dynamo's
+    words (``tensor 'x' size mismatch at index 1. expected 8, actual 9``), or None for a
+    graph of the same recompilation (a backward after its forward): then the latest
+    recompilation of ``parent`` is returned. Call :func:`finish` for each graph compiled.
+    """
+    with _lock:
+        key = parent.file if parent.file != "<unknown>" else "<unknown>"
+        st = next((s for k, s in _codes.items() if s.last is parent or parent in s.children), None)
+        if st is None:
+            st = _codes.setdefault((key, parent.name), _CodeState())
+        if reason is None and st.children:
+            return st.children[-1]
+        failure = causes.parse(reason) if reason else None
+        st.compiles += 1
+        st.recompiles += 1
+        c = _counters()
+        c["compilations"] += 1
+        c["recompilations"] += 1
+        if failure is not None:
+            st.reasons.append(failure)
+        event = CompileEvent(len(_events), parent.compile_id, parent.name, parent.file, parent.line, st.compiles,
+                             True, failure, parent.graph_key)
+        st.children.append(event)
+        _events.append(event)
+        event._mark_ns = time.perf_counter_ns()
+        warn_now = st.recompiles >= RECOMPILE_WARN_AT and not st.warned
+        st.warned = st.warned or warn_now
+        message = _warning(event, st) if warn_now else ""
+    if warn_now:
+        warnings.warn_explicit(message, RecompileWarning, parent.file, parent.line)
     return event
 
 

@@ -85,14 +85,22 @@ def _symbolic(gm: fx.GraphModule) -> bool:
 
 
 class CompiledGraph:
-    """One AOT graph (``kind``: forward, backward or inference) compiled for ``neuron``."""
+    """One AOT graph (``kind``: forward, backward or inference) compiled for ``neuron``.
 
-    def __init__(self, gm: fx.GraphModule, name: str, kind: str, on_specialize: Any = None) -> None:
+    ``event`` is its Dynamo compilation (:func:`trnsim.backend.compile.metrics.on_compile`);
+    ``inputs`` the user's names of the graph's inputs where they are the Dynamo graph's,
+    for naming the input whose size changed when a symbolic graph is compiled again.
+    """
+
+    def __init__(self, gm: fx.GraphModule, name: str, kind: str, event: Any = None,
+                 inputs: list[str] | None = None) -> None:
         self.gm = gm
         self.name = name
         self.kind = kind
+        self.event = event
+        self.inputs = inputs
+        self.nodes = sum(1 for n in gm.graph.nodes if n.op == "call_function")
         self.symbolic = _symbolic(gm)
-        self.on_specialize = on_specialize
         self.shapes: dict[tuple, Lowered] = {}
         self.lowered = None if self.symbolic else lower_graph(gm, name)
 
@@ -112,11 +120,33 @@ class CompiledGraph:
         key = tuple((tuple(a.shape), a.dtype) if isinstance(a, torch.Tensor) else a for a in args)
         lowered = self.shapes.get(key)
         if lowered is None:
-            vals = _concrete_values(self.gm, args)
-            lowered = self.shapes[key] = lower_graph(self.gm, f"{self.name} {_shape_text(args)}", vals)
-            if self.on_specialize is not None:
-                self.on_specialize(self, args, lowered)
+            vals = _concrete_values(self.gm, list(args))
+            lowered = lower_graph(self.gm, f"{self.name} {_shape_text(args)}", vals)
+            if self.shapes and self.event is not None:   # the first shapes are Dynamo's compilation
+                from trnsim.backend.compile import metrics
+
+                previous = next(reversed(self.shapes))
+                reason = self._change(previous, key) if self.kind != "backward" else None
+                metrics.finish(metrics.respecialize(self.event, reason), nodes=self.nodes, kind=self.kind)
+            self.shapes[key] = lowered
         return lowered
+
+    def _change(self, old: tuple, new: tuple) -> str:
+        """The first size change from ``old`` to ``new`` arguments, in Dynamo's words (a
+        tensor's size before a symbolic size's value, which only mirrors it)."""
+        def name(i: int) -> str:
+            return self.inputs[i] if self.inputs is not None and len(self.inputs) == len(new) else f"input{i}"
+
+        for i, (a, b) in enumerate(zip(old, new)):
+            if isinstance(a, tuple) and isinstance(b, tuple) and a[0] != b[0]:
+                for d, (x, y) in enumerate(zip(a[0], b[0])):
+                    if x != y:
+                        return f"tensor '{name(i)}' size mismatch at index {d}. expected {x}, actual {y}"
+                return f"tensor '{name(i)}' rank mismatch. expected {len(a[0])}, actual {len(b[0])}"
+        for i, (a, b) in enumerate(zip(old, new)):
+            if a != b:
+                return f"{name(i)} == {a}"
+        return "sizes changed"
 
 
 def _shape_text(args: list) -> str:
