@@ -37,6 +37,17 @@ Step ops (``Step.op``):
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any, Callable, Sequence
+
+import numpy as np
+
+import trnsim.nki as nki
+import trnsim.nki.isa as nisa
+import trnsim.nki.language as nl
+from trnsim import dtypes
+from trnsim.compute import reference as ref
+from trnsim.isa import ActivationFunc, AluOp, Engine, ReduceOp, Select
+from trnsim.nki import emit as _e
 
 UNARY_OPS = frozenset({"exp", "log", "sqrt", "rsqrt", "reciprocal", "tanh", "sigmoid", "relu", "gelu", "gelu_tanh",
                        "silu", "abs", "neg", "sin", "cos", "erf", "sign", "square", "copy"})
@@ -44,6 +55,12 @@ BINARY_OPS = frozenset({"add", "subtract", "multiply", "divide", "maximum", "min
                         "not_equal", "greater", "greater_equal", "less", "less_equal"})
 REDUCE_OPS = frozenset({"sum", "max", "min", "mean"})
 LAYOUTS = ("full", "row", "col", "scalar")
+
+TILE_P = 128       # rows per tile: one per partition
+FREE_CHUNK = 2048  # columns per tile of a recipe without reductions
+# Cost per element of a lane engine (ns at trn2's clocks), for splitting work between them.
+_VECTOR_NS, _SCALAR_NS = 1 / 0.96, 1 / 1.2
+_REDUCE = {"sum": ReduceOp.ADD, "mean": ReduceOp.ADD, "max": ReduceOp.MAX, "min": ReduceOp.MIN}
 
 
 @dataclass(frozen=True)
@@ -75,3 +92,386 @@ class Recipe:
     layouts: tuple[str, ...]
     steps: tuple[Step, ...]
     outputs: tuple[int, ...]
+
+
+# -- checks and shapes ---------------------------------------------------------------
+
+def _arity(op: str) -> int:
+    if op in UNARY_OPS or op in REDUCE_OPS:
+        return 1
+    if op in BINARY_OPS:
+        return 2
+    if op == "where":
+        return 3
+    raise nki.KernelError(f"fused recipe: op {op!r} is not a unary, binary, where or reduction op; use one of "
+                          f"{', '.join(sorted(UNARY_OPS | BINARY_OPS | REDUCE_OPS | {'where'}))}")
+
+
+def kinds(recipe: Recipe, matmul: bool = False) -> list[str]:
+    """The kind of each step's value: ``"full"`` ([rows, D] tiles), ``"col"`` (one value per
+    row) or ``"const"`` (a number known when tracing). Raises :class:`nki.KernelError`
+    for a recipe that is not well formed, naming the step."""
+    for i, lay in enumerate(recipe.layouts):
+        if lay not in LAYOUTS:
+            raise nki.KernelError(f"fused recipe: operand {i} has layout {lay!r}; use one of {', '.join(LAYOUTS)}")
+    out: list[str] = []
+    for j, step in enumerate(recipe.steps):
+        if len(step.args) != _arity(step.op):
+            raise nki.KernelError(f"fused recipe: step {j} ({step.op}) has {len(step.args)} arguments, needs {_arity(step.op)}")
+        dtypes.as_dtype(step.dtype)
+        arg_kinds = []
+        for a in step.args:
+            if a.kind == "in" and 0 <= a.index < len(recipe.layouts):
+                arg_kinds.append("full" if recipe.layouts[a.index] in ("full", "row") else "col")
+            elif a.kind == "step" and 0 <= a.index < j:
+                arg_kinds.append(out[a.index])
+            elif a.kind == "const":
+                arg_kinds.append("const")
+            elif a.kind == "mm" and matmul:
+                arg_kinds.append("full")
+            else:
+                raise nki.KernelError(f"fused recipe: step {j} ({step.op}) refers to {a}, which is not an operand, an "
+                                      f"earlier step, a constant{' or the product' if matmul else ''}")
+        if step.op in REDUCE_OPS:
+            if matmul:
+                raise nki.KernelError(f"fused_matmul_kernel: step {j} ({step.op}) is a reduction; a matmul epilogue "
+                                      "is elementwise: end the fusion before the reduction")
+            if arg_kinds[0] != "full":
+                raise nki.KernelError(f"fused recipe: step {j} ({step.op}) reduces a {arg_kinds[0]} value; reductions "
+                                      "take a full value")
+            out.append("col")
+        else:
+            out.append("full" if "full" in arg_kinds else "col" if "col" in arg_kinds else "const")
+    for k in recipe.outputs:
+        if not 0 <= k < len(recipe.steps) or out[k] == "const":
+            raise nki.KernelError(f"fused recipe: output {k} is not a step computed from operands; list steps "
+                                  f"0..{len(recipe.steps) - 1} that use an operand")
+    return out
+
+
+def has_reductions(recipe: Recipe) -> bool:
+    """Whether some step reduces over D (then whole rows stay in SBUF)."""
+    return any(s.op in REDUCE_OPS for s in recipe.steps)
+
+
+def _dtype(step: Step) -> dtypes.DType:
+    return dtypes.as_dtype(step.dtype)
+
+
+# -- the numpy reference ----------------------------------------------------------------
+
+def _round(v: np.ndarray, dt: dtypes.DType) -> np.ndarray:
+    return ref.decode(ref.encode(v, dt), dt)
+
+
+_UNARY_FUNC = {"copy": ActivationFunc.IDENTITY, "gelu_tanh": ActivationFunc.GELU_TANH}
+
+
+def _unary_ref(op: str, x: np.ndarray) -> np.ndarray:
+    if op == "neg":
+        return ref.alu(x, -1.0, AluOp.MULTIPLY)
+    if op == "reciprocal":
+        return ref.alu(1.0, x, AluOp.DIVIDE)
+    flat = np.asarray(x, np.float64).reshape(-1, 1)
+    ones = np.ones(flat.shape[0])
+    return ref.activation(flat, _UNARY_FUNC.get(op, op), ones, np.zeros_like(ones)).reshape(np.shape(x))
+
+
+def _step_ref(step: Step, args: list[Any], d: int) -> np.ndarray:
+    if step.op in UNARY_OPS:
+        return _unary_ref(step.op, args[0])
+    if step.op in BINARY_OPS:
+        return ref.alu(args[0], args[1], _ALU[step.op])
+    if step.op == "where":
+        return np.where(np.asarray(args[0]) != 0.0, args[1], args[2]).astype(np.float64)
+    x = np.asarray(args[0], np.float64)
+    r = ref.reduce(x.reshape(-1, x.shape[-1]), _REDUCE[step.op]).reshape(x.shape[:-1] + (1,))
+    return r / d if step.op == "mean" else r
+
+
+_ALU = {"add": AluOp.ADD, "subtract": AluOp.SUBTRACT, "multiply": AluOp.MULTIPLY, "divide": AluOp.DIVIDE,
+        "maximum": AluOp.MAXIMUM, "minimum": AluOp.MINIMUM, "power": AluOp.POW, "equal": AluOp.IS_EQUAL,
+        "not_equal": AluOp.NOT_EQUAL, "greater": AluOp.IS_GT, "greater_equal": AluOp.IS_GE, "less": AluOp.IS_LT,
+        "less_equal": AluOp.IS_LE}
+
+
+def reference(recipe: Recipe, operands: Sequence[Any], shape: Sequence[int], mm: Any = None) -> list[np.ndarray]:
+    """The recipe's outputs computed in numpy with the chip's numerics: each step in
+    float64 from its (rounded) arguments, rounded to its dtype; sums accumulate in fp32
+    in column order; activations are the functions of :mod:`trnsim.compute.reference`.
+
+    ``operands`` are arrays of the values the kernel reads (already rounded to their HBM
+    dtypes), laid out as ``recipe.layouts`` says over the domain ``shape`` ([N, D], or
+    [M, N] / [B, M, N] for a matmul epilogue, whose fp32 product is ``mm``). Returns
+    float32 arrays: full outputs of ``shape``, col outputs of ``shape[:-1] + (1,)``."""
+    step_kinds = kinds(recipe, matmul=mm is not None)
+    shape = tuple(int(s) for s in shape)
+    d = shape[-1]
+
+    def operand(i: int) -> np.ndarray:
+        a = np.asarray(operands[i], np.float64)
+        lay = recipe.layouts[i]
+        if lay == "row":
+            return np.broadcast_to(a.reshape(-1), shape)
+        if lay == "scalar":
+            return np.broadcast_to(a.reshape(-1)[:1], shape[:-1] + (1,))
+        return a
+
+    values: list[Any] = []
+    for j, step in enumerate(recipe.steps):
+        args = [operand(a.index) if a.kind == "in" else values[a.index] if a.kind == "step"
+                else np.asarray(mm, np.float64) if a.kind == "mm" else np.float64(a.value) for a in step.args]
+        v = _round(np.asarray(_step_ref(step, args, d), np.float64), _dtype(step))
+        if step_kinds[j] == "full":
+            v = np.broadcast_to(v, shape)
+        values.append(v)
+    return [np.ascontiguousarray(values[k], dtype=np.float32) for k in recipe.outputs]
+
+
+# -- tracing a recipe on one tile ------------------------------------------------------
+
+class Balance:
+    """Which lane engine takes the next instruction that either can run: the one with
+    less work given so far (counted in nanoseconds of elements, at trace time)."""
+
+    def __init__(self) -> None:
+        self.ns = {Engine.VECTOR: 0.0, Engine.SCALAR: 0.0}
+
+    def charge(self, engine: Engine, elements: int) -> Engine:
+        self.ns[engine] += elements * (_VECTOR_NS if engine is Engine.VECTOR else _SCALAR_NS)
+        return engine
+
+    def pick(self, elements: int) -> Engine:
+        engine = min(self.ns, key=lambda e: (self.ns[e], e is Engine.SCALAR))
+        return self.charge(engine, elements)
+
+
+def _fused_sums(recipe: Recipe, step_kinds: list[str]) -> dict[int, int]:
+    """Unary steps on full values whose result a later sum or mean reduces: the scalar
+    engine's activation sums what it writes, so the reduction costs nothing more."""
+    fused: dict[int, int] = {}
+    for r, step in enumerate(recipe.steps):
+        a = step.args[0]
+        if step.op in ("sum", "mean") and a.kind == "step" and a.index not in fused:
+            src = recipe.steps[a.index]
+            if src.op in UNARY_OPS and step_kinds[a.index] == "full":
+                fused[a.index] = r
+    return fused
+
+
+def _const(step: Step, args: list[float]) -> float:
+    """A step of constants, folded when tracing with the reference's numerics."""
+    return float(_round(np.asarray(_step_ref(step, [np.float64(a) for a in args], 1), np.float64),
+                        _dtype(step)).reshape(-1)[0])
+
+
+def _full_tile(v: Any, p: int, w: int) -> Any:
+    """A number or a [p, 1] tile spread to a [p, w] tile."""
+    if isinstance(v, float):
+        return nl.full((p, w), v, nl.float32)
+    if tuple(v.shape) != (p, w):
+        return nl.broadcast_to(v, (p, w))
+    return v
+
+
+def trace_steps(recipe: Recipe, step_kinds: list[str], p: int, w: int, d: int, operand: Callable[[int], Any],
+                balance: Balance, mm: Any = None) -> list[Any]:
+    """Emit the recipe's steps for one tile of ``p`` rows by ``w`` columns (of a domain ``d``
+    wide) and return each step's value: a [p, w] or [p, 1] SBUF tile, or a number.
+    ``operand(i)`` gives operand i's tile ([p, w] or [p, 1]); ``mm`` is the product tile."""
+    fused = _fused_sums(recipe, step_kinds)
+    values: list[Any] = []
+    sums: dict[int, Any] = {}
+    for j, step in enumerate(recipe.steps):
+        args = [operand(a.index) if a.kind == "in" else values[a.index] if a.kind == "step"
+                else mm if a.kind == "mm" else float(a.value) for a in step.args]
+        dt = _dtype(step)
+        if step_kinds[j] == "const":
+            values.append(_const(step, args))
+            continue
+        if step.op in UNARY_OPS:
+            values.append(_unary(step.op, args[0], dt, balance, sums, j, fused.get(j)))
+        elif step.op in BINARY_OPS:
+            values.append(_binary(step.op, args[0], args[1], dt, balance))
+        elif step.op == "where":
+            values.append(_where(args, dt, p, w if step_kinds[j] == "full" else 1, balance))
+        else:
+            values.append(_reduce(step.op, args[0], dt, d, sums.pop(j, None), balance))
+    return values
+
+
+def _elements(t: Any) -> int:
+    return t.view.free_size
+
+
+def _unary(op: str, x: Any, dt: Any, balance: Balance, sums: dict[int, Any], j: int, sum_step: int | None) -> Any:
+    n = _elements(x)
+    if sum_step is None and op in ("neg", "reciprocal"):
+        engine = balance.pick(n)
+        if op == "neg":
+            return nisa.tensor_scalar(x, op0=nl.multiply, operand0=-1.0, dtype=dt, engine=engine)
+        return nisa.tensor_scalar(x, op0=nl.divide, operand0=1.0, reverse0=True, dtype=dt, engine=engine)
+    if sum_step is None and op == "copy":
+        return nisa.tensor_copy(x, dtype=dt, engine=balance.pick(n))
+    balance.charge(Engine.SCALAR, n * (8 if op == "reciprocal" else 1))
+    func = {"neg": "identity", "copy": "identity", "gelu_tanh": "gelu_tanh"}.get(op, op)
+    scale = -1.0 if op == "neg" else 1.0
+    if op == "reciprocal":
+        func = "reciprocal"
+    if sum_step is None:
+        return nisa.activation(op=func, data=x, scale=scale, dtype=dt)
+    total = nl.ndarray((x.shape[0], 1), nl.float32)
+    sums[sum_step] = total
+    return nisa.activation(op=func, data=x, scale=scale, reduce_op=nl.add, reduce_res=total, dtype=dt)
+
+
+def _binary(op: str, a: Any, b: Any, dt: Any, balance: Balance) -> Any:
+    alu = _ALU[op]
+    if not isinstance(a, float) and not isinstance(b, float) and tuple(a.shape) == tuple(b.shape):
+        balance.charge(Engine.VECTOR, 2 * _elements(a))
+        return nisa.tensor_tensor(a, b, op=alu, dtype=dt)
+    # one side is a number or a [p, 1] column: one tensor_scalar, on whichever lane engine is freer
+    wide_first = not isinstance(a, float) and (isinstance(b, float) or _elements(a) >= _elements(b))
+    tile, other = (a, b) if wide_first else (b, a)
+    return nisa.tensor_scalar(tile, op0=alu, operand0=other, reverse0=not wide_first, dtype=dt,
+                              engine=balance.pick(_elements(tile)))
+
+
+def _where(args: list[Any], dt: Any, p: int, w: int, balance: Balance) -> Any:
+    cond, on_true, on_false = args
+    cond, on_true = _full_tile(cond, p, w), _full_tile(on_true, p, w)
+    if not isinstance(on_false, float):
+        on_false = _full_tile(on_false, p, w).view
+    out = nl.ndarray((p, w), dt)
+    balance.charge(Engine.VECTOR, 2 * w)
+    _e.emit(Select(out.view, cond.view, on_true.view, on_false, engine=Engine.VECTOR))
+    return out
+
+
+def _reduce(op: str, x: Any, dt: Any, d: int, total: Any, balance: Balance) -> Any:
+    if total is None:
+        balance.charge(Engine.VECTOR, _elements(x))
+        total = nisa.tensor_reduce(op=_REDUCE[op], data=x, axis=1, dtype=nl.float32 if op == "mean" else dt)
+        if op != "mean":
+            return total
+    elif op == "sum" and dt is nl.float32:
+        return total
+    if op == "mean":
+        return nisa.tensor_scalar(total, op0=nl.divide, operand0=float(d), dtype=dt)
+    return nisa.tensor_copy(total, dtype=dt)
+
+
+# -- the row kernel ---------------------------------------------------------------------
+
+def chunk_columns(recipe: Recipe, d: int) -> int:
+    """Columns per tile: whole rows when the recipe reduces, else at most FREE_CHUNK."""
+    return d if has_reductions(recipe) else min(d, FREE_CHUNK)
+
+
+def _aligned(nbytes: int) -> int:
+    return (nbytes + 3) // 4 * 4
+
+
+def sbuf_bytes(recipe: Recipe, shape: Sequence[int], operand_itemsizes: Sequence[int]) -> int:
+    """An upper bound of the SBUF bytes per partition :func:`fused_rows_kernel` places
+    for ``recipe`` over the domain ``shape`` [N, D], with operand i stored in HBM with
+    ``operand_itemsizes[i]`` bytes per element. Compare it with the chip's
+    ``ChipSpec.sbuf.partition_bytes`` to know whether the fusion fits.
+
+    It counts the row operands' [1, w] and [128, w] tiles, the scalar operands' tiles,
+    every operand tile and step value of one row tile (they all stay live until the
+    tile is stored) and, for the placement's next-fit wrap-around, the largest tile
+    once more."""
+    step_kinds = kinds(recipe)
+    w = chunk_columns(recipe, int(shape[1]))
+    tiles = []
+    for i, lay in enumerate(recipe.layouts):
+        size = operand_itemsizes[i]
+        tiles += [_aligned(w * size)] * 3 if lay in ("full", "row") else [_aligned(size)] * 3
+    fused = _fused_sums(recipe, step_kinds)
+    for j, step in enumerate(recipe.steps):
+        size = _dtype(step).itemsize
+        width = w if step_kinds[j] == "full" else 1
+        tiles.append(_aligned(width * size))
+        if step.op == "where":
+            tiles += [_aligned(width * 4)] * 4
+        if step.op in REDUCE_OPS or j in fused:
+            tiles.append(4)
+    return sum(tiles) + max(tiles, default=0)
+
+
+@nki.jit
+def fused_rows_kernel(*operands, recipe: Recipe, shape: Sequence[int]):
+    """The fusion ``recipe`` over the domain ``shape`` [N, D], rows on partitions.
+
+    Args:
+        operands: in HBM, any chip float dtypes, laid out as ``recipe.layouts``: "full"
+            [N, D], "row" [D], "col" [N, 1], "scalar" [1].
+        recipe: the steps (see the module docstring).
+        shape: (N, D), any sizes.
+
+    Returns:
+        A tuple with one HBM tensor per ``recipe.outputs`` entry, in that order: [N, D]
+        for a full value, [N, 1] for a col value, of the step's dtype.
+
+    Memories: rows go 128 at a time (the last tile as many as are left); a recipe with
+    reductions keeps whole rows in SBUF, one without works on [128, <= 2048] tiles.
+    Row operands are loaded once per column chunk ([1, w]) and broadcast to a
+    [128, w] SBUF tile; scalar operands once, as [128, 1]; full and col operands per
+    tile. Each step is one instruction into a fresh SBUF tile of its dtype: activations
+    on the scalar engine (a sum or mean of one rides on it), tensor-tensor ops and
+    reductions on the vector engine, ops with a column or a number as one side as
+    ``tensor_scalar`` on whichever of the two is less loaded. Only the outputs are
+    stored. PSUM is not used.
+    """
+    step_kinds = kinds(recipe)
+    n, d = (int(s) for s in shape)
+    if len(operands) != len(recipe.layouts):
+        raise nki.KernelError(f"fused_rows_kernel: {len(operands)} operands for the recipe's {len(recipe.layouts)} "
+                              "layouts; pass one operand per layout")
+    _check_shapes(operands, recipe.layouts, {"full": (n, d), "row": (d,), "col": (n, 1), "scalar": (1,)})
+    outs = [nl.ndarray((n, d) if step_kinds[k] == "full" else (n, 1), _dtype(recipe.steps[k]), buffer=nl.shared_hbm)
+            for k in recipe.outputs]
+    used = {a.index for s in recipe.steps for a in s.args if a.kind == "in"}
+    scalars = {i: nl.broadcast_to(nl.load(operands[i].reshape((1, 1))), (TILE_P, 1))
+               for i in sorted(used) if recipe.layouts[i] == "scalar"}
+    w = chunk_columns(recipe, d)
+    balance = Balance()
+    for c0 in nl.affine_range(0, d, w):
+        cw = min(w, d - c0)
+        rows = {i: nl.broadcast_to(nl.load(operands[i].reshape((1, d))[:, c0:c0 + cw]), (TILE_P, cw))
+                for i in sorted(used) if recipe.layouts[i] == "row"}
+        for r0 in nl.affine_range(0, n, TILE_P):
+            _row_tile(recipe, step_kinds, operands, outs, rows, scalars, r0, min(TILE_P, n - r0), c0, cw, d, balance)
+        del rows
+    return tuple(outs)
+
+
+def _check_shapes(operands: Sequence[Any], layouts: Sequence[str], want: dict[str, tuple[int, ...]]) -> None:
+    for i, (t, lay) in enumerate(zip(operands, layouts)):
+        if tuple(t.shape) != want[lay] and not (lay == "scalar" and int(np.prod(t.shape)) == 1):
+            raise nki.KernelError(f"fused kernel: operand {i} ({lay}) is {list(t.shape)}, expected {list(want[lay])}")
+
+
+def _row_tile(recipe: Recipe, step_kinds: list[str], operands: Sequence[Any], outs: list[Any], rows: dict[int, Any],
+              scalars: dict[int, Any], r0: int, p: int, c0: int, cw: int, d: int, balance: Balance) -> None:
+    """Rows r0..r0+p, columns c0..c0+cw: load, compute, store the outputs."""
+    loaded: dict[int, Any] = {}
+
+    def operand(i: int) -> Any:
+        if i not in loaded:
+            lay = recipe.layouts[i]
+            if lay == "full":
+                loaded[i] = nl.load(operands[i][r0:r0 + p, c0:c0 + cw])
+            elif lay == "col":
+                loaded[i] = nl.load(operands[i][r0:r0 + p, :])
+            else:
+                loaded[i] = (rows if lay == "row" else scalars)[i][0:p, :]
+        return loaded[i]
+
+    values = trace_steps(recipe, step_kinds, p, cw, d, operand, balance)
+    for k, out in zip(recipe.outputs, outs):
+        if step_kinds[k] == "full":
+            nl.store(out[r0:r0 + p, c0:c0 + cw], value=values[k])
+        elif c0 == 0:
+            nl.store(out[r0:r0 + p, :], value=values[k])
