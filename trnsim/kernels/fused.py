@@ -154,7 +154,7 @@ def has_reductions(recipe: Recipe) -> bool:
     return any(s.op in REDUCE_OPS for s in recipe.steps)
 
 
-def _dtype(step: Step) -> dtypes.DType:
+def step_dtype(step: Step) -> dtypes.DType:
     return dtypes.as_dtype(step.dtype)
 
 
@@ -221,7 +221,7 @@ def reference(recipe: Recipe, operands: Sequence[Any], shape: Sequence[int], mm:
     for j, step in enumerate(recipe.steps):
         args = [operand(a.index) if a.kind == "in" else values[a.index] if a.kind == "step"
                 else np.asarray(mm, np.float64) if a.kind == "mm" else np.float64(a.value) for a in step.args]
-        v = _round(np.asarray(_step_ref(step, args, d), np.float64), _dtype(step))
+        v = _round(np.asarray(_step_ref(step, args, d), np.float64), step_dtype(step))
         if step_kinds[j] == "full":
             v = np.broadcast_to(v, shape)
         values.append(v)
@@ -262,7 +262,7 @@ def _fused_sums(recipe: Recipe, step_kinds: list[str]) -> dict[int, int]:
 def _const(step: Step, args: list[float]) -> float:
     """A step of constants, folded when tracing with the reference's numerics."""
     return float(_round(np.asarray(_step_ref(step, [np.float64(a) for a in args], 1), np.float64),
-                        _dtype(step)).reshape(-1)[0])
+                        step_dtype(step)).reshape(-1)[0])
 
 
 def _full_tile(v: Any, p: int, w: int) -> Any:
@@ -285,7 +285,7 @@ def trace_steps(recipe: Recipe, step_kinds: list[str], p: int, w: int, d: int, o
     for j, step in enumerate(recipe.steps):
         args = [operand(a.index) if a.kind == "in" else values[a.index] if a.kind == "step"
                 else mm if a.kind == "mm" else float(a.value) for a in step.args]
-        dt = _dtype(step)
+        dt = step_dtype(step)
         if step_kinds[j] == "const":
             values.append(_const(step, args))
             continue
@@ -390,7 +390,7 @@ def sbuf_bytes(recipe: Recipe, shape: Sequence[int], operand_itemsizes: Sequence
         tiles += [_aligned(w * size)] * 3 if lay in ("full", "row") else [_aligned(size)] * 3
     fused = _fused_sums(recipe, step_kinds)
     for j, step in enumerate(recipe.steps):
-        size = _dtype(step).itemsize
+        size = step_dtype(step).itemsize
         width = w if step_kinds[j] == "full" else 1
         tiles.append(_aligned(width * size))
         if step.op == "where":
@@ -429,8 +429,8 @@ def fused_rows_kernel(*operands, recipe: Recipe, shape: Sequence[int]):
     if len(operands) != len(recipe.layouts):
         raise nki.KernelError(f"fused_rows_kernel: {len(operands)} operands for the recipe's {len(recipe.layouts)} "
                               "layouts; pass one operand per layout")
-    _check_shapes(operands, recipe.layouts, {"full": (n, d), "row": (d,), "col": (n, 1), "scalar": (1,)})
-    outs = [nl.ndarray((n, d) if step_kinds[k] == "full" else (n, 1), _dtype(recipe.steps[k]), buffer=nl.shared_hbm)
+    check_operand_shapes(operands, recipe.layouts, {"full": (n, d), "row": (d,), "col": (n, 1), "scalar": (1,)})
+    outs = [nl.ndarray((n, d) if step_kinds[k] == "full" else (n, 1), step_dtype(recipe.steps[k]), buffer=nl.shared_hbm)
             for k in recipe.outputs]
     used = {a.index for s in recipe.steps for a in s.args if a.kind == "in"}
     scalars = {i: nl.broadcast_to(nl.load(operands[i].reshape((1, 1))), (TILE_P, 1))
@@ -447,7 +447,7 @@ def fused_rows_kernel(*operands, recipe: Recipe, shape: Sequence[int]):
     return tuple(outs)
 
 
-def _check_shapes(operands: Sequence[Any], layouts: Sequence[str], want: dict[str, tuple[int, ...]]) -> None:
+def check_operand_shapes(operands: Sequence[Any], layouts: Sequence[str], want: dict[str, tuple[int, ...]]) -> None:
     for i, (t, lay) in enumerate(zip(operands, layouts)):
         if tuple(t.shape) != want[lay] and not (lay == "scalar" and int(np.prod(t.shape)) == 1):
             raise nki.KernelError(f"fused kernel: operand {i} ({lay}) is {list(t.shape)}, expected {list(want[lay])}")
