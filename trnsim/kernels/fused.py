@@ -46,6 +46,7 @@ import trnsim.nki.isa as nisa
 import trnsim.nki.language as nl
 from trnsim import dtypes
 from trnsim.compute import reference as ref
+from trnsim.hw.spec import load_chip
 from trnsim.isa import ActivationFunc, AluOp, Engine, ReduceOp, Select
 from trnsim.nki import emit as _e
 
@@ -58,6 +59,8 @@ LAYOUTS = ("full", "row", "col", "scalar")
 
 TILE_P = 128       # rows per tile: one per partition
 FREE_CHUNK = 2048  # columns per tile of a recipe without reductions
+GROUP_MAX = 4      # row tiles traced step by step together, so the engines overlap
+GROUP_SHARE = 5 / 8  # of an SBUF partition: what a group of row tiles and the shared tiles may take
 # Cost per element of a lane engine (ns at trn2's clocks), for splitting work between them.
 _VECTOR_NS, _SCALAR_NS = 1 / 0.96, 1 / 1.2
 _REDUCE = {"sum": ReduceOp.ADD, "mean": ReduceOp.ADD, "max": ReduceOp.MAX, "min": ReduceOp.MIN}
@@ -274,30 +277,66 @@ def _full_tile(v: Any, p: int, w: int) -> Any:
     return v
 
 
-def trace_steps(recipe: Recipe, step_kinds: list[str], p: int, w: int, d: int, operand: Callable[[int], Any],
-                balance: Balance, mm: Any = None) -> list[Any]:
-    """Emit the recipe's steps for one tile of ``p`` rows by ``w`` columns (of a domain ``d``
-    wide) and return each step's value: a [p, w] or [p, 1] SBUF tile, or a number.
-    ``operand(i)`` gives operand i's tile ([p, w] or [p, 1]); ``mm`` is the product tile."""
+@dataclass
+class Tile:
+    """One tile a recipe runs on: ``p`` rows by ``w`` columns; ``operand(i)`` loads operand
+    i's tile ([p, w] or [p, 1]); ``store(o, value)`` stores output ``o``; ``mm`` is the
+    product tile of a matmul epilogue."""
+
+    p: int
+    w: int
+    operand: Callable[[int], Any]
+    store: Callable[[int, Any], None]
+    mm: Any = None
+
+
+def trace_steps(recipe: Recipe, step_kinds: list[str], tiles: Sequence[Tile], d: int, balance: Balance) -> None:
+    """Emit the recipe's steps for a group of tiles of a domain ``d`` wide, step by step
+    (step j of every tile, then step j + 1), so that while one engine works on a tile
+    the other has the next tile's step to do. Each output is stored as soon as it is
+    computed, and a tile is let go after its last use, so its SBUF space can take the
+    next group's loads."""
     fused = _fused_sums(recipe, step_kinds)
-    values: list[Any] = []
-    sums: dict[int, Any] = {}
+    last: dict[tuple[str, int], int] = {}
     for j, step in enumerate(recipe.steps):
-        args = [operand(a.index) if a.kind == "in" else values[a.index] if a.kind == "step"
-                else mm if a.kind == "mm" else float(a.value) for a in step.args]
-        dt = step_dtype(step)
-        if step_kinds[j] == "const":
-            values.append(_const(step, args))
-            continue
-        if step.op in UNARY_OPS:
-            values.append(_unary(step.op, args[0], dt, balance, sums, j, fused.get(j)))
-        elif step.op in BINARY_OPS:
-            values.append(_binary(step.op, args[0], args[1], dt, balance))
-        elif step.op == "where":
-            values.append(_where(args, dt, p, w if step_kinds[j] == "full" else 1, balance))
-        else:
-            values.append(_reduce(step.op, args[0], dt, d, sums.pop(j, None), balance))
-    return values
+        for a in step.args:
+            if a.kind in ("in", "step"):
+                last[(a.kind, a.index)] = j
+    loaded: list[dict[int, Any]] = [{} for _ in tiles]
+    values: list[dict[int, Any]] = [{} for _ in tiles]
+    sums: list[dict[int, Any]] = [{} for _ in tiles]
+    for j, step in enumerate(recipe.steps):
+        for t, tile in enumerate(tiles):
+            for a in step.args:
+                if a.kind == "in" and a.index not in loaded[t]:
+                    loaded[t][a.index] = tile.operand(a.index)
+            args = [loaded[t][a.index] if a.kind == "in" else values[t][a.index] if a.kind == "step"
+                    else tile.mm if a.kind == "mm" else float(a.value) for a in step.args]
+            value = _step(step, step_kinds[j], args, tile, d, balance, sums[t], j, fused.get(j))
+            for o, k in enumerate(recipe.outputs):
+                if k == j:
+                    tile.store(o, value)
+            if ("step", j) in last:
+                values[t][j] = value
+            for a in step.args:
+                if last.get((a.kind, a.index)) == j:
+                    (loaded[t] if a.kind == "in" else values[t]).pop(a.index, None)
+            del args, value
+
+
+def _step(step: Step, kind: str, args: list[Any], tile: Tile, d: int, balance: Balance, sums: dict[int, Any],
+          j: int, sum_step: int | None) -> Any:
+    """Emit one step of one tile; returns its value."""
+    dt = step_dtype(step)
+    if kind == "const":
+        return _const(step, args)
+    if step.op in UNARY_OPS:
+        return _unary(step.op, args[0], dt, balance, sums, j, sum_step)
+    if step.op in BINARY_OPS:
+        return _binary(step.op, args[0], args[1], dt, balance)
+    if step.op == "where":
+        return _where(args, dt, tile.p, tile.w if kind == "full" else 1, balance)
+    return _reduce(step.op, args[0], dt, d, sums.pop(j, None), balance)
 
 
 def _elements(t: Any) -> int:
@@ -372,32 +411,55 @@ def _aligned(nbytes: int) -> int:
     return (nbytes + 3) // 4 * 4
 
 
-def sbuf_bytes(recipe: Recipe, shape: Sequence[int], operand_itemsizes: Sequence[int]) -> int:
-    """An upper bound of the SBUF bytes per partition :func:`fused_rows_kernel` places
-    for ``recipe`` over the domain ``shape`` [N, D], with operand i stored in HBM with
-    ``operand_itemsizes[i]`` bytes per element. Compare it with the chip's
-    ``ChipSpec.sbuf.partition_bytes`` to know whether the fusion fits.
-
-    It counts the row operands' [1, w] and [128, w] tiles, the scalar operands' tiles,
-    every operand tile and step value of one row tile (they all stay live until the
-    tile is stored) and, for the placement's next-fit wrap-around, the largest tile
-    once more."""
-    step_kinds = kinds(recipe)
-    w = chunk_columns(recipe, int(shape[1]))
-    tiles = []
-    for i, lay in enumerate(recipe.layouts):
-        size = operand_itemsizes[i]
-        tiles += [_aligned(w * size)] * 3 if lay in ("full", "row") else [_aligned(size)] * 3
+def _tile_bytes(recipe: Recipe, step_kinds: list[str], w: int, operand_itemsizes: Sequence[int]) -> tuple[int, int]:
+    """(bytes per partition, largest tile) of one row tile: its full and col operand
+    tiles and every step value, as if all were live at once (each is let go after its
+    last use), with the scratch tiles of where, mean and fused sums."""
+    tiles = [_aligned(w * operand_itemsizes[i]) if lay == "full" else _aligned(operand_itemsizes[i])
+             for i, lay in enumerate(recipe.layouts) if lay in ("full", "col")]
     fused = _fused_sums(recipe, step_kinds)
     for j, step in enumerate(recipe.steps):
-        size = step_dtype(step).itemsize
         width = w if step_kinds[j] == "full" else 1
-        tiles.append(_aligned(width * size))
+        tiles.append(_aligned(width * step_dtype(step).itemsize))
         if step.op == "where":
-            tiles += [_aligned(width * 4)] * 4
-        if step.op in REDUCE_OPS or j in fused:
+            tiles += [_aligned(width * 4)] * 3
+        if step.op == "mean" or j in fused:
             tiles.append(4)
-    return sum(tiles) + max(tiles, default=0)
+    return sum(tiles), max(tiles, default=0)
+
+
+def group_size(tile_bytes: int, shared_bytes: int, partition_bytes: int) -> int:
+    """How many row tiles go through the steps together: as many as fit beside the shared
+    tiles in GROUP_SHARE of the partition, at most GROUP_MAX, at least one. With two or
+    more, the group, the shared tiles and one more tile take at most 15/16 of it."""
+    budget = int(partition_bytes * GROUP_SHARE) - shared_bytes
+    return max(1, min(GROUP_MAX, budget // max(tile_bytes, 1)))
+
+
+def _shared_bytes(recipe: Recipe, w: int, operand_itemsizes: Sequence[int]) -> list[int]:
+    """The row operands' [1, w] and [128, w] tiles and the scalar operands' two tiles."""
+    return [2 * _aligned((w if lay == "row" else 1) * operand_itemsizes[i])
+            for i, lay in enumerate(recipe.layouts) if lay in ("row", "scalar")]
+
+
+def sbuf_bytes(recipe: Recipe, shape: Sequence[int], operand_itemsizes: Sequence[int], chip: Any = None) -> int:
+    """An upper bound of the SBUF bytes per partition :func:`fused_rows_kernel` has placed
+    at any one time for ``recipe`` over the domain ``shape`` [N, D] on ``chip`` (a
+    ChipSpec or chip name; ``$TRNSIM_CHIP`` or the default when None), with operand i
+    stored in HBM with ``operand_itemsizes[i]`` bytes per element. The fusion fits when
+    this is at most ``chip.sbuf.partition_bytes``.
+
+    It counts the row operands' [1, w] and [128, w] tiles and the scalar operands'
+    tiles, which stay for a whole column chunk; a group of row tiles with every operand
+    tile and step value live at once; and the largest tile once more, for the space
+    next-fit placement can leave unused where it wraps around."""
+    step_kinds = kinds(recipe)
+    w = chunk_columns(recipe, int(shape[1]))
+    shared = _shared_bytes(recipe, w, operand_itemsizes)
+    per_tile, largest = _tile_bytes(recipe, step_kinds, w, operand_itemsizes)
+    spec = chip if hasattr(chip, "sbuf") else load_chip(chip)
+    group = group_size(per_tile, sum(shared), spec.sbuf.partition_bytes)
+    return sum(shared) + group * per_tile + max(shared + [largest])
 
 
 @nki.jit
@@ -436,42 +498,47 @@ def fused_rows_kernel(*operands, recipe: Recipe, shape: Sequence[int]):
     scalars = {i: nl.broadcast_to(nl.load(operands[i].reshape((1, 1))), (TILE_P, 1))
                for i in sorted(used) if recipe.layouts[i] == "scalar"}
     w = chunk_columns(recipe, d)
+    itemsizes = [t.dtype.itemsize for t in operands]
+    group = group_size(_tile_bytes(recipe, step_kinds, w, itemsizes)[0], sum(_shared_bytes(recipe, w, itemsizes)),
+                       _e.tracer().chip.sbuf.partition_bytes)
     balance = Balance()
     for c0 in nl.affine_range(0, d, w):
         cw = min(w, d - c0)
         rows = {i: nl.broadcast_to(nl.load(operands[i].reshape((1, d))[:, c0:c0 + cw]), (TILE_P, cw))
                 for i in sorted(used) if recipe.layouts[i] == "row"}
-        for r0 in nl.affine_range(0, n, TILE_P):
-            _row_tile(recipe, step_kinds, operands, outs, rows, scalars, r0, min(TILE_P, n - r0), c0, cw, d, balance)
+        for g0 in nl.affine_range(0, n, group * TILE_P):
+            tiles = [_row_tile(recipe, step_kinds, operands, outs, rows, scalars, r0, min(TILE_P, n - r0), c0, cw)
+                     for r0 in range(g0, min(n, g0 + group * TILE_P), TILE_P)]
+            trace_steps(recipe, step_kinds, tiles, d, balance)
         del rows
     return tuple(outs)
 
 
 def check_operand_shapes(operands: Sequence[Any], layouts: Sequence[str], want: dict[str, tuple[int, ...]]) -> None:
+    """Raise :class:`nki.KernelError` naming the first operand whose shape is not ``want``'s
+    for its layout (a scalar may be any one-element shape)."""
     for i, (t, lay) in enumerate(zip(operands, layouts)):
         if tuple(t.shape) != want[lay] and not (lay == "scalar" and int(np.prod(t.shape)) == 1):
             raise nki.KernelError(f"fused kernel: operand {i} ({lay}) is {list(t.shape)}, expected {list(want[lay])}")
 
 
 def _row_tile(recipe: Recipe, step_kinds: list[str], operands: Sequence[Any], outs: list[Any], rows: dict[int, Any],
-              scalars: dict[int, Any], r0: int, p: int, c0: int, cw: int, d: int, balance: Balance) -> None:
-    """Rows r0..r0+p, columns c0..c0+cw: load, compute, store the outputs."""
-    loaded: dict[int, Any] = {}
+              scalars: dict[int, Any], r0: int, p: int, c0: int, cw: int) -> Tile:
+    """The tile of rows r0..r0+p, columns c0..c0+cw: where its operands come from and
+    its outputs go."""
 
     def operand(i: int) -> Any:
-        if i not in loaded:
-            lay = recipe.layouts[i]
-            if lay == "full":
-                loaded[i] = nl.load(operands[i][r0:r0 + p, c0:c0 + cw])
-            elif lay == "col":
-                loaded[i] = nl.load(operands[i][r0:r0 + p, :])
-            else:
-                loaded[i] = (rows if lay == "row" else scalars)[i][0:p, :]
-        return loaded[i]
+        lay = recipe.layouts[i]
+        if lay == "full":
+            return nl.load(operands[i][r0:r0 + p, c0:c0 + cw])
+        if lay == "col":
+            return nl.load(operands[i][r0:r0 + p, :])
+        return (rows if lay == "row" else scalars)[i][0:p, :]
 
-    values = trace_steps(recipe, step_kinds, p, cw, d, operand, balance)
-    for k, out in zip(recipe.outputs, outs):
-        if step_kinds[k] == "full":
-            nl.store(out[r0:r0 + p, c0:c0 + cw], value=values[k])
+    def store(o: int, value: Any) -> None:
+        if step_kinds[recipe.outputs[o]] == "full":
+            nl.store(outs[o][r0:r0 + p, c0:c0 + cw], value=value)
         elif c0 == 0:
-            nl.store(out[r0:r0 + p, :], value=values[k])
+            nl.store(outs[o][r0:r0 + p, :], value=value)
+
+    return Tile(p, cw, operand, store)

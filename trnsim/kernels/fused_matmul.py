@@ -15,7 +15,7 @@ from typing import Any
 import trnsim.nki as nki
 import trnsim.nki.isa as nisa
 import trnsim.nki.language as nl
-from trnsim.kernels.fused import TILE_P, Balance, Recipe, kinds, trace_steps, check_operand_shapes, step_dtype
+from trnsim.kernels.fused import TILE_P, Balance, Recipe, Tile, check_operand_shapes, kinds, step_dtype, trace_steps
 from trnsim.kernels.gemm import matmul_blocks, matmul_shapes
 
 
@@ -72,9 +72,8 @@ def fused_matmul_kernel(lhsT, rhs, *operands, recipe: Recipe, dtype: Any = None)
         def finish(rows, parts):
             r0, p = rows
             cols: dict[int, Any] = {}
-            for part, c0, w in parts:
-                mm = part if cast is nl.float32 else nisa.tensor_copy(part, dtype=cast, engine=balance.pick(w))
 
+            def tile(part, c0, w):
                 def operand(i):
                     t, lay = operands[i], recipe.layouts[i]
                     view = t[b] if len(t.shape) == 3 and lay in ("full", "col") else t
@@ -86,13 +85,17 @@ def fused_matmul_kernel(lhsT, rhs, *operands, recipe: Recipe, dtype: Any = None)
                         return cols[i]
                     return shared[i][0:p, c0:c0 + w] if lay == "row" else shared[i][0:p, :]
 
-                values = trace_steps(recipe, step_kinds, p, w, n, operand, balance, mm)
-                for k, out in zip(recipe.outputs, outs):
-                    dst = out[b] if batched else out
-                    if step_kinds[k] == "full":
-                        nl.store(dst[r0:r0 + p, c0:c0 + w], value=values[k])
+                def store(o, value):
+                    dst = outs[o][b] if batched else outs[o]
+                    if step_kinds[recipe.outputs[o]] == "full":
+                        nl.store(dst[r0:r0 + p, c0:c0 + w], value=value)
                     elif c0 == 0:
-                        nl.store(dst[r0:r0 + p, :], value=values[k])
+                        nl.store(dst[r0:r0 + p, :], value=value)
+
+                mm = part if cast is nl.float32 else nisa.tensor_copy(part, dtype=cast, engine=balance.pick(w))
+                return Tile(p, w, operand, store, mm)
+
+            trace_steps(recipe, step_kinds, [tile(*part) for part in parts], n, balance)
         return finish
 
     matmul_blocks(lhsT, rhs, sink)
