@@ -102,6 +102,20 @@ def test_scalar_and_column_operands():
     assert_rows(recipe, 6, [(150, 64), (1,), (150, 1)], (150, 64))
 
 
+def test_where_with_column_and_constant_branches_and_narrow_dtypes():
+    recipe = Recipe(("full", "col"), (Step("less", (X, Y)), Step("where", (s(0), Y, X)),
+                                      Step("where", (s(0), c(2.0), Y), "float16"), Step("max", (s(1),), "bfloat16"),
+                                      Step("exp", (Y,), "bfloat16")), (1, 2, 3, 4))
+    assert_rows(recipe, 12, [(130, 70), (130, 1)], (130, 70))
+
+
+def test_fp8_and_fp16_steps_over_column_chunks_of_bf16_operands():
+    recipe = Recipe(("full", "row"), (Step("power", (X, c(2.0))), Step("sigmoid", (s(0),), "float8_e4m3"),
+                                      Step("sqrt", (s(0),), "float8_e5m2"), Step("erf", (s(2),), "float16"),
+                                      Step("minimum", (s(3), Y)), Step("sign", (s(4),))), (1, 5))
+    assert_rows(recipe, 13, [(130, 2100), (2100,)], (130, 2100), dtype="bfloat16")
+
+
 @pytest.mark.parametrize("n", [1, 127, 129])
 def test_partial_row_tiles(n):
     assert_rows(RMSNORM, 7, [(n, 96), (96,)], (n, 96))

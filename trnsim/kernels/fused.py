@@ -17,21 +17,28 @@ step's value (``Ref("step", j)``), a constant known when the kernel is traced
 (``Ref("const", value=x)``), or, in :func:`fused_matmul_kernel`, the matmul's product
 (``Ref("mm")``, fp32 as PSUM holds it).
 
-Step values are "full" ([128, D] tiles) or, after a reduction over D, "col" ([128, 1]
-tiles). Every step computes in fp32 and rounds its result to ``Step.dtype`` (as each
-eager op rounds its result). Values live in SBUF; only operands are loaded from HBM and
-only :attr:`Recipe.outputs` are stored to it.
+Step values are "full" ([128, D] tiles) or, after a reduction over D or from col and
+scalar operands only, "col" ([128, 1] tiles); a step of constants only is folded when
+tracing (it may not be an output). Every step computes in float64 from its arguments'
+values and rounds its result once to ``Step.dtype`` (as each eager op rounds its
+result; a constant enters as the float64 number it is). Values live in SBUF; only
+operands are loaded from HBM and only :attr:`Recipe.outputs` are stored to it.
 
 Step ops (``Step.op``):
 
 - unary, one argument: exp, log, sqrt, rsqrt, reciprocal, tanh, sigmoid, relu, gelu,
   gelu_tanh, silu, abs, neg, sin, cos, erf, sign, square, copy (a cast when ``dtype``
-  differs);
+  differs); transcendental functions are the chip's (trnsim defines them as the
+  function evaluated in float64 and rounded);
 - binary, two arguments (full, col or scalar values, constants broadcast): add,
   subtract, multiply, divide, maximum, minimum, power, and the comparisons equal,
   not_equal, greater, greater_equal, less, less_equal (1.0 where true, 0.0 where not);
 - ``where``, three arguments: ``a if cond != 0 else b``;
-- reductions over D, one full argument, giving a col value: sum, max, min, mean.
+- reductions over D, one full argument, giving a col value: sum, max, min, mean. Sums
+  accumulate in fp32 in column order from +0 (as the engines do); mean is that fp32
+  sum divided by D, rounded once.
+
+:func:`reference` computes the same numbers in numpy; the kernels match it bit for bit.
 """
 
 from __future__ import annotations
@@ -380,10 +387,11 @@ def _where(args: list[Any], dt: Any, p: int, w: int, balance: Balance) -> Any:
     cond, on_true, on_false = args
     cond, on_true = _full_tile(cond, p, w), _full_tile(on_true, p, w)
     if not isinstance(on_false, float):
-        on_false = _full_tile(on_false, p, w).view
+        on_false = _full_tile(on_false, p, w)
     out = nl.ndarray((p, w), dt)
     balance.charge(Engine.VECTOR, 2 * w)
-    _e.emit(Select(out.view, cond.view, on_true.view, on_false, engine=Engine.VECTOR))
+    _e.emit(Select(out.view, cond.view, on_true.view, on_false if isinstance(on_false, float) else on_false.view,
+                   engine=Engine.VECTOR))
     return out
 
 
@@ -412,20 +420,34 @@ def _aligned(nbytes: int) -> int:
 
 
 def _tile_bytes(recipe: Recipe, step_kinds: list[str], w: int, operand_itemsizes: Sequence[int]) -> tuple[int, int]:
-    """(bytes per partition, largest tile) of one row tile: its full and col operand
-    tiles and every step value, as if all were live at once (each is let go after its
-    last use), with the scratch tiles of where, mean and fused sums."""
-    tiles = [_aligned(w * operand_itemsizes[i]) if lay == "full" else _aligned(operand_itemsizes[i])
-             for i, lay in enumerate(recipe.layouts) if lay in ("full", "col")]
-    fused = _fused_sums(recipe, step_kinds)
+    """(bytes per partition, largest tile) of one row tile: the most its live tiles take
+    at any step (operand tiles from their first use to their last, step values from
+    their step to their last use, the scratch tiles of where and mean while the step
+    runs, and the sums an activation makes on the side)."""
+    def width(kind: str) -> int:
+        return w if kind == "full" else 1
+
+    in_bytes = {i: _aligned(width("full" if lay == "full" else "col") * operand_itemsizes[i])
+                for i, lay in enumerate(recipe.layouts) if lay in ("full", "col")}
+    first: dict[tuple[str, int], int] = {}
+    last: dict[tuple[str, int], int] = {}
     for j, step in enumerate(recipe.steps):
-        width = w if step_kinds[j] == "full" else 1
-        tiles.append(_aligned(width * step_dtype(step).itemsize))
-        if step.op == "where":
-            tiles += [_aligned(width * 4)] * 3
-        if step.op == "mean" or j in fused:
-            tiles.append(4)
-    return sum(tiles), max(tiles, default=0)
+        first[("step", j)] = j
+        last.setdefault(("step", j), j)
+        for a in step.args:
+            if a.kind in ("in", "step"):
+                first.setdefault((a.kind, a.index), j)
+                last[(a.kind, a.index)] = j
+    size = {("in", i): b for i, b in in_bytes.items()}
+    size |= {("step", j): _aligned(width(k) * step_dtype(s).itemsize) for j, (s, k) in enumerate(zip(recipe.steps, step_kinds))
+             if k != "const"}
+    sums = 4 * len(_fused_sums(recipe, step_kinds))
+    peak = 0
+    for j, step in enumerate(recipe.steps):
+        scratch = 3 * _aligned(width(step_kinds[j]) * 4) if step.op == "where" else 4 if step.op == "mean" else 0
+        live = sum(b for key, b in size.items() if first.get(key, -1) <= j <= last.get(key, -1) and key in first)
+        peak = max(peak, live + scratch + sums)
+    return peak, max(size.values(), default=4)
 
 
 def group_size(tile_bytes: int, shared_bytes: int, partition_bytes: int) -> int:
