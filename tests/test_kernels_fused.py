@@ -177,6 +177,15 @@ def test_batched_matmul_epilogue():
     assert out.shape == (3, 96, 160)
 
 
+def test_matmul_product_rounded_to_dtype_before_the_epilogue():
+    (lhsT, rhs, bias), (_, _, b) = data(14, (200, 130), (200, 260), (260,), dtype="bfloat16")
+    got = nki.simulate(fused_matmul_kernel, chip=CHIP)(lhsT, rhs, bias, recipe=MM_BIAS_SILU, dtype="bfloat16")
+    mm = product(lhsT, rhs)
+    want = reference(MM_BIAS_SILU, [b], (130, 260), mm=cref.decode(cref.encode(mm, dtypes.bfloat16), dtypes.bfloat16))
+    np.testing.assert_array_equal(got[0], want[0])
+    assert not np.array_equal(got[0], reference(MM_BIAS_SILU, [b], (130, 260), mm=mm)[0])
+
+
 def test_matmul_recipe_with_a_reduction_is_refused():
     recipe = Recipe((), (Step("sum", (Ref("mm"),)),), (0,))
     a = np.zeros((128, 128), np.float32)

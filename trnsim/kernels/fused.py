@@ -70,6 +70,7 @@ GROUP_MAX = 4      # row tiles traced step by step together, so the engines over
 GROUP_SHARE = 5 / 8  # of an SBUF partition: what a group of row tiles and the shared tiles may take
 # Cost per element of a lane engine (ns at trn2's clocks), for splitting work between them.
 _VECTOR_NS, _SCALAR_NS = 1 / 0.96, 1 / 1.2
+RECIPROCAL_COST = 8  # the scalar engine's reciprocal takes this many cycles an element
 _REDUCE = {"sum": ReduceOp.ADD, "mean": ReduceOp.ADD, "max": ReduceOp.MAX, "min": ReduceOp.MIN}
 
 
@@ -338,7 +339,7 @@ def _step(step: Step, kind: str, args: list[Any], tile: Tile, d: int, balance: B
     if kind == "const":
         return _const(step, args)
     if step.op in UNARY_OPS:
-        return _unary(step.op, args[0], dt, balance, sums, j, sum_step)
+        return _unary(step.op, args[0], dt, balance, sums, sum_step)
     if step.op in BINARY_OPS:
         return _binary(step.op, args[0], args[1], dt, balance)
     if step.op == "where":
@@ -350,7 +351,9 @@ def _elements(t: Any) -> int:
     return t.view.free_size
 
 
-def _unary(op: str, x: Any, dt: Any, balance: Balance, sums: dict[int, Any], j: int, sum_step: int | None) -> Any:
+def _unary(op: str, x: Any, dt: Any, balance: Balance, sums: dict[int, Any], sum_step: int | None) -> Any:
+    """neg, reciprocal and copy on whichever lane engine is freer (as exact there), other
+    functions on the scalar engine; a sum of the result rides on the activation."""
     n = _elements(x)
     if sum_step is None and op in ("neg", "reciprocal"):
         engine = balance.pick(n)
@@ -359,11 +362,9 @@ def _unary(op: str, x: Any, dt: Any, balance: Balance, sums: dict[int, Any], j: 
         return nisa.tensor_scalar(x, op0=nl.divide, operand0=1.0, reverse0=True, dtype=dt, engine=engine)
     if sum_step is None and op == "copy":
         return nisa.tensor_copy(x, dtype=dt, engine=balance.pick(n))
-    balance.charge(Engine.SCALAR, n * (8 if op == "reciprocal" else 1))
-    func = {"neg": "identity", "copy": "identity", "gelu_tanh": "gelu_tanh"}.get(op, op)
+    balance.charge(Engine.SCALAR, n * (RECIPROCAL_COST if op == "reciprocal" else 1))
+    func = "identity" if op in ("neg", "copy") else op
     scale = -1.0 if op == "neg" else 1.0
-    if op == "reciprocal":
-        func = "reciprocal"
     if sum_step is None:
         return nisa.activation(op=func, data=x, scale=scale, dtype=dt)
     total = nl.ndarray((x.shape[0], 1), nl.float32)
@@ -372,11 +373,12 @@ def _unary(op: str, x: Any, dt: Any, balance: Balance, sums: dict[int, Any], j: 
 
 
 def _binary(op: str, a: Any, b: Any, dt: Any, balance: Balance) -> Any:
+    """Two tiles of one shape: tensor_tensor (vector engine); a tile and a column or a
+    number: tensor_scalar on whichever lane engine is freer."""
     alu = _ALU[op]
     if not isinstance(a, float) and not isinstance(b, float) and tuple(a.shape) == tuple(b.shape):
         balance.charge(Engine.VECTOR, 2 * _elements(a))
         return nisa.tensor_tensor(a, b, op=alu, dtype=dt)
-    # one side is a number or a [p, 1] column: one tensor_scalar, on whichever lane engine is freer
     wide_first = not isinstance(a, float) and (isinstance(b, float) or _elements(a) >= _elements(b))
     tile, other = (a, b) if wide_first else (b, a)
     return nisa.tensor_scalar(tile, op0=alu, operand0=other, reverse0=not wide_first, dtype=dt,
@@ -384,6 +386,8 @@ def _binary(op: str, a: Any, b: Any, dt: Any, balance: Balance) -> Any:
 
 
 def _where(args: list[Any], dt: Any, p: int, w: int, balance: Balance) -> Any:
+    """One vector-engine select; a column or number as condition or first branch is
+    spread to a [p, w] tile first (the select takes a number only as its second)."""
     cond, on_true, on_false = args
     cond, on_true = _full_tile(cond, p, w), _full_tile(on_true, p, w)
     if not isinstance(on_false, float):
@@ -396,6 +400,8 @@ def _where(args: list[Any], dt: Any, p: int, w: int, balance: Balance) -> Any:
 
 
 def _reduce(op: str, x: Any, dt: Any, d: int, total: Any, balance: Balance) -> Any:
+    """tensor_reduce on the vector engine, unless an activation already summed ``x`` into
+    ``total``; a mean divides the fp32 sum by ``d``."""
     if total is None:
         balance.charge(Engine.VECTOR, _elements(x))
         total = nisa.tensor_reduce(op=_REDUCE[op], data=x, axis=1, dtype=nl.float32 if op == "mean" else dt)

@@ -15,6 +15,7 @@ from typing import Any
 import trnsim.nki as nki
 import trnsim.nki.isa as nisa
 import trnsim.nki.language as nl
+from trnsim import dtypes
 from trnsim.kernels.fused import TILE_P, Balance, Recipe, Tile, check_operand_shapes, kinds, step_dtype, trace_steps
 from trnsim.kernels.gemm import matmul_blocks, matmul_shapes
 
@@ -51,11 +52,11 @@ def fused_matmul_kernel(lhsT, rhs, *operands, recipe: Recipe, dtype: Any = None)
                               f"{len(recipe.layouts)} layouts; pass one operand per layout")
     lead = (batch,) if batched else ()
     for i, (t, lay) in enumerate(zip(operands, recipe.layouts)):
-        if lay in ("full", "col") and len(t.shape) == 3 and not batched:
+        if lay in ("full", "col") and len(t.shape) == 3 and t.shape[0] != (batch if batched else None):
             raise nki.KernelError(f"fused_matmul_kernel: operand {i} ({lay}) is {list(t.shape)} but the product "
-                                  f"is [{m}, {n}]; give it 2-D")
-    check_operand_shapes([t[0] if len(t.shape) == 3 and lay in ("full", "col") else t for t, lay in zip(operands, recipe.layouts)],
-                  recipe.layouts, {"full": (m, n), "row": (n,), "col": (m, 1), "scalar": (1,)})
+                                  f"is {list(lead + (m, n))}; give it 2-D or with the product's batch")
+    per_entry = [t[0] if len(t.shape) == 3 and lay in ("full", "col") else t for t, lay in zip(operands, recipe.layouts)]
+    check_operand_shapes(per_entry, recipe.layouts, {"full": (m, n), "row": (n,), "col": (m, 1), "scalar": (1,)})
     outs = [nl.ndarray(lead + ((m, n) if step_kinds[k] == "full" else (m, 1)), step_dtype(recipe.steps[k]),
                        buffer=nl.shared_hbm) for k in recipe.outputs]
     used = {a.index for s in recipe.steps for a in s.args if a.kind == "in"}
@@ -66,7 +67,7 @@ def fused_matmul_kernel(lhsT, rhs, *operands, recipe: Recipe, dtype: Any = None)
         elif recipe.layouts[i] == "scalar":
             shared[i] = nl.broadcast_to(nl.load(operands[i].reshape((1, 1))), (TILE_P, 1))
     balance = Balance()
-    cast = nl.float32 if dtype is None else dtype
+    cast = nl.float32 if dtype is None else dtypes.as_dtype(dtype)
 
     def sink(b):
         def finish(rows, parts):
