@@ -71,19 +71,38 @@ def matmul_general(lhsT, rhs, dtype=None):
     <= 1024] per M tile when K spans several chunks) and stored to HBM one
     [<= 128, <= 1024] tile at a time.
     """
+    batched, batch, M, N = matmul_shapes(lhsT, rhs, "matmul_general")
+    out_dtype = dtype if dtype is not None else lhsT.dtype
+    result = nl.ndarray((batch, M, N) if batched else (M, N), out_dtype, buffer=nl.shared_hbm)
+    matmul_blocks(lhsT, rhs, lambda b: result[b] if batched else result)
+    return result
+
+
+def matmul_shapes(lhsT, rhs, who):
+    """(batched, batch, M, N) of ``lhsT.T @ rhs``; raises KernelError naming ``who`` for
+    operands that do not go together."""
     batched = len(lhsT.shape) == 3 or len(rhs.shape) == 3
     batch = max(lhsT.shape[0] if len(lhsT.shape) == 3 else 1, rhs.shape[0] if len(rhs.shape) == 3 else 1)
     for t, what in ((lhsT, "lhsT"), (rhs, "rhs")):
         if len(t.shape) == 3 and t.shape[0] != batch:
-            raise nki.KernelError(f"matmul_general: {what} has batch {t.shape[0]}, the other operand {batch}; "
+            raise nki.KernelError(f"{who}: {what} has batch {t.shape[0]}, the other operand {batch}; "
                                   "give both the same batch or one of them 2-D")
     K, M = lhsT.shape[-2:]
     K2, N = rhs.shape[-2:]
     if K != K2:
-        raise nki.KernelError(f"matmul_general: lhsT {list(lhsT.shape)} contracts over K={K}, rhs {list(rhs.shape)} "
+        raise nki.KernelError(f"{who}: lhsT {list(lhsT.shape)} contracts over K={K}, rhs {list(rhs.shape)} "
                               f"over K={K2}; both put K first (lhsT is the left operand transposed)")
-    out_dtype = dtype if dtype is not None else lhsT.dtype
-    result = nl.ndarray((batch, M, N) if batched else (M, N), out_dtype, buffer=nl.shared_hbm)
+    return batched, batch, M, N
+
+
+def matmul_blocks(lhsT, rhs, sink):
+    """Trace ``lhsT.T @ rhs`` block by block. ``sink(b)`` is where batch entry ``b``'s
+    [M, N] product goes: an HBM view stored in the output dtype, or an epilogue
+    ``finish(rows, parts)`` called per output row tile of a block with the fp32
+    products ``parts`` [(tile [rows, <= 512] in PSUM or SBUF, first column, width)],
+    which computes and stores whatever it makes of them."""
+    batched, batch, M, N = matmul_shapes(lhsT, rhs, "matmul_general")
+    K = lhsT.shape[-2]
     itemsize = max(lhsT.dtype.itemsize, rhs.dtype.itemsize)
     chunk_k = max(TILE_K, CHUNK_K_BYTES // itemsize // TILE_K * TILE_K)
     k_tiles = [(k, min(TILE_K, K - k)) for k in range(0, K, TILE_K)]
@@ -92,7 +111,7 @@ def matmul_general(lhsT, rhs, dtype=None):
     resident = N > block_n and len(k_tiles) * min(M, BLOCK_M) * lhsT.dtype.itemsize <= RESIDENT_BYTES
     for b in nl.affine_range(batch):
         a, w = _operand(lhsT, b, "lhsT [K, M]"), _operand(rhs, b, "rhs [K, N]")
-        out = result[b] if batched else result
+        out = sink(b)
         if resident:
             for m0 in nl.affine_range(0, M, BLOCK_M):
                 bm = min(BLOCK_M, M - m0)
@@ -103,12 +122,12 @@ def matmul_general(lhsT, rhs, dtype=None):
             for n0 in nl.affine_range(0, N, block_n):
                 for m0 in nl.affine_range(0, M, BLOCK_M):
                     _block(a, w, out, m0, min(BLOCK_M, M - m0), n0, min(block_n, N - n0), chunk_k)
-    return result
 
 
 def _block(lhsT, rhs, out, m0, bm, n0, bn, chunk_k, panel=None):
     """Output block ``out[m0:m0+bm, n0:n0+bn]``, K streamed in chunks of ``chunk_k`` rows;
-    ``panel`` holds all K tiles of ``lhsT[:, m0:m0+bm]`` when they are already in SBUF."""
+    ``panel`` holds all K tiles of ``lhsT[:, m0:m0+bm]`` when they are already in SBUF.
+    An epilogue ``out`` (see :func:`matmul_blocks`) gets the fp32 sums of the last chunk."""
     K = lhsT.shape[0]
     chunks = list(range(0, K, chunk_k))
     m_tiles = list(range(0, bm, TILE_M))
@@ -130,6 +149,13 @@ def _block(lhsT, rhs, out, m0, bm, n0, bn, chunk_k, panel=None):
                 for part, (j, nsz) in zip(parts, n_tiles):
                     part += nl.matmul(stationary, rhs_t[:, j:j + nsz], transpose_x=True)
             last = c == len(chunks) - 1
+            if last and callable(out):
+                if c:
+                    parts = [nisa.tensor_tensor(acc[i][:, j:j + nsz], part, op=nl.add, dtype=nl.float32)
+                             for part, (j, nsz) in zip(parts, n_tiles)]
+                out((m0 + mt, mp), [(part, n0 + j, nsz) for part, (j, nsz) in zip(parts, n_tiles)])
+                acc[i] = None
+                continue
             target = nl.ndarray((mp, bn), out.dtype) if last else acc[i] if c else nl.ndarray((mp, bn), nl.float32)
             for part, (j, nsz) in zip(parts, n_tiles):
                 cols = slice(j, j + nsz)
