@@ -32,7 +32,8 @@ from trnsim.backend.compile.partition import Group, partition
 def _fits(recipe: Any, rows: tuple[int, int], itemsizes: list[int]) -> bool:
     from trnsim.kernels.fused import sbuf_bytes
 
-    return sbuf_bytes(recipe, rows, itemsizes) <= state.chip().sbuf.partition_bytes
+    chip = state.chip()
+    return sbuf_bytes(recipe, rows, itemsizes, chip) <= chip.sbuf.partition_bytes
 
 
 class Lowered:
