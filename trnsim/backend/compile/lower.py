@@ -86,10 +86,30 @@ def _op_kernel(g: Group, vals: dict[fx.Node, Any]) -> Kernel:
     name = op_name(node)
     args, kwargs = _value(node.args, vals), {k: _value(v, vals) for k, v in node.kwargs.items()}
     out = vals.get(node)
+    if g.gqa > 1:
+        args = _grouped_query(args, g.gqa)
     flat = _tensors(list(args)) + _tensors(list(kwargs.values()))
     cost = timeline.cost_of(name, tuple(args), kwargs, out, flat)
     nbytes = moved_bytes(flat, out) if cost.source != "none" else 0
     return Kernel(name, g, cost, nbytes, nbytes, _sources(g))
+
+
+def _grouped_query(args: Any, rep: int) -> list:
+    """Attention arguments as a grouped-query kernel reads them: each key/value head once
+    ([B, H / rep, S, D]); when the ``rep`` query heads of a key/value head fit one
+    128-row tile together (decoding), they go as one head of ``rep`` times the rows."""
+    q, k, v = args[0], args[1], args[2]
+    b, h, sq, d = q.shape
+    kv_shape = (b, h // rep, k.shape[2], d)
+    k = torch.empty(kv_shape, dtype=k.dtype, device="meta")
+    v = torch.empty(kv_shape, dtype=v.dtype, device="meta")
+    if sq * rep <= 128:
+        q = torch.empty((b, h // rep, sq * rep, d), dtype=q.dtype, device="meta")
+        return [q, k, v, *args[3:]]
+    # longer queries: every query head still takes its own pass over its key/value head
+    k = torch.empty((b, h, k.shape[2], d), dtype=k.dtype, device="meta")
+    v = torch.empty((b, h, v.shape[2], d), dtype=v.dtype, device="meta")
+    return [q, k, v, *args[3:]]
 
 
 def _bytes(t: torch.Tensor | None) -> int:

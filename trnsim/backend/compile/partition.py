@@ -90,6 +90,7 @@ class Group:
     value: dict[fx.Node, int] = field(default_factory=dict)   # node -> step holding its value
     col: set[fx.Node] = field(default_factory=set)             # nodes whose value is one per row
     parts: dict[fx.Node, list[tuple[int, bool]]] = field(default_factory=dict)   # tuple nodes: (step, per row)
+    gqa: int = 1   # attention whose key and value heads are repeated this many times: read once instead
 
     @property
     def recipe(self) -> Recipe:
@@ -159,6 +160,14 @@ class Partitioner:
     # -- the walk --------------------------------------------------------------
 
     def run(self) -> list[Group]:
+        self.repeats: dict[fx.Node, int] = {}   # attention node -> how often its key/value heads repeat
+        self.elided: set[fx.Node] = set()       # the copies that repeat them
+        for node in self.gm.graph.nodes:
+            if node.target == ATTENTION:
+                found = [_repeated_heads(node, a, self.vals) for a in node.args[1:3]]
+                if all(found) and found[0][1] == found[1][1]:
+                    self.repeats[node] = found[0][1]
+                    self.elided.update(f[0] for f in found)
         for node in self.gm.graph.nodes:
             if node.op not in ("placeholder", "output", "get_attr"):
                 self.visit(node)
@@ -180,16 +189,16 @@ class Partitioner:
         if g is not None and self.extend(g, node, out):
             return
         independent = g is not None and not any(a in g.value for a in node.all_input_nodes)
-        if node.target in FREE:
+        if node.target in FREE or node in self.elided:
             self.place(Group("free", [node]), independent)
             return
         if independent and not self.fusable(node, out):
-            self.place(Group("op", [node], reason=self.why_not(node, out)), True)
+            self.place(Group("op", [node], reason=self.why_not(node, out), gqa=self.repeats.get(node, 1)), True)
             return
         self.close()
         self.current = self.start(node, out)
         if self.current is None:
-            self.groups.append(Group("op", [node], reason=self.why_not(node, out)))
+            self.groups.append(Group("op", [node], reason=self.why_not(node, out), gqa=self.repeats.get(node, 1)))
 
     def place(self, group: Group, before_current: bool) -> None:
         """Add a group that does no fused work: before the open fusion when it does not
@@ -462,6 +471,9 @@ class Partitioner:
         """Why ``node`` runs as its own kernel."""
         name = op_name(node)
         if node.target == ATTENTION:
+            if node in self.repeats:
+                return (f"attention runs as the flash-attention kernels, reading each key/value head once for its "
+                        f"{self.repeats[node]} query heads (the copies that repeat them are not made)")
             return "attention runs as the flash-attention kernels"
         if node in self.too_big:
             return (f"{name}: its rows would not fit the SBUF of a fused kernel "
@@ -480,6 +492,27 @@ class Partitioner:
                     return f"{name} reads {str(t.dtype).removeprefix('torch.')}, which the fused kernels do not read"
             return f"{name}: an operand is not a row, a column or a scalar of the fusion's domain"
         return f"{name} has no fused form: it runs as its eager kernel"
+
+
+def _repeated_heads(attention: fx.Node, kv: Any, vals: dict[fx.Node, Any]) -> tuple[fx.Node, int] | None:
+    """(the copy, the repeat count) where ``kv``, an attention key or value, is its heads
+    repeated for grouped-query attention, ``view(clone(expand(unsqueeze(x, 2))))`` as
+    ``repeat_kv`` and ``repeat_interleave`` write it, used by nothing else; else None."""
+    if not isinstance(kv, fx.Node) or kv.target not in (aten.view.default, aten._unsafe_view.default,
+                                                        aten.reshape.default):
+        return None
+    copy = kv.args[0]
+    if not isinstance(copy, fx.Node) or copy.target != aten.clone.default or set(copy.users) != {kv} \
+            or set(kv.users) != {attention}:
+        return None
+    expand = copy.args[0]
+    if not isinstance(expand, fx.Node) or expand.target != aten.expand.default:
+        return None
+    source, shape = vals.get(expand.args[0]), vals.get(expand)
+    if not isinstance(source, torch.Tensor) or not isinstance(shape, torch.Tensor) or source.dim() != 5 \
+            or source.shape[2] != 1 or shape.shape[2] <= 1:
+        return None
+    return copy, int(shape.shape[2])
 
 
 def _partial(g: Group) -> Recipe:
