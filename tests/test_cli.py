@@ -51,3 +51,13 @@ def test_llama_demo_trains_on_neuron_to_the_cpu_losses(tmp_path, capsys):
     assert "train step" in out and "device busy" in out and "flash_attention_bwd" in out
     data = json.loads(path.read_text())
     assert any(e.get("name") == "_scaled_dot_product_fused_attention_overrideable" for e in data["traceEvents"])
+
+
+def test_compile_demo_compares_eager_and_compiled(tmp_path, capsys):
+    path = tmp_path / "compile.json"
+    assert main(["demo", "compile", "--trace", str(path)]) == 0
+    out = capsys.readouterr().out
+    assert "logits         compiled match eager" in out
+    assert "one launch" in out and "fused_matmul_kernel" in out and "compilation    1 graph" in out
+    data = json.loads(path.read_text())
+    assert any(e.get("name", "").startswith("fused[") for e in data["traceEvents"])

@@ -266,3 +266,40 @@ def test_softmax_fuses_whole_or_runs_alone_when_its_rows_do_not_fit():
              if g.kind != "free"]
     assert alone[0].kind == "op" and "SBUF" in alone[0].reason
     assert alone[1].kind == "rows"
+
+
+def test_a_loop_whose_shape_changes_reports_each_recompilation_and_its_cause():
+    torch.neuron.reset_dynamo_metrics()
+
+    def step(x):
+        return torch.relu(x) * 2
+
+    compiled = torch.compile(step, backend="neuron")
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        for n in range(8, 14):
+            compiled(torch.ones(4, n, device="neuron"))
+    graphs = torch.neuron.get_dynamo_metrics()
+    assert len(graphs) == 6
+    assert [g.recompile for g in graphs] == [False] + [True] * 5
+    assert [g.reason for g in graphs[1:]] == [f"input 'x' changed shape at dimension 1 ({n} -> {n + 1})"
+                                             for n in range(8, 13)]
+    assert all(g.simulated_compile_s >= 2.0 for g in graphs)
+    from trnsim.errors import RecompileWarning
+
+    recompile_warnings = [w for w in caught if issubclass(w.category, RecompileWarning)]
+    assert len(recompile_warnings) == 1
+    assert "'x'" in str(recompile_warnings[0].message) and "static" in str(recompile_warnings[0].message)
+
+
+def test_a_static_loop_compiles_once_and_the_profile_lists_it():
+    torch.neuron.reset_dynamo_metrics()
+    compiled = torch.compile(lambda x: torch.sigmoid(x) + x, backend="neuron")
+    x = torch.randn(16, 64, device="neuron")
+    with trnsim.profile() as prof:
+        for _ in range(5):
+            compiled(x)
+    graphs = torch.neuron.get_dynamo_metrics()
+    assert len(graphs) == 1 and not graphs[0].recompile
+    text = str(prof.summary())
+    assert "fused[sigmoid+add]" in text and "compil" in text

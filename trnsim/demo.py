@@ -9,6 +9,10 @@ the chosen chip and checked against numpy.
 ``llama``: a few AdamW training steps of a small Llama-style model
 (:mod:`trnsim.tinyllama`) on the ``neuron`` device, with the same steps on the CPU for
 comparison; the last step is profiled.
+
+``compile``: the same model's forward pass, eager and through
+``torch.compile(backend="neuron")``: the logits are compared, both are profiled, and the
+compiled one's trace is written (fused kernels above their engines).
 """
 
 from __future__ import annotations
@@ -147,3 +151,53 @@ def run_llama_demo(steps: int = 3, chip: object = None, trace: str = "traces/lla
     dev_losses, prof = train(dev_model, ids.to("neuron"), True)
     params = sum(p.numel() for p in cpu_model.parameters())
     return LlamaDemoResult(dev_losses, cpu_losses, prof, params, batch * seq, trace)
+
+
+@dataclass
+class CompileDemoResult:
+    """Eager and compiled profiles of one forward pass, and how far their logits differ."""
+
+    eager: Any
+    compiled: Any
+    max_abs_diff: float
+    compile_s: float
+    graphs: list
+    tokens: int
+    trace_path: str
+
+
+def run_compile_demo(chip: object = None, trace: str = "traces/compile.json", seed: int = 0, batch: int = 1,
+                     seq: int = 128) -> CompileDemoResult:
+    """Run :class:`trnsim.tinyllama.TinyLlama`'s forward pass on ``neuron`` eagerly and
+    compiled with ``backend="neuron"``; profile both from an idle device and write the
+    compiled one's trace."""
+    import time
+
+    import torch
+
+    import trnsim
+    from trnsim.backend import state
+    from trnsim.tinyllama import TinyLlama
+
+    check_writable(trace)
+    state.env_fidelity()
+    if chip is not None:
+        torch.neuron.set_chip(chip)
+    torch.manual_seed(seed)
+    model = TinyLlama(seq=seq).to("neuron").eval()
+    ids = torch.randint(0, 1000, (batch, seq), generator=torch.Generator().manual_seed(seed)).to("neuron")
+    torch.neuron.reset_dynamo_metrics()
+    compiled = torch.compile(model, backend="neuron")
+    with torch.no_grad():
+        t0 = time.perf_counter()
+        compiled(ids)
+        compile_s = time.perf_counter() - t0
+        profiles = []
+        for fn, path in ((model, None), (compiled, trace)):
+            torch.neuron.synchronize()
+            with trnsim.profile(path) as prof:
+                logits = fn(ids).cpu()
+            profiles.append((prof, logits))
+    (eager, eager_logits), (comp, comp_logits) = profiles
+    diff = (eager_logits - comp_logits).abs().max().item()
+    return CompileDemoResult(eager, comp, diff, compile_s, torch.neuron.get_dynamo_metrics(), batch * seq, trace)

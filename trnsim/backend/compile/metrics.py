@@ -246,7 +246,9 @@ def respecialize(parent: CompileEvent, reason: str | None) -> CompileEvent:
         c["recompilations"] += 1
         if failure is not None:
             st.reasons.append(failure)
-        event = CompileEvent(len(_events), parent.compile_id, parent.name, parent.file, parent.line, st.compiles,
+        # its own compile id: Dynamo's, plus which recompilation of that graph it is
+        compile_id = f"{parent.compile_id}.{len(st.children) + 1}"
+        event = CompileEvent(len(_events), compile_id, parent.name, parent.file, parent.line, st.compiles,
                              True, failure, parent.graph_key)
         st.children.append(event)
         _events.append(event)
