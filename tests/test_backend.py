@@ -72,6 +72,15 @@ def test_device_module_mirrors_torch_cuda():
     assert n.current_stream() is n.default_stream()
 
 
+def test_device_name_and_properties_name_the_chip_and_its_memory():
+    n = torch.neuron
+    assert n.get_device_name() == n.get_device_name(torch.device("neuron:0")) == "neuron:0"
+    props = n.get_device_properties(0)
+    assert (props.name, props.total_memory) == ("trn2", 24 * 2**30)
+    with pytest.raises(RuntimeError, match="invalid neuron device index 1"):
+        n.get_device_properties(1)
+
+
 def test_memory_statistics_are_exact_and_freeing_returns_bytes():
     base = torch.neuron.memory_allocated()
     torch.neuron.reset_peak_memory_stats()

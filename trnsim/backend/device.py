@@ -9,6 +9,7 @@ process per core; more cores come through torch.distributed. Besides the
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 from typing import Any
 
 import torch
@@ -17,13 +18,13 @@ from trnsim.backend import rng, state, timeline
 from trnsim.backend.streams import Event, Stream, current_stream, default_stream, stream
 
 __all__ = [
-    "Event", "Stream", "chip", "clock", "current_device", "current_stream", "current_trace", "default_stream",
-    "device", "device_count", "elapsed_ms", "empty_cache", "fidelity", "get_amp_supported_dtype",
-    "get_dynamo_metrics", "get_rng_state", "get_rng_state_all", "initial_seed", "is_available", "is_bf16_supported",
-    "is_initialized", "manual_seed", "manual_seed_all", "max_memory_allocated", "max_memory_reserved",
-    "mem_get_info", "memory_allocated", "memory_reserved", "memory_stats", "reset_dynamo_metrics",
-    "reset_peak_memory_stats", "seed", "seed_all", "set_chip", "set_device", "set_fidelity", "set_rng_state",
-    "set_rng_state_all", "stream", "synchronize",
+    "DeviceProperties", "Event", "Stream", "chip", "clock", "current_device", "current_stream", "current_trace",
+    "default_stream", "device", "device_count", "elapsed_ms", "empty_cache", "fidelity", "get_amp_supported_dtype",
+    "get_device_name", "get_device_properties", "get_dynamo_metrics", "get_rng_state", "get_rng_state_all",
+    "initial_seed", "is_available", "is_bf16_supported", "is_initialized", "manual_seed", "manual_seed_all",
+    "max_memory_allocated", "max_memory_reserved", "mem_get_info", "memory_allocated", "memory_reserved",
+    "memory_stats", "reset_dynamo_metrics", "reset_peak_memory_stats", "seed", "seed_all", "set_chip", "set_device",
+    "set_fidelity", "set_rng_state", "set_rng_state_all", "stream", "synchronize",
 ]
 
 
@@ -55,6 +56,26 @@ _index = state.device_index
 def set_device(dev: Any) -> None:
     """Select the current device; only ``0`` exists."""
     _index(dev)
+
+
+@dataclasses.dataclass(frozen=True)
+class DeviceProperties:
+    """What :func:`get_device_properties` reports: ``name``, the chip (e.g. ``"trn2"``),
+    and ``total_memory``, the device's HBM in bytes (one logical NeuronCore's share)."""
+
+    name: str
+    total_memory: int
+
+
+def get_device_name(dev: Any = None) -> str:
+    """The device's name, ``"neuron:<index>"``, as torch_neuronx names it."""
+    return f"neuron:{_index(dev)}"
+
+
+def get_device_properties(dev: Any = None) -> DeviceProperties:
+    """The chip and the HBM capacity of the device (``.name``, ``.total_memory``)."""
+    _index(dev)
+    return DeviceProperties(state.chip().name, state.device_capacity())
 
 
 class device(contextlib.ContextDecorator):
