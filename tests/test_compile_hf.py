@@ -26,16 +26,16 @@ PROMPT = 8
 @pytest.fixture
 def graphs_compiled():
     """A function returning the graphs compiled since the test began, as
-    ``torch.neuron.get_dynamo_metrics()`` lists them, checking that Dynamo handed the
-    backend as many (Dynamo's caches start empty: transformers' forwards share code
+    ``torch.neuron.get_dynamo_metrics()`` lists them, checking that they come from as many
+    graphs as Dynamo handed the backend (Dynamo's caches start empty: transformers' forwards share code
     objects across models, and so share Dynamo's per-code recompile limit)."""
     torch._dynamo.reset()
     counters.clear()
     torch.neuron.reset_dynamo_metrics()
 
     def graphs() -> list:
-        compiled = torch.neuron.get_dynamo_metrics()
-        assert len(compiled) == counters["stats"]["unique_graphs"]
+        compiled = torch.neuron.get_dynamo_metrics()   # a training compilation has a forward and a backward graph
+        assert len({g.compile_id for g in compiled}) == counters["stats"]["unique_graphs"]
         return compiled
 
     yield graphs
@@ -92,3 +92,54 @@ def test_chunked_prefill_compiles_one_prefill_and_one_decode_graph(graphs_compil
     assert not prefill.recompile
     # the decode step calls the forward with other keyword arguments: Dynamo compiles it once more
     assert decode.recompile and "kwargs" in decode.reason
+
+
+def _hf_llama(layers: int = 2, vocab: int = 512) -> LlamaForCausalLM:
+    config = LlamaConfig(hidden_size=256, intermediate_size=688, num_hidden_layers=layers, num_attention_heads=8,
+                         num_key_value_heads=2, vocab_size=vocab, max_position_embeddings=1024)
+    torch.manual_seed(0)
+    return LlamaForCausalLM(config)
+
+
+@pytest.mark.parametrize("dtype,tol", [(torch.float32, 1e-5), (torch.bfloat16, 2e-2)], ids=["fp32", "bf16"])
+def test_compiled_llama_gives_eager_logits(graphs_compiled, dtype, tol):
+    model = _hf_llama().to("neuron", dtype).eval()
+    ids = torch.randint(0, 512, (1, 128), device="neuron")
+    with torch.no_grad():
+        eager = model(ids).logits.float().cpu()
+        compiled = torch.compile(model, backend="neuron")(ids).logits.float().cpu()
+    assert (compiled - eager).abs().max().item() <= tol * max(eager.abs().max().item(), 1.0)
+
+
+def test_compiled_llama_training_step_gives_eager_gradients(graphs_compiled):
+    model = _hf_llama().to("neuron")
+    twin = copy.deepcopy(model)
+    ids = torch.randint(0, 512, (2, 64), device="neuron")
+    model(ids, labels=ids).loss.backward()
+    loss = torch.compile(twin, backend="neuron")(ids, labels=ids).loss
+    loss.backward()
+    kinds = sorted(g.kind for g in graphs_compiled())
+    assert "forward" in kinds and "backward" in kinds
+    for (name, p), q in zip(model.named_parameters(), twin.parameters()):
+        torch.testing.assert_close(q.grad.cpu(), p.grad.cpu(), rtol=1e-4, atol=1e-6, msg=name)
+
+
+def test_compiled_llama_forward_time_against_eager(graphs_compiled):
+    import trnsim
+
+    def device_ps(fn) -> int:
+        torch.neuron.synchronize()
+        with trnsim.profile() as prof:
+            fn()
+            torch.neuron.synchronize()
+        return prof.device_ps
+
+    model = _hf_llama(layers=4, vocab=1000).to("neuron").eval()
+    compiled = torch.compile(model, backend="neuron")
+    for batch, seq, at_most in ((1, 128, 0.5), (4, 512, 1.0)):
+        ids = torch.randint(0, 1000, (batch, seq), device="neuron")
+        with torch.no_grad():
+            compiled(ids)
+            eager_ps = device_ps(lambda: model(ids))
+            compiled_ps = device_ps(lambda: compiled(ids))
+        assert compiled_ps < at_most * eager_ps, (batch, seq, compiled_ps, eager_ps)
