@@ -303,3 +303,17 @@ def test_a_static_loop_compiles_once_and_the_profile_lists_it():
     assert len(graphs) == 1 and not graphs[0].recompile
     text = str(prof.summary())
     assert "fused[sigmoid+add]" in text and "compil" in text
+
+
+def test_layer_norm_fuses_whole_and_trains_as_eager():
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(96, 96), torch.nn.LayerNorm(96), torch.nn.GELU()).to("neuron")
+    twin = copy.deepcopy(model)
+    x = torch.randn(50, 96, device="neuron")
+    model(x).square().sum().backward()
+    with trnsim.profile() as prof:
+        torch.compile(twin, backend="neuron")(x).square().sum().backward()
+    names = [r.name for r in prof.records if r.info is not None]
+    assert any(n.startswith("fused[native_layer_norm") or "native_layer_norm" in n for n in names), names
+    for p, q in zip(model.parameters(), twin.parameters()):
+        torch.testing.assert_close(q.grad.cpu(), p.grad.cpu(), rtol=1e-5, atol=1e-5)

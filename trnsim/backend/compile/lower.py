@@ -25,7 +25,8 @@ import torch
 import torch.fx as fx
 
 from trnsim.backend import opkernels, state, timeline
-from trnsim.backend.compile.partition import FREE, Group, op_name
+from trnsim.backend.compile.partition import Group
+from trnsim.backend.compile.patterns import FREE, op_name
 from trnsim.backend.costs import moved_bytes
 from trnsim.backend.timeline import OpCost
 

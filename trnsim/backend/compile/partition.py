@@ -24,7 +24,6 @@ compiled call come from the graph's own aten ops on the host.
 
 from __future__ import annotations
 
-import math
 import operator
 from dataclasses import dataclass, field
 from typing import Any, Callable
@@ -32,35 +31,9 @@ from typing import Any, Callable
 import torch
 import torch.fx as fx
 
+from trnsim.backend.compile.patterns import (ATTENTION, CHIP_FLOATS, FREE, MATMULS, REDUCE, RESHAPES, aten, chip_float,
+                                             composite, elementwise, op_name, reduction, repeated_heads, rows_of)
 from trnsim.kernels.fused import Recipe, Ref, Step
-
-aten = torch.ops.aten
-prims = torch.ops.prims
-
-UNARY = {aten.exp.default: "exp", aten.log.default: "log", aten.sqrt.default: "sqrt", aten.rsqrt.default: "rsqrt",
-         aten.reciprocal.default: "reciprocal", aten.tanh.default: "tanh", aten.sigmoid.default: "sigmoid",
-         aten.relu.default: "relu", aten.abs.default: "abs", aten.neg.default: "neg", aten.sin.default: "sin",
-         aten.cos.default: "cos", aten.erf.default: "erf", aten.sign.default: "sign", aten.silu.default: "silu",
-         aten.clone.default: "copy", aten._to_copy.default: "copy", prims.convert_element_type.default: "copy"}
-BINARY = {aten.add.Tensor: "add", aten.add.Scalar: "add", aten.sub.Tensor: "subtract", aten.sub.Scalar: "subtract",
-          aten.mul.Tensor: "multiply", aten.mul.Scalar: "multiply", aten.div.Tensor: "divide",
-          aten.div.Scalar: "divide", aten.maximum.default: "maximum", aten.minimum.default: "minimum",
-          aten.pow.Tensor_Scalar: "power", aten.pow.Tensor_Tensor: "power", aten.rsub.Scalar: "rsub"}
-REDUCE = {aten.sum.dim_IntList: "sum", aten.amax.default: "max", aten.amin.default: "min", aten.mean.dim: "mean"}
-MATMULS = (aten.mm.default, aten.addmm.default, aten.bmm.default)
-# views, metadata and allocations: no device work (eager charges them nothing either)
-FREE = frozenset({aten.view.default, aten._unsafe_view.default, aten.reshape.default, aten.permute.default,
-                  aten.transpose.int, aten.t.default, aten.expand.default, aten.unsqueeze.default,
-                  aten.squeeze.dim, aten.squeeze.dims, aten.squeeze.default, aten.slice.Tensor, aten.select.int,
-                  aten.detach.default, aten.alias.default, aten.as_strided.default, aten.split.Tensor,
-                  aten.split_with_sizes.default, aten.unbind.int, aten.empty.memory_format,
-                  aten.empty_strided.default, aten.sym_size.int, operator.getitem})
-# views that keep the [N, D] layout of a contiguous value: inside a fusion they are the same value
-RESHAPES = frozenset({aten.view.default, aten._unsafe_view.default, aten.reshape.default, aten.alias.default,
-                      aten.unsqueeze.default, aten.squeeze.dim, aten.detach.default})
-CHIP_FLOATS = {torch.float32: "float32", torch.bfloat16: "bfloat16", torch.float16: "float16",
-               torch.float8_e4m3fn: "float8_e4m3", torch.float8_e5m2: "float8_e5m2"}
-ATTENTION = aten._scaled_dot_product_fused_attention_overrideable.default
 
 Fits = Callable[[Recipe, tuple[int, int], list[int]], bool]
 
@@ -121,20 +94,6 @@ class Group:
         return [op_name(n) for n in self.nodes if n.target not in FREE]
 
 
-def op_name(node: fx.Node) -> str:
-    """``aten::add.Tensor`` style name of a node's target."""
-    target = node.target
-    if isinstance(target, torch._ops.OpOverload):
-        return target.name()
-    return getattr(target, "__name__", str(target))
-
-
-def rows_of(shape: Any) -> tuple[int, int]:
-    """``shape`` as [N, D]: the product of the leading dimensions and the last one."""
-    shape = tuple(int(s) for s in shape)
-    return (math.prod(shape[:-1]), shape[-1]) if shape else (1, 1)
-
-
 class Partitioner:
     """Partition one graph. ``vals`` maps each node to its example value (a fake tensor,
     a number, a tuple); ``fits(recipe, rows)`` says whether a rows fusion fits the SBUF."""
@@ -153,10 +112,6 @@ class Partitioner:
         v = self.vals.get(x) if isinstance(x, fx.Node) else None
         return v if isinstance(v, torch.Tensor) else None
 
-    def chip_float(self, t: torch.Tensor | None) -> bool:
-        return (t is not None and t.dtype in CHIP_FLOATS and t.numel() > 0
-                and all(isinstance(s, int) for s in t.shape))
-
     # -- the walk --------------------------------------------------------------
 
     def run(self) -> list[Group]:
@@ -164,7 +119,7 @@ class Partitioner:
         self.elided: set[fx.Node] = set()       # the copies that repeat them
         for node in self.gm.graph.nodes:
             if node.target == ATTENTION:
-                found = [_repeated_heads(node, a, self.vals) for a in node.args[1:3]]
+                found = [repeated_heads(node, a, self.vals) for a in node.args[1:3]]
                 if all(found) and found[0][1] == found[1][1]:
                     self.repeats[node] = found[0][1]
                     self.elided.update(f[0] for f in found)
@@ -178,7 +133,7 @@ class Partitioner:
         g = self.current
         out = self.tensor(node)
         if g is not None and node.target in RESHAPES and node.args and node.args[0] in g.value \
-                and out is not None and self.chip_float(out) and rows_of(out.shape) == g.rows:
+                and out is not None and chip_float(out) and rows_of(out.shape) == g.rows:
             g.value[node] = g.value[node.args[0]]
             if node.args[0] in g.col:
                 g.col.add(node)
@@ -232,24 +187,24 @@ class Partitioner:
     # -- fusing --------------------------------------------------------------
 
     def fusable(self, node: fx.Node, out: Any) -> bool:
-        if self.composite(node) is not None:
+        if composite(node, self.vals) is not None:
             return True
-        return self.chip_float(out) and (_elementwise(node) is not None or self.reduction(node) is not None
+        return chip_float(out) and (elementwise(node) is not None or reduction(node, self.vals) is not None
                                          or node.target in MATMULS)
 
     def start(self, node: fx.Node, out: torch.Tensor | None) -> Group | None:
         """A new fusion begun by ``node``, or None if it runs alone."""
-        comp = self.composite(node)
+        comp = composite(node, self.vals)
         if comp is not None:
             x = self.tensor(node.args[0])
             g = Group("rows", domain=rows_of(x.shape), shape=tuple(int(s) for s in x.shape))
             return g if self.extend(g, node, out) else None
-        if not self.chip_float(out):
+        if not chip_float(out):
             return None
         if node.target in MATMULS:
             return self.start_matmul(node, out)
-        elem = _elementwise(node)
-        red = self.reduction(node)
+        elem = elementwise(node)
+        red = reduction(node, self.vals)
         if elem is None and red is None:
             return None
         src = out if elem is not None else self.tensor(node.args[0])
@@ -258,13 +213,13 @@ class Partitioner:
 
     def extend(self, g: Group, node: fx.Node, out: torch.Tensor | None) -> bool:
         """Add ``node`` to fusion ``g``; False, leaving ``g`` as it was, where it cannot join."""
-        comp = self.composite(node)
+        comp = composite(node, self.vals)
         if comp is not None:
             x = self.tensor(node.args[0])
             return g.kind == "rows" and rows_of(x.shape) == g.rows and self.add_composite(g, node, *comp)
-        if not self.chip_float(out):
+        if not chip_float(out):
             return False
-        elem = _elementwise(node)
+        elem = elementwise(node)
         n, d = g.rows
         if elem is not None:
             col = d > 1 and out.numel() == n and out.shape[-1] == 1
@@ -274,7 +229,7 @@ class Partitioner:
             if op == "rsub":
                 op, args = "subtract", [args[1], args[0]]
             return self.add_step(g, node, op, args, out.dtype, col)
-        red = self.reduction(node)
+        red = reduction(node, self.vals)
         if red is not None and g.kind == "rows" and rows_of(self.tensor(node.args[0]).shape) == g.rows:
             return self.add_step(g, node, red, [node.args[0]], out.dtype, True, reduce=True)
         return False
@@ -305,45 +260,6 @@ class Partitioner:
                 self.too_big.add(node)
         del g.inputs[n_inputs:], g.layouts[n_inputs:], g.steps[n_steps:]
         return False
-
-    def composite(self, node: fx.Node) -> tuple[list, list[int] | None] | None:
-        """The steps of softmax, log-softmax or LayerNorm over the last axis:
-        ``(spec, parts)``, each spec entry ``(op, args, per_row, dtype)`` whose args are
-        node arguments or ``("local", i)`` (entry i); ``parts`` the entries a tuple
-        result is made of (None: the last entry is the value). None for other nodes."""
-        x = self.tensor(node.args[0]) if node.args else None
-        if not self.chip_float(x) or x.dim() == 0:
-            return None
-        f32, last = torch.float32, x.dim() - 1
-        L = lambda i: ("local", i)   # noqa: E731
-        if node.target in (aten._softmax.default, aten._log_softmax.default):
-            out = self.tensor(node)
-            if node.args[1] % x.dim() != last or not self.chip_float(out):
-                return None
-            spec = [("max", [node.args[0]], True, f32), ("subtract", [node.args[0], L(0)], False, f32),
-                    ("exp", [L(1)], False, f32), ("sum", [L(2)], True, f32)]
-            if node.target == aten._softmax.default:
-                spec.append(("divide", [L(2), L(3)], False, out.dtype))
-            else:
-                spec += [("log", [L(3)], True, f32), ("subtract", [L(1), L(4)], False, out.dtype)]
-            return spec, None
-        if node.target == aten.native_layer_norm.default:
-            shape, weight, bias, eps = node.args[1], node.args[2], node.args[3], node.args[4]
-            outs = self.vals.get(node)
-            if list(shape) != [x.shape[-1]] or not isinstance(outs, (tuple, list)) or \
-                    not all(self.chip_float(t) for t in outs):
-                return None
-            spec = [("mean", [node.args[0]], True, f32), ("subtract", [node.args[0], L(0)], False, f32),
-                    ("square", [L(1)], False, f32), ("mean", [L(2)], True, f32), ("add", [L(3), float(eps)], True, f32),
-                    ("rsqrt", [L(4)], True, f32), ("multiply", [L(1), L(5)], False, f32)]
-            if weight is not None:
-                spec.append(("multiply", [L(len(spec) - 1), weight], False, f32))
-            if bias is not None:
-                spec.append(("add", [L(len(spec) - 1), bias], False, f32))
-            spec[-1] = spec[-1][:3] + (outs[0].dtype,)
-            spec[0] = spec[0][:3] + (outs[1].dtype,) if outs[1].dtype != f32 else spec[0]
-            return spec, [len(spec) - 1, 0, 5]
-        return None
 
     def add_composite(self, g: Group, node: fx.Node, spec: list, parts: list[int] | None) -> bool:
         """Add the steps of a composite node (see :meth:`composite`); False, leaving ``g``
@@ -431,23 +347,10 @@ class Partitioner:
             pass
         return None
 
-    def reduction(self, node: fx.Node) -> str | None:
-        """The step op of a reduction over the last axis keeping it, or None."""
-        if node.target not in REDUCE or node.kwargs.get("dtype") is not None:
-            return None
-        x, out = self.tensor(node.args[0]), self.tensor(node)
-        if not self.chip_float(x) or not self.chip_float(out) or x.dim() == 0:
-            return None
-        dims = node.args[1] if len(node.args) > 1 else None
-        keep = node.args[2] if len(node.args) > 2 else node.kwargs.get("keepdim", False)
-        if not isinstance(dims, (list, tuple)) or len(dims) != 1 or dims[0] % x.dim() != x.dim() - 1 or not keep:
-            return None
-        return REDUCE[node.target]
-
     def start_matmul(self, node: fx.Node, out: torch.Tensor) -> Group | None:
         a, b = node.args[-2], node.args[-1]
         ta, tb = self.tensor(a), self.tensor(b)
-        if not (self.chip_float(ta) and self.chip_float(tb)):
+        if not (chip_float(ta) and chip_float(tb)):
             return None
         if node.target == aten.bmm.default:
             domain = (ta.shape[0], ta.shape[1], ta.shape[2], tb.shape[2])
@@ -485,7 +388,7 @@ class Partitioner:
             return f"{name} does not reduce only the last axis keeping it, the one reduction a fused kernel takes"
         if node.target in MATMULS:
             return f"{name}: operands the fused matmul does not take"
-        if _elementwise(node) is not None:
+        if elementwise(node) is not None:
             for a in node.all_input_nodes:
                 t = self.tensor(a)
                 if t is not None and t.dtype not in CHIP_FLOATS:
@@ -494,49 +397,9 @@ class Partitioner:
         return f"{name} has no fused form: it runs as its eager kernel"
 
 
-def _repeated_heads(attention: fx.Node, kv: Any, vals: dict[fx.Node, Any]) -> tuple[fx.Node, int] | None:
-    """(the copy, the repeat count) where ``kv``, an attention key or value, is its heads
-    repeated for grouped-query attention, ``view(clone(expand(unsqueeze(x, 2))))`` as
-    ``repeat_kv`` and ``repeat_interleave`` write it, used by nothing else; else None."""
-    if not isinstance(kv, fx.Node) or kv.target not in (aten.view.default, aten._unsafe_view.default,
-                                                        aten.reshape.default):
-        return None
-    copy = kv.args[0]
-    if not isinstance(copy, fx.Node) or copy.target != aten.clone.default or set(copy.users) != {kv} \
-            or set(kv.users) != {attention}:
-        return None
-    expand = copy.args[0]
-    if not isinstance(expand, fx.Node) or expand.target != aten.expand.default:
-        return None
-    source, shape = vals.get(expand.args[0]), vals.get(expand)
-    if not isinstance(source, torch.Tensor) or not isinstance(shape, torch.Tensor) or source.dim() != 5 \
-            or source.shape[2] != 1 or shape.shape[2] <= 1:
-        return None
-    return copy, int(shape.shape[2])
-
-
 def _partial(g: Group) -> Recipe:
     """``g``'s recipe with every step an output: an upper bound of what it keeps."""
     return Recipe(tuple(g.layouts), tuple(g.steps), tuple(range(len(g.steps))))
-
-
-def _elementwise(node: fx.Node) -> tuple[str, list[Any]] | None:
-    """(step op, step arguments) of an elementwise aten node, or None."""
-    t = node.target
-    a = list(node.args)
-    if t in UNARY:
-        if t == aten._to_copy.default and set(node.kwargs) - {"dtype"}:
-            return None   # a device or layout change, not a cast
-        return UNARY[t], a[:1]
-    if t in BINARY:
-        if node.kwargs.get("alpha", 1) != 1:
-            return None
-        if BINARY[t] == "power" and isinstance(a[1], (int, float)) and a[1] == 2:
-            return "square", a[:1]
-        return BINARY[t], a[:2]
-    if t == aten.where.self:
-        return "where", a[:3]
-    return None
 
 
 def partition(gm: fx.GraphModule, fits: Fits, vals: dict[fx.Node, Any] | None = None) -> list[Group]:

@@ -1,0 +1,166 @@
+"""What aten ops mean to the partitioner: which are free, which are steps of a fusion.
+
+The tables map aten ops to :class:`trnsim.kernels.fused.Step` ops; :func:`elementwise`,
+:func:`reduction` and :func:`composite` read a node as steps (softmax, log-softmax and
+LayerNorm as several); :func:`repeated_heads` finds the key/value head copies of
+grouped-query attention.
+"""
+
+from __future__ import annotations
+
+import math
+import operator
+from typing import Any
+
+import torch
+import torch.fx as fx
+
+aten = torch.ops.aten
+prims = torch.ops.prims
+
+UNARY = {aten.exp.default: "exp", aten.log.default: "log", aten.sqrt.default: "sqrt", aten.rsqrt.default: "rsqrt",
+         aten.reciprocal.default: "reciprocal", aten.tanh.default: "tanh", aten.sigmoid.default: "sigmoid",
+         aten.relu.default: "relu", aten.abs.default: "abs", aten.neg.default: "neg", aten.sin.default: "sin",
+         aten.cos.default: "cos", aten.erf.default: "erf", aten.sign.default: "sign", aten.silu.default: "silu",
+         aten.clone.default: "copy", aten._to_copy.default: "copy", prims.convert_element_type.default: "copy"}
+BINARY = {aten.add.Tensor: "add", aten.add.Scalar: "add", aten.sub.Tensor: "subtract", aten.sub.Scalar: "subtract",
+          aten.mul.Tensor: "multiply", aten.mul.Scalar: "multiply", aten.div.Tensor: "divide",
+          aten.div.Scalar: "divide", aten.maximum.default: "maximum", aten.minimum.default: "minimum",
+          aten.pow.Tensor_Scalar: "power", aten.pow.Tensor_Tensor: "power", aten.rsub.Scalar: "rsub"}
+REDUCE = {aten.sum.dim_IntList: "sum", aten.amax.default: "max", aten.amin.default: "min", aten.mean.dim: "mean"}
+MATMULS = (aten.mm.default, aten.addmm.default, aten.bmm.default)
+# views, metadata and allocations: no device work (eager charges them nothing either)
+FREE = frozenset({aten.view.default, aten._unsafe_view.default, aten.reshape.default, aten.permute.default,
+                  aten.transpose.int, aten.t.default, aten.expand.default, aten.unsqueeze.default,
+                  aten.squeeze.dim, aten.squeeze.dims, aten.squeeze.default, aten.slice.Tensor, aten.select.int,
+                  aten.detach.default, aten.alias.default, aten.as_strided.default, aten.split.Tensor,
+                  aten.split_with_sizes.default, aten.unbind.int, aten.empty.memory_format,
+                  aten.empty_strided.default, aten.sym_size.int, operator.getitem})
+# views that keep the [N, D] layout of a contiguous value: inside a fusion they are the same value
+RESHAPES = frozenset({aten.view.default, aten._unsafe_view.default, aten.reshape.default, aten.alias.default,
+                      aten.unsqueeze.default, aten.squeeze.dim, aten.detach.default})
+CHIP_FLOATS = {torch.float32: "float32", torch.bfloat16: "bfloat16", torch.float16: "float16",
+               torch.float8_e4m3fn: "float8_e4m3", torch.float8_e5m2: "float8_e5m2"}
+ATTENTION = aten._scaled_dot_product_fused_attention_overrideable.default
+
+
+
+def _tensor(vals: dict[fx.Node, Any], x: Any) -> torch.Tensor | None:
+    v = vals.get(x) if isinstance(x, fx.Node) else None
+    return v if isinstance(v, torch.Tensor) else None
+
+
+def chip_float(t: torch.Tensor | None) -> bool:
+    """A non-empty tensor of a chip float dtype and concrete shape."""
+    return (t is not None and t.dtype in CHIP_FLOATS and t.numel() > 0
+            and all(isinstance(s, int) for s in t.shape))
+
+
+def op_name(node: fx.Node) -> str:
+    """``aten::add.Tensor`` style name of a node's target."""
+    target = node.target
+    if isinstance(target, torch._ops.OpOverload):
+        return target.name()
+    return getattr(target, "__name__", str(target))
+
+
+def rows_of(shape: Any) -> tuple[int, int]:
+    """``shape`` as [N, D]: the product of the leading dimensions and the last one."""
+    shape = tuple(int(s) for s in shape)
+    return (math.prod(shape[:-1]), shape[-1]) if shape else (1, 1)
+
+
+def elementwise(node: fx.Node) -> tuple[str, list[Any]] | None:
+    """(step op, step arguments) of an elementwise aten node, or None."""
+    t = node.target
+    a = list(node.args)
+    if t in UNARY:
+        if t == aten._to_copy.default and set(node.kwargs) - {"dtype"}:
+            return None   # a device or layout change, not a cast
+        return UNARY[t], a[:1]
+    if t in BINARY:
+        if node.kwargs.get("alpha", 1) != 1:
+            return None
+        if BINARY[t] == "power" and isinstance(a[1], (int, float)) and a[1] == 2:
+            return "square", a[:1]
+        return BINARY[t], a[:2]
+    if t == aten.where.self:
+        return "where", a[:3]
+    return None
+
+
+def reduction(node: fx.Node, vals: dict[fx.Node, Any]) -> str | None:
+    """The step op of a reduction over the last axis keeping it, or None."""
+    if node.target not in REDUCE or node.kwargs.get("dtype") is not None:
+        return None
+    x, out = _tensor(vals, node.args[0]), _tensor(vals, node)
+    if not chip_float(x) or not chip_float(out) or x.dim() == 0:
+        return None
+    dims = node.args[1] if len(node.args) > 1 else None
+    keep = node.args[2] if len(node.args) > 2 else node.kwargs.get("keepdim", False)
+    if not isinstance(dims, (list, tuple)) or len(dims) != 1 or dims[0] % x.dim() != x.dim() - 1 or not keep:
+        return None
+    return REDUCE[node.target]
+
+
+def composite(node: fx.Node, vals: dict[fx.Node, Any]) -> tuple[list, list[int] | None] | None:
+    """The steps of softmax, log-softmax or LayerNorm over the last axis:
+    ``(spec, parts)``, each spec entry ``(op, args, per_row, dtype)`` whose args are
+    node arguments or ``("local", i)`` (entry i); ``parts`` the entries a tuple
+    result is made of (None: the last entry is the value). None for other nodes."""
+    x = _tensor(vals, node.args[0]) if node.args else None
+    if not chip_float(x) or x.dim() == 0:
+        return None
+    f32, last = torch.float32, x.dim() - 1
+    L = lambda i: ("local", i)   # noqa: E731
+    if node.target in (aten._softmax.default, aten._log_softmax.default):
+        out = _tensor(vals, node)
+        if node.args[1] % x.dim() != last or not chip_float(out):
+            return None
+        spec = [("max", [node.args[0]], True, f32), ("subtract", [node.args[0], L(0)], False, f32),
+                ("exp", [L(1)], False, f32), ("sum", [L(2)], True, f32)]
+        if node.target == aten._softmax.default:
+            spec.append(("divide", [L(2), L(3)], False, out.dtype))
+        else:
+            spec += [("log", [L(3)], True, f32), ("subtract", [L(1), L(4)], False, out.dtype)]
+        return spec, None
+    if node.target == aten.native_layer_norm.default:
+        shape, weight, bias, eps = node.args[1], node.args[2], node.args[3], node.args[4]
+        outs = vals.get(node)
+        if list(shape) != [x.shape[-1]] or not isinstance(outs, (tuple, list)) or \
+                not all(chip_float(t) for t in outs):
+            return None
+        spec = [("mean", [node.args[0]], True, f32), ("subtract", [node.args[0], L(0)], False, f32),
+                ("square", [L(1)], False, f32), ("mean", [L(2)], True, f32), ("add", [L(3), float(eps)], True, f32),
+                ("rsqrt", [L(4)], True, f32), ("multiply", [L(1), L(5)], False, f32)]
+        if weight is not None:
+            spec.append(("multiply", [L(len(spec) - 1), weight], False, f32))
+        if bias is not None:
+            spec.append(("add", [L(len(spec) - 1), bias], False, f32))
+        # the three results: the normalized rows, the mean and the reciprocal deviation, in their dtypes
+        spec[-1] = spec[-1][:3] + (outs[0].dtype,)
+        spec[0] = spec[0][:3] + (outs[1].dtype,)
+        spec[5] = spec[5][:3] + (outs[2].dtype,)
+        return spec, [len(spec) - 1, 0, 5]
+    return None
+
+
+def repeated_heads(attention: fx.Node, kv: Any, vals: dict[fx.Node, Any]) -> tuple[fx.Node, int] | None:
+    """(the copy, the repeat count) where ``kv``, an attention key or value, is its heads
+    repeated for grouped-query attention, ``view(clone(expand(unsqueeze(x, 2))))`` as
+    ``repeat_kv`` and ``repeat_interleave`` write it, used by nothing else; else None."""
+    if not isinstance(kv, fx.Node) or kv.target not in (aten.view.default, aten._unsafe_view.default,
+                                                        aten.reshape.default):
+        return None
+    copy = kv.args[0]
+    if not isinstance(copy, fx.Node) or copy.target != aten.clone.default or set(copy.users) != {kv} \
+            or set(kv.users) != {attention}:
+        return None
+    expand = copy.args[0]
+    if not isinstance(expand, fx.Node) or expand.target != aten.expand.default:
+        return None
+    source, shape = vals.get(expand.args[0]), vals.get(expand)
+    if not isinstance(source, torch.Tensor) or not isinstance(shape, torch.Tensor) or source.dim() != 5 \
+            or source.shape[2] != 1 or shape.shape[2] <= 1:
+        return None
+    return copy, int(shape.shape[2])
