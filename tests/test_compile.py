@@ -317,3 +317,79 @@ def test_layer_norm_fuses_whole_and_trains_as_eager():
     assert any(n.startswith("fused[native_layer_norm") or "native_layer_norm" in n for n in names), names
     for p, q in zip(model.parameters(), twin.parameters()):
         torch.testing.assert_close(q.grad.cpu(), p.grad.cpu(), rtol=1e-5, atol=1e-5)
+
+
+@pytest.fixture(params=["op", "instruction"])
+def fidelity(request):
+    trnsim.set_fidelity(request.param)
+    yield request.param
+    trnsim.set_fidelity("op")
+
+
+def test_a_write_to_an_input_stays_after_the_fusion_that_reads_it(fidelity):
+    def read_then_update(x, new):
+        out = torch.exp(x) + 1
+        x.copy_(new)
+        return out
+
+    x = torch.zeros(4, 8, device="neuron")
+    out = torch.compile(read_then_update, backend="neuron")(x, torch.full((4, 8), 5.0, device="neuron"))
+    assert torch.equal(out.cpu(), torch.full((4, 8), 2.0))
+    assert torch.equal(x.cpu(), torch.full((4, 8), 5.0))
+
+
+def test_tensor_constants_in_a_graph(fidelity):
+    def scale(x):
+        return x * torch.tensor(2.5, device=x.device) + torch.tensor([1.0, 2.0], device=x.device).sum()
+
+    x = torch.ones(4, 8, device="neuron")
+    assert torch.allclose(torch.compile(scale, backend="neuron")(x).cpu(), torch.full((4, 8), 5.5))
+
+
+def test_cpu_work_in_a_compiled_graph_stays_on_the_cpu_and_costs_no_device_time(fidelity):
+    def f(x):
+        return torch.relu(x) * 2 + 1
+
+    compiled = torch.compile(f, backend="neuron")
+    x = torch.randn(4, 8)
+    compiled(x)
+    torch.neuron.synchronize()
+    before = state.clock.device
+    with trnsim.profile() as prof:
+        y = compiled(x)
+    assert y.device.type == "cpu" and torch.allclose(y, f(x))
+    assert prof.records == [] and state.clock.device == before
+
+    def mixed(x):
+        table = torch.arange(8.0) * 0.5 + 1   # made on the CPU inside a graph that runs on neuron
+        return x * 2, table
+
+    out, table = torch.compile(mixed, backend="neuron")(torch.ones(4, 8, device="neuron"))
+    assert out.device.type == "neuron" and table.device.type == "cpu"
+    assert torch.equal(table, torch.arange(8.0) * 0.5 + 1)
+
+
+def test_a_graph_break_compiles_only_the_users_code():
+    torch.neuron.reset_dynamo_metrics()
+
+    def f(x):
+        y = x * 2
+        if y.sum() > 0:   # data-dependent: a graph break, then the rest of f compiles on its own
+            return y + 1
+        return y - 1
+
+    out = torch.compile(f, backend="neuron")(torch.ones(4, device="neuron"))
+    assert torch.equal(out.cpu(), torch.full((4,), 3.0))
+    files = {g.code.split("(")[-1].split(":")[0] for g in torch.neuron.get_dynamo_metrics()}
+    assert files == {"test_compile.py"}, files
+
+
+def test_a_graph_of_views_costs_no_launch():
+    f = torch.compile(lambda x: x.view(-1)[:3], backend="neuron")
+    x = torch.arange(12.0, device="neuron")
+    f(x)
+    torch.neuron.synchronize()
+    before = (state.clock.device, state.clock.ops)
+    out = f(x)
+    assert (state.clock.device, state.clock.ops) == before
+    assert torch.equal(out.cpu(), torch.arange(3.0))

@@ -18,11 +18,10 @@ Nanos = float
 
 # Display names and order of a NeuronCore's tracks, as a Neuron profile shows them.
 TRACK_NAMES = {
-    "compile": "Compiler (host)",
     "graphs": "Compiled graphs",
     "ops": "PyTorch ops",
     "host": "Host (sync points)",
-    "compile": "torch.compile (simulated compile time, not device time)",
+    "compile": "torch.compile (compilations: host time, not device time)",
     "tensor": "TensorE (matmul)",
     "tensor.load": "TensorE (load stationary)",
     "vector": "VectorE",

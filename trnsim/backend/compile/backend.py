@@ -24,11 +24,32 @@ def decompositions() -> dict:
     return dict(core_aten_decompositions())
 
 
+# the simulator's own code, which Dynamo must run rather than trace: with a frame of the
+# user's code left to eager (after a graph break), every Python function the device calls
+# would otherwise be compiled too (trnsim.tinyllama, a model, is not in the list)
+INTERNAL = ("trnsim.backend", "trnsim.hw", "trnsim.kernels", "trnsim.nki", "trnsim.compute", "trnsim.trace",
+            "trnsim.testing", "trnsim.atomic", "trnsim.dtypes", "trnsim.errors", "trnsim.isa", "trnsim.program")
+
+
+@functools.cache
+def skip_internal_frames() -> None:
+    """Tell Dynamo to skip the frames of trnsim's device and simulator code (once)."""
+    from torch._dynamo import trace_rules
+
+    for name in INTERNAL:
+        trace_rules.add(name)
+
+
+_warned: set[str] = set()
+
+
 def _check_options(mode: str | None, options: dict | None) -> None:
-    if mode is not None and mode != "default":
+    if mode is not None and mode != "default" and f"mode {mode}" not in _warned:
+        _warned.add(f"mode {mode}")
         warnings.warn(f"torch.compile(mode={mode!r}) has no meaning on the neuron backend, which compiles every "
                       "graph the one way; compiling as mode='default'", CompileModeWarning, stacklevel=3)
-    if options:
+    if options and f"options {sorted(options)}" not in _warned:
+        _warned.add(f"options {sorted(options)}")
         warnings.warn(f"torch.compile(options={options!r}): the neuron backend takes no options; ignoring "
                       f"{', '.join(map(repr, options))}", CompileModeWarning, stacklevel=3)
     if not torch._dynamo.config.assume_static_by_default:
@@ -55,6 +76,7 @@ def neuron_backend(gm: fx.GraphModule, example_inputs: list, mode: str | None = 
 
     from trnsim.backend.compile import metrics
 
+    skip_internal_frames()
     _check_options(mode, options)
     event = metrics.on_compile(gm, example_inputs)
     name = f"graph{next(_names)}"
@@ -70,3 +92,6 @@ def neuron_backend(gm: fx.GraphModule, example_inputs: list, mode: str | None = 
     return aot_autograd(fw_compiler=compiler("forward"), bw_compiler=compiler("backward"),
                         inference_compiler=compiler("inference"), decompositions=decompositions(),
                         keep_inference_input_mutations=True)(gm, example_inputs)
+
+
+skip_internal_frames()   # as soon as backend="neuron" is looked up, before its first graph

@@ -35,6 +35,9 @@ def run(gm: fx.GraphModule, lowered: Any, args: list) -> Any:
     placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
     for n, a in zip(placeholders, args):
         env[n] = a
+    for n in gm.graph.nodes:   # the graph's constants
+        if n.op == "get_attr":
+            env[n] = _fetch(gm, n.target)
     with timeline.graph_execution():
         for g in lowered.groups:
             if g.kind in ("rows", "matmul") and _fused(g, env, lowered.vals):
@@ -45,9 +48,14 @@ def run(gm: fx.GraphModule, lowered: Any, args: list) -> Any:
         return map_arg(out.args[0], lambda n: env[n])
 
 
+def _fetch(gm: fx.GraphModule, target: str) -> Any:
+    value: Any = gm
+    for part in target.split("."):
+        value = getattr(value, part)
+    return value
+
+
 def _node(n: fx.Node, env: dict[fx.Node, Any]) -> Any:
-    if n.op == "get_attr":
-        return getattr(n.graph.owning_module, n.target)
     args = map_arg(n.args, lambda a: env[a])
     kwargs = map_arg(n.kwargs, lambda a: env[a])
     return n.target(*args, **kwargs)

@@ -51,9 +51,30 @@ def _tensor(vals: dict[fx.Node, Any], x: Any) -> torch.Tensor | None:
 
 
 def chip_float(t: torch.Tensor | None) -> bool:
-    """A non-empty tensor of a chip float dtype and concrete shape."""
-    return (t is not None and t.dtype in CHIP_FLOATS and t.numel() > 0
+    """A non-empty device tensor of a chip float dtype and concrete shape."""
+    return (t is not None and t.dtype in CHIP_FLOATS and t.numel() > 0 and t.device.type != "cpu"
             and all(isinstance(s, int) for s in t.shape))
+
+
+def _tensors(x: Any) -> list[torch.Tensor]:
+    if isinstance(x, torch.Tensor):
+        return [x]
+    if isinstance(x, (list, tuple)):
+        return [t for y in x for t in _tensors(y)]
+    return []
+
+
+def on_host(node: fx.Node, vals: dict[fx.Node, Any]) -> bool:
+    """Whether ``node`` only reads and makes CPU tensors (work the host does, not the chip)."""
+    made = _tensors(vals.get(node))
+    read = [t for a in node.all_input_nodes for t in _tensors(vals.get(a))]
+    return bool(made) and all(t.device.type == "cpu" for t in made + read)
+
+
+def mutates(node: fx.Node) -> bool:
+    """Whether ``node`` writes to one of its arguments (``copy_``, ``index_put_``, ...)."""
+    schema = getattr(node.target, "_schema", None)
+    return schema is not None and schema.is_mutable
 
 
 def op_name(node: fx.Node) -> str:
@@ -74,6 +95,8 @@ def elementwise(node: fx.Node) -> tuple[str, list[Any]] | None:
     """(step op, step arguments) of an elementwise aten node, or None."""
     t = node.target
     a = list(node.args)
+    if t == aten.gelu.default:
+        return ("gelu_tanh" if node.kwargs.get("approximate", "none") == "tanh" else "gelu"), a[:1]
     if t in UNARY:
         if t == aten._to_copy.default and set(node.kwargs) - {"dtype"}:
             return None   # a device or layout change, not a cast

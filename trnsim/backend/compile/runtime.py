@@ -47,8 +47,10 @@ class Lowered:
         self.host_s = host_s
         self.records = []
         for i, k in enumerate(kernels):
-            node = k.group.nodes[0]
-            ins = [vals[a] for a in node.all_input_nodes if isinstance(vals.get(a), torch.Tensor)]
+            g = k.group
+            # the tensors the kernel reads: a fusion's operands (and matmul operands), or the op's inputs
+            reads = list(g.mm or ()) + list(g.inputs) if k.fused else g.nodes[0].all_input_nodes
+            ins = [vals[a] for a in reads if isinstance(vals.get(a), torch.Tensor)]
             shapes = tuple(tuple(t.shape) for t in ins)
             dtypes = tuple(str(t.dtype).removeprefix("torch.") for t in ins)
             info = {"graph": name, "index": i, "kernels": len(kernels), "ops": k.group.ops, "source": k.source,
@@ -114,7 +116,8 @@ class CompiledGraph:
         else:
             with timeline.graph_execution():
                 outs = self.gm(*args)
-        timeline.charge_graph(lowered.records)
+        if lowered.records:   # a graph of views or of CPU work does nothing on the device
+            timeline.charge_graph(lowered.records)
         return outs
 
     def _specialize(self, args: tuple) -> Lowered:
