@@ -393,3 +393,17 @@ def test_a_graph_of_views_costs_no_launch():
     out = f(x)
     assert (state.clock.device, state.clock.ops) == before
     assert torch.equal(out.cpu(), torch.arange(3.0))
+
+
+def test_linear_gelu_is_one_matmul_with_its_epilogue():
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(64, 128), torch.nn.GELU(approximate="tanh")).to("neuron")
+    x = torch.randn(32, 64, device="neuron")
+    compiled = torch.compile(model, backend="neuron")
+    with torch.no_grad():
+        compiled(x)
+        with trnsim.profile() as prof:
+            y = compiled(x)
+        assert torch.allclose(y.cpu(), model(x).cpu(), atol=1e-6)
+    names = [r.name for r in prof.records]
+    assert names == ["fused[addmm+gelu]"], names
