@@ -26,7 +26,7 @@ import torch.fx as fx
 
 from trnsim.backend import opkernels, state, timeline
 from trnsim.backend.compile.partition import Group
-from trnsim.backend.compile.patterns import FREE, op_name
+from trnsim.backend.compile.patterns import FREE, op_name, tensors_in
 from trnsim.backend.costs import moved_bytes
 from trnsim.backend.timeline import OpCost
 
@@ -74,14 +74,6 @@ def _value(x: Any, vals: dict[fx.Node, Any]) -> Any:
     return x
 
 
-def _tensors(x: Any) -> list[torch.Tensor]:
-    if isinstance(x, torch.Tensor):
-        return [x]
-    if isinstance(x, (list, tuple)):
-        return [t for y in x for t in _tensors(y)]
-    return []
-
-
 def _op_kernel(g: Group, vals: dict[fx.Node, Any]) -> Kernel:
     node = g.nodes[0]
     name = op_name(node)
@@ -89,7 +81,7 @@ def _op_kernel(g: Group, vals: dict[fx.Node, Any]) -> Kernel:
     out = vals.get(node)
     if g.gqa > 1:
         args = _grouped_query(args, g.gqa)
-    flat = _tensors(list(args)) + _tensors(list(kwargs.values()))
+    flat = tensors_in(list(args)) + tensors_in(list(kwargs.values()))
     cost = timeline.cost_of(name, tuple(args), kwargs, out, flat)
     nbytes = moved_bytes(flat, out) if cost.source != "none" else 0
     return Kernel(name, g, cost, nbytes, nbytes, _sources(g))

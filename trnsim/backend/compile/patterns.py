@@ -56,18 +56,19 @@ def chip_float(t: torch.Tensor | None) -> bool:
             and all(isinstance(s, int) for s in t.shape))
 
 
-def _tensors(x: Any) -> list[torch.Tensor]:
+def tensors_in(x: Any) -> list[torch.Tensor]:
+    """The tensors in ``x``: a tensor, or lists and tuples of them (and of other values)."""
     if isinstance(x, torch.Tensor):
         return [x]
     if isinstance(x, (list, tuple)):
-        return [t for y in x for t in _tensors(y)]
+        return [t for y in x for t in tensors_in(y)]
     return []
 
 
 def on_host(node: fx.Node, vals: dict[fx.Node, Any]) -> bool:
     """Whether ``node`` only reads and makes CPU tensors (work the host does, not the chip)."""
-    made = _tensors(vals.get(node))
-    read = [t for a in node.all_input_nodes for t in _tensors(vals.get(a))]
+    made = tensors_in(vals.get(node))
+    read = [t for a in node.all_input_nodes for t in tensors_in(vals.get(a))]
     return bool(made) and all(t.device.type == "cpu" for t in made + read)
 
 
