@@ -34,8 +34,12 @@ def __getattr__(name: str) -> Any:
     globals()[name] = value
     return value
 
+from trnsim.compat.aliases import install as _install_aliases  # noqa: E402
 from trnsim.backend import register as _register_device  # noqa: E402
 
+# ``import nki`` / ``neuronxcc.nki`` / ``torch_neuronx`` give trnsim's modules unless the
+# real packages are installed (TRNSIM_NO_ALIASES=1: never)
+_install_aliases()
 _register_device()
 
 __all__ = [

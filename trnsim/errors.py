@@ -79,3 +79,8 @@ class CompileError(TrnSimError, RuntimeError):
 class CompileModeWarning(TrnSimWarning):
     """A ``torch.compile`` mode or option the ``neuron`` backend does not have; it
     compiles as in the default mode."""
+
+
+class NotProvidedError(TrnSimError, AttributeError):
+    """A name of a real package's API (``torch_neuronx.distributed.X``) that trnsim does not
+    provide yet; the message names it and the issue that will bring it."""

@@ -59,6 +59,9 @@ class OpRecord:
 
 
 _memo: dict[tuple, OpCost] = {}
+# every op the timeline charged since the last clear, with its cost's source ("kernel",
+# "estimate", "none"): torch_neuronx.get_executed_ops / get_fallback_ops read it
+executed: dict[str, str] = {}
 _LAUNCH: list[int] = []
 _clock_lock = threading.Lock()
 simulating = threading.RLock()   # re-entrant: a _foreach op costs its tensors through cost_of
@@ -153,6 +156,7 @@ def charge(op: Any, info: Any, args: tuple, kwargs: dict, flat: list, out: Any) 
     if getattr(_host_only, "depth", 0):
         return
     cost = cost_of(info.name, args, kwargs, out, flat)
+    executed[info.name] = cost.source
     if cost.source == "none":
         return
     clock = state.clock

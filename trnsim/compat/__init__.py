@@ -1,0 +1,7 @@
+"""Names of AWS's own packages that trnsim stands in for.
+
+:mod:`trnsim.compat.aliases` makes ``import nki``, ``import neuronxcc.nki`` and
+``import torch_neuronx`` give trnsim's modules when the real packages are not
+installed; :mod:`trnsim.compat.torch_neuronx` is trnsim's ``torch_neuronx``.
+Importing this package imports nothing else.
+"""

@@ -1,0 +1,1 @@
+"""``nki.compiler``: compiler hints (filled in by the nki.language work of issue 11)."""
