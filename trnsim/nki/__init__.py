@@ -15,12 +15,19 @@ Write a kernel as for NKI, with only the imports changed::
     add_kernel(x, y)                           # numpy in, numpy out, chip numerics
     nki.benchmark(add_kernel)(x, y).latency_ns  # simulated latency, busy %, trace
 
+With trnsim installed, ``import nki`` and ``from neuronxcc import nki`` give this module
+when AWS's packages are not installed (see :mod:`trnsim.compat.aliases`), and the legacy
+entry points (``simulate_kernel``, ``baremetal``, ``benchmark(warmup=, iters=)``,
+``profile``) are here too.
+
 Kernels trace into Programs of :mod:`trnsim.isa`; dependencies come from the memory
 each instruction touches, so independent iterations overlap across engines.
 """
 
 from trnsim.nki import isa, language
-from trnsim.nki.jit import BenchmarkResult, Kernel, benchmark, jit, simulate, trace_program, typed
+from trnsim.nki.jit import (Benchmark, BenchmarkResult, Kernel, NcLatency, Profile, baremetal, benchmark, jit, profile,
+                            simulate, simulate_kernel, trace_program, typed)
 from trnsim.nki.tracer import KernelError
 
-__all__ = ["BenchmarkResult", "Kernel", "KernelError", "benchmark", "isa", "jit", "language", "simulate", "trace_program", "typed"]
+__all__ = ["Benchmark", "BenchmarkResult", "Kernel", "KernelError", "NcLatency", "Profile", "baremetal", "benchmark",
+           "isa", "jit", "language", "profile", "simulate", "simulate_kernel", "trace_program", "typed"]

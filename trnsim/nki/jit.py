@@ -1,9 +1,16 @@
-"""Running kernels: ``nki.jit``, launch grids, ``nki.simulate`` and ``nki.benchmark``.
+"""Running kernels: every NKI entry point of both API generations.
+
+Current (``nki``): ``nki.jit``, ``kernel[g](...)`` launches, ``nki.simulate(kernel)``.
+Legacy (``neuronxcc.nki``): ``nki.simulate_kernel(kernel, *args)``, ``nki.baremetal``,
+``nki.benchmark(warmup=, iters=)`` (``benchmark_result.nc_latency``), ``nki.profile``,
+``nki.jit(mode=...)``. See docs/nki_compat.md.
 
 A call traces the kernel into a Program (arguments become HBM input tensors
 named after the kernel's parameters, the HBM tensors it returns become outputs),
 simulates it on the chosen chip and gives back numpy arrays. A launch grid
-``kernel[2, 3](...)`` traces every instance into one Program, in order.
+``kernel[2, 3](...)`` traces every instance into one Program, in order. The chip:
+``chip=``, else the kernel's, else ``$NEURON_PLATFORM_TARGET_OVERRIDE``, else
+``$TRNSIM_CHIP``, else trn2.
 """
 
 from __future__ import annotations
@@ -12,8 +19,10 @@ import functools
 import inspect
 import itertools
 import math
+import json
 import os
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Callable
 
 import numpy as np
@@ -95,10 +104,11 @@ MAX_GRID_INSTANCES = 65536
 class Kernel:
     """A kernel function made runnable by :func:`jit`."""
 
-    def __init__(self, fn: Callable, grid: tuple[int, ...] = (), chip: Any = None) -> None:
+    def __init__(self, fn: Callable, grid: tuple[int, ...] = (), chip: Any = None, mode: str = "auto") -> None:
         self.fn = fn
         self.grid = grid
         self.chip = chip
+        self.mode = mode
         functools.update_wrapper(self, fn)
 
     def __getitem__(self, grid: Any) -> Kernel:
@@ -110,7 +120,7 @@ class Kernel:
             raise KernelError(f"launch grid {grid!r} has {math.prod(grid):,} instances, more than the "
                               f"{MAX_GRID_INSTANCES:,} the simulator traces one by one; launch fewer instances "
                               "and loop inside the kernel (nl.affine_range)")
-        return Kernel(self.fn, grid, self.chip)
+        return Kernel(self.fn, grid, self.chip, self.mode)
 
     def trace(self, *args: Any, chip: Any = None, **kwargs: Any) -> Traced:
         """Trace the kernel for these arguments (numpy arrays or torch tensors)."""
@@ -169,18 +179,55 @@ def _hbm_results(result: Any, tracer: Tracer, fn: Callable) -> list[NkiTensor]:
     return outs
 
 
-def jit(fn: Callable | None = None, *, chip: Any = None, **_options: Any) -> Any:
+# NKI's jit(mode=...) values: the framework is picked from the arguments whatever the mode
+# (numpy in, numpy out), so each runs the kernel on the simulated core; "benchmark" also
+# measures, as nki.benchmark does
+MODES = ("auto", "baremetal", "benchmark", "simulation", "torchxla", "jax")
+
+
+def jit(fn: Callable | None = None, mode: str = "auto", *, chip: Any = None, **_options: Any) -> Any:
     """Make ``fn`` a kernel: call it with numpy arrays (or torch tensors) to run it on the
-    simulated NeuronCore at instruction fidelity; ``kernel[g0, g1]`` launches a grid."""
+    simulated NeuronCore at instruction fidelity; ``kernel[g0, g1]`` launches a grid.
+
+    ``mode`` is legacy NKI's (one of :data:`MODES`); ``"benchmark"`` gives what
+    :func:`benchmark` gives. Other NKI options (compiler flags, ``platform_target``) are
+    accepted and change nothing."""
+    if mode not in MODES:
+        raise KernelError(f"nki.jit mode {mode!r} is not one of {', '.join(map(repr, MODES))}")
     if fn is None:
-        return lambda f: Kernel(f, chip=chip)
-    return fn if isinstance(fn, Kernel) else Kernel(fn, chip=chip)
+        return lambda f: jit(f, mode, chip=chip)
+    if mode == "benchmark":
+        return benchmark(fn, chip=chip)
+    if isinstance(fn, Kernel):
+        return fn
+    return Kernel(fn, chip=chip, mode=mode)
+
+
+# NEURON_PLATFORM_TARGET_OVERRIDE's values (NKI's names for the generations) and the chips they pick
+PLATFORM_TARGETS = {"trn1": "trn1", "inf2": "trn1", "gen2": "trn1", "trn2": "trn2", "gen3": "trn2",
+                    "trn3": "trn3", "gen4": "trn3"}
+PLATFORM_ENV = "NEURON_PLATFORM_TARGET_OVERRIDE"
+
+
+def platform_target() -> str | None:
+    """The chip ``$NEURON_PLATFORM_TARGET_OVERRIDE`` picks (None when unset)."""
+    value = os.environ.get(PLATFORM_ENV, "").strip()
+    if not value:
+        return None
+    chip = PLATFORM_TARGETS.get(value.lower())
+    if chip is None:
+        raise KernelError(f"{PLATFORM_ENV}={value!r} is not an NKI platform target; use trn1 (or inf2, gen2), "
+                          "trn2 (gen3) or trn3 (gen4)")
+    return chip
 
 
 def _chip(chip: Any, kernel: Kernel) -> Any:
-    """The chip a run asks for, else the kernel's; None leaves ``$TRNSIM_CHIP`` (or the
-    default) to :func:`trnsim.hw.spec.load_chip`, the one reader of the variable."""
-    return chip if chip is not None else kernel.chip
+    """The chip a run asks for, else the kernel's, else ``$NEURON_PLATFORM_TARGET_OVERRIDE``'s;
+    None leaves ``$TRNSIM_CHIP`` (or the default) to :func:`trnsim.hw.spec.load_chip`, the
+    one reader of that variable."""
+    if chip is not None:
+        return chip
+    return kernel.chip if kernel.chip is not None else platform_target()
 
 
 def _results(traced: Traced, run: Any) -> Any:
@@ -205,6 +252,44 @@ def simulate(kernel: Callable, *, chip: Any = None, trace: str | os.PathLike | N
     return run
 
 
+def simulate_kernel(kernel: Callable, *args: Any, **kwargs: Any) -> Any:
+    """Legacy ``nki.simulate_kernel(kernel, *args, **kwargs)``: run the kernel on these numpy
+    arrays and return its outputs as numpy arrays (as :func:`simulate`)."""
+    return simulate(kernel)(*args, **kwargs)
+
+
+def baremetal(kernel: Callable | None = None, *, save_neff_name: str | None = None,
+              save_trace_name: str | os.PathLike | None = None, additional_compile_opt: str | None = None,
+              artifacts_dir: str | None = None, chip: Any = None) -> Any:
+    """Legacy ``nki.baremetal``: ``baremetal(kernel)``, ``@baremetal`` or
+    ``@baremetal(save_trace_name=...)``; the kernel called on numpy arrays returns numpy
+    arrays, as :func:`simulate`. ``save_trace_name`` writes the run's trace there (Chrome
+    trace-event JSON, whatever the suffix); there is no NEFF, so ``save_neff_name``,
+    ``artifacts_dir`` and ``additional_compile_opt`` change nothing."""
+    if kernel is None:
+        return lambda k: baremetal(k, save_trace_name=save_trace_name, chip=chip)
+    return simulate(kernel, chip=chip, trace=save_trace_name)
+
+
+@dataclass(frozen=True)
+class NcLatency:
+    """NeuronCore latency statistics as ``neuron-bench`` reports them for ``nki.benchmark``.
+    A simulated run is deterministic, so every iteration takes the same simulated time and
+    every percentile is that time."""
+
+    latency_us: float
+    warmup: int = 10
+    iters: int = 100
+
+    def get_latency_percentile(self, percentile: float) -> float:
+        """The ``percentile``-th percentile latency in microseconds (0 to 100): the simulated latency."""
+        if isinstance(percentile, bool) or not isinstance(percentile, (int, float, np.integer, np.floating)) \
+                or not 0 <= percentile <= 100:
+            raise KernelError(f"latency percentile {percentile!r} must be a number from 0 to 100, "
+                              "as in get_latency_percentile(50)")
+        return self.latency_us
+
+
 @dataclass
 class BenchmarkResult:
     """What :func:`benchmark` measured: outputs and the simulated run's figures."""
@@ -224,9 +309,17 @@ class BenchmarkResult:
     def pct_of_peak(self) -> float:
         return 100.0 * self.achieved_flops / self.peak_flops if self.peak_flops else 0.0
 
+    warmup: int = 10
+    iters: int = 100
+
     @property
     def latency_us(self) -> float:
         return self.latency_ns / 1000
+
+    @property
+    def nc_latency(self) -> NcLatency:
+        """Legacy NKI's latency statistics (microseconds), as ``nki.benchmark`` gives them."""
+        return NcLatency(self.latency_us, self.warmup, self.iters)
 
     def summary(self) -> Any:
         return self.run.summary()
@@ -237,31 +330,114 @@ class BenchmarkResult:
         return save(self.trace, path)
 
 
-def benchmark(kernel: Callable | None = None, *, chip: Any = None, numerics: bool = True,
-              trace: str | os.PathLike | None = None, **_options: Any) -> Callable:
-    """``nki.benchmark(kernel)(*arrays)``: run the kernel and return a :class:`BenchmarkResult`
-    (simulated latency, engine busy percentages, HBM bytes, FLOP/s against peak, trace).
-    ``numerics=False`` times the kernel without computing (outputs are None), for kernels
-    too large to compute on the host. NKI's ``warmup``/``iters`` are accepted and ignored:
-    a simulated run is deterministic."""
-    if kernel is None:
-        return lambda k: benchmark(k, chip=chip, numerics=numerics, trace=trace)
-    kernel = jit(kernel)
+def _count(name: str, value: Any, least: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < least:
+        raise KernelError(f"nki.benchmark {name}={value!r} must be an integer of at least {least}")
+    return int(value)
 
-    def run(*args: Any, **kwargs: Any) -> BenchmarkResult:
+
+class Benchmark:
+    """A kernel wrapped by :func:`benchmark`: each call runs it and returns a
+    :class:`BenchmarkResult`, also kept as ``.benchmark_result`` (legacy NKI reads
+    ``.benchmark_result.nc_latency.get_latency_percentile(p)`` after a call)."""
+
+    def __init__(self, kernel: Kernel, chip: Any, numerics: bool, trace: str | os.PathLike | None,
+                 warmup: int, iters: int) -> None:
+        self.kernel, self.chip, self.numerics, self.trace = kernel, chip, numerics, trace
+        self.warmup, self.iters = warmup, iters
+        functools.update_wrapper(self, kernel.fn)
+
+    def __getitem__(self, grid: Any) -> Benchmark:
+        return Benchmark(self.kernel[grid], self.chip, self.numerics, self.trace, self.warmup, self.iters)
+
+    def __getattr__(self, name: str) -> Any:
+        if name == "benchmark_result":
+            raise AttributeError(f"{self.kernel.fn.__name__} has no benchmark_result before it is called; "
+                                 "call the benchmarked kernel first")
+        raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
+
+    def __call__(self, *args: Any, **kwargs: Any) -> BenchmarkResult:
         from trnsim.hw.core import simulate as sim
         from trnsim.trace import trace_from_run
 
-        traced = kernel.trace(*args, chip=_chip(chip, kernel), **kwargs)
-        result = sim(traced.tracer.program, traced.inputs if numerics else None,
-                     fidelity="instruction" if numerics else "timing", trace=trace)
-        tr = trace_from_run(result)
+        traced = self.kernel.trace(*args, chip=_chip(self.chip, self.kernel), **kwargs)
+        result = sim(traced.tracer.program, traced.inputs if self.numerics else None,
+                     fidelity="instruction" if self.numerics else "timing", trace=self.trace)
         s = result.summary()
-        return BenchmarkResult(outputs=_results(traced, result) if numerics else None, latency_ns=result.time_ns,
-                               busy_pct=s.busy_pct, hbm_bytes=s.hbm_bytes, flops=s.flops, achieved_flops=s.achieved_flops,
-                               peak_flops=s.peak_flops, instructions=len(traced.tracer.program), trace=tr, run=result)
+        self.benchmark_result = BenchmarkResult(
+            outputs=_results(traced, result) if self.numerics else None, latency_ns=result.time_ns,
+            busy_pct=s.busy_pct, hbm_bytes=s.hbm_bytes, flops=s.flops, achieved_flops=s.achieved_flops,
+            peak_flops=s.peak_flops, instructions=len(traced.tracer.program), trace=trace_from_run(result),
+            run=result, warmup=self.warmup, iters=self.iters)
+        return self.benchmark_result
 
-    return run
+
+def benchmark(kernel: Callable | None = None, *, warmup: int = 10, iters: int = 100, chip: Any = None,
+              numerics: bool = True, trace: str | os.PathLike | None = None,
+              save_neff_name: str | None = None, save_trace_name: str | os.PathLike | None = None,
+              additional_compile_opt: str | None = None) -> Any:
+    """``nki.benchmark(kernel)(*arrays)`` or legacy ``nki.benchmark(warmup=5, iters=10)(kernel)``:
+    a :class:`Benchmark`, whose calls return a :class:`BenchmarkResult` (simulated latency,
+    engine busy percentages, HBM bytes, FLOP/s against peak, trace, and legacy
+    ``nc_latency``). ``numerics=False`` times the kernel without computing (outputs are
+    None), for kernels too large to compute on the host. ``warmup`` and ``iters`` are
+    checked and kept: a simulated run is deterministic, so one run gives every
+    iteration's time. ``save_trace_name`` is ``trace``; there is no NEFF to save."""
+    warmup, iters = _count("warmup", warmup, 0), _count("iters", iters, 1)
+    trace = trace if trace is not None else save_trace_name
+    if kernel is None:
+        return lambda k: benchmark(k, warmup=warmup, iters=iters, chip=chip, numerics=numerics, trace=trace)
+    return Benchmark(jit(kernel), chip, numerics, trace, warmup, iters)
+
+
+class Profile:
+    """A kernel wrapped by :func:`profile`: its ``profile_nth`` call writes the trace and a
+    summary into the working directory; every call returns the outputs as numpy arrays."""
+
+    def __init__(self, kernel: Kernel, directory: Path, trace_name: str, overwrite: bool, nth: int, chip: Any) -> None:
+        self.kernel, self.directory, self.overwrite, self.nth, self.chip = kernel, directory, overwrite, nth, chip
+        self.trace_path = directory / trace_name
+        self.summary_path = self.trace_path.with_name(self.trace_path.stem + "_summary.json")
+        self.calls = 0
+        functools.update_wrapper(self, kernel.fn)
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        self.calls += 1
+        if self.calls != self.nth:
+            return simulate(self.kernel, chip=self.chip)(*args, **kwargs)
+        if not self.overwrite:
+            for path in (self.trace_path, self.summary_path):
+                if path.exists():
+                    raise KernelError(f"nki.profile would overwrite {path}; pass overwrite=True or choose "
+                                      "another working_directory")
+        from trnsim.atomic import write_atomic
+
+        bench = Benchmark(self.kernel, self.chip, True, self.trace_path, 10, 100)(*args, **kwargs)
+        summary = {"kernel": self.kernel.fn.__name__, "chip": bench.run.program.chip.name,
+                   "latency_us": bench.latency_us, "instructions": bench.instructions, "hbm_bytes": bench.hbm_bytes,
+                   "flops": bench.flops, "busy_pct": bench.busy_pct, "trace": str(self.trace_path)}
+        write_atomic(self.summary_path, lambda f: json.dump(summary, f, indent=1))
+        return bench.outputs
+
+
+def profile(func: Callable | None = None, *, working_directory: str | os.PathLike | None = None,
+            save_neff_name: str | None = None, save_trace_name: str = "profile.json",
+            additional_compile_opt: str | None = None, overwrite: bool = False, profile_nth: int = 1,
+            chip: Any = None) -> Any:
+    """Legacy ``@nki.profile(working_directory=..., save_trace_name=...)``: the kernel's
+    ``profile_nth`` call (first by default) writes its simulated trace (Chrome trace-event
+    JSON for Perfetto; a ``.ntff`` name is written with ``.json`` instead) and
+    ``<trace stem>_summary.json`` (latency, instructions, HBM bytes, FLOPs, engine busy
+    percentages) into ``working_directory``, refusing to replace them unless
+    ``overwrite=True``. Unlike the device, the outputs are computed and returned."""
+    if working_directory is None:
+        raise KernelError("nki.profile needs working_directory=, the folder its trace and summary go to")
+    nth = _count("profile_nth", profile_nth, 1)
+    name = Path(save_trace_name)
+    name = name.with_suffix(".json") if name.suffix == ".ntff" else name
+    if func is None:
+        return lambda f: Profile(jit(f), Path(working_directory), str(name), overwrite, nth, chip)
+    return Profile(jit(func), Path(working_directory), str(name), overwrite, nth, chip)
 
 
 def trace_program(kernel: Callable, *args: Any, chip: Any = None, **kwargs: Any) -> Any:
