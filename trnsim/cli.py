@@ -1,4 +1,4 @@
-"""The ``trnsim`` command: ``demo``, ``chips``, ``report`` and ``coverage``."""
+"""The ``trnsim`` command: ``demo``, ``chips``, ``report``, ``coverage`` and ``doctor``."""
 
 from __future__ import annotations
 
@@ -148,6 +148,40 @@ def _coverage(args: argparse.Namespace) -> int:
     return 0
 
 
+def _doctor(args: argparse.Namespace) -> int:
+    import importlib.metadata
+    import platform
+
+    from trnsim.compat import aliases
+    from trnsim.hw.spec import load_chip
+    from trnsim.nki.jit import PLATFORM_ENV, platform_target
+
+    print("import names (AWS's packages win when installed; TRNSIM_NO_ALIASES=1 turns the aliases off)")
+    for row in aliases.status():
+        if row.resolves_to == "real":
+            print(f"  {row.name:<14} the installed package wins: {row.origin}")
+        elif row.resolves_to == "trnsim":
+            target = "trnsim.nki (as neuronxcc.nki)" if row.name == "neuronxcc" else row.target
+            print(f"  {row.name:<14} aliased to {target}")
+        else:
+            print(f"  {row.name:<14} not importable (aliases off, no real package)")
+    device_chip = load_chip(None)
+    nki_chip = platform_target()
+    print(f"chip           {device_chip.name} ({device_chip.neuron_core}, LNC={device_chip.logical_core_size}) "
+          f"for the neuron device ($TRNSIM_CHIP)")
+    print(f"NKI kernels    {nki_chip or device_chip.name}"
+          + (f" (${PLATFORM_ENV})" if nki_chip else f" (${PLATFORM_ENV} unset: the device's chip)"))
+    print(f"fidelity       {env_fidelity()} ($TRNSIM_FIDELITY)")
+    versions = [("python", platform.python_version())]
+    for dist in ("trnsim", "torch", "numpy", "numba", "transformers"):
+        try:
+            versions.append((dist, importlib.metadata.version(dist)))
+        except importlib.metadata.PackageNotFoundError:
+            versions.append((dist, "not installed"))
+    print("versions       " + ", ".join(f"{name} {v}" for name, v in versions))
+    return 0
+
+
 class _Parser(argparse.ArgumentParser):
     """argparse, with a refusal on one line like every other error of the command."""
 
@@ -184,6 +218,10 @@ def build_parser() -> argparse.ArgumentParser:
     cov = sub.add_parser("coverage", help="list the aten ops the neuron device times with a kernel or an estimate")
     cov.add_argument("--all", action="store_true", help="also list the estimated ops and those without device work")
     cov.set_defaults(func=_coverage)
+
+    doctor = sub.add_parser("doctor", help="which of nki, neuronxcc and torch_neuronx are trnsim's and which real "
+                                           "packages win; the chip, fidelity and versions")
+    doctor.set_defaults(func=_doctor)
     return parser
 
 

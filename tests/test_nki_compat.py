@@ -1,0 +1,233 @@
+"""NKI code written for AWS's tools runs unchanged: the ``nki``, ``neuronxcc.nki`` and
+``torch_neuronx`` import names, the legacy and current entry points, ``trnsim doctor``."""
+
+import importlib
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+import trnsim.nki
+from trnsim import cli
+from trnsim.errors import NotProvidedError
+from trnsim.nki import KernelError
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def run_python(code: str, tmp_path: Path, extra_path: str = "", **env: str) -> subprocess.CompletedProcess:
+    """``code`` in a fresh interpreter that imports this checkout's trnsim."""
+    environ = {k: v for k, v in os.environ.items() if k not in ("TRNSIM_NO_ALIASES", "PYTHONPATH")}
+    environ["PYTHONPATH"] = os.pathsep.join(p for p in (extra_path, str(ROOT)) if p)
+    environ.update(env)
+    return subprocess.run([sys.executable, "-c", code], cwd=tmp_path, env=environ, capture_output=True, text=True,
+                          timeout=240)
+
+
+# -- import names ---------------------------------------------------------------
+
+def test_both_namespaces_are_trnsims_modules():
+    import nki
+    import nki.compiler
+    import nki.isa as nisa
+    import nki.language as nl
+    import nki.typing
+    import neuronxcc.nki
+    import neuronxcc.nki.isa
+    import neuronxcc.nki.language
+    import neuronxcc.nki.typing
+    from neuronxcc import nki as legacy
+    from nki import language
+
+    assert nki is trnsim.nki and legacy is trnsim.nki and neuronxcc.nki is trnsim.nki
+    assert nl is trnsim.nki.language is language is neuronxcc.nki.language
+    assert nisa is trnsim.nki.isa is neuronxcc.nki.isa
+    assert nki.typing is importlib.import_module("trnsim.nki.typing") is neuronxcc.nki.typing
+    assert nki.compiler is importlib.import_module("trnsim.nki.compiler")
+    # the modules keep their own identity: a reload or a pickle finds trnsim's names
+    assert nl.__name__ == nl.__spec__.name == "trnsim.nki.language"
+    assert not hasattr(nl, "__path__")
+
+
+def test_torch_neuronx_is_found_as_hugging_face_looks_for_it():
+    spec = importlib.util.find_spec("torch_neuronx")
+    assert spec is not None and spec.name == "torch_neuronx"
+    import torch_neuronx
+
+    assert torch_neuronx is importlib.import_module("trnsim.compat.torch_neuronx")
+    assert torch_neuronx.device_count() == 1 and torch_neuronx.is_available()
+    from transformers.utils import is_torch_neuron_available
+
+    assert is_torch_neuron_available(check_device=True)
+
+
+def test_unknown_submodules_are_not_invented():
+    with pytest.raises(ModuleNotFoundError, match="'nki.no_such_module'"):
+        importlib.import_module("nki.no_such_module")
+
+
+def test_no_aliases_turns_them_off(tmp_path):
+    r = run_python("import importlib.util, torch, trnsim\n"
+                   "assert importlib.util.find_spec('torch_neuronx') is None\n"
+                   "for name in ('nki', 'neuronxcc', 'torch_neuronx'):\n"
+                   "    try:\n"
+                   "        __import__(name)\n"
+                   "    except ModuleNotFoundError:\n"
+                   "        continue\n"
+                   "    raise SystemExit(name + ' was importable')\n"
+                   "print('off')", tmp_path, TRNSIM_NO_ALIASES="1")
+    assert r.returncode == 0 and r.stdout.strip() == "off", r.stderr
+
+
+def test_an_installed_package_wins_untouched(tmp_path):
+    real = tmp_path / "site"
+    (real / "nki").mkdir(parents=True)
+    (real / "nki" / "__init__.py").write_text("REAL = True\n")
+    r = run_python("import torch, trnsim.nki, nki\n"
+                   "assert nki.REAL and nki is not trnsim.nki\n"
+                   "try:\n"
+                   "    import nki.language\n"
+                   "except ModuleNotFoundError:\n"
+                   "    pass\n"
+                   "else:\n"
+                   "    raise SystemExit('trnsim answered for a submodule of the real nki')\n"
+                   "import neuronxcc.nki, torch_neuronx\n"
+                   "assert neuronxcc.nki is trnsim.nki\n"
+                   "from trnsim.cli import main\n"
+                   "main(['doctor'])", tmp_path, extra_path=str(real), PYTHONDONTWRITEBYTECODE="1")
+    assert r.returncode == 0, r.stderr
+    assert f"nki            the installed package wins: {real / 'nki' / '__init__.py'}" in r.stdout
+    assert "torch_neuronx  aliased to trnsim.compat.torch_neuronx" in r.stdout
+    assert list(real.rglob("*")) == [real / "nki", real / "nki" / "__init__.py"]   # nothing written there
+
+
+def test_doctor_names_aliases_chip_fidelity_and_versions(capsys, monkeypatch):
+    monkeypatch.setenv("NEURON_PLATFORM_TARGET_OVERRIDE", "gen2")
+    assert cli.main(["doctor"]) == 0
+    out = capsys.readouterr().out
+    assert "nki            aliased to trnsim.nki" in out
+    assert "neuronxcc      aliased to trnsim.nki (as neuronxcc.nki)" in out
+    assert "NKI kernels    trn1 ($NEURON_PLATFORM_TARGET_OVERRIDE)" in out
+    assert f"torch {torch.__version__}" in out and "fidelity       op" in out
+
+
+# -- torch_neuronx --------------------------------------------------------------
+
+def test_op_tracking_separates_kernels_from_estimates():
+    import torch_neuronx
+
+    torch_neuronx.clear_op_tracking()
+    assert torch_neuronx.get_executed_ops() == [] and torch_neuronx.get_fallback_ops() == []
+    a = torch.ones(128, 256, device="neuron")
+    (a @ a.T).flip(0)
+    executed, fallback = torch_neuronx.get_executed_ops(), torch_neuronx.get_fallback_ops()
+    assert {"aten::mm", "aten::flip"} <= set(executed)
+    assert "aten::flip" in fallback and "aten::mm" not in fallback
+    assert set(fallback) <= set(executed)
+    torch_neuronx.clear_op_tracking()
+    assert torch_neuronx.get_executed_ops() == []
+
+
+def test_unprovided_submodule_names_are_refused_by_name():
+    import torch_neuronx
+
+    with pytest.raises(NotProvidedError, match=r"torch_neuronx\.distributed\.ProcessGroupNeuron .*issue 12"):
+        torch_neuronx.distributed.ProcessGroupNeuron
+    with pytest.raises(NotProvidedError, match=r"torch_neuronx\.profiling\.start .*issue 14.*trnsim\.profile"):
+        torch_neuronx.profiling.start
+    assert not hasattr(torch_neuronx.profiling, "__wrapped__")
+    assert callable(torch_neuronx.nki_op) and callable(torch_neuronx.wrap_nki)
+
+
+# -- entry points ---------------------------------------------------------------
+
+nki, nl = trnsim.nki, trnsim.nki.language
+A = np.arange(128 * 512, dtype=np.float32).reshape(128, 512) / 1000
+B = np.ones((128, 512), np.float32)
+
+
+@nki.jit
+def add(a, b):
+    out = nl.ndarray(a.shape, a.dtype, buffer=nl.shared_hbm)
+    nl.store(out, nl.add(nl.load(a), nl.load(b)))
+    return out
+
+
+def test_legacy_entry_points_give_the_same_numbers():
+    expected = A + B
+    np.testing.assert_array_equal(nki.simulate_kernel(add, A, B), expected)
+    np.testing.assert_array_equal(nki.baremetal(add)(A, B), expected)
+    np.testing.assert_array_equal(nki.baremetal()(add.fn)(A, B), expected)
+    np.testing.assert_array_equal(nki.simulate(add)(A, B), expected)
+    np.testing.assert_array_equal(nki.jit(add.fn, mode="simulation")(A, B), expected)
+
+
+def test_benchmark_percentiles_are_the_simulated_latency():
+    exact = nki.benchmark(add)(A, B).latency_ns / 1000
+    bench = nki.benchmark(warmup=5, iters=10)(add)
+    with pytest.raises(AttributeError, match="call the benchmarked kernel first"):
+        bench.benchmark_result
+    result = bench(A, B)
+    assert bench.benchmark_result is result and (result.warmup, result.iters) == (5, 10)
+    lat = bench.benchmark_result.nc_latency
+    assert [lat.get_latency_percentile(p) for p in (0, 1, 50, 99, 100)] == [exact] * 5
+    np.testing.assert_array_equal(result.outputs, A + B)
+    assert nki.jit(mode="benchmark")(add.fn)(A, B).latency_ns == exact * 1000
+    with pytest.raises(KernelError, match="percentile 101"):
+        lat.get_latency_percentile(101)
+    with pytest.raises(KernelError, match="iters=0"):
+        nki.benchmark(iters=0)
+
+
+def test_jit_modes_are_checked():
+    for mode in ("auto", "baremetal", "simulation", "torchxla", "jax"):
+        assert nki.jit(add.fn, mode=mode).mode == mode
+    with pytest.raises(KernelError, match="mode 'hardware' is not one of 'auto'"):
+        nki.jit(add.fn, mode="hardware")
+
+
+def test_platform_target_override_picks_the_chip(monkeypatch):
+    monkeypatch.setenv("NEURON_PLATFORM_TARGET_OVERRIDE", "trn1")
+    assert nki.trace_program(add, A, B).chip.name == "trn1"
+    monkeypatch.setenv("NEURON_PLATFORM_TARGET_OVERRIDE", "gen4")
+    assert nki.trace_program(add, A, B).chip.name == "trn3"
+    assert nki.trace_program(add, A, B, chip="trn2").chip.name == "trn2"   # an explicit chip still wins
+    monkeypatch.setenv("NEURON_PLATFORM_TARGET_OVERRIDE", "trn9")
+    with pytest.raises(KernelError, match="NEURON_PLATFORM_TARGET_OVERRIDE='trn9'"):
+        nki.trace_program(add, A, B)
+
+
+def test_profile_writes_a_trace_and_summary_once(tmp_path):
+    profiled = nki.profile(working_directory=tmp_path, save_trace_name="profile.ntff", profile_nth=2)(add.fn)
+    np.testing.assert_array_equal(profiled(A, B), A + B)
+    assert list(tmp_path.iterdir()) == []
+    np.testing.assert_array_equal(profiled(A, B), A + B)
+    trace = json.loads((tmp_path / "profile.json").read_text())
+    summary = json.loads((tmp_path / "profile_summary.json").read_text())
+    assert trace["traceEvents"] and summary["kernel"] == "add"
+    assert summary["latency_us"] == nki.benchmark(add)(A, B).latency_us
+    again = nki.profile(working_directory=tmp_path, save_trace_name="profile.ntff")(add.fn)
+    with pytest.raises(KernelError, match="overwrite=True"):
+        again(A, B)
+    nki.profile(working_directory=tmp_path, save_trace_name="profile.ntff", overwrite=True)(add.fn)(A, B)
+    with pytest.raises(KernelError, match="working_directory="):
+        nki.profile(add)
+
+
+def test_baremetal_saves_a_trace(tmp_path):
+    kernel = nki.baremetal(save_trace_name=tmp_path / "run.json")(add.fn)
+    np.testing.assert_array_equal(kernel(A, B), A + B)
+    assert json.loads((tmp_path / "run.json").read_text())["traceEvents"]
+
+
+def test_a_legacy_style_test_file_runs_unchanged_under_pytest(pytester):
+    # a copy under another module name, outside this suite's conftest, run by pytest itself
+    pytester.makepyfile(test_legacy_copy=(ROOT / "tests" / "nki_legacy" / "test_legacy_kernels.py").read_text())
+    result = pytester.runpytest("-p", "no:cacheprovider")
+    result.assert_outcomes(passed=4)
