@@ -132,6 +132,8 @@ def test_op_tracking_separates_kernels_from_estimates():
     assert set(fallback) <= set(executed)
     torch_neuronx.clear_op_tracking()
     assert torch_neuronx.get_executed_ops() == []
+    torch.compile(lambda x: (x * 2 + 1).relu(), backend="neuron")(a)
+    assert torch_neuronx.get_executed_ops() == ["fused[mul+add+relu]"] and torch_neuronx.get_fallback_ops() == []
 
 
 def test_unprovided_submodule_names_are_refused_by_name():

@@ -183,6 +183,7 @@ def charge_graph(kernels: list[tuple[str, OpCost, tuple, tuple, Any]]) -> None:
     clock = state.clock
     launch = _LAUNCH[0] if _LAUNCH else _launch_ps()
     total = sum(c.ps for _, c, _, _, _ in kernels)
+    executed.update((name, cost.source) for name, cost, _, _, _ in kernels)
     with _clock_lock:
         issued = clock.host + launch
         start = issued if issued > clock.device else clock.device

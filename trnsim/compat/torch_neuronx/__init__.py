@@ -45,7 +45,8 @@ __all__ = [
 def get_executed_ops() -> list[str]:
     """The aten ops (``"aten::mm"``, ``"aten::add.Tensor"``) that ran on ``neuron`` tensors
     since the process started or :func:`clear_op_tracking`, sorted. Views, which do no
-    device work, are not ops here; ops inside a compiled graph count as the graph."""
+    device work, are not ops here; a compiled graph's ops are listed as the kernels it
+    ran (``"fused[...]"``), each under its kernel's name."""
     return sorted(name for name, source in timeline.executed.items() if source != "none")
 
 
