@@ -85,6 +85,14 @@ def test_no_aliases_turns_them_off(tmp_path):
     assert r.returncode == 0 and r.stdout.strip() == "off", r.stderr
 
 
+@pytest.mark.parametrize("value, on", [("", True), ("0", True), ("false", True), ("1", False), ("yes", False)])
+def test_no_aliases_values(monkeypatch, value, on):
+    from trnsim.compat import aliases
+
+    monkeypatch.setenv("TRNSIM_NO_ALIASES", value)
+    assert aliases.enabled() is on
+
+
 def test_an_installed_package_wins_untouched(tmp_path):
     real = tmp_path / "site"
     (real / "nki").mkdir(parents=True)

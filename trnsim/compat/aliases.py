@@ -104,8 +104,9 @@ def real_spec(name: str) -> importlib.machinery.ModuleSpec | None:
 
 
 def enabled() -> bool:
-    """Whether ``TRNSIM_NO_ALIASES`` leaves the aliases on (unset, empty or ``0``)."""
-    return os.environ.get(ENV_OFF, "").strip() in ("", "0")
+    """Whether ``TRNSIM_NO_ALIASES`` leaves the aliases on: unset, empty, ``0``, ``false``,
+    ``no`` or ``off``; any other value (``1``) turns them off."""
+    return os.environ.get(ENV_OFF, "").strip().lower() in ("", "0", "false", "no", "off")
 
 
 def install() -> bool:
