@@ -189,6 +189,7 @@ def test_benchmark_percentiles_are_the_simulated_latency():
     assert [lat.get_latency_percentile(p) for p in (0, 1, 50, 99, 100)] == [exact] * 5
     np.testing.assert_array_equal(result.outputs, A + B)
     assert nki.jit(mode="benchmark")(add.fn)(A, B).latency_ns == exact * 1000
+    np.testing.assert_array_equal(nki.simulate_kernel(bench, A, B), A + B)
     with pytest.raises(KernelError, match="percentile 101"):
         lat.get_latency_percentile(101)
     with pytest.raises(KernelError, match="iters=0"):

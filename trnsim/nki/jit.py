@@ -198,6 +198,8 @@ def jit(fn: Callable | None = None, mode: str = "auto", *, chip: Any = None, **_
         return lambda f: jit(f, mode, chip=chip)
     if mode == "benchmark":
         return benchmark(fn, chip=chip)
+    if isinstance(fn, (Benchmark, Profile)):   # nki.simulate(bench_func): the kernel it wraps
+        return fn.kernel
     if isinstance(fn, Kernel):
         return fn
     return Kernel(fn, chip=chip, mode=mode)
