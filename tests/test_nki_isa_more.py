@@ -307,3 +307,37 @@ def test_reduce_cmd_accumulation_is_refused_with_the_reason():
         return res
     with pytest.raises(KernelError, match="accumulator registers across instructions"):
         run(body, X, shape=(128, 1))
+
+
+@pytest.mark.parametrize("backend", ["numpy", "numba"])
+@pytest.mark.parametrize("op0,op1", [("multiply", "add"), ("subtract", "maximum"), ("divide", "minimum")])
+def test_scan_kernel_matches_a_plain_loop_on_both_backends(backend, op0, op1):
+    from trnsim.compute import get_backend
+    fns = {"multiply": np.multiply, "add": np.add, "subtract": np.subtract, "maximum": np.maximum,
+           "divide": np.divide, "minimum": np.minimum}
+    rng = np.random.default_rng(5)
+    a, b, init = (rng.standard_normal(s).astype(F32).astype(np.float64) for s in ((8, 40), (8, 40), 8))
+    for reverse0 in (False, True):
+        for reverse1 in (False, True):
+            got = get_backend(backend).scan(a, b, init, op0, op1, reverse0, reverse1)
+            prev = init.astype(F32)
+            for i in range(40):
+                x0 = (prev, a[:, i].astype(F32)) if reverse0 else (a[:, i].astype(F32), prev)
+                t = fns[op0](*x0).astype(F32)
+                t = (fns[op1](b[:, i].astype(F32), t) if reverse1 else fns[op1](t, b[:, i].astype(F32))).astype(F32)
+                np.testing.assert_array_equal(got[:, i], t)
+                prev = t
+
+
+def test_new_instructions_cost_on_their_engines():
+    @nki.jit
+    def k(x, y):
+        out = nl.ndarray((128, 8), nl.float32, buffer=nl.shared_hbm)
+        a, b = nl.load(x), nl.load(y)
+        s = nisa.tensor_tensor_scan(a, b, 0.0, nl.multiply, nl.add)
+        nl.store(out, nisa.max8(src=s))
+        return out
+    result = nki.benchmark(k, numerics=False)(X, Y)
+    busy = result.summary()
+    assert result.latency_ns > 0
+    assert "vector" in str(busy).lower()
