@@ -238,6 +238,13 @@ def test_dma_transpose_and_dma_copy_converts_fp32_to_bf16():
     np.testing.assert_array_equal(k(X), X.T)
 
     @nki.jit
+    def k_sbuf(a):
+        out = nl.ndarray((16, 128), nl.float32, buffer=nl.shared_hbm)
+        nl.store(out, nisa.dma_transpose(nl.load(a)))
+        return out
+    np.testing.assert_array_equal(k_sbuf(X[:, :16]), X[:, :16].T)
+
+    @nki.jit
     def k2(a):
         out = nl.ndarray((128, 64), nl.bfloat16, buffer=nl.shared_hbm)
         nisa.dma_copy(dst=out, src=nl.load(a))

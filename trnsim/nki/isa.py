@@ -117,6 +117,8 @@ def nc_matmul(*args: Any, **kwargs: Any) -> NkiTensor:
     accumulation group); ``nc_matmul(stationary, moving)`` returns a fresh PSUM tile.
     stationary [K, M] (K <= 128 partitions, M <= 128), moving [K, N] (N <= 512)."""
     dst, rest = _split_dst(args, kwargs, lambda a: len(a) >= 3, "stationary")
+    if kwargs.pop("is_transpose", False):
+        raise _e.tracer().fail("nc_matmul: is_transpose=True is not supported; use nisa.nc_transpose")
     stationary = kwargs.pop("stationary", rest[0] if rest else None)
     moving = kwargs.pop("moving", rest[1] if len(rest) > 1 else None)
     result = nl.matmul(stationary, moving, transpose_x=True)
@@ -146,6 +148,7 @@ def activation(*args: Any, bias: Any = None, scale: Any = 1.0, reduce_op: Any = 
     """``op(data * scale + bias)`` on the scalar engine; ``bias`` and a tile ``scale`` are
     [P, 1]. With ``reduce_op`` (nl.add), ``reduce_res`` [P, 1] gets the sum of the outputs."""
     dst, rest = _split_dst(args, kwargs, lambda a: _is_tile(a[0]), "data")
+    _more._only_reset("activation", kwargs.pop("reduce_cmd", None), (_more._IDLE, _more._RESET_REDUCE))
     op = kwargs.pop("op", rest[0] if rest else None)
     data = _e.readable(kwargs.pop("data", rest[1] if len(rest) > 1 else None), "activation data")
     out = _out(dst, data, dtype)

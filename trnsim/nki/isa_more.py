@@ -455,11 +455,19 @@ def dma_transpose(*args: Any, axes: Any = None, dtype: Any = None, **kwargs: Any
     if len(v.dims) != 2 or axes not in (None, (1, 0), [1, 0]):
         raise _fail(f"dma_transpose: trnsim transposes 2-D access patterns with axes=(1, 0); got shape {list(v.shape)} "
                     f"and axes={axes!r}")
-    flipped = View(v.tensor, v.offset, (v.dims[1], v.dims[0]))
     out = dst if dst is not None else _e.new_tensor((v.shape[1], v.shape[0]), _e.dtype_of(dtype, src.dtype))
-    if out.view.size != v.size:
-        raise _fail(f"dma_transpose of {list(v.shape)} into {list(out.shape)}: sizes differ")
-    _e.tracer().dma(out.view, flipped)
+    d = out.view
+    if d.shape != (v.shape[1], v.shape[0]):
+        raise _fail(f"dma_transpose of {list(v.shape)} into {list(out.shape)}: dst must be [{v.shape[1]}, {v.shape[0]}]")
+    tr = _e.tracer()
+    if v.tensor.on_chip:
+        # an on-chip access cannot step over partitions element by element: trnsim bounces
+        # the tile through an HBM scratch tensor (assumption: two DMAs where the hardware's
+        # DMA transpose makes one transfer)
+        scratch = tr.place(v.shape, src.dtype, Memory.HBM, "dma_transpose").view()
+        tr.dma(scratch, v)
+        v = scratch
+    tr.dma(d, View(v.tensor, v.offset, (v.dims[1], v.dims[0])))
     return out
 
 
