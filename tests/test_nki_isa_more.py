@@ -26,6 +26,16 @@ def run(body, *arrays, shape=(128, 64), dtype=nl.float32):
     return kernel(*arrays)
 
 
+def run_on(chip, body, *arrays, shape=(128, 64), dtype=nl.float32):
+    @nki.jit(chip=chip)
+    def kernel(*xs):
+        out = nl.ndarray(shape, dtype, buffer=nl.shared_hbm)
+        nl.store(out, value=body(*[nl.load(x) for x in xs]))
+        return out
+
+    return kernel(*arrays)
+
+
 def test_tensor_tensor_scan_both_styles():
     a, b = X[:, :16], Y[:, :16]
     expect = np.empty_like(a)
@@ -134,10 +144,11 @@ def test_range_select_and_select_reduce():
         return res
     i = 4 + np.arange(64)[None, :]
     keep = (i >= lo) & (i < hi)
-    np.testing.assert_array_equal(run(body, X, lo, hi, shape=(128, 1))[:, 0], np.where(keep, X, fmin).max(axis=1))
+    np.testing.assert_array_equal(run_on("trn2", body, X, lo, hi, shape=(128, 1))[:, 0],
+                                  np.where(keep, X, fmin).max(axis=1))
     with pytest.raises(KernelError, match="on_false_value must be FP32_MIN"):
-        run(lambda x, b0, b1: nisa.range_select(on_true_tile=x, comp_op0=nl.less, comp_op1=nl.less, bound0=b0,
-                                                bound1=b1, on_false_value=0.0), X, lo, hi)
+        run_on("trn2", lambda x, b0, b1: nisa.range_select(on_true_tile=x, comp_op0=nl.less, comp_op1=nl.less, bound0=b0,
+                                                       bound1=b1, on_false_value=0.0), X, lo, hi)
 
     pred = (X > 0).astype(np.float32)
 
@@ -253,14 +264,37 @@ def test_dma_transpose_and_dma_copy_converts_fp32_to_bf16():
     np.testing.assert_array_equal(k2(X), torch.from_numpy(X).bfloat16().float().numpy())
 
 
+def test_nonzero_with_count_on_gpsimd_core_partitions():
+    src = (RNG.random((128, 8)) < 0.4).astype(np.float32)
+    src[0] = [0, 1, 1, 0, 0, 1, 0, 0]
+
+    def body(s):
+        out = nl.ndarray((128, 9), nl.int32, buffer=nl.sbuf)
+        nisa.memset(out, 7, engine=nisa.vector_engine)
+        nisa.nonzero_with_count(dst=out, src=s, index_offset=16, padding_val=-1)
+        return out
+    got = run_on("trn2", body, src, shape=(128, 9), dtype=nl.int32)
+    np.testing.assert_array_equal(got[0], [17, 18, 21, -1, -1, -1, -1, -1, 3])
+    for p in range(128):
+        if p % 16:
+            assert (got[p] == 7).all()
+        else:
+            nz = np.flatnonzero(src[p]) + 16
+            np.testing.assert_array_equal(got[p], [*nz, *[-1] * (8 - nz.size), nz.size])
+    with pytest.raises(KernelError, match="only on NeuronCore-v3 and newer"):
+        run_on("trn1", body, src, shape=(128, 9), dtype=nl.int32)
+
+
 def test_random_numbers_and_dropout():
     def body(x):
         out = nl.ndarray((128, 64), nl.float32, buffer=nl.sbuf)
         nisa.rand2(out, -2.0, 3.0)
         return out
-    u = run(body, X)
+    u = run_on("trn3", body, X)
     assert u.min() >= -2.0 and u.max() < 3.0 and abs(u.mean() - 0.5) < 0.1
-    np.testing.assert_array_equal(run(body, X), u)   # one program, one stream
+    np.testing.assert_array_equal(run_on("trn3", body, X), u)   # one program, one stream
+    with pytest.raises(KernelError, match="rand2 is available only on NeuronCore-v4"):
+        run(body, X)
 
     got = run(lambda x: nisa.dropout(x, prob=0.3), X)
     dropped = got == 0

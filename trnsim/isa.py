@@ -772,6 +772,22 @@ class Gather(Instruction):
 
 
 @dataclass(eq=False)
+class NonzeroWithCount(Instruction):
+    """On the first partition of each group of 16: the positions (plus ``offset``) of the
+    nonzero elements of ``src`` [P, T], then ``padding``, then their count, into ``dst``
+    [P, T + 1]; the other partitions of ``dst`` keep their values."""
+
+    dst: View
+    src: View
+    offset: int = 0
+    padding: int = -1
+    opcode = "nonzero_with_count"
+    read_fields = ('src',)
+    write_fields = ('dst',)
+    engines = (Engine.GPSIMD,)
+
+
+@dataclass(eq=False)
 class BlockTranspose(Instruction):
     """Transpose ``src`` [P, F] (both at most 32) into ``dst`` [F, P] on the vector engine."""
 

@@ -21,7 +21,7 @@ from trnsim.compute.memory import CoreMemory, describe_region
 from trnsim.dtypes import check_values
 from trnsim.errors import ProgramError, UninitializedReadWarning, UnwrittenOutputWarning, warn
 from trnsim.isa import (BN_STATS_WIDTH, SHUFFLE_KEEP, SHUFFLE_QUADRANT, Activation, AffineSelect, AluOp, BlockTranspose, GATHER_GROUP, Gather, LocalGather, BnAggr, BnStats, DmaCopy,
-                        Dropout, FindIndex8, Instruction, Iota, LoadStationary, MatchReplace8, Max8, Memset, MultiplyMoving,
+                        Dropout, FindIndex8, Instruction, Iota, LoadStationary, MatchReplace8, Max8, Memset, MultiplyMoving, NonzeroWithCount,
                         PartitionReduce, Program, RandomUniform, Reciprocal, RangeSelect, ReduceOp, RngSeed, ScalarTensorTensor, Select,
                         SemaphoreSignal, SemaphoreWait, SequenceBounds, StreamShuffle, Tensor, TensorCopy, TensorReduce,
                         TensorScalar, TensorTensor, TensorTensorScan, Transpose, View)
@@ -53,7 +53,7 @@ class Machine:
             MatchReplace8: self._match_replace8, RangeSelect: self._range_select, SequenceBounds: self._sequence_bounds,
             StreamShuffle: self._stream_shuffle, PartitionReduce: self._partition_reduce, RandomUniform: self._random,
             Dropout: self._dropout, RngSeed: self._rng_seed, Reciprocal: self._reciprocal,
-            LocalGather: self._local_gather, Gather: self._gather, BlockTranspose: self._transpose,
+            NonzeroWithCount: self._nonzero, LocalGather: self._local_gather, Gather: self._gather, BlockTranspose: self._transpose,
         }
         self.rng = np.random.default_rng(0)
 
@@ -264,6 +264,16 @@ class Machine:
                 raise ProgramError(f"local_gather index {int(columns.max())} is outside the {src.shape[1]} elements "
                                    f"per partition of {inst.src!r}; keep each index + num_elem_per_idx inside")
             out[group] = src[group][:, columns]
+        self._put(inst.dst, out)
+
+    def _nonzero(self, inst: NonzeroWithCount) -> None:
+        src = self._rows(inst.src)
+        out = self._rows(inst.dst)
+        for p in range(0, src.shape[0], GATHER_GROUP):
+            found = np.flatnonzero(src[p] != 0.0)
+            out[p] = inst.padding
+            out[p, : found.size] = found + inst.offset
+            out[p, -1] = found.size
         self._put(inst.dst, out)
 
     def _gather(self, inst: Gather) -> None:

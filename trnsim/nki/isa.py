@@ -40,7 +40,7 @@ __all__ = [
     "tensor_tensor_scan", "scalar_tensor_tensor", "reciprocal", "tensor_scalar_reduce", "activation_reduce",
     "exponential", "range_select", "select_reduce", "tensor_copy_predicated", "sequence_bounds", "max8",
     "nc_find_index8", "nc_match_replace8", "nc_stream_shuffle", "tensor_partition_reduce", "local_gather",
-    "nc_n_gather", "dma_transpose", "rng", "rand2", "set_rng_seed", "rand_set_state", "dropout", "VirtualRegister",
+    "nc_n_gather", "nonzero_with_count", "dma_transpose", "rng", "rand2", "set_rng_seed", "rand_set_state", "dropout", "VirtualRegister",
     "register_alloc", "register_move",
 ]
 
@@ -379,7 +379,7 @@ from trnsim.nki import isa_more as _more  # noqa: E402
 from trnsim.nki.isa_constants import (constants, dge_mode, dma_engine, engine, get_nc_sub_version,  # noqa: E402, F401
                                       get_nc_version, matmul_perf_mode, nc_version, oob_mode, reduce_cmd)
 from trnsim.nki.isa_more import (REFUSED, VirtualRegister, activation_reduce, dma_transpose, dropout,  # noqa: E402, F401
-                                 exponential, local_gather, max8, nc_find_index8, nc_match_replace8, nc_n_gather,
+                                 exponential, local_gather, max8, nc_find_index8, nc_match_replace8, nc_n_gather, nonzero_with_count,
                                  nc_stream_shuffle, rand2, rand_set_state, range_select, reciprocal, register_alloc,
                                  register_move, rng, scalar_tensor_tensor, select_reduce, sequence_bounds, set_rng_seed,
                                  tensor_copy_predicated, tensor_partition_reduce, tensor_scalar_reduce, tensor_tensor_scan)

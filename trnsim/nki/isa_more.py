@@ -15,12 +15,12 @@ import numpy as np
 
 from trnsim import dtypes as _dt
 from trnsim.isa import (GATHER_GROUP, MAX8_WIDTH, SHUFFLE_KEEP, SHUFFLE_QUADRANT, ActivationFunc, AluOp, BlockTranspose,
-                        Dropout, Engine, FindIndex8, Gather, LocalGather, MatchReplace8, Max8, Memory, Memset,
+                        Dropout, Engine, FindIndex8, Gather, LocalGather, MatchReplace8, Max8, Memory, Memset, NonzeroWithCount,
                         PartitionReduce, RandomUniform, RangeSelect, Reciprocal, ReduceOp, RngSeed, ScalarTensorTensor,
                         Select, SequenceBounds, StreamShuffle, TensorReduce, TensorScalar, TensorTensorScan, View)
 from trnsim.nki import emit as _e
 from trnsim.nki import isa as _isa
-from trnsim.nki.isa_constants import reduce_cmd
+from trnsim.nki.isa_constants import get_nc_version, reduce_cmd
 from trnsim.nki.tensor import NkiTensor
 from trnsim.nki.tracer import KernelError, _current
 
@@ -66,6 +66,14 @@ def _same_free(name: str, out: NkiTensor, *tiles: NkiTensor) -> None:
         if t.view.partitions != out.view.partitions or t.view.free_size != out.view.free_size:
             raise _fail(f"{name}: {t.name}{list(t.shape)} and {out.name}{list(out.shape)} must have the same partitions "
                         "and elements per partition")
+
+
+def _needs_version(name: str, first: int) -> None:
+    """Refuse an instruction the traced chip's NeuronCore generation lacks."""
+    version = get_nc_version().value
+    if version < first:
+        raise _fail(f"{name} is available only on NeuronCore-v{first} and newer; the kernel is traced for "
+                    f"{_e.tracer().chip.name} (NeuronCore-v{version}); pass chip= a newer chip")
 
 
 def _only_reset(name: str, cmd: Any, allowed: tuple[reduce_cmd, ...]) -> None:
@@ -218,6 +226,7 @@ def range_select(*args: Any, reduce_cmd: Any = None, reduce_res: Any = None, red
     """``on_true_tile`` where ``comp_op0(range_start + i, bound0)`` and ``comp_op1(range_start + i,
     bound1)`` hold (``i`` the free index, bounds [P, 1] fp32), else ``on_false_value`` (must be
     FP32_MIN); ``reduce_res`` [P, 1] gets the row maximum (vector engine)."""
+    _needs_version("range_select", 3)
     dst, rest = _isa._split_dst(args, kwargs, lambda a: len(a) >= 2 and _is_tile(a[1]), "on_true_tile")
     src = _tile(_take(kwargs, rest, 0, "on_true_tile"), "range_select on_true_tile")
     cmp0, cmp1 = _isa._alu(_take(kwargs, rest, 1, "comp_op0")), _isa._alu(_take(kwargs, rest, 2, "comp_op1"))
@@ -427,6 +436,27 @@ def local_gather(*args: Any, num_elem_per_idx: int = 1, num_valid_indices: int |
     return out
 
 
+def nonzero_with_count(*args: Any, index_offset: int = 0, padding_val: int = -1, **kwargs: Any) -> NkiTensor:
+    """On partitions 0, 16, ..., 112 (one per GpSimd core): the positions of the nonzero
+    elements of ``src`` [P, T] plus ``index_offset``, then ``padding_val``, then their count,
+    into ``dst`` [P, T + 1] (int32); other partitions of ``dst`` are left as they are."""
+    _needs_version("nonzero_with_count", 3)
+    dst, rest = _isa._split_dst(args, kwargs, lambda a: len(a) >= 2, "src")
+    src = _tile(_take(kwargs, rest, 0, "src"), "nonzero_with_count src")
+    v = _e.flat2d(src.view)
+    out = dst if dst is not None else _e.new_tensor((v.partitions, v.free_size + 1), _dt.int32)
+    if src.dtype not in (_dt.float32, _dt.int32) or out.dtype is not _dt.int32:
+        raise _fail(f"nonzero_with_count: src must be float32 or int32 and dst int32 (got {src.dtype.name}, {out.dtype.name})")
+    if out.view.partitions != v.partitions or out.view.free_size != v.free_size + 1:
+        raise _fail(f"nonzero_with_count: dst {list(out.shape)} must be [{v.partitions}, {v.free_size + 1}]: one more "
+                    "element than src for the count")
+    for t in (src, out):
+        if t.buffer is not Memory.SBUF:
+            raise _fail(f"nonzero_with_count: {t.name} must be in SBUF")
+    _e.emit(NonzeroWithCount(_e.flat2d(out.view), v, int(index_offset), int(padding_val), engine=Engine.GPSIMD))
+    return out
+
+
 def nc_n_gather(*args: Any, dtype: Any = None, **kwargs: Any) -> NkiTensor:
     """``dst[p, j] = data[p, indices[p, j]]`` within each partition (``data`` seen flat), on GpSimd."""
     dst, rest = _isa._split_dst(args, kwargs, lambda a: len(a) >= 3, "data")
@@ -482,6 +512,7 @@ def rng(*args: Any, engine: Any = None, **kwargs: Any) -> NkiTensor:
 
 def rand2(*args: Any, **kwargs: Any) -> NkiTensor:
     """Uniform random values in [min, max) into ``dst`` (vector engine); min and max are numbers."""
+    _needs_version("rand2", 4)
     dst = _tile(_take(kwargs, args, 0, "dst"), "rand2 dst")
     low, high = _take(kwargs, args, 1, "min", 0.0), _take(kwargs, args, 2, "max", 1.0)
     if not isinstance(low, Real) or not isinstance(high, Real):
@@ -573,8 +604,8 @@ REFUSED = {
     "tensor_scalar_cumulative": "it keeps the vector engine's accumulator registers between instructions, which trnsim "
                                 "does not model; use nisa.tensor_tensor_scan",
     "dma_compute": "DMA-side reductions are not modelled; load the tiles and reduce with nisa.tensor_tensor",
-    "nonzero_with_count": "not yet modelled; build it from nisa.iota and nisa.select_reduce",
-    "topk": "not yet modelled; take the top 8 with nisa.max8 and nisa.nc_match_replace8 rounds",
+    "topk": "its 16-partition snake input layout is not modelled; take the top 8 with nisa.max8 and "
+            "nisa.nc_match_replace8 rounds",
     "builtin_custom_op": "custom GpSimd code cannot run in trnsim",
 }
 
