@@ -230,6 +230,12 @@ def test_iota_and_affine_select_with_patterns():
         return out
     np.testing.assert_array_equal(run(body2, X), np.where(p - k >= 0, X, -7.0))
 
+    def body3(x):
+        out = nl.ndarray((128, 64), nl.float32, buffer=nl.sbuf)
+        nisa.iota(dst=out, pattern=[[2, 64]], offset=-5, name="idx")
+        return out
+    np.testing.assert_array_equal(run(body3, X), -5 + 2 * k)
+
 
 def test_vector_engine_transpose():
     a = X[:32, :16]

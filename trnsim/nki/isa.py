@@ -274,7 +274,10 @@ def iota(*args: Any, dtype: Any = None, **kwargs: Any) -> NkiTensor:
     ``t = nisa.iota(i_p * 64 + i_f, dtype=nl.int32)`` or ``nisa.iota(dst, expr)``."""
     dst, rest = _split_dst(args, kwargs, lambda a: _is_tile(a[0]), "expr")
     if "pattern" in kwargs or (dst is not None and rest and isinstance(rest[0], (list, tuple))):
-        return _iota_pattern(dst, kwargs.pop("pattern", rest[0] if rest else None), *rest[1:], **kwargs)
+        kwargs.pop("name", None)
+        if "pattern" in kwargs:
+            return _iota_pattern(dst, kwargs.pop("pattern"), *rest, **kwargs)
+        return _iota_pattern(dst, *rest, **kwargs)
     expr = kwargs.pop("expr", rest[0] if rest else None)
     if isinstance(expr, int):
         expr = Affine({}, expr, {}, {})
@@ -318,6 +321,7 @@ def affine_select(*args: Any, dtype: Any = None, **kwargs: Any) -> NkiTensor:
     (GpSimd): ``nisa.affine_select(pred=(i_p - i_f >= 0), on_true_tile=t, on_false_value=-inf)``."""
     dst, rest = _split_dst(args, kwargs, lambda a: _is_tile(a[0]), "on_true_tile")
     if "pattern" in kwargs or (rest and isinstance(rest[0], (list, tuple))):
+        kwargs.pop("name", None)
         return _affine_select_pattern(dst, *rest, dtype=dtype, **kwargs)
     pred = kwargs.pop("pred", rest[0] if rest else None)
     src = _e.readable(kwargs.pop("on_true_tile", rest[1] if len(rest) > 1 else None), "affine_select on_true_tile")

@@ -76,6 +76,11 @@ def _needs_version(name: str, first: int) -> None:
                     f"{_e.tracer().chip.name} (NeuronCore-v{version}); pass chip= a newer chip")
 
 
+def _no_mask(kwargs: dict, name: str) -> None:
+    if kwargs.pop("mask", None) is not None:
+        raise _fail(f"{name}: mask= is not supported here; slice the tiles to the region instead")
+
+
 def _only_reset(name: str, cmd: Any, allowed: tuple[reduce_cmd, ...]) -> None:
     """trnsim keeps no accumulator registers between instructions: each reduction starts afresh."""
     if cmd is not None and cmd not in allowed:
@@ -89,6 +94,7 @@ def tensor_tensor_scan(*args: Any, dtype: Any = None, reverse0: bool = False, re
     """Running scan along the free axis (vector engine, fp32 math):
     ``dst[:, i] = op1(op0(data0[:, i], dst[:, i - 1]), data1[:, i])`` from ``initial`` (a
     number or a [P, 1] tile); ``data0``/``data1`` [P, F], not both in PSUM."""
+    _no_mask(kwargs, "tensor_tensor_scan")
     dst, rest = _isa._split_dst(args, kwargs, lambda a: len(a) >= 4 and _is_tile(a[0])
                                 and (_is_tile(a[3]) or isinstance(a[3], Real)), "data0")
     a = _tile(_take(kwargs, rest, 0, "data0"), "tensor_tensor_scan data0")
@@ -107,6 +113,7 @@ def scalar_tensor_tensor(*args: Any, dtype: Any = None, reverse0: bool = False, 
                          engine: Any = None, **kwargs: Any) -> NkiTensor:
     """``op1(op0(data, operand0), operand1)`` in one vector engine instruction: ``operand0`` a
     number or [P, 1] tile, ``operand1`` a tile of ``data``'s shape (not both it and data in PSUM)."""
+    _no_mask(kwargs, "scalar_tensor_tensor")
     dst, rest = _isa._split_dst(args, kwargs, lambda a: len(a) >= 2 and _is_tile(a[1]), "data")
     data = _tile(_take(kwargs, rest, 0, "data"), "scalar_tensor_tensor data")
     op0 = _isa._alu(_take(kwargs, rest, 1, "op0"))
@@ -123,6 +130,7 @@ def scalar_tensor_tensor(*args: Any, dtype: Any = None, reverse0: bool = False, 
 
 def reciprocal(*args: Any, dtype: Any = None, **kwargs: Any) -> NkiTensor:
     """``1 / data`` elementwise on the vector engine (fp32 math)."""
+    _no_mask(kwargs, "reciprocal")
     dst, rest = _isa._split_dst(args, kwargs, lambda a: len(a) >= 2, "data")
     data = _tile(_take(kwargs, rest, 0, "data"), "reciprocal data")
     out = _isa._out(dst, data, dtype)
@@ -142,6 +150,7 @@ def tensor_scalar_reduce(*args: Any, dtype: Any = None, reverse0: bool = False, 
                          reduce_init: Any = None, reduce_res_negate: bool = False, **kwargs: Any) -> NkiTensor:
     """``data op0 operand0`` (vector engine) and its reduction over all free axes into
     ``reduce_res`` [P, 1] (nl.add, nl.maximum or nl.minimum)."""
+    _no_mask(kwargs, "tensor_scalar_reduce")
     dst, rest = _isa._split_dst(args, kwargs, lambda a: len(a) >= 2 and _is_tile(a[1]), "data")
     data = _tile(_take(kwargs, rest, 0, "data"), "tensor_scalar_reduce data")
     op0 = _isa._alu(_take(kwargs, rest, 1, "op0"))
@@ -171,6 +180,7 @@ def exponential(*args: Any, max_value: Any = 0.0, reduce_res: Any = None, reduce
                 reduce_init: Any = 0.0, dtype: Any = None, **kwargs: Any) -> NkiTensor:
     """``exp(src - max_value)`` (``max_value`` a number or [P, 1] tile); with ``reduce_res`` [P, 1]
     also the sum of the results. Runs as a scalar engine activation in trnsim."""
+    _no_mask(kwargs, "exponential")
     dst, rest = _isa._split_dst(args, kwargs, lambda a: len(a) >= 2, "src")
     src = _tile(_take(kwargs, rest, 0, "src"), "exponential src")
     _only_reset("exponential", reduce_cmd, (_IDLE, _RESET_REDUCE))
@@ -226,6 +236,7 @@ def range_select(*args: Any, reduce_cmd: Any = None, reduce_res: Any = None, red
     """``on_true_tile`` where ``comp_op0(range_start + i, bound0)`` and ``comp_op1(range_start + i,
     bound1)`` hold (``i`` the free index, bounds [P, 1] fp32), else ``on_false_value`` (must be
     FP32_MIN); ``reduce_res`` [P, 1] gets the row maximum (vector engine)."""
+    _no_mask(kwargs, "range_select")
     _needs_version("range_select", 3)
     dst, rest = _isa._split_dst(args, kwargs, lambda a: len(a) >= 2 and _is_tile(a[1]), "on_true_tile")
     src = _tile(_take(kwargs, rest, 0, "on_true_tile"), "range_select on_true_tile")
@@ -253,6 +264,7 @@ def select_reduce(*args: Any, reduce_res: Any = None, reduce_cmd: Any = None, re
                   reverse_pred: bool = False, dtype: Any = None, **kwargs: Any) -> NkiTensor:
     """``on_true where predicate != 0 else on_false`` (``on_false`` a tile or number; swapped with
     ``reverse_pred``) on the vector engine; ``reduce_res`` [P, 1] gets the row reduction (max)."""
+    _no_mask(kwargs, "select_reduce")
     dst, rest = _isa._split_dst(args, kwargs, lambda a: len(a) >= 4 and _is_tile(a[1]), "predicate")
     pred = _tile(_take(kwargs, rest, 0, "predicate"), "select_reduce predicate")
     on_true = _tile(_take(kwargs, rest, 1, "on_true"), "select_reduce on_true")
@@ -276,6 +288,7 @@ def select_reduce(*args: Any, reduce_res: Any = None, reduce_cmd: Any = None, re
 def tensor_copy_predicated(*args: Any, reverse_pred: bool = False, **kwargs: Any) -> NkiTensor:
     """Copy ``src`` (a tile or a number) into ``dst`` where ``predicate`` is nonzero (zero with
     ``reverse_pred``); ``dst`` keeps its values elsewhere (vector engine)."""
+    _no_mask(kwargs, "tensor_copy_predicated")
     dst = _tile(_take(kwargs, args, 0, "dst"), "tensor_copy_predicated dst")
     src = _take(kwargs, args, 1, "src")
     pred = _tile(_take(kwargs, args, 2, "predicate"), "tensor_copy_predicated predicate")
@@ -292,6 +305,7 @@ def tensor_copy_predicated(*args: Any, reverse_pred: bool = False, **kwargs: Any
 def sequence_bounds(*args: Any, dtype: Any = None, **kwargs: Any) -> NkiTensor:
     """Segment bounds of ``segment_ids`` [1, N] (fp32 or int32) into [1, 2, N]: the start and
     one past the end of each element's segment; padding (id 0) gets (N, -1). GpSimd."""
+    _no_mask(kwargs, "sequence_bounds")
     dst, rest = _isa._split_dst(args, kwargs, lambda a: len(a) >= 2, "segment_ids")
     ids = _tile(_take(kwargs, rest, 0, "segment_ids"), "sequence_bounds segment_ids")
     if ids.view.partitions != 1:
@@ -320,6 +334,7 @@ def _eight(name: str, t: NkiTensor | None, partitions: int) -> None:
 
 def max8(*args: Any, dtype: Any = None, **kwargs: Any) -> NkiTensor:
     """The 8 largest values of each partition of ``src`` (8..16384 elements), descending, [P, 8] (vector engine)."""
+    _no_mask(kwargs, "max8")
     dst, rest = _isa._split_dst(args, kwargs, lambda a: len(a) >= 2, "src")
     src = _tile(_take(kwargs, rest, 0, "src"), "max8 src")
     _check_search("max8", src)
@@ -332,6 +347,7 @@ def max8(*args: Any, dtype: Any = None, **kwargs: Any) -> NkiTensor:
 def nc_find_index8(*args: Any, dtype: Any = None, **kwargs: Any) -> NkiTensor:
     """Index of the first occurrence of each of the 8 ``vals`` [P, 8] in each partition of ``data``
     (uint32 [P, 8] by default; all ones where a value is absent). Vector engine."""
+    _no_mask(kwargs, "nc_find_index8")
     dst, rest = _isa._split_dst(args, kwargs, lambda a: len(a) >= 3, "data")
     data = _tile(_take(kwargs, rest, 0, "data"), "nc_find_index8 data")
     vals = _tile(_take(kwargs, rest, 1, "vals"), "nc_find_index8 vals")
@@ -348,6 +364,7 @@ def nc_find_index8(*args: Any, dtype: Any = None, **kwargs: Any) -> NkiTensor:
 def nc_match_replace8(*args: Any, imm: Any = None, dst_idx: Any = None, dtype: Any = None, **kwargs: Any) -> NkiTensor:
     """``data`` with the first occurrence of each of the 8 ``vals`` per partition replaced by
     ``imm``; ``dst_idx`` [P, 8] (optional) gets their positions. Vector engine."""
+    _no_mask(kwargs, "nc_match_replace8")
     dst, rest = _isa._split_dst(args, kwargs, lambda a: len(a) >= 3 and _is_tile(a[2]), "data")
     data = _tile(_take(kwargs, rest, 0, "data"), "nc_match_replace8 data")
     vals = _tile(_take(kwargs, rest, 1, "vals"), "nc_match_replace8 vals")
@@ -367,6 +384,7 @@ def nc_match_replace8(*args: Any, imm: Any = None, dst_idx: Any = None, dtype: A
 def nc_stream_shuffle(*args: Any, **kwargs: Any) -> NkiTensor:
     """Cross-partition copy within each quadrant of 32 partitions (vector engine): ``dst``
     partition ``i`` takes ``src`` partition ``shuffle_mask[i]``; 255 leaves it unchanged."""
+    _no_mask(kwargs, "nc_stream_shuffle")
     dst = _tile(_take(kwargs, args, 0, "dst"), "nc_stream_shuffle dst")
     src = _tile(_take(kwargs, args, 1, "src"), "nc_stream_shuffle src")
     mask = _take(kwargs, args, 2, "shuffle_mask")
@@ -393,6 +411,7 @@ def nc_stream_shuffle(*args: Any, **kwargs: Any) -> NkiTensor:
 
 def tensor_partition_reduce(*args: Any, dtype: Any = None, **kwargs: Any) -> NkiTensor:
     """Reduce ``data`` [P, F] across partitions into [1, F] on GpSimd (nl.add, nl.maximum, nl.minimum)."""
+    _no_mask(kwargs, "tensor_partition_reduce")
     dst, rest = _isa._split_dst(args, kwargs, lambda a: len(a) >= 3, "data")
     op = _isa._red(_take(kwargs, rest, 0, "op"))
     data = _tile(_take(kwargs, rest, 1, "data"), "tensor_partition_reduce data")
@@ -408,6 +427,7 @@ def local_gather(*args: Any, num_elem_per_idx: int = 1, num_valid_indices: int |
     """GpSimd gather inside each group of 16 partitions: the group's ``index`` slice, flattened
     partition first, gives element offsets into each partition of ``src_buffer``; every
     offset reads ``num_elem_per_idx`` elements. Returns [P, num_valid_indices, num_elem_per_idx]."""
+    _no_mask(kwargs, "local_gather")
     dst, rest = _isa._split_dst(args, kwargs, lambda a: len(a) >= 3 and _is_tile(a[2]), "src_buffer")
     src = _tile(_take(kwargs, rest, 0, "src_buffer"), "local_gather src_buffer")
     index = _tile(_take(kwargs, rest, 1, "index"), "local_gather index")
@@ -440,6 +460,7 @@ def nonzero_with_count(*args: Any, index_offset: int = 0, padding_val: int = -1,
     """On partitions 0, 16, ..., 112 (one per GpSimd core): the positions of the nonzero
     elements of ``src`` [P, T] plus ``index_offset``, then ``padding_val``, then their count,
     into ``dst`` [P, T + 1] (int32); other partitions of ``dst`` are left as they are."""
+    _no_mask(kwargs, "nonzero_with_count")
     _needs_version("nonzero_with_count", 3)
     dst, rest = _isa._split_dst(args, kwargs, lambda a: len(a) >= 2, "src")
     src = _tile(_take(kwargs, rest, 0, "src"), "nonzero_with_count src")
@@ -459,6 +480,7 @@ def nonzero_with_count(*args: Any, index_offset: int = 0, padding_val: int = -1,
 
 def nc_n_gather(*args: Any, dtype: Any = None, **kwargs: Any) -> NkiTensor:
     """``dst[p, j] = data[p, indices[p, j]]`` within each partition (``data`` seen flat), on GpSimd."""
+    _no_mask(kwargs, "nc_n_gather")
     dst, rest = _isa._split_dst(args, kwargs, lambda a: len(a) >= 3, "data")
     data = _tile(_take(kwargs, rest, 0, "data"), "nc_n_gather data")
     idx = _tile(_take(kwargs, rest, 1, "indices"), "nc_n_gather indices")
@@ -537,6 +559,7 @@ def rand_set_state(*args: Any, engine: Any = None, **kwargs: Any) -> None:
 
 def dropout(*args: Any, dtype: Any = None, **kwargs: Any) -> NkiTensor:
     """Zero each element of ``data`` with probability ``prob`` (a number or [P, 1] tile); vector engine."""
+    _no_mask(kwargs, "dropout")
     dst, rest = _isa._split_dst(args, kwargs, lambda a: len(a) >= 3 or (len(a) == 2 and "prob" in kwargs), "data")
     data = _tile(_take(kwargs, rest, 0, "data"), "dropout data")
     prob = _scalar_or_view(_take(kwargs, rest, 1, "prob"), "dropout prob")
