@@ -54,6 +54,23 @@ def test_tensor_tensor_scan_both_styles():
     np.testing.assert_array_equal(run(dst_style, a, b, shape=(128, 16)), expect)
 
 
+def test_tensor_scalar_cumulative_running_max_and_load_reduce():
+    got = run(lambda x: nisa.tensor_scalar_cumulative(src=x, op0=nl.multiply, op1=nl.maximum, imm0=2.0), X)
+    np.testing.assert_array_equal(got, np.maximum.accumulate(X * F32(2), axis=1))
+
+    def body(x):
+        out = nl.ndarray((128, 64), nl.float32, buffer=nl.sbuf)
+        nisa.tensor_scalar_cumulative(dst=out, src=x, op0=nl.add, op1=nl.add, imm0=0.0, imm1=10.0,
+                                      reduce_cmd=nisa.reduce_cmd.load_reduce)
+        return out
+    expect = np.empty_like(X)
+    acc = np.full(128, F32(10))
+    for i in range(64):
+        acc = (X[:, i] + acc).astype(F32)
+        expect[:, i] = acc
+    np.testing.assert_array_equal(run(body, X), expect)
+
+
 def test_scalar_tensor_tensor_and_reverse():
     got = run(lambda x, y: nisa.scalar_tensor_tensor(data=x, op0=nl.multiply, operand0=2.0, op1=nl.subtract,
                                                      operand1=y, reverse1=True), X, Y)

@@ -37,7 +37,7 @@ __all__ = [
     "engine", "reduce_cmd", "dge_mode", "oob_mode", "matmul_perf_mode", "nc_version", "dma_engine", "constants",
     "get_nc_version", "get_nc_sub_version",
     # trnsim.nki.isa_more
-    "tensor_tensor_scan", "scalar_tensor_tensor", "reciprocal", "tensor_scalar_reduce", "activation_reduce",
+    "tensor_tensor_scan", "tensor_scalar_cumulative", "scalar_tensor_tensor", "reciprocal", "tensor_scalar_reduce", "activation_reduce",
     "exponential", "range_select", "select_reduce", "tensor_copy_predicated", "sequence_bounds", "max8",
     "nc_find_index8", "nc_match_replace8", "nc_stream_shuffle", "tensor_partition_reduce", "local_gather",
     "nc_n_gather", "nonzero_with_count", "dma_transpose", "rng", "rand2", "set_rng_seed", "rand_set_state", "dropout", "VirtualRegister",
@@ -386,7 +386,8 @@ from trnsim.nki.isa_more import (REFUSED, VirtualRegister, activation_reduce, dm
                                  exponential, local_gather, max8, nc_find_index8, nc_match_replace8, nc_n_gather, nonzero_with_count,
                                  nc_stream_shuffle, rand2, rand_set_state, range_select, reciprocal, register_alloc,
                                  register_move, rng, scalar_tensor_tensor, select_reduce, sequence_bounds, set_rng_seed,
-                                 tensor_copy_predicated, tensor_partition_reduce, tensor_scalar_reduce, tensor_tensor_scan)
+                                 tensor_copy_predicated, tensor_partition_reduce, tensor_scalar_cumulative,
+                                 tensor_scalar_reduce, tensor_tensor_scan)
 
 # Refused by name: each raises KernelError saying why (see REFUSED).
 globals().update({name: _more._refused(name, why) for name, why in REFUSED.items()})

@@ -20,7 +20,8 @@ from trnsim.isa import (GATHER_GROUP, MAX8_WIDTH, SHUFFLE_KEEP, SHUFFLE_QUADRANT
                         Select, SequenceBounds, StreamShuffle, TensorReduce, TensorScalar, TensorTensorScan, View)
 from trnsim.nki import emit as _e
 from trnsim.nki import isa as _isa
-from trnsim.nki.isa_constants import get_nc_version, reduce_cmd
+from trnsim.nki.isa_constants import get_nc_version
+from trnsim.nki.isa_constants import reduce_cmd as reduce_cmd_enum
 from trnsim.nki.tensor import NkiTensor
 from trnsim.nki.tracer import KernelError, _current
 
@@ -81,7 +82,7 @@ def _no_mask(kwargs: dict, name: str) -> None:
         raise _fail(f"{name}: mask= is not supported here; slice the tiles to the region instead")
 
 
-def _only_reset(name: str, cmd: Any, allowed: tuple[reduce_cmd, ...]) -> None:
+def _only_reset(name: str, cmd: Any, allowed: tuple[reduce_cmd_enum, ...]) -> None:
     """trnsim keeps no accumulator registers between instructions: each reduction starts afresh."""
     if cmd is not None and cmd not in allowed:
         raise _fail(f"{name}: reduce_cmd={cmd!r} carries the engine's accumulator registers across instructions, which "
@@ -106,6 +107,38 @@ def tensor_tensor_scan(*args: Any, dtype: Any = None, reverse0: bool = False, re
     _same_free("tensor_tensor_scan", out, a, b)
     _e.emit(TensorTensorScan(_e.flat2d(out.view), _e.flat2d(a.view), _e.flat2d(b.view), initial, op0, op1,
                              bool(reverse0), bool(reverse1), engine=Engine.VECTOR))
+    return out
+
+
+_IDENTITY = {AluOp.ADD: 0.0, AluOp.SUBTRACT: 0.0, AluOp.MULTIPLY: 1.0, AluOp.MAXIMUM: -math.inf, AluOp.MINIMUM: math.inf}
+
+
+def tensor_scalar_cumulative(*args: Any, reduce_cmd: Any = None, reverse0: bool = False, dtype: Any = None,
+                             **kwargs: Any) -> NkiTensor:
+    """Running ``reg = op1(op0(src[i], imm0), reg)`` along the free axis, each step written to
+    ``dst``; ``reg`` starts at op1's identity (reset_reduce) or ``imm1`` (load_reduce). Runs as
+    a tensor_scalar then a tensor_tensor_scan on the vector engine."""
+    _no_mask(kwargs, "tensor_scalar_cumulative")
+    dst, rest = _isa._split_dst(args, kwargs, lambda a: len(a) >= 2 and _is_tile(a[1]), "src")
+    src = _tile(_take(kwargs, rest, 0, "src"), "tensor_scalar_cumulative src")
+    op0, op1 = _isa._alu(_take(kwargs, rest, 1, "op0")), _isa._alu(_take(kwargs, rest, 2, "op1"))
+    imm0 = _isa._operand(_take(kwargs, rest, 3, "imm0"))
+    imm1 = _take(kwargs, rest, 4, "imm1")
+    if op1 not in _IDENTITY:
+        raise _fail(f"tensor_scalar_cumulative: op1 {op1.value} must be add, subtract, multiply, maximum or minimum")
+    _only_reset("tensor_scalar_cumulative", reduce_cmd, (_RESET_REDUCE, reduce_cmd_enum.load_reduce))
+    if reduce_cmd is reduce_cmd_enum.load_reduce:
+        if imm1 is None:
+            raise _fail("tensor_scalar_cumulative: reduce_cmd=load_reduce starts from imm1; pass imm1=")
+        initial = _scalar_or_view(imm1, "tensor_scalar_cumulative imm1")
+    else:
+        initial = _IDENTITY[op1]
+    out = _isa._out(dst, src, dtype)
+    _same_free("tensor_scalar_cumulative", out, src)
+    step = _e.new_tensor((src.view.partitions, src.view.free_size), _dt.float32)
+    _e.emit(TensorScalar(step.view, _e.flat2d(src.view), op0, imm0, None, None, bool(reverse0), engine=Engine.VECTOR))
+    _e.emit(TensorTensorScan(_e.flat2d(out.view), step.view, step.view, initial, op1, AluOp.BYPASS,
+                             engine=Engine.VECTOR))
     return out
 
 
@@ -624,13 +657,11 @@ REFUSED = {
     "tensor_copy_dynamic_dst": "it addresses memory through run-time register values, and trnsim traces a kernel before "
                                "it runs; index with nl.arange expressions",
     "activate2": "its two-stage ALU with relu_param is not modelled; use nisa.tensor_scalar then nisa.activation",
-    "tensor_scalar_cumulative": "it keeps the vector engine's accumulator registers between instructions, which trnsim "
-                                "does not model; use nisa.tensor_tensor_scan",
     "dma_compute": "DMA-side reductions are not modelled; load the tiles and reduce with nisa.tensor_tensor",
     "topk": "its 16-partition snake input layout is not modelled; take the top 8 with nisa.max8 and "
             "nisa.nc_match_replace8 rounds",
     "builtin_custom_op": "custom GpSimd code cannot run in trnsim",
 }
 
-_IDLE, _RESET_REDUCE = reduce_cmd.idle, reduce_cmd.reset_reduce
+_IDLE, _RESET_REDUCE = reduce_cmd_enum.idle, reduce_cmd_enum.reset_reduce
 _COMPARISONS = (AluOp.IS_EQUAL, AluOp.NOT_EQUAL, AluOp.IS_GT, AluOp.IS_GE, AluOp.IS_LT, AluOp.IS_LE)
