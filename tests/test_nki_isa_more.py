@@ -112,6 +112,21 @@ def test_tensor_scalar_reduce_and_activation_reduce():
     np.testing.assert_allclose(run(body2, X, shape=(128, 1))[:, 0], np.exp(X.astype(np.float64)).sum(axis=1), rtol=1e-5)
 
 
+def test_activate2_scale_bias_then_function():
+    b = RNG.standard_normal((128, 1)).astype(np.float32)
+
+    def body(x, bias):
+        out = nl.ndarray((128, 64), nl.float32, buffer=nl.sbuf)
+        res = nl.ndarray((128, 1), nl.float32, buffer=nl.sbuf)
+        nisa.activate2(dst=out, op=nl.exp, data=x, imm0=0.5, imm1=bias, op0=nl.multiply, op1=nl.subtract,
+                       reduce_op=nl.add, reduce_res=res)
+        return res
+    expect = np.exp((X * F32(0.5) - b).astype(np.float64)).sum(axis=1)
+    np.testing.assert_allclose(run_on("trn3", body, X, b, shape=(128, 1))[:, 0], expect, rtol=1e-5)
+    with pytest.raises(KernelError, match="activate2 is available only on NeuronCore-v4"):
+        run(body, X, b, shape=(128, 1))
+
+
 def test_exponential_subtracts_the_max():
     m = X.max(axis=1, keepdims=True)
 

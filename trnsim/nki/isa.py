@@ -37,7 +37,7 @@ __all__ = [
     "engine", "reduce_cmd", "dge_mode", "oob_mode", "matmul_perf_mode", "nc_version", "dma_engine", "constants",
     "get_nc_version", "get_nc_sub_version",
     # trnsim.nki.isa_more
-    "tensor_tensor_scan", "tensor_scalar_cumulative", "scalar_tensor_tensor", "reciprocal", "tensor_scalar_reduce", "activation_reduce",
+    "tensor_tensor_scan", "tensor_scalar_cumulative", "scalar_tensor_tensor", "reciprocal", "tensor_scalar_reduce", "activation_reduce", "activate2",
     "exponential", "range_select", "select_reduce", "tensor_copy_predicated", "sequence_bounds", "max8",
     "nc_find_index8", "nc_match_replace8", "nc_stream_shuffle", "tensor_partition_reduce", "local_gather",
     "nc_n_gather", "nonzero_with_count", "dma_transpose", "rng", "rand2", "set_rng_seed", "rand_set_state", "dropout", "VirtualRegister",
@@ -54,7 +54,7 @@ unknown_engine = None
 _ALU_NAMES = {"add": AluOp.ADD, "subtract": AluOp.SUBTRACT, "multiply": AluOp.MULTIPLY, "divide": AluOp.DIVIDE,
               "maximum": AluOp.MAXIMUM, "minimum": AluOp.MINIMUM, "power": AluOp.POW, "equal": AluOp.IS_EQUAL,
               "not_equal": AluOp.NOT_EQUAL, "greater": AluOp.IS_GT, "greater_equal": AluOp.IS_GE, "less": AluOp.IS_LT,
-              "less_equal": AluOp.IS_LE}
+              "less_equal": AluOp.IS_LE, "bypass": AluOp.BYPASS}
 _REDUCE_NAMES = {"add": ReduceOp.ADD, "sum": ReduceOp.ADD, "maximum": ReduceOp.MAX, "max": ReduceOp.MAX, "amax": ReduceOp.MAX,
                  "minimum": ReduceOp.MIN, "min": ReduceOp.MIN, "amin": ReduceOp.MIN}
 _ACT_NAMES = {f.value: f for f in ActivationFunc} | {"copy": ActivationFunc.IDENTITY, "gelu_apprx_tanh": ActivationFunc.GELU_TANH}
@@ -382,7 +382,7 @@ def bn_aggr(*args: Any, dtype: Any = None, **kwargs: Any) -> NkiTensor:
 from trnsim.nki import isa_more as _more  # noqa: E402
 from trnsim.nki.isa_constants import (constants, dge_mode, dma_engine, engine, get_nc_sub_version,  # noqa: E402, F401
                                       get_nc_version, matmul_perf_mode, nc_version, oob_mode, reduce_cmd)
-from trnsim.nki.isa_more import (REFUSED, VirtualRegister, activation_reduce, dma_transpose, dropout,  # noqa: E402, F401
+from trnsim.nki.isa_more import (REFUSED, VirtualRegister, activate2, activation_reduce, dma_transpose, dropout,  # noqa: E402, F401
                                  exponential, local_gather, max8, nc_find_index8, nc_match_replace8, nc_n_gather, nonzero_with_count,
                                  nc_stream_shuffle, rand2, rand_set_state, range_select, reciprocal, register_alloc,
                                  register_move, rng, scalar_tensor_tensor, select_reduce, sequence_bounds, set_rng_seed,

@@ -209,6 +209,40 @@ def activation_reduce(*args: Any, **kwargs: Any) -> NkiTensor:
     return _isa.activation(*args, **kwargs)
 
 
+_ACTIVATE2_PAIRS = {(AluOp.MULTIPLY, AluOp.ADD), (AluOp.MULTIPLY, AluOp.SUBTRACT), (AluOp.MULTIPLY, AluOp.BYPASS),
+                    (AluOp.ADD, AluOp.BYPASS), (AluOp.SUBTRACT, AluOp.BYPASS), (AluOp.BYPASS, AluOp.BYPASS)}
+
+
+def activate2(*args: Any, relu_param: Any = 0.0, reverse0: bool = False, reverse1: bool = False, dtype: Any = None,
+              **kwargs: Any) -> NkiTensor:
+    """``op((data op0 imm0) op1 imm1)`` on the scalar engine (NeuronCore-v4+), with optional
+    ``reduce_op``/``reduce_res`` as :func:`nki.isa.activation`. Runs as a scalar-engine
+    tensor_scalar then an activation."""
+    _no_mask(kwargs, "activate2")
+    _needs_version("activate2", 4)
+    dst, rest = _isa._split_dst(args, kwargs, lambda a: len(a) >= 3 and _is_tile(a[2]), "data")
+    op = _take(kwargs, rest, 0, "op")
+    data = _tile(_take(kwargs, rest, 1, "data"), "activate2 data")
+    imm0, imm1 = _take(kwargs, rest, 2, "imm0"), _take(kwargs, rest, 3, "imm1")
+    op0, op1 = _isa._alu(_take(kwargs, rest, 4, "op0")), _isa._alu(_take(kwargs, rest, 5, "op1"))
+    if (op0, op1) not in _ACTIVATE2_PAIRS:
+        raise _fail(f"activate2: (op0, op1) = ({op0.value}, {op1.value}) is not one of the six supported pairs: "
+                    "(multiply, add), (multiply, subtract), (multiply, bypass), (add, bypass), (subtract, bypass), "
+                    "(bypass, bypass)")
+    if not isinstance(relu_param, Real) or relu_param != 0.0:
+        raise _fail("activate2: relu_param (parameterised activations such as PReLU) is not modelled; leave it 0")
+    if reverse1:
+        raise _fail("activate2: reverse1 is not supported; use op1=nl.add with a negated imm1 instead")
+    source = data
+    if op0 is not AluOp.BYPASS:
+        source = _e.new_tensor(data.shape, _dt.float32)
+        _e.emit(TensorScalar(source.view, data.view, op0, _isa._operand(imm0), None if op1 is AluOp.BYPASS else op1,
+                             _isa._operand(imm1), bool(reverse0), engine=Engine.SCALAR))
+    out = _isa._out(dst, data, dtype)
+    reduce = {k: kwargs.pop(k) for k in ("reduce_op", "reduce_res", "reduce_cmd") if k in kwargs}
+    return _isa.activation(out, op, source, **reduce)
+
+
 def exponential(*args: Any, max_value: Any = 0.0, reduce_res: Any = None, reduce_cmd: Any = None,
                 reduce_init: Any = 0.0, dtype: Any = None, **kwargs: Any) -> NkiTensor:
     """``exp(src - max_value)`` (``max_value`` a number or [P, 1] tile); with ``reduce_res`` [P, 1]
@@ -656,7 +690,6 @@ REFUSED = {
                                "it runs; index with nl.arange expressions or use nisa.nc_n_gather",
     "tensor_copy_dynamic_dst": "it addresses memory through run-time register values, and trnsim traces a kernel before "
                                "it runs; index with nl.arange expressions",
-    "activate2": "its two-stage ALU with relu_param is not modelled; use nisa.tensor_scalar then nisa.activation",
     "dma_compute": "DMA-side reductions are not modelled; load the tiles and reduce with nisa.tensor_tensor",
     "topk": "its 16-partition snake input layout is not modelled; take the top 8 with nisa.max8 and "
             "nisa.nc_match_replace8 rounds",
