@@ -420,3 +420,16 @@ def test_new_instructions_cost_on_their_engines():
     busy = result.summary()
     assert result.latency_ns > 0
     assert "vector" in str(busy).lower()
+
+
+def test_converting_dma_moves_the_destination_bytes_into_hbm():
+    from trnsim import Program, dtypes
+    from trnsim.hw.dma import plan_dma
+    from trnsim.isa import DmaCopy
+    p = Program("trn1")
+    s = p.sbuf([128, 64], dtypes.float32, "s")
+    h = p.hbm([128, 64], dtypes.bfloat16, "h")
+    plan = plan_dma(p.chip, DmaCopy(h.view(), s.view()))
+    assert plan.hbm_bytes == 128 * 64 * 2
+    same = plan_dma(p.chip, DmaCopy(p.hbm([128, 64], dtypes.float32, "f").view(), s.view()))
+    assert same.hbm_bytes == 128 * 64 * 4
