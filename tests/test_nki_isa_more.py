@@ -433,3 +433,15 @@ def test_converting_dma_moves_the_destination_bytes_into_hbm():
     assert plan.hbm_bytes == 128 * 64 * 2
     same = plan_dma(p.chip, DmaCopy(p.hbm([128, 64], dtypes.float32, "f").view(), s.view()))
     assert same.hbm_bytes == 128 * 64 * 4
+
+
+def test_set_rng_seed_repeats_the_stream():
+    def body(seed):
+        out = nl.ndarray((128, 64), nl.float32, buffer=nl.sbuf)
+        nisa.set_rng_seed(seed)
+        return nisa.dropout(out, nisa.memset((128, 64), 1.0, nl.float32), 0.5)
+    a = run(body, np.full((1, 1), 3, np.float32))
+    b = run(body, np.full((1, 1), 3, np.float32))
+    c = run(body, np.full((1, 1), 4, np.float32))
+    np.testing.assert_array_equal(a, b)
+    assert (a != c).any()

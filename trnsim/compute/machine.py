@@ -340,7 +340,7 @@ class Machine:
             storage = inst.dst.dtype.storage
             self.write_raw(inst.dst, (raw & np.uint64(2 ** (8 * storage.itemsize) - 1)).astype(storage))
             return
-        u = self.rng.random(size=inst.dst.shape).astype(np.float32).astype(np.float64)
+        u = np.floor(self.rng.random(size=inst.dst.shape) * 2.0**24) / 2.0**24   # 24-bit fractions: below 1 in fp32
         self._put(inst.dst, inst.low + (inst.high - inst.low) * u)
 
     def _dropout(self, inst: Dropout) -> None:
@@ -350,7 +350,8 @@ class Machine:
         self._put(inst.dst, np.where(draw < prob, 0.0, x))
 
     def _rng_seed(self, inst: RngSeed) -> None:
-        self.rng = np.random.default_rng([int(v) & 0xFFFFFFFF for v in self.read(inst.src).reshape(-1)])
+        seeds = np.nan_to_num(self.read(inst.src).reshape(-1))
+        self.rng = np.random.default_rng([int(v) & 0xFFFFFFFF for v in seeds])
 
 
 def _at(inst: Instruction) -> str:
