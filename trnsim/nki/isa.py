@@ -36,7 +36,7 @@ __all__ = [
     # trnsim.nki.isa_constants
     "engine", "reduce_cmd", "dge_mode", "oob_mode", "matmul_perf_mode", "nc_version", "dma_engine", "constants",
     "get_nc_version", "get_nc_sub_version",
-    # trnsim.nki.isa_more
+    # trnsim.nki.isa_more, isa_random, isa_refused
     "tensor_tensor_scan", "tensor_scalar_cumulative", "scalar_tensor_tensor", "reciprocal", "tensor_scalar_reduce", "activation_reduce", "activate2",
     "exponential", "range_select", "select_reduce", "tensor_copy_predicated", "sequence_bounds", "max8",
     "nc_find_index8", "nc_match_replace8", "nc_stream_shuffle", "tensor_partition_reduce", "local_gather",
@@ -382,13 +382,14 @@ def bn_aggr(*args: Any, dtype: Any = None, **kwargs: Any) -> NkiTensor:
 from trnsim.nki import isa_more as _more  # noqa: E402
 from trnsim.nki.isa_constants import (constants, dge_mode, dma_engine, engine, get_nc_sub_version,  # noqa: E402, F401
                                       get_nc_version, matmul_perf_mode, nc_version, oob_mode, reduce_cmd)
-from trnsim.nki.isa_more import (REFUSED, VirtualRegister, activate2, activation_reduce, dma_transpose, dropout,  # noqa: E402, F401
-                                 exponential, local_gather, max8, nc_find_index8, nc_match_replace8, nc_n_gather, nonzero_with_count,
-                                 nc_stream_shuffle, rand2, rand_set_state, range_select, reciprocal, register_alloc,
-                                 register_move, rng, scalar_tensor_tensor, select_reduce, sequence_bounds, set_rng_seed,
-                                 tensor_copy_predicated, tensor_partition_reduce, tensor_scalar_cumulative,
+from trnsim.nki.isa_more import (activate2, activation_reduce, dma_transpose, exponential,  # noqa: E402, F401
+                                 local_gather, max8, nc_find_index8, nc_match_replace8, nc_n_gather, nonzero_with_count,
+                                 nc_stream_shuffle, range_select, reciprocal, scalar_tensor_tensor, select_reduce,
+                                 sequence_bounds, tensor_copy_predicated, tensor_partition_reduce, tensor_scalar_cumulative,
                                  tensor_scalar_reduce, tensor_tensor_scan)
+from trnsim.nki.isa_random import dropout, rand2, rand_set_state, rng, set_rng_seed  # noqa: E402, F401
+from trnsim.nki.isa_refused import REFUSED, VirtualRegister, refused, register_alloc, register_move  # noqa: E402, F401
 
 # Refused by name: each raises KernelError saying why (see REFUSED).
-globals().update({name: _more._refused(name, why) for name, why in REFUSED.items()})
+globals().update({name: refused(name, why) for name, why in REFUSED.items()})
 __all__ += list(REFUSED)

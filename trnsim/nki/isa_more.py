@@ -1,5 +1,6 @@
-"""The rest of ``nki.isa``: scans, fused two-op instructions, top-8 searches, gathers,
-shuffles, random numbers, registers, and the instructions trnsim refuses by name.
+"""The rest of ``nki.isa``: scans, fused two-op instructions, top-8 searches, selects,
+gathers, shuffles and DMA transposes (random numbers: :mod:`trnsim.nki.isa_random`;
+registers and refusals: :mod:`trnsim.nki.isa_refused`).
 
 Each instruction works in both of NKI's styles, as in :mod:`trnsim.nki.isa`: pass
 ``dst=`` (or the destination tile first) or take the returned tile.
@@ -9,21 +10,20 @@ from __future__ import annotations
 
 import math
 from numbers import Real
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 
 from trnsim import dtypes as _dt
 from trnsim.isa import (GATHER_GROUP, MAX8_WIDTH, SHUFFLE_KEEP, SHUFFLE_QUADRANT, ActivationFunc, AluOp, BlockTranspose,
-                        Dropout, Engine, FindIndex8, Gather, LocalGather, MatchReplace8, Max8, Memory, Memset, NonzeroWithCount,
-                        PartitionReduce, RandomUniform, RangeSelect, Reciprocal, ReduceOp, RngSeed, ScalarTensorTensor,
-                        Select, SequenceBounds, StreamShuffle, TensorReduce, TensorScalar, TensorTensorScan, View)
+                        Engine, FindIndex8, Gather, LocalGather, MatchReplace8, Max8, Memory, Memset, NonzeroWithCount,
+                        PartitionReduce, RangeSelect, Reciprocal, ReduceOp, ScalarTensorTensor, Select, SequenceBounds, StreamShuffle, TensorReduce, TensorScalar, TensorTensorScan, View)
 from trnsim.nki import emit as _e
 from trnsim.nki import isa as _isa
 from trnsim.nki.isa_constants import get_nc_version
 from trnsim.nki.isa_constants import reduce_cmd as reduce_cmd_enum
 from trnsim.nki.tensor import NkiTensor
-from trnsim.nki.tracer import KernelError, _current
+from trnsim.nki.tracer import KernelError
 
 FP32_MIN = float(np.finfo(np.float32).min)
 MAX8_MAX_FREE = 16384
@@ -589,112 +589,6 @@ def dma_transpose(*args: Any, axes: Any = None, dtype: Any = None, **kwargs: Any
     tr.dma(d, View(v.tensor, v.offset, (v.dims[1], v.dims[0])))
     return out
 
-
-def rng(*args: Any, engine: Any = None, **kwargs: Any) -> NkiTensor:
-    """32 random bits per element of ``dst`` (an integer tile), truncated to its dtype."""
-    dst = _tile(_take(kwargs, args, 0, "dst"), "rng dst")
-    if dst.dtype.is_float:
-        raise _fail(f"rng: dst is {dst.dtype.name}; it must be an integer type (int8, int16, int32, uint8, uint32)")
-    _e.emit(RandomUniform(dst.view, bits=True, engine=_isa._engine(engine, Engine.VECTOR)))
-    return dst
-
-
-def rand2(*args: Any, **kwargs: Any) -> NkiTensor:
-    """Uniform random values in [min, max) into ``dst`` (vector engine); min and max are numbers."""
-    _needs_version("rand2", 4)
-    dst = _tile(_take(kwargs, args, 0, "dst"), "rand2 dst")
-    low, high = _take(kwargs, args, 1, "min", 0.0), _take(kwargs, args, 2, "max", 1.0)
-    if not isinstance(low, Real) or not isinstance(high, Real):
-        raise _fail("rand2: trnsim takes min and max as numbers; per-partition bound tiles are not supported")
-    if not low < high:
-        raise _fail(f"rand2: min {low} must be below max {high}")
-    _e.emit(RandomUniform(dst.view, float(low), float(high), engine=Engine.VECTOR))
-    return dst
-
-
-def set_rng_seed(*args: Any, engine: Any = None, **kwargs: Any) -> None:
-    """Seed the random generator from the values of ``src_seeds``."""
-    seeds = _tile(_take(kwargs, args, 0, "src_seeds"), "set_rng_seed src_seeds")
-    _e.emit(RngSeed(seeds.view, engine=_isa._engine(engine, Engine.VECTOR)))
-
-
-def rand_set_state(*args: Any, engine: Any = None, **kwargs: Any) -> None:
-    """Seed the random generator from ``src_seeds`` (trnsim's generator state is a seed, not XORWOW words)."""
-    seeds = _tile(_take(kwargs, args, 0, "src_seeds"), "rand_set_state src_seeds")
-    _e.emit(RngSeed(seeds.view, engine=_isa._engine(engine, Engine.GPSIMD)))
-
-
-def dropout(*args: Any, dtype: Any = None, **kwargs: Any) -> NkiTensor:
-    """Zero each element of ``data`` with probability ``prob`` (a number or [P, 1] tile); vector engine."""
-    _no_mask(kwargs, "dropout")
-    dst, rest = _isa._split_dst(args, kwargs, lambda a: len(a) >= 3 or (len(a) == 2 and "prob" in kwargs), "data")
-    data = _tile(_take(kwargs, rest, 0, "data"), "dropout data")
-    prob = _scalar_or_view(_take(kwargs, rest, 1, "prob"), "dropout prob")
-    out = _isa._out(dst, data, dtype)
-    if out.dtype is not data.dtype:
-        raise _fail(f"dropout: the output data type must match the input's ({out.dtype.name} vs {data.dtype.name})")
-    _same_free("dropout", out, data)
-    _e.emit(Dropout(out.view, data.view, prob, engine=Engine.VECTOR))
-    return out
-
-
-class VirtualRegister:
-    """An engine register holding an integer known when the kernel is traced."""
-
-    def __init__(self, value: int = 0) -> None:
-        self.value = int(value)
-
-    def __int__(self) -> int:
-        return self.value
-
-    def __index__(self) -> int:
-        return self.value
-
-    def __repr__(self) -> str:
-        return f"VirtualRegister({self.value})"
-
-
-def register_alloc(x: int | None = None) -> VirtualRegister:
-    """A register holding ``x`` (0 when None)."""
-    return VirtualRegister(0 if x is None else int(x))
-
-
-def register_move(dst: VirtualRegister, src: Any) -> None:
-    """Set register ``dst`` to ``src`` (a register or an integer)."""
-    if not isinstance(dst, VirtualRegister):
-        raise _fail(f"register_move: dst {dst!r} is not a register from nisa.register_alloc")
-    dst.value = int(src)
-
-
-def _refused(name: str, why: str) -> Callable[..., Any]:
-    def refuse(*_args: Any, **_kwargs: Any) -> Any:
-        message = f"nisa.{name} is not supported by trnsim: {why}"
-        raise _e.tracer().fail(message) if _current else KernelError(message)
-
-    refuse.__name__ = refuse.__qualname__ = name
-    refuse.__doc__ = f"Refused: {why}"
-    return refuse
-
-
-REFUSED = {
-    "sendrecv": "it is a collective transfer between NeuronCores, and trnsim simulates one NeuronCore; there is no "
-                "peer rank to send to or receive from",
-    "core_barrier": "it synchronises several NeuronCores, and trnsim simulates one NeuronCore",
-    "quantize_mx": "MX quantization needs the microscaling fp8/fp4 dtypes and per-block scales, which trnsim does not model",
-    "nc_matmul_mx": "MX matmul needs the microscaling fp8/fp4 dtypes and per-block scales, which trnsim does not model",
-    "register_load": "it reads a tensor value into a register at run time (data-dependent control), and trnsim traces "
-                     "a kernel before it runs",
-    "register_store": "it writes a run-time register value to memory, and trnsim's registers hold trace-time integers",
-    "rand_get_state": "the hardware's XORWOW generator state is not modelled (trnsim draws from a seeded numpy generator)",
-    "tensor_copy_dynamic_src": "it addresses memory through run-time register values, and trnsim traces a kernel before "
-                               "it runs; index with nl.arange expressions or use nisa.nc_n_gather",
-    "tensor_copy_dynamic_dst": "it addresses memory through run-time register values, and trnsim traces a kernel before "
-                               "it runs; index with nl.arange expressions",
-    "dma_compute": "DMA-side reductions are not modelled; load the tiles and reduce with nisa.tensor_tensor",
-    "topk": "its 16-partition snake input layout is not modelled; take the top 8 with nisa.max8 and "
-            "nisa.nc_match_replace8 rounds",
-    "builtin_custom_op": "custom GpSimd code cannot run in trnsim",
-}
 
 _IDLE, _RESET_REDUCE = reduce_cmd_enum.idle, reduce_cmd_enum.reset_reduce
 _COMPARISONS = (AluOp.IS_EQUAL, AluOp.NOT_EQUAL, AluOp.IS_GT, AluOp.IS_GE, AluOp.IS_LT, AluOp.IS_LE)
