@@ -540,8 +540,269 @@ class BnAggr(Instruction):
 
 
 @dataclass(eq=False)
+class TensorTensorScan(Instruction):
+    """A running scan along the free axis of ``a`` and ``b`` [P, F] (fp32 math):
+    ``dst[:, i] = op1(op0(a[:, i], dst[:, i - 1]), b[:, i])`` with ``dst[:, -1] = initial``
+    (a number or a [P, 1] view). ``reverse0``/``reverse1`` swap the operands of each op."""
+
+    dst: View
+    a: View
+    b: View
+    initial: float | View = 0.0
+    op0: AluOp = AluOp.MULTIPLY
+    op1: AluOp = AluOp.ADD
+    reverse0: bool = False
+    reverse1: bool = False
+    opcode = "tensor_tensor_scan"
+    read_fields = ('a', 'b', 'initial')
+    write_fields = ('dst',)
+    engines = (Engine.VECTOR,)
+
+
+@dataclass(eq=False)
+class ScalarTensorTensor(Instruction):
+    """``dst = op1(op0(src, operand0), b)`` in one pass: ``operand0`` a number or a [P, 1]
+    view, ``b`` of ``src``'s shape; ``reverse0``/``reverse1`` swap each op's operands."""
+
+    dst: View
+    src: View
+    op0: AluOp
+    operand0: float | View
+    op1: AluOp
+    b: View
+    reverse0: bool = False
+    reverse1: bool = False
+    opcode = "scalar_tensor_tensor"
+    read_fields = ('src', 'operand0', 'b')
+    write_fields = ('dst',)
+    engines = (Engine.VECTOR, Engine.GPSIMD)
+
+
+@dataclass(eq=False)
+class Reciprocal(Instruction):
+    """``dst = 1 / src`` elementwise (fp32 math), on the vector engine."""
+
+    dst: View
+    src: View
+    opcode = "reciprocal"
+    read_fields = ('src',)
+    write_fields = ('dst',)
+    engines = (Engine.VECTOR,)
+
+
+MAX8_WIDTH = 8
+
+
+@dataclass(eq=False)
+class Max8(Instruction):
+    """The 8 largest values of each partition of ``src`` (8..16384 elements), descending, into ``dst`` [P, 8]."""
+
+    dst: View
+    src: View
+    opcode = "max8"
+    read_fields = ('src',)
+    write_fields = ('dst',)
+    engines = (Engine.VECTOR,)
+
+
+@dataclass(eq=False)
+class FindIndex8(Instruction):
+    """Per partition, the index of the first occurrence in ``src`` of each of the 8 ``vals``
+    (repeated values take the next occurrences, in order); all ones where none is left."""
+
+    dst: View
+    src: View
+    vals: View
+    opcode = "nc_find_index8"
+    read_fields = ('src', 'vals')
+    write_fields = ('dst',)
+    engines = (Engine.VECTOR,)
+
+
+@dataclass(eq=False)
+class MatchReplace8(Instruction):
+    """``dst`` = ``src`` with the first occurrence of each of the 8 ``vals`` per partition
+    replaced by ``imm`` (vals taken last to first); ``dst_idx`` [P, 8] gets the positions."""
+
+    dst: View
+    src: View
+    vals: View
+    imm: float = 0.0
+    dst_idx: View | None = None
+    opcode = "nc_match_replace8"
+    read_fields = ('src', 'vals')
+    write_fields = ('dst', 'dst_idx')
+    engines = (Engine.VECTOR,)
+
+
+@dataclass(eq=False)
+class RangeSelect(Instruction):
+    """``dst = src where cmp0(start + i, bound0) and cmp1(start + i, bound1) else fill``, ``i``
+    the free index and the bounds [P, 1]; ``reduce_dst`` [P, 1] (optional) gets the max of ``dst``."""
+
+    dst: View
+    src: View
+    cmp0: AluOp
+    cmp1: AluOp
+    bound0: View
+    bound1: View
+    start: int = 0
+    fill: float = -3.4028234663852886e38
+    reduce_dst: View | None = None
+    opcode = "range_select"
+    read_fields = ('src', 'bound0', 'bound1')
+    write_fields = ('dst', 'reduce_dst')
+    engines = (Engine.VECTOR,)
+
+
+@dataclass(eq=False)
+class SequenceBounds(Instruction):
+    """For segment ids ``src`` [1, N], ``dst`` [1, 2, N]: the first index and one past the
+    last index of each element's segment; id 0 (padding) gets (N, -1)."""
+
+    dst: View
+    src: View
+    opcode = "sequence_bounds"
+    read_fields = ('src',)
+    write_fields = ('dst',)
+    engines = (Engine.GPSIMD,)
+
+
+SHUFFLE_QUADRANT = 32
+SHUFFLE_KEEP = 255
+
+
+@dataclass(eq=False)
+class StreamShuffle(Instruction):
+    """Cross-partition copy inside each quadrant of 32 partitions: ``dst`` partition ``i``
+    gets ``src`` partition ``mask[i]`` of the same quadrant; 255 leaves ``dst[i]`` as it is."""
+
+    dst: View
+    src: View
+    mask: tuple[int, ...] = ()
+    opcode = "nc_stream_shuffle"
+    read_fields = ('src',)
+    write_fields = ('dst',)
+    engines = (Engine.VECTOR,)
+
+
+@dataclass(eq=False)
+class PartitionReduce(Instruction):
+    """Reduce ``src`` [P, F] across its partitions into ``dst`` [1, F]."""
+
+    dst: View
+    src: View
+    op: ReduceOp = ReduceOp.ADD
+    opcode = "tensor_partition_reduce"
+    read_fields = ('src',)
+    write_fields = ('dst',)
+    engines = (Engine.GPSIMD,)
+
+
+@dataclass(eq=False)
+class RandomUniform(Instruction):
+    """Fill ``dst`` with values drawn uniformly from [low, high) by the engine's generator
+    (``bits=True``: raw 32-bit random integers truncated to ``dst``'s dtype instead)."""
+
+    dst: View
+    low: float = 0.0
+    high: float = 1.0
+    bits: bool = False
+    opcode = "rand"
+    read_fields = ()
+    write_fields = ('dst',)
+    engines = (Engine.VECTOR, Engine.GPSIMD)
+
+
+@dataclass(eq=False)
+class Dropout(Instruction):
+    """``dst = 0 where a uniform draw in [0, 1) < prob else src``; ``prob`` a number or [P, 1] view."""
+
+    dst: View
+    src: View
+    prob: float | View = 0.5
+    opcode = "dropout"
+    read_fields = ('src', 'prob')
+    write_fields = ('dst',)
+    engines = (Engine.VECTOR,)
+
+
+@dataclass(eq=False)
+class RngSeed(Instruction):
+    """Seed the engine's random generator from the values of ``src``."""
+
+    src: View
+    opcode = "set_rng_seed"
+    read_fields = ('src',)
+    write_fields = ()
+    engines = (Engine.VECTOR, Engine.GPSIMD)
+
+
+GATHER_GROUP = 16
+
+
+@dataclass(eq=False)
+class LocalGather(Instruction):
+    """GpSimd gather: each group of 16 partitions flattens its ``indices`` slice partition
+    first and keeps the first ``valid`` indices; ``dst[p, k, e] = src[p, indices_k + e]`` for
+    ``e < elems`` (``src`` per partition seen flat)."""
+
+    dst: View
+    src: View
+    indices: View
+    elems: int = 1
+    valid: int = 0
+    opcode = "local_gather"
+    read_fields = ('src', 'indices')
+    write_fields = ('dst',)
+    engines = (Engine.GPSIMD,)
+
+
+@dataclass(eq=False)
+class Gather(Instruction):
+    """``dst[p, j] = src[p, indices[p, j]]`` within each partition (``src`` seen flat)."""
+
+    dst: View
+    src: View
+    indices: View
+    opcode = "nc_n_gather"
+    read_fields = ('src', 'indices')
+    write_fields = ('dst',)
+    engines = (Engine.GPSIMD,)
+
+
+@dataclass(eq=False)
+class NonzeroWithCount(Instruction):
+    """On the first partition of each group of 16: the positions (plus ``offset``) of the
+    nonzero elements of ``src`` [P, T], then ``padding``, then their count, into ``dst``
+    [P, T + 1]; the other partitions of ``dst`` keep their values."""
+
+    dst: View
+    src: View
+    offset: int = 0
+    padding: int = -1
+    opcode = "nonzero_with_count"
+    read_fields = ('src',)
+    write_fields = ('dst',)
+    engines = (Engine.GPSIMD,)
+
+
+@dataclass(eq=False)
+class BlockTranspose(Instruction):
+    """Transpose ``src`` [P, F] (both at most 32) into ``dst`` [F, P] on the vector engine."""
+
+    dst: View
+    src: View
+    opcode = "vector_transpose"
+    read_fields = ('src',)
+    write_fields = ('dst',)
+    engines = (Engine.VECTOR,)
+
+
+@dataclass(eq=False)
 class DmaCopy(Instruction):
-    """Copy ``src`` to ``dst`` (HBM, SBUF or PSUM; one dtype) on DMA queue ``queue``."""
+    """Copy ``src`` to ``dst`` (HBM, SBUF or PSUM) on DMA queue ``queue``; between float
+    dtypes the DMA converts through fp32 (round to nearest even)."""
 
     dst: View
     src: View

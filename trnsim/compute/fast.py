@@ -24,12 +24,14 @@ import numpy as np
 from trnsim import dtypes
 from trnsim.compute import jitcache
 from trnsim.compute.reference import (F32_NAN, FLOAT_FORMATS, GELU_TANH_CUBIC, GELU_TANH_SCALE, INV_SQRT_2PI, SQRT_2,
-                                      activation_operands, alu_operands, bn_aggr_operand, matmul_operands, reduce_operand,
-                                      storage_operand)
+                                      activation_operands, alu_operands, bn_aggr_operand, find_index8, match_replace8,
+                                      matmul_operands, max8, reduce_operand, scan_operands, sequence_bounds, storage_operand)
 from trnsim.dtypes import DType
 from trnsim.isa import ActivationFunc, AluOp, ReduceOp
 
-__all__ = ["activation", "alu", "decode", "encode", "matmul", "reduce"]
+# max8, find_index8, match_replace8 and sequence_bounds are the reference's own: they are not hot loops.
+__all__ = ["activation", "alu", "decode", "encode", "find_index8", "match_replace8", "matmul", "max8", "reduce", "scan",
+           "sequence_bounds"]
 
 _jit = jitcache.njit(error_model="numpy")
 
@@ -409,3 +411,24 @@ def _bn_aggr(stats):
 def bn_aggr(stats: np.ndarray) -> np.ndarray:
     """Combine (mean, m2, count) chunks; see :func:`trnsim.compute.reference.bn_aggr`."""
     return _bn_aggr(bn_aggr_operand(stats))
+
+
+@_jit
+def _scan(a, b, initial, code0, code1, reverse0, reverse1):
+    out = np.empty_like(a)
+    for p in range(a.shape[0]):
+        prev = np.float64(np.float32(initial[p]))
+        for i in range(a.shape[1]):
+            t = _alu_op(code0, prev, a[p, i]) if reverse0 else _alu_op(code0, a[p, i], prev)
+            t = np.float64(np.float32(t))
+            t = _alu_op(code1, b[p, i], t) if reverse1 else _alu_op(code1, t, b[p, i])
+            prev = np.float64(np.float32(t))
+            out[p, i] = prev
+    return out
+
+
+def scan(a: np.ndarray, b: np.ndarray, initial: np.ndarray, op0: AluOp | str, op1: AluOp | str,
+         reverse0: bool = False, reverse1: bool = False) -> np.ndarray:
+    """The running scan of ``a`` and ``b``; see :func:`trnsim.compute.reference.scan`."""
+    a, b, initial = scan_operands(a, b, initial)
+    return _scan(a, b, initial, _ALU_CODES[AluOp(op0)], _ALU_CODES[AluOp(op1)], bool(reverse0), bool(reverse1))

@@ -4,7 +4,9 @@ A :class:`Machine` holds the SBUF, PSUM and HBM bytes of one core and executes
 instructions one at a time, in any order that respects their dependencies
 (program order is one). Operands are read as float64 values decoded from their
 dtypes; every result is rounded into the destination's dtype by ``encode``.
-DMA copies bits and converts nothing.
+DMA copies bits, except between float dtypes, which it converts through fp32.
+Random instructions draw from one numpy generator per core (seeded 0, reseeded by
+``set_rng_seed``): the same program gives the same numbers, but not the hardware's.
 """
 
 from __future__ import annotations
@@ -18,9 +20,11 @@ from trnsim.compute.backends import Backend, get_backend
 from trnsim.compute.memory import CoreMemory, describe_region
 from trnsim.dtypes import check_values
 from trnsim.errors import ProgramError, UninitializedReadWarning, UnwrittenOutputWarning, warn
-from trnsim.isa import (BN_STATS_WIDTH, Activation, AffineSelect, BnAggr, BnStats, DmaCopy, Instruction, Iota, LoadStationary, Memset, MultiplyMoving,
-                        Program, Select, SemaphoreSignal, SemaphoreWait, Tensor, TensorCopy, TensorReduce, TensorScalar,
-                        TensorTensor, Transpose, View)
+from trnsim.isa import (BN_STATS_WIDTH, SHUFFLE_KEEP, SHUFFLE_QUADRANT, Activation, AffineSelect, AluOp, BlockTranspose, GATHER_GROUP, Gather, LocalGather, BnAggr, BnStats, DmaCopy,
+                        Dropout, FindIndex8, Instruction, Iota, LoadStationary, MatchReplace8, Max8, Memset, MultiplyMoving, NonzeroWithCount,
+                        PartitionReduce, Program, RandomUniform, Reciprocal, RangeSelect, ReduceOp, RngSeed, ScalarTensorTensor, Select,
+                        SemaphoreSignal, SemaphoreWait, SequenceBounds, StreamShuffle, Tensor, TensorCopy, TensorReduce,
+                        TensorScalar, TensorTensor, TensorTensorScan, Transpose, View)
 
 
 class Machine:
@@ -44,8 +48,14 @@ class Machine:
             TensorScalar: self._tensor_scalar, TensorReduce: self._tensor_reduce, TensorCopy: self._tensor_copy,
             Memset: self._memset, Iota: self._iota, Select: self._select, AffineSelect: self._affine_select,
             DmaCopy: self._dma_copy, SemaphoreSignal: _no_data, SemaphoreWait: _no_data,
-            BnStats: self._bn_stats, BnAggr: self._bn_aggr,
+            BnStats: self._bn_stats, BnAggr: self._bn_aggr, TensorTensorScan: self._scan,
+            ScalarTensorTensor: self._scalar_tensor_tensor, Max8: self._max8, FindIndex8: self._find_index8,
+            MatchReplace8: self._match_replace8, RangeSelect: self._range_select, SequenceBounds: self._sequence_bounds,
+            StreamShuffle: self._stream_shuffle, PartitionReduce: self._partition_reduce, RandomUniform: self._random,
+            Dropout: self._dropout, RngSeed: self._rng_seed, Reciprocal: self._reciprocal,
+            NonzeroWithCount: self._nonzero, LocalGather: self._local_gather, Gather: self._gather, BlockTranspose: self._transpose,
         }
+        self.rng = np.random.default_rng(0)
 
     # -- data in and out ----------------------------------------------------
 
@@ -221,7 +231,127 @@ class Machine:
         bits = self.read_raw(inst.src)
         if bits.size != inst.dst.size:
             raise ProgramError(f"copies {bits.size} elements into {inst.dst!r}, which has {inst.dst.size}; sizes must match")
+        if inst.src.dtype is not inst.dst.dtype:
+            wide = self.backend.decode(bits, inst.src.dtype).astype(np.float32).astype(np.float64)
+            self.write(inst.dst, wide.reshape(inst.dst.shape))
+            return
         self.write_raw(inst.dst, bits.reshape(inst.dst.shape))
+
+    def _scan(self, inst: TensorTensorScan) -> None:
+        a = self._rows(inst.a)
+        initial = self._per_partition(inst.initial, a.shape[0])[:, 0]
+        out = self.backend.scan(a, self._rows(inst.b), initial, inst.op0, inst.op1, inst.reverse0, inst.reverse1)
+        self._put(inst.dst, out)
+
+    def _scalar_tensor_tensor(self, inst: ScalarTensorTensor) -> None:
+        x = self._rows(inst.src)
+        operand0 = self._per_partition(inst.operand0, x.shape[0])
+        t = self.backend.alu(operand0, x, inst.op0) if inst.reverse0 else self.backend.alu(x, operand0, inst.op0)
+        t = t.astype(np.float32).astype(np.float64)   # the engine computes in fp32
+        b = self._rows(inst.b)
+        self._put(inst.dst, self.backend.alu(b, t, inst.op1) if inst.reverse1 else self.backend.alu(t, b, inst.op1))
+
+    def _local_gather(self, inst: LocalGather) -> None:
+        src = self._rows(inst.src)
+        index = self._rows(inst.indices).astype(np.int64)
+        out = np.empty((src.shape[0], inst.valid, inst.elems))
+        offsets = np.arange(inst.elems)
+        for start in range(0, src.shape[0], GATHER_GROUP):
+            group = slice(start, start + GATHER_GROUP)
+            flat = index[group].reshape(-1, order="F")[: inst.valid]
+            columns = flat[:, None] + offsets[None, :]
+            if columns.size and (columns.min() < 0 or columns.max() >= src.shape[1]):
+                raise ProgramError(f"local_gather index {int(columns.max())} is outside the {src.shape[1]} elements "
+                                   f"per partition of {inst.src!r}; keep each index + num_elem_per_idx inside")
+            out[group] = src[group][:, columns]
+        self._put(inst.dst, out)
+
+    def _nonzero(self, inst: NonzeroWithCount) -> None:
+        src = self._rows(inst.src)
+        out = self._rows(inst.dst)
+        for p in range(0, src.shape[0], GATHER_GROUP):
+            found = np.flatnonzero(src[p] != 0.0)
+            out[p] = inst.padding
+            out[p, : found.size] = found + inst.offset
+            out[p, -1] = found.size
+        self._put(inst.dst, out)
+
+    def _gather(self, inst: Gather) -> None:
+        src = self._rows(inst.src)
+        index = self._rows(inst.indices).astype(np.int64)
+        if index.size and (index.min() < 0 or index.max() >= src.shape[1]):
+            raise ProgramError(f"nc_n_gather index {int(index.max())} is outside the {src.shape[1]} elements per "
+                               f"partition of {inst.src!r}")
+        self._put(inst.dst, np.take_along_axis(src, index, axis=1))
+
+    def _reciprocal(self, inst: Reciprocal) -> None:
+        x = self._rows(inst.src).astype(np.float32).astype(np.float64)
+        self._put(inst.dst, self.backend.alu(np.ones(()), x, AluOp.DIVIDE))
+
+    def _max8(self, inst: Max8) -> None:
+        self._put(inst.dst, self.backend.max8(self._rows(inst.src)))
+
+    def _indices(self, idx: np.ndarray, view: View) -> np.ndarray:
+        """Positions as values of ``view``'s dtype: -1 (not found) is all ones of an unsigned dtype."""
+        ones = float(np.iinfo(view.dtype.storage).max) if view.dtype.storage.kind == "u" else -1.0
+        return np.where(idx < 0, ones, idx).astype(np.float64)
+
+    def _find_index8(self, inst: FindIndex8) -> None:
+        idx = self.backend.find_index8(self._rows(inst.src), self._rows(inst.vals))
+        self._put(inst.dst, self._indices(idx, inst.dst))
+
+    def _match_replace8(self, inst: MatchReplace8) -> None:
+        out, idx = self.backend.match_replace8(self._rows(inst.src), self._rows(inst.vals), float(inst.imm))
+        self._put(inst.dst, out)
+        if inst.dst_idx is not None:
+            self._put(inst.dst_idx, self._indices(idx, inst.dst_idx))
+
+    def _range_select(self, inst: RangeSelect) -> None:
+        x = self._rows(inst.src)
+        index = (inst.start + np.arange(x.shape[1], dtype=np.float64))[None, :]
+        keep = (self.backend.alu(index, self._rows(inst.bound0), inst.cmp0) != 0.0) & \
+               (self.backend.alu(index, self._rows(inst.bound1), inst.cmp1) != 0.0)
+        out = np.where(keep, x, float(inst.fill))
+        bits = self.backend.encode(out, inst.dst.dtype)
+        self.write_raw(inst.dst, bits.reshape(inst.dst.shape))
+        if inst.reduce_dst is not None:
+            rounded = self.backend.decode(bits, inst.dst.dtype)
+            self._put(inst.reduce_dst, self.backend.reduce(rounded, ReduceOp.MAX))
+
+    def _sequence_bounds(self, inst: SequenceBounds) -> None:
+        self._put(inst.dst, self.backend.sequence_bounds(self.read(inst.src)))
+
+    def _stream_shuffle(self, inst: StreamShuffle) -> None:
+        src = self._rows(inst.src)
+        out = self._rows(inst.dst)
+        for p in range(out.shape[0]):
+            base, lane = divmod(p, SHUFFLE_QUADRANT)
+            pick = inst.mask[lane]
+            if pick != SHUFFLE_KEEP:
+                out[p] = src[base * SHUFFLE_QUADRANT + pick]
+        self._put(inst.dst, out)
+
+    def _partition_reduce(self, inst: PartitionReduce) -> None:
+        self._put(inst.dst, self.backend.reduce(self._rows(inst.src).T, inst.op))
+
+    def _random(self, inst: RandomUniform) -> None:
+        if inst.bits:
+            raw = self.rng.integers(0, 2**32, size=inst.dst.shape, dtype=np.uint64)
+            storage = inst.dst.dtype.storage
+            self.write_raw(inst.dst, (raw & np.uint64(2 ** (8 * storage.itemsize) - 1)).astype(storage))
+            return
+        u = np.floor(self.rng.random(size=inst.dst.shape) * 2.0**24) / 2.0**24   # 24-bit fractions: below 1 in fp32
+        self._put(inst.dst, inst.low + (inst.high - inst.low) * u)
+
+    def _dropout(self, inst: Dropout) -> None:
+        x = self._rows(inst.src)
+        prob = self._per_partition(inst.prob, x.shape[0])
+        draw = self.rng.random(size=x.shape)
+        self._put(inst.dst, np.where(draw < prob, 0.0, x))
+
+    def _rng_seed(self, inst: RngSeed) -> None:
+        seeds = np.nan_to_num(self.read(inst.src).reshape(-1))
+        self.rng = np.random.default_rng([int(v) & 0xFFFFFFFF for v in seeds])
 
 
 def _at(inst: Instruction) -> str:

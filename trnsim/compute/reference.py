@@ -24,7 +24,8 @@ from trnsim.dtypes import DType
 from trnsim.errors import ProgramError
 from trnsim.isa import ActivationFunc, AluOp, ReduceOp
 
-__all__ = ["activation", "alu", "bn_aggr", "bn_stats", "decode", "encode", "matmul", "reduce"]
+__all__ = ["activation", "alu", "bn_aggr", "bn_stats", "decode", "encode", "find_index8", "match_replace8", "matmul", "max8",
+           "reduce", "scan", "sequence_bounds"]
 
 F32_NAN = 0x7FC00000
 SQRT_2 = math.sqrt(2.0)
@@ -439,3 +440,95 @@ def bn_aggr(stats: np.ndarray) -> np.ndarray:
             m2 = m2 + m2b + delta * delta * n * nb / total
             n = total
         return np.stack([mean, m2 / n], axis=1)
+
+
+# -- scans, top-8 searches and segments --------------------------------------
+
+
+def scan_operands(a: np.ndarray, b: np.ndarray, initial: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Contiguous float64 ``a`` and ``b`` [P, F] and ``initial`` [P], checked."""
+    a = np.ascontiguousarray(a, dtype=np.float64)
+    b = np.ascontiguousarray(b, dtype=np.float64)
+    initial = np.ascontiguousarray(initial, dtype=np.float64)
+    if a.ndim != 2 or a.shape != b.shape or initial.shape != (a.shape[0],):
+        raise ProgramError(f"scan needs a and b [P, F] of one shape and initial [P]; got {list(a.shape)}, "
+                           f"{list(b.shape)}, {list(initial.shape)}")
+    return a, b, initial
+
+
+def scan(a: np.ndarray, b: np.ndarray, initial: np.ndarray, op0: AluOp | str, op1: AluOp | str,
+         reverse0: bool = False, reverse1: bool = False) -> np.ndarray:
+    """The running scan ``out[:, i] = op1(op0(a[:, i], out[:, i - 1]), b[:, i])`` of ``a`` and
+    ``b`` [P, F] from ``out[:, -1] = initial`` [P], in float32 math: each op's result is
+    rounded to float32. ``reverse0`` makes it ``op0(prev, a)``, ``reverse1`` ``op1(b, .)``."""
+    a, b, initial = scan_operands(a, b, initial)
+    f0, f1 = _ALU[AluOp(op0)], _ALU[AluOp(op1)]
+    out = np.empty_like(a)
+    prev = initial.astype(np.float32).astype(np.float64)
+    with np.errstate(all="ignore"):
+        for i in range(a.shape[1]):
+            t = f0(prev, a[:, i]) if reverse0 else f0(a[:, i], prev)
+            t = np.asarray(t, np.float64).astype(np.float32).astype(np.float64)
+            t = f1(b[:, i], t) if reverse1 else f1(t, b[:, i])
+            prev = np.asarray(t, np.float64).astype(np.float32).astype(np.float64)
+            out[:, i] = prev
+    return out
+
+
+def max8(x: np.ndarray) -> np.ndarray:
+    """The 8 largest values of each row of ``x`` [P, F] (F >= 8) in descending order, [P, 8]."""
+    x = reduce_operand(x)
+    if x.shape[1] < 8:
+        raise ProgramError(f"max8 needs at least 8 elements per partition, got {x.shape[1]}")
+    return -np.sort(-x, axis=1, kind="stable")[:, :8]
+
+
+def _first_unclaimed(row: np.ndarray, value: float, claimed: set[int]) -> int:
+    for j in np.flatnonzero(row == value):
+        if int(j) not in claimed:
+            return int(j)
+    return -1
+
+
+def find_index8(x: np.ndarray, vals: np.ndarray) -> np.ndarray:
+    """Per row of ``x`` [P, F], the index of each of the 8 ``vals`` [P, 8]: vals in order each
+    take the first occurrence no earlier val took; -1 where none is left. int64 [P, 8]."""
+    x = reduce_operand(x)
+    vals = np.asarray(vals, np.float64).reshape(x.shape[0], -1)
+    out = np.full(vals.shape, -1, np.int64)
+    for p in range(x.shape[0]):
+        claimed: set[int] = set()
+        for k in range(vals.shape[1]):
+            out[p, k] = j = _first_unclaimed(x[p], vals[p, k], claimed)
+            claimed.add(j)
+    return out
+
+
+def match_replace8(x: np.ndarray, vals: np.ndarray, imm: float) -> tuple[np.ndarray, np.ndarray]:
+    """``x`` [P, F] with the first occurrence of each of the 8 ``vals`` [P, 8] replaced by ``imm``,
+    vals taken last to first, and the positions (int64 [P, 8], -1 where none matched)."""
+    x = reduce_operand(x).copy()
+    vals = np.asarray(vals, np.float64).reshape(x.shape[0], -1)
+    idx = np.full(vals.shape, -1, np.int64)
+    for p in range(x.shape[0]):
+        claimed: set[int] = set()
+        for k in reversed(range(vals.shape[1])):
+            idx[p, k] = j = _first_unclaimed(x[p], vals[p, k], claimed)
+            claimed.add(j)
+        hit = idx[p][idx[p] >= 0]
+        x[p, hit] = imm
+    return x, idx
+
+
+def sequence_bounds(ids: np.ndarray) -> np.ndarray:
+    """For segment ids [N], [2, N]: the first index of each element's segment and one past its
+    last; id 0 (padding) gives (N, -1). Segments are runs of equal ids."""
+    ids = np.asarray(ids, np.float64).reshape(-1)
+    n = ids.size
+    out = np.empty((2, n))
+    start = 0
+    for i in range(n + 1):
+        if i == n or ids[i] != ids[start]:
+            out[0, start:i], out[1, start:i] = (n, -1) if ids[start] == 0 else (start, i)
+            start = i
+    return out

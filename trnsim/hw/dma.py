@@ -48,8 +48,10 @@ def plan_dma(chip: ChipSpec, inst: DmaCopy) -> DmaPlan:
     per_desc_ns = chunk / d.engine_bw_gbps + d.descriptor_overhead_ns
     engines_used = min(descriptors, d.engines)
     rounds = math.ceil(descriptors / engines_used)
-    hbm_sides = (inst.src.memory is Memory.HBM) + (inst.dst.memory is Memory.HBM)
-    hbm_bytes = hbm_sides * inst.src.nbytes
+    # a converting DMA reads the source's bytes and writes the destination's (assumption: the
+    # descriptors follow the source)
+    hbm_bytes = (inst.src.nbytes if inst.src.memory is Memory.HBM else 0) + \
+                (inst.dst.nbytes if inst.dst.memory is Memory.HBM else 0)
     return DmaPlan(
         descriptors=descriptors,
         chunk_bytes=chunk,

@@ -12,9 +12,10 @@ import math
 
 from trnsim import dtypes
 from trnsim.hw.spec import ChipSpec, VectorEngineSpec
-from trnsim.isa import (Activation, ActivationFunc, AffineSelect, BnAggr, BnStats, Engine, Instruction, Iota, LoadStationary, Memory,
-                        Memset, MultiplyMoving, ReduceOp, Select, SemaphoreSignal, SemaphoreWait, TensorCopy,
-                        TensorReduce, TensorScalar, TensorTensor, Transpose, View)
+from trnsim.isa import (Activation, ActivationFunc, AffineSelect, BnAggr, BnStats, Engine, FindIndex8, Instruction, Iota,
+                        LoadStationary, MatchReplace8, Max8, Memory, Memset, MultiplyMoving, PartitionReduce, Reciprocal,
+                        ReduceOp, ScalarTensorTensor, Select, SemaphoreSignal, SemaphoreWait, SequenceBounds, TensorCopy,
+                        TensorReduce, TensorScalar, TensorTensor, TensorTensorScan, Transpose, View)
 
 Cycles = float
 Picos = int
@@ -68,7 +69,8 @@ def _is_half_sbuf(views: tuple[View, ...]) -> bool:
 
 def _elementwise_work(inst: Instruction, fast_half: int) -> float:
     """Cycles of work per partition row before the per-instruction minimum."""
-    if isinstance(inst, (BnStats, BnAggr)):
+    if isinstance(inst, (BnStats, BnAggr, Max8, FindIndex8, MatchReplace8)):
+        # max8 and the find/replace searches read N elements to write 8 (assumption: N cycles)
         return inst.src.free_size
     if isinstance(inst, TensorReduce):
         n = inst.src.free_size
@@ -76,7 +78,9 @@ def _elementwise_work(inst: Instruction, fast_half: int) -> float:
         return n / 2 if halves else n
     n = inst.writes()[0].free_size if inst.writes() else 0
     ins = tuple(v for v in inst.reads() if v.free_size == n)
-    if isinstance(inst, (TensorTensor, Select)):
+    # scalar_tensor_tensor costs about one tensor_tensor (NKI's documentation); a scan reads
+    # two tensors like one (assumption)
+    if isinstance(inst, (TensorTensor, Select, ScalarTensorTensor, TensorTensorScan)):
         if any(v.memory is Memory.PSUM for v in ins) or _is_half_sbuf(ins + inst.writes()):
             return n
         return 2 * n
@@ -92,6 +96,8 @@ def lane_engine_cycles(inst: Instruction, spec: VectorEngineSpec, dependent: boo
     if isinstance(inst, Activation):
         n = inst.src.free_size
         work = spec.reciprocal_cycle_factor * n if inst.func is ActivationFunc.RECIPROCAL else n
+    elif isinstance(inst, Reciprocal):
+        work = spec.reciprocal_cycle_factor * inst.src.free_size
     else:
         work = _elementwise_work(inst, spec.bf16_speedup)
     if _strided(inst.reads() + inst.writes(), spec.large_stride_bytes):
@@ -108,6 +114,12 @@ def gpsimd_cycles(chip: ChipSpec, inst: Instruction) -> Cycles:
     g = chip.gpsimd
     if isinstance(inst, (Iota, AffineSelect)):
         work = inst.dst.free_size
+    elif isinstance(inst, SequenceBounds):
+        work = inst.src.free_size
+    elif isinstance(inst, PartitionReduce):
+        # assumption: each GpSimd core folds the partitions it serves element by element
+        # (N per partition), the cores' partial results combining in the fixed start-up
+        work = inst.src.free_size * min(inst.src.partitions, g.partitions_per_core)
     else:
         work = _elementwise_work(inst, 1)
     return g.fixed_cycles + math.ceil(work * g.cycles_per_element)

@@ -32,21 +32,31 @@ from trnsim.nki.tensor import Affine, Mask, NkiTensor
 __all__ = [
     "nc_matmul", "nc_transpose", "activation", "tensor_tensor", "tensor_scalar", "tensor_reduce", "tensor_copy",
     "memset", "iota", "affine_select", "dma_copy", "bn_stats", "bn_aggr",
-    "tensor_engine", "vector_engine", "scalar_engine", "gpsimd_engine",
+    "tensor_engine", "vector_engine", "scalar_engine", "gpsimd_engine", "unknown_engine",
+    # trnsim.nki.isa_constants
+    "engine", "reduce_cmd", "dge_mode", "oob_mode", "matmul_perf_mode", "nc_version", "dma_engine", "constants",
+    "get_nc_version", "get_nc_sub_version",
+    # trnsim.nki.isa_more, isa_random, isa_refused
+    "tensor_tensor_scan", "tensor_scalar_cumulative", "scalar_tensor_tensor", "reciprocal", "tensor_scalar_reduce", "activation_reduce", "activate2",
+    "exponential", "range_select", "select_reduce", "tensor_copy_predicated", "sequence_bounds", "max8",
+    "nc_find_index8", "nc_match_replace8", "nc_stream_shuffle", "tensor_partition_reduce", "local_gather",
+    "nc_n_gather", "nonzero_with_count", "dma_transpose", "rng", "rand2", "set_rng_seed", "rand_set_state", "dropout", "VirtualRegister",
+    "register_alloc", "register_move",
 ]
 
 tensor_engine = Engine.TENSOR
 vector_engine = Engine.VECTOR
 scalar_engine = Engine.SCALAR
 gpsimd_engine = Engine.GPSIMD
+unknown_engine = None
 
 # numpy / nl functions that NKI passes as ``op``: map them to the engines' operations.
 _ALU_NAMES = {"add": AluOp.ADD, "subtract": AluOp.SUBTRACT, "multiply": AluOp.MULTIPLY, "divide": AluOp.DIVIDE,
               "maximum": AluOp.MAXIMUM, "minimum": AluOp.MINIMUM, "power": AluOp.POW, "equal": AluOp.IS_EQUAL,
               "not_equal": AluOp.NOT_EQUAL, "greater": AluOp.IS_GT, "greater_equal": AluOp.IS_GE, "less": AluOp.IS_LT,
-              "less_equal": AluOp.IS_LE}
-_REDUCE_NAMES = {"add": ReduceOp.ADD, "sum": ReduceOp.ADD, "maximum": ReduceOp.MAX, "max": ReduceOp.MAX,
-                 "minimum": ReduceOp.MIN, "min": ReduceOp.MIN}
+              "less_equal": AluOp.IS_LE, "bypass": AluOp.BYPASS}
+_REDUCE_NAMES = {"add": ReduceOp.ADD, "sum": ReduceOp.ADD, "maximum": ReduceOp.MAX, "max": ReduceOp.MAX, "amax": ReduceOp.MAX,
+                 "minimum": ReduceOp.MIN, "min": ReduceOp.MIN, "amin": ReduceOp.MIN}
 _ACT_NAMES = {f.value: f for f in ActivationFunc} | {"copy": ActivationFunc.IDENTITY, "gelu_apprx_tanh": ActivationFunc.GELU_TANH}
 
 
@@ -107,6 +117,8 @@ def nc_matmul(*args: Any, **kwargs: Any) -> NkiTensor:
     accumulation group); ``nc_matmul(stationary, moving)`` returns a fresh PSUM tile.
     stationary [K, M] (K <= 128 partitions, M <= 128), moving [K, N] (N <= 512)."""
     dst, rest = _split_dst(args, kwargs, lambda a: len(a) >= 3, "stationary")
+    if kwargs.pop("is_transpose", False):
+        raise _e.tracer().fail("nc_matmul: is_transpose=True is not supported; use nisa.nc_transpose")
     stationary = kwargs.pop("stationary", rest[0] if rest else None)
     moving = kwargs.pop("moving", rest[1] if len(rest) > 1 else None)
     result = nl.matmul(stationary, moving, transpose_x=True)
@@ -121,8 +133,11 @@ def nc_transpose(*args: Any, engine: Any = None, **kwargs: Any) -> NkiTensor:
     dst, rest = _split_dst(args, kwargs, lambda a: len(a) >= 2, "data")
     data = _e.readable(kwargs.pop("data", rest[0] if rest else None), "nc_transpose data")
     eng = _engine(engine, Engine.TENSOR)
+    if eng is Engine.VECTOR:
+        return _more.vector_transpose(dst, data)
     if eng is not Engine.TENSOR:
-        raise _e.tracer().fail("nc_transpose runs on the tensor engine in trnsim; pass engine=nisa.tensor_engine")
+        raise _e.tracer().fail("nc_transpose runs on the tensor engine or (32x32 at most) the vector engine; "
+                               "pass engine=nisa.tensor_engine or nisa.vector_engine")
     out = dst if dst is not None else _e.new_tensor((data.view.free_size, data.view.partitions), data.dtype, Memory.PSUM)
     _e.transpose(out.view, _e.flat2d(data.view))
     return out
@@ -133,6 +148,7 @@ def activation(*args: Any, bias: Any = None, scale: Any = 1.0, reduce_op: Any = 
     """``op(data * scale + bias)`` on the scalar engine; ``bias`` and a tile ``scale`` are
     [P, 1]. With ``reduce_op`` (nl.add), ``reduce_res`` [P, 1] gets the sum of the outputs."""
     dst, rest = _split_dst(args, kwargs, lambda a: _is_tile(a[0]), "data")
+    _more._only_reset("activation", kwargs.pop("reduce_cmd", None), (_more._IDLE, _more._RESET_REDUCE))
     op = kwargs.pop("op", rest[0] if rest else None)
     data = _e.readable(kwargs.pop("data", rest[1] if len(rest) > 1 else None), "activation data")
     out = _out(dst, data, dtype)
@@ -257,6 +273,11 @@ def iota(*args: Any, dtype: Any = None, **kwargs: Any) -> NkiTensor:
     """Fill a tile with an affine index expression of ``nl.arange`` values (GpSimd):
     ``t = nisa.iota(i_p * 64 + i_f, dtype=nl.int32)`` or ``nisa.iota(dst, expr)``."""
     dst, rest = _split_dst(args, kwargs, lambda a: _is_tile(a[0]), "expr")
+    if "pattern" in kwargs or (dst is not None and rest and isinstance(rest[0], (list, tuple))):
+        kwargs.pop("name", None)
+        if "pattern" in kwargs:
+            return _iota_pattern(dst, kwargs.pop("pattern"), *rest, **kwargs)
+        return _iota_pattern(dst, *rest, **kwargs)
     expr = kwargs.pop("expr", rest[0] if rest else None)
     if isinstance(expr, int):
         expr = Affine({}, expr, {}, {})
@@ -268,6 +289,30 @@ def iota(*args: Any, dtype: Any = None, **kwargs: Any) -> NkiTensor:
     return out
 
 
+def _iota_pattern(dst: NkiTensor | None, pattern: Any, offset: int = 0, channel_multiplier: int = 0) -> NkiTensor:
+    """New-style ``iota(dst, pattern=[[step, num], ...], offset, channel_multiplier)``."""
+    if dst is None:
+        raise _e.tracer().fail("iota with pattern= writes into dst=; pass the destination tile")
+    view = _more.pattern_view(dst.view, pattern, "iota")
+    _e.emit(Iota(view, _more.pattern_steps(pattern), int(offset), int(channel_multiplier), engine=Engine.GPSIMD))
+    return dst
+
+
+def _affine_select_pattern(dst: NkiTensor | None, pattern: Any, channel_multiplier: int, on_true_tile: Any,
+                           on_false_value: float, cmp_op: Any = None, offset: int = 0, dtype: Any = None) -> NkiTensor:
+    """New-style ``affine_select(dst, pattern, channel_multiplier, on_true_tile, on_false_value, cmp_op, offset)``:
+    ``on_true_tile`` where ``cmp_op(offset + channel_multiplier * p + sum(step * i), 0)`` holds."""
+    src = _e.readable(on_true_tile, "affine_select on_true_tile")
+    out = _out(dst, src, dtype)
+    cmp = _alu(cmp_op) if cmp_op is not None else AluOp.IS_EQUAL
+    if cmp not in _more._COMPARISONS:
+        raise _e.tracer().fail(f"affine_select: cmp_op {cmp.value} is not a comparison; use nl.equal, nl.greater_equal, ...")
+    d, s = _more.pattern_view(out.view, pattern, "affine_select"), _more.pattern_view(src.view, pattern, "affine_select")
+    _e.emit(AffineSelect(d, s, _more.pattern_steps(pattern), int(offset), int(channel_multiplier), cmp,
+                         float(on_false_value), engine=Engine.GPSIMD))
+    return out
+
+
 _CMP = {"lt": AluOp.IS_LT, "le": AluOp.IS_LE, "gt": AluOp.IS_GT, "ge": AluOp.IS_GE}
 
 
@@ -275,6 +320,9 @@ def affine_select(*args: Any, dtype: Any = None, **kwargs: Any) -> NkiTensor:
     """``on_true`` where an affine condition of the indices holds, else ``on_false_value``
     (GpSimd): ``nisa.affine_select(pred=(i_p - i_f >= 0), on_true_tile=t, on_false_value=-inf)``."""
     dst, rest = _split_dst(args, kwargs, lambda a: _is_tile(a[0]), "on_true_tile")
+    if "pattern" in kwargs or (rest and isinstance(rest[0], (list, tuple))):
+        kwargs.pop("name", None)
+        return _affine_select_pattern(dst, *rest, dtype=dtype, **kwargs)
     pred = kwargs.pop("pred", rest[0] if rest else None)
     src = _e.readable(kwargs.pop("on_true_tile", rest[1] if len(rest) > 1 else None), "affine_select on_true_tile")
     fill = kwargs.pop("on_false_value", rest[2] if len(rest) > 2 else 0.0)
@@ -287,10 +335,20 @@ def affine_select(*args: Any, dtype: Any = None, **kwargs: Any) -> NkiTensor:
     return out
 
 
+def _oob_error(mode: Any, name: str) -> None:
+    """trnsim checks every DMA access against its tensor, as ``oob_mode.error`` asks."""
+    if mode is not None and getattr(mode, "name", mode) != "error":
+        raise _e.tracer().fail(f"{name}: oob_mode={mode!r} is not supported; trnsim refuses out-of-bounds accesses "
+                               "(oob_mode.error); mask the access instead")
+
+
 def dma_copy(*args: Any, **kwargs: Any) -> NkiTensor:
-    """Copy ``src`` to ``dst`` by DMA (HBM, SBUF or PSUM on either side)."""
+    """Copy ``src`` to ``dst`` by DMA (HBM, SBUF or PSUM on either side); between float
+    dtypes the DMA converts through fp32 (an fp32 tile into a bf16 HBM tensor rounds).
+    ``dge_mode``, ``priority`` and ``engine`` are accepted; every mode is timed alike."""
     dst = kwargs.pop("dst", args[0] if args else None)
     src = kwargs.pop("src", args[1] if len(args) > 1 else None)
+    _oob_error(kwargs.pop("oob_mode", None), "dma_copy")
     tr = _e.tracer()
     if not isinstance(dst, NkiTensor) or not isinstance(src, NkiTensor):
         raise tr.fail("dma_copy needs dst= and src= tensors")
@@ -318,3 +376,20 @@ def bn_aggr(*args: Any, dtype: Any = None, **kwargs: Any) -> NkiTensor:
     out = dst if dst is not None else _e.new_tensor((data.view.partitions, 2), _e.dtype_of(dtype, _dt.float32))
     _e.emit(BnAggr(out.view, _e.flat2d(data.view), engine=Engine.VECTOR))
     return out
+
+
+# The rest of nki.isa lives beside this module; importing it here gives one ``nisa`` namespace.
+from trnsim.nki import isa_more as _more  # noqa: E402
+from trnsim.nki.isa_constants import (constants, dge_mode, dma_engine, engine, get_nc_sub_version,  # noqa: E402, F401
+                                      get_nc_version, matmul_perf_mode, nc_version, oob_mode, reduce_cmd)
+from trnsim.nki.isa_more import (activate2, activation_reduce, dma_transpose, exponential,  # noqa: E402, F401
+                                 local_gather, max8, nc_find_index8, nc_match_replace8, nc_n_gather, nonzero_with_count,
+                                 nc_stream_shuffle, range_select, reciprocal, scalar_tensor_tensor, select_reduce,
+                                 sequence_bounds, tensor_copy_predicated, tensor_partition_reduce, tensor_scalar_cumulative,
+                                 tensor_scalar_reduce, tensor_tensor_scan)
+from trnsim.nki.isa_random import dropout, rand2, rand_set_state, rng, set_rng_seed  # noqa: E402, F401
+from trnsim.nki.isa_refused import REFUSED, VirtualRegister, refused, register_alloc, register_move  # noqa: E402, F401
+
+# Refused by name: each raises KernelError saying why (see REFUSED).
+globals().update({name: refused(name, why) for name, why in REFUSED.items()})
+__all__ += list(REFUSED)

@@ -1,0 +1,65 @@
+"""Random numbers of ``nki.isa``: ``rng``, ``rand2``, seeding and ``dropout``.
+
+The simulated engines draw from one seeded numpy generator per run (see
+:mod:`trnsim.compute.machine`), not the hardware's XORWOW: the same program gives
+the same numbers, but not the chip's.
+"""
+
+from __future__ import annotations
+
+from numbers import Real
+from typing import Any
+
+from trnsim.isa import Dropout, Engine, RandomUniform, RngSeed
+from trnsim.nki import isa as _isa
+from trnsim.nki import emit as _e
+from trnsim.nki.isa_more import _fail, _needs_version, _no_mask, _same_free, _scalar_or_view, _take, _tile
+from trnsim.nki.tensor import NkiTensor
+
+
+def rng(*args: Any, engine: Any = None, **kwargs: Any) -> NkiTensor:
+    """32 random bits per element of ``dst`` (an integer tile), truncated to its dtype."""
+    dst = _tile(_take(kwargs, args, 0, "dst"), "rng dst")
+    if dst.dtype.is_float:
+        raise _fail(f"rng: dst is {dst.dtype.name}; it must be an integer type (int8, int16, int32, uint8, uint32)")
+    _e.emit(RandomUniform(dst.view, bits=True, engine=_isa._engine(engine, Engine.VECTOR)))
+    return dst
+
+
+def rand2(*args: Any, **kwargs: Any) -> NkiTensor:
+    """Uniform random values in [min, max) into ``dst`` (vector engine); min and max are numbers."""
+    _needs_version("rand2", 4)
+    dst = _tile(_take(kwargs, args, 0, "dst"), "rand2 dst")
+    low, high = _take(kwargs, args, 1, "min", 0.0), _take(kwargs, args, 2, "max", 1.0)
+    if not isinstance(low, Real) or not isinstance(high, Real):
+        raise _fail("rand2: trnsim takes min and max as numbers; per-partition bound tiles are not supported")
+    if not low < high:
+        raise _fail(f"rand2: min {low} must be below max {high}")
+    _e.emit(RandomUniform(dst.view, float(low), float(high), engine=Engine.VECTOR))
+    return dst
+
+
+def set_rng_seed(*args: Any, engine: Any = None, **kwargs: Any) -> None:
+    """Seed the random generator from the values of ``src_seeds``."""
+    seeds = _tile(_take(kwargs, args, 0, "src_seeds"), "set_rng_seed src_seeds")
+    _e.emit(RngSeed(seeds.view, engine=_isa._engine(engine, Engine.VECTOR)))
+
+
+def rand_set_state(*args: Any, engine: Any = None, **kwargs: Any) -> None:
+    """Seed the random generator from ``src_seeds`` (trnsim's generator state is a seed, not XORWOW words)."""
+    seeds = _tile(_take(kwargs, args, 0, "src_seeds"), "rand_set_state src_seeds")
+    _e.emit(RngSeed(seeds.view, engine=_isa._engine(engine, Engine.GPSIMD)))
+
+
+def dropout(*args: Any, dtype: Any = None, **kwargs: Any) -> NkiTensor:
+    """Zero each element of ``data`` with probability ``prob`` (a number or [P, 1] tile); vector engine."""
+    _no_mask(kwargs, "dropout")
+    dst, rest = _isa._split_dst(args, kwargs, lambda a: len(a) >= 3 or (len(a) == 2 and "prob" in kwargs), "data")
+    data = _tile(_take(kwargs, rest, 0, "data"), "dropout data")
+    prob = _scalar_or_view(_take(kwargs, rest, 1, "prob"), "dropout prob")
+    out = _isa._out(dst, data, dtype)
+    if out.dtype is not data.dtype:
+        raise _fail(f"dropout: the output data type must match the input's ({out.dtype.name} vs {data.dtype.name})")
+    _same_free("dropout", out, data)
+    _e.emit(Dropout(out.view, data.view, prob, engine=Engine.VECTOR))
+    return out
