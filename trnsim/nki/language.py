@@ -25,7 +25,7 @@ from trnsim.isa import (
     View,
 )
 from trnsim.nki import emit as _e
-from trnsim.nki.tensor import Affine, Mask, NkiTensor, ds
+from trnsim.nki.tensor import Affine, Mask, NkiTensor, ds, mgrid
 
 __all__ = [
     "ndarray", "zeros", "ones", "full", "zeros_like", "empty_like", "load", "store", "copy", "matmul", "transpose",
@@ -38,6 +38,11 @@ __all__ = [
     "sbuf", "psum", "hbm", "shared_hbm", "private_hbm", "tile_size",
     "float32", "bfloat16", "float16", "float8_e4m3", "float8_e5m2", "int8", "uint8", "int16", "int32", "uint32",
     "tfloat32", "MatmulResult",
+    "uint16", "bool_", "float8_e4m3fn", "float8_e8m0fnu", "float8_e5m2_x4", "float8_e4m3fn_x4", "float4_e2m1fn_x4",
+    "float32r", "fp32", "NkiTensor", "NKIObject", "mgrid", "par_dim", "nc", "spmd_dim", "static_cast", "device_print",
+    "no_reorder", "fori_loop", "while_loop", "dynamic_range", "is_hbm", "is_sbuf", "is_psum", "is_on_chip",
+    "bypass", "logical_and", "logical_or", "logical_xor", "logical_not", "abs_max", "abs_min", "tan",
+    "mish", "gelu_apprx_sigmoid", "all", "expand_dims", "load_transpose2d", "shared_identity_matrix",
 ]
 
 # Memories.
@@ -61,13 +66,42 @@ int32 = _dt.int32
 uint32 = _dt.uint32
 
 
+uint16 = _dt.uint16
+bool_ = _dt.bool_
+float8_e4m3fn = _dt.float8_e4m3
+float8_e8m0fnu = _dt.float8_e8m0fnu
+float8_e5m2_x4 = _dt.float8_e5m2_x4
+float8_e4m3fn_x4 = _dt.float8_e4m3fn_x4
+float4_e2m1fn_x4 = _dt.float4_e2m1fn_x4
+#: fp32 matmul operands read in one pass (NKI's "fp32 replicated" performance mode).
+float32r = _dt.float32
+
+
+class fp32:  # noqa: N801 - NKI's spelling
+    """FP32 constants (legacy ``nl.fp32``): ``min`` is the most negative finite fp32."""
+
+    min = -3.4028234663852886e38
+    max = 3.4028234663852886e38
+
+
 class tile_size:  # noqa: N801 - NKI's spelling
-    """Tile limits (NKI's ``nl.tile_size``)."""
+    """Tile limits (NKI's ``nl.tile_size``), as NKI documents them for a NeuronCore
+    with 128 partitions of 192 KiB SBUF and 16 KiB PSUM (8 banks of 2 KiB)."""
 
     pmax = 128
     psum_fmax = 512
+    psum_bank_fmax = 512
+    psum_bank_fmax_bytes = 2048
+    psum_num_banks = 8
+    sbuf_fmax_bytes = 192 * 1024
+    sbuf_fmax = sbuf_fmax_bytes // 4
+    sbuf_size_bytes = 128 * sbuf_fmax_bytes
+    total_available_sbuf_size = sbuf_fmax_bytes
     gemm_stationary_fmax = 128
     gemm_moving_fmax = 512
+    bn_stats_fmax = 512
+    psum_min_align = 4
+    sbuf_min_align = 1
 
 
 # -- creation ---------------------------------------------------------------
@@ -278,9 +312,9 @@ gelu_dx = _unary(ActivationFunc.GELU_DX)
 silu_dx = _unary(ActivationFunc.SILU_DX)
 
 
-def negative(x: Any, dtype: Any = None) -> NkiTensor:
+def negative(x: Any, dtype: Any = None, mask: Mask | None = None) -> NkiTensor:
     """``-x`` (vector engine)."""
-    return multiply(x, -1.0, dtype=dtype)
+    return multiply(x, -1.0, dtype=dtype, mask=mask)
 
 
 def _scalar_operand(v: Any, out: NkiTensor) -> Any:
@@ -392,9 +426,11 @@ def _reduce(op: ReduceOp, name: str):
         n = _axes(x, axis)
         kept = x.shape[: len(x.shape) - n]
         shape = kept + (1,) * n if keepdims else (kept if len(kept) > 1 else (kept[0], 1))
-        out = _e.new_tensor(shape, dtype or (x.dtype if x.buffer is Memory.SBUF else _dt.float32))
+        kept_bases = x.bases[: len(x.shape) - n] + ((None,) * n if keepdims else ())
+        out = _e.new_tensor(shape, dtype or (x.dtype if x.buffer is Memory.SBUF else _dt.float32),
+                            bases=kept_bases if len(kept_bases) == len(shape) else None)
         src = _e.clip(mask, x)[0]
-        _e.reduce(out.view, src, op, n)
+        _e.reduce(_clip_result(mask, out), src, op, n)
         return out
 
     fn.__name__ = name
@@ -402,16 +438,27 @@ def _reduce(op: ReduceOp, name: str):
     return fn
 
 
+def _clip_result(mask: Mask | None, out: NkiTensor) -> View:
+    """The part of a reduction's result that a mask keeps: the rows (or kept free
+    indices) the mask leaves out are not written, as on the chip."""
+    if mask is None:
+        return out.view
+    ranges = mask.ranges()
+    if not any(b in ranges for b in out.bases if b is not None):
+        return out.view
+    return out.view[tuple(slice(*ranges[b]) if b in ranges else slice(None) for b in out.bases)]
+
+
 sum = _reduce(ReduceOp.ADD, "sum")  # noqa: A001 - NKI's name
 max = _reduce(ReduceOp.MAX, "max")  # noqa: A001
 min = _reduce(ReduceOp.MIN, "min")  # noqa: A001
 
 
-def mean(x: Any, axis: Any, dtype: Any = None, keepdims: bool = False) -> NkiTensor:
+def mean(x: Any, axis: Any, dtype: Any = None, keepdims: bool = False, mask: Mask | None = None) -> NkiTensor:
     """Mean along trailing free axes."""
     x = _e.readable(x)
     n = math.prod(x.shape[len(x.shape) - _axes(x, axis):])
-    total = sum(x, axis, dtype=_dt.float32, keepdims=keepdims)
+    total = sum(x, axis, dtype=_dt.float32, keepdims=keepdims, mask=mask)
     return multiply(total, 1.0 / n, dtype=dtype or _dt.float32)
 
 
@@ -505,3 +552,226 @@ def num_programs(axis: int = 0) -> int:
 
 def program_ndim() -> int:
     return len(_e.tracer().grid)
+
+
+def fori_loop(lower: int, upper: int, body_fun: Any, step: int = 1) -> None:
+    """``body_fun(i)`` for ``i`` in ``range(lower, upper, step)``, one iteration after
+    another (the bounds must be known when the kernel is traced)."""
+    for i in sequential_range(int(lower), int(upper), int(step)):
+        body_fun(i)
+
+
+def while_loop(init: Any, body_fun: Any) -> None:
+    """``r = init; while r != 0: r = body_fun(r)``, traced iteration by iteration, so the
+    condition must be known when the kernel is traced."""
+    r = init
+    while int(r) != 0:
+        r = body_fun(r)
+        _e.tracer().barrier()
+
+
+def dynamic_range(start: int, stop: int | None = None, step: int = 1) -> Iterator[int]:
+    """A loop with bounds the device reads at run time; trnsim traces it as
+    :func:`sequential_range` over the bounds known when the kernel is traced."""
+    return sequential_range(*((start,) if stop is None else (start, stop, step)))
+
+
+# -- launch grid: logical cores and SPMD dimensions ---------------------------
+
+class nc(int):  # noqa: N801 - NKI's spelling
+    """``nl.nc(2)``: a launch-grid axis spread over 2 logical NeuronCores. trnsim runs
+    the instances on its one simulated core in turn, so it is the plain size."""
+
+
+def spmd_dim(*sizes: int) -> int:
+    """``kernel[nl.spmd_dim(nl.nc(2), 4)]``: one grid axis of ``2 * 4`` instances."""
+    return math.prod(int(n) for n in sizes)
+
+
+def par_dim(size: int) -> int:
+    """Marks the partition dimension of a tile shape (``(nl.par_dim(128), 512)``); the
+    first dimension of a tile is always the partition dimension in trnsim."""
+    return int(size)
+
+
+class NKIObject:
+    """Base class for kernel configuration objects: keyword arguments become attributes."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        for key, value in kwargs.items():
+            setattr(self, key, value)
+
+
+def static_cast(value: Any, dtype: Any) -> Any:
+    """``value`` converted to ``dtype``: a tile is copied (vector engine); a number or
+    array known at trace time is converted on the host."""
+    if isinstance(value, (NkiTensor, MatmulResult)):
+        return copy(value, dtype=dtype)
+    import numpy as np
+
+    return np.asarray(value).astype(_e.dtype_of(dtype).dtype)
+
+
+def device_print(print_prefix: str, tensor: Any) -> None:
+    """Print ``print_prefix`` and a description of ``tensor`` when the kernel is traced.
+    trnsim knows values only after simulating the whole kernel, so it prints the
+    tile's name, shape, dtype and memory rather than its values."""
+    print(f"{print_prefix} {tensor!r}")
+
+
+def no_reorder() -> Any:
+    """``with nl.no_reorder():`` keeps the block in program order; trnsim's queues keep
+    program order per engine already, so the block runs as written."""
+    from trnsim.nki.compiler import no_reorder as block
+
+    return block()
+
+
+def is_hbm(buffer: Any) -> bool:
+    """Whether ``buffer`` is HBM (``nl.hbm``, ``nl.shared_hbm``, ``nl.private_hbm``)."""
+    return buffer is Memory.HBM
+
+
+def is_sbuf(buffer: Any) -> bool:
+    return buffer is Memory.SBUF
+
+
+def is_psum(buffer: Any) -> bool:
+    return buffer is Memory.PSUM
+
+
+def is_on_chip(buffer: Any) -> bool:
+    return buffer in (Memory.SBUF, Memory.PSUM)
+
+
+# -- ALU operators used as ``op=`` of nki.isa calls ---------------------------
+
+bypass = AluOp.BYPASS
+
+
+# -- ops built from others ------------------------------------------------------
+
+def _nonzero(x: Any) -> NkiTensor:
+    return not_equal(x, 0.0, dtype=_dt.float32)
+
+
+def logical_and(x: Any, y: Any, dtype: Any = None, mask: Mask | None = None) -> NkiTensor:
+    """1 where both ``x`` and ``y`` are non-zero, else 0."""
+    return multiply(_nonzero(x), _nonzero(y), dtype=dtype or _dt.uint8, mask=mask)
+
+
+def logical_or(x: Any, y: Any, dtype: Any = None, mask: Mask | None = None) -> NkiTensor:
+    """1 where ``x`` or ``y`` is non-zero, else 0."""
+    return maximum(_nonzero(x), _nonzero(y), dtype=dtype or _dt.uint8, mask=mask)
+
+
+def logical_xor(x: Any, y: Any, dtype: Any = None, mask: Mask | None = None) -> NkiTensor:
+    """1 where exactly one of ``x`` and ``y`` is non-zero, else 0."""
+    return not_equal(_nonzero(x), _nonzero(y), dtype=dtype or _dt.uint8, mask=mask)
+
+
+def logical_not(x: Any, dtype: Any = None, mask: Mask | None = None) -> NkiTensor:
+    """1 where ``x`` is zero, else 0."""
+    return equal(x, 0.0, dtype=dtype or _dt.uint8, mask=mask)
+
+
+def abs_max(x: Any, y: Any, dtype: Any = None, mask: Mask | None = None) -> NkiTensor:
+    """``max(|x|, |y|)`` elementwise."""
+    return maximum(abs(x), abs(y) if isinstance(y, (NkiTensor, MatmulResult)) else builtins.abs(y), dtype=dtype, mask=mask)
+
+
+def abs_min(x: Any, y: Any, dtype: Any = None, mask: Mask | None = None) -> NkiTensor:
+    """``min(|x|, |y|)`` elementwise."""
+    return minimum(abs(x), abs(y) if isinstance(y, (NkiTensor, MatmulResult)) else builtins.abs(y), dtype=dtype, mask=mask)
+
+
+def tan(x: Any, dtype: Any = None, mask: Mask | None = None) -> NkiTensor:
+    """``sin(x) / cos(x)``."""
+    return divide(sin(x, dtype=_dt.float32), cos(x, dtype=_dt.float32), dtype=dtype, mask=mask)
+
+
+def mish(x: Any, dtype: Any = None, mask: Mask | None = None) -> NkiTensor:
+    """``x * tanh(softplus(x))``."""
+    return multiply(x, tanh(softplus(x, dtype=_dt.float32)), dtype=dtype, mask=mask)
+
+
+def gelu_apprx_sigmoid(x: Any, dtype: Any = None, mask: Mask | None = None) -> NkiTensor:
+    """``x * sigmoid(1.702 x)``."""
+    return multiply(x, sigmoid(multiply(x, 1.702, dtype=_dt.float32)), dtype=dtype, mask=mask)
+
+
+def all(x: Any, axis: Any, dtype: Any = None, mask: Mask | None = None) -> NkiTensor:  # noqa: A001 - NKI's name
+    """1 where every element along ``axis`` is non-zero, else 0."""
+    return min(_nonzero(x), axis, dtype=dtype or _dt.uint8, mask=mask)
+
+
+def expand_dims(x: NkiTensor, axis: int) -> NkiTensor:
+    """A view of ``x`` with a new axis of size 1 at ``axis`` (not the partition axis)."""
+    shape = list(x.shape)
+    axis = axis if axis >= 0 else len(shape) + 1 + axis
+    if axis == 0 and x.tensor.on_chip:
+        raise _e.tracer().fail("nl.expand_dims cannot add an axis before the partition axis of a tile")
+    shape.insert(axis, 1)
+    return x.reshape(shape)
+
+
+def load_transpose2d(src: NkiTensor, dtype: Any = None) -> NkiTensor:
+    """Load an HBM [F, P] tensor as an SBUF [P, F] tile: a DMA that walks ``src`` transposed."""
+    tr = _e.tracer()
+    if not isinstance(src, NkiTensor) or src.buffer is not Memory.HBM or len(src.shape) != 2:
+        raise tr.fail(f"nl.load_transpose2d needs a 2-D HBM tensor, got {src!r}")
+    v = src.view
+    tile = _e.new_tensor((v.shape[1], v.shape[0]), src.dtype, Memory.SBUF)
+    tr.dma(tile.view, View(v.tensor, v.offset, (v.dims[1], v.dims[0])))
+    if dtype is not None and _e.dtype_of(dtype) is not src.dtype:
+        return copy(tile, dtype=dtype)
+    return tile
+
+
+def shared_identity_matrix(n: int, dtype: Any = _dt.uint8, dst: NkiTensor | None = None) -> NkiTensor:
+    """An [n, n] identity matrix in SBUF (``nisa.iota`` of ``p - f`` compared with 0)."""
+    from trnsim.nki import isa as nisa
+
+    i_p = arange(n)[:, None]
+    i_f = arange(n)[None, :]
+    diff = nisa.iota(i_p - i_f, dtype=_dt.float32)
+    out = equal(diff, 0.0, dtype=dtype)
+    if dst is not None:
+        copy_into(dst, out)
+        return dst
+    return out
+
+
+# -- documented names trnsim refuses ------------------------------------------
+
+def _refuse(name: str, reason: str) -> Any:
+    from trnsim.nki.refused import Refused
+
+    return Refused(f"nki.language.{name}", reason)
+
+
+_NO_ALU = "the simulated engines have no {} ALU operation yet; compute it on the host or with supported ops"
+ceil = _refuse("ceil", _NO_ALU.format("rounding"))
+floor = _refuse("floor", _NO_ALU.format("rounding"))
+trunc = _refuse("trunc", _NO_ALU.format("rounding"))
+mod = _refuse("mod", _NO_ALU.format("modulo"))
+fmod = _refuse("fmod", _NO_ALU.format("modulo"))
+arctan = _refuse("arctan", _NO_ALU.format("arctan"))
+erf_dx = _refuse("erf_dx", _NO_ALU.format("erf derivative"))
+gelu_apprx_sigmoid_dx = _refuse("gelu_apprx_sigmoid_dx", _NO_ALU.format("gelu_apprx_sigmoid derivative"))
+bitwise_and = _refuse("bitwise_and", _NO_ALU.format("bitwise"))
+bitwise_or = _refuse("bitwise_or", _NO_ALU.format("bitwise"))
+bitwise_xor = _refuse("bitwise_xor", _NO_ALU.format("bitwise"))
+invert = _refuse("invert", _NO_ALU.format("bitwise"))
+left_shift = _refuse("left_shift", _NO_ALU.format("shift"))
+right_shift = _refuse("right_shift", _NO_ALU.format("shift"))
+prod = _refuse("prod", _NO_ALU.format("multiply-reduce"))
+rand = _refuse("rand", "random numbers differ from the chip's generator, so results could not match hardware")
+random_seed = _refuse("random_seed", "random numbers differ from the chip's generator, so results could not match hardware")
+dropout = _refuse("dropout", "it needs the chip's random generator; apply a mask computed on the host instead")
+shared_constant = _refuse("shared_constant", "pass the constant as a kernel argument (an HBM tensor) instead")
+gather_flattened = _refuse("gather_flattened", "a data-dependent gather needs indirect DMA, which trnsim does not model yet")
+atomic_rmw = _refuse("atomic_rmw", "atomic HBM updates with indirect indices are not modelled yet")
+all_reduce = _refuse("all_reduce", "a trnsim kernel runs on one simulated NeuronCore; there are no other ranks")
+prelu = _refuse("prelu", "the scalar engine model has no parametric ReLU; use nl.maximum(x, alpha * x)")
+loop_reduce = _refuse("loop_reduce", "write the reduction as an explicit accumulation in the loop instead")

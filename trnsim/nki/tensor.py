@@ -140,7 +140,27 @@ class Mask:
 
 def ds(start: int, size: int) -> slice:
     """A slice of ``size`` elements from ``start`` (NKI's ``nl.ds``)."""
-    return slice(start, start + size)
+    start = int(start)
+    return slice(start, start + int(size))
+
+
+class _MGrid:
+    """``nl.mgrid[0:128, 0:512]``: one ``nl.arange`` expression per axis, each on its own
+    axis of the index grid (``i_p, i_f = nl.mgrid[0:128, 0:512]``), as numpy's mgrid."""
+
+    def __getitem__(self, key: object) -> Any:
+        keys = key if isinstance(key, tuple) else (key,)
+        out = []
+        for axis, k in enumerate(keys):
+            if not isinstance(k, slice) or k.stop is None:
+                raise TypeError(f"nl.mgrid takes slices with a stop, as in nl.mgrid[0:128, 0:512]; got {k!r}")
+            r = range(k.start or 0, k.stop, k.step or 1)
+            base = Affine.base(len(r)) * r.step + r.start
+            out.append(Affine(base.terms, base.const, base.sizes, {b: axis for b in base.terms}))
+        return tuple(out) if isinstance(key, tuple) else out[0]
+
+
+mgrid = _MGrid()
 
 
 class _Placement:
