@@ -171,6 +171,9 @@ def store(dst: NkiTensor, value: Any, mask: Mask | None = None) -> None:
     tr = _e.tracer()
     if not isinstance(dst, NkiTensor) or dst.buffer is not Memory.HBM:
         raise tr.fail(f"nl.store needs an HBM tensor (or slice of one) as dst, got {dst!r}")
+    if isinstance(value, Real):
+        shape = dst.shape if len(dst.shape) > 1 else (dst.shape[0], 1)
+        value = full(shape, float(value), dst.dtype)
     value = _e.readable(value, "nl.store value")
     _e.check_overrun(dst, mask, "nl.store")
     if value.buffer is Memory.PSUM or value.dtype is not dst.dtype:
@@ -331,6 +334,8 @@ def _binary(alu: AluOp, name: str):
             raise tr.fail(f"nl.{name} needs at least one tile")
         a = None if xs else _e.readable(x)
         b = None if ys else _e.readable(y)
+        if a is not None and b is not None:
+            a, b = _broadcast_pair(a, b, name)
         # the result takes the shape of the larger operand (partitions first, then free size)
         ref = a if a is not None and (b is None or (a.view.partitions, a.view.free_size) >= (b.view.partitions, b.view.free_size)) else b
         default = ref.dtype if ref.buffer is Memory.SBUF else _dt.float32
@@ -359,6 +364,26 @@ def _binary(alu: AluOp, name: str):
     return op
 
 
+def _broadcast_pair(a: NkiTensor, b: NkiTensor, name: str) -> tuple[NkiTensor, NkiTensor]:
+    """``a`` and ``b`` brought to one [P, F] size by numpy's rules on (partitions, free
+    size), except that a [P, 1] beside a full [P, F] stays a per-partition scalar."""
+    pa, fa = a.view.partitions, a.view.free_size
+    pb, fb = b.view.partitions, b.view.free_size
+    if (pa, fa) == (pb, fb):
+        return a, b
+    p, f = builtins.max(pa, pb), builtins.max(fa, fb)
+
+    def fit(t: NkiTensor, pt: int, ft: int, other_full: bool) -> NkiTensor:
+        if (pt, ft) == (p, f) or (pt == p and ft == 1 and other_full):
+            return t
+        if pt in (1, p) and ft in (1, f):
+            return broadcast_to(t, (p, f))
+        raise _e.tracer().fail(f"nl.{name} of {list(a.shape)} and {list(b.shape)}: the shapes do not broadcast; "
+                               "each operand's partitions and free size must match the other's or be 1")
+
+    return fit(a, pa, fa, (pb, fb) == (p, f)), fit(b, pb, fb, (pa, fa) == (p, f))
+
+
 add = _binary(AluOp.ADD, "add")
 subtract = _binary(AluOp.SUBTRACT, "subtract")
 multiply = _binary(AluOp.MULTIPLY, "multiply")
@@ -382,6 +407,8 @@ def broadcast_to(x: Any, shape: Sequence[int]) -> NkiTensor:
     shape = tuple(shape)
     if tuple(x.shape) == shape:
         return x
+    if x.view.partitions == 1 and x.view.free_size == 1 and shape[0] > 1 and math.prod(shape[1:]) > 1:
+        x = broadcast_to(x, (shape[0], 1))  # over partitions first, then along the free dimension
     out = _e.new_tensor(shape, x.dtype, Memory.SBUF)
     if x.view.partitions == 1 and x.view.free_size == out.view.free_size:
         row = _e.flat2d(x.view)

@@ -215,9 +215,77 @@ class NkiTensor:
     def name(self) -> str:
         return self.view.tensor.name
 
+    def _expand(self, index: object) -> tuple[object, ...]:
+        """``index`` as a tuple with ``...`` spelled out as full slices; a tile used as
+        an index (indirect access) is refused with the reason."""
+        index = index if isinstance(index, tuple) else (index,)
+        tr = self._placement.tracer
+        for idx in index:
+            if isinstance(idx, NkiTensor) or type(idx).__name__ == "MatmulResult":
+                raise tr.fail(f"indexing {self.name} with a tile (indirect, data-dependent addressing) is not "
+                              "supported by trnsim yet: the addresses would depend on values the tracer does not know")
+        if any(idx is Ellipsis for idx in index):
+            at = next(i for i, idx in enumerate(index) if idx is Ellipsis)
+            fill = len(self.view.shape) - (len(index) - 1)
+            index = index[:at] + (slice(None),) * fill + index[at + 1:]
+        return index
+
+    def _grid_axes(self, index: tuple[object, ...]) -> list[int] | None:
+        """The index-grid axis each ``nl.arange`` index walks, when the indices need the
+        general path: an index with several bases, or bases whose grid axes are not in
+        the tensor's axis order (``out[i_f, i_p]`` stores a transpose)."""
+        affines = [idx for idx in index if isinstance(idx, Affine) and idx.terms]
+        if not affines:
+            return None
+        if any(len(a.terms) > 1 for a in affines):
+            return []
+        axes = [next(iter(a.axes.values()), None) for a in affines]
+        if None in axes or axes == sorted(axes):
+            return None
+        return axes
+
+    def _general(self, index: tuple[object, ...]) -> NkiTensor:
+        """Index with ``nl.arange`` expressions walking the index grid in its own axis
+        order: each base adds a (stride, count) dim on its grid axis, so ``x[i_f, i_p]``
+        is ``x`` walked transposed and ``x[i_p, 32 * i_a + i_b]`` splits one axis in two."""
+        tr = self._placement.tracer
+        v = self.view
+        if len(index) > len(v.dims):
+            raise tr.fail(f"too many indices ({len(index)}) for {self.name}{list(v.shape)}")
+        offset = v.offset
+        grid: dict[int, tuple[int, int, int]] = {}
+        for axis, idx in enumerate(index):
+            stride, count = v.dims[axis]
+            if isinstance(idx, int):
+                idx = Affine({}, idx, {}, {})
+            if not isinstance(idx, Affine):
+                raise tr.fail(f"index {axis} of {self.name}: mix nl.arange expressions only with integers here "
+                              "(not slices) when an index combines several nl.arange terms or transposes axes")
+            lo = idx.const + sum(min(0, c * (idx.sizes[b] - 1)) for b, c in idx.terms.items())
+            hi = idx.const + sum(max(0, c * (idx.sizes[b] - 1)) for b, c in idx.terms.items())
+            if lo < 0 or hi >= count:
+                raise tr.fail(f"index {axis} of {self.name}{list(v.shape)} reaches {lo if lo < 0 else hi}, outside "
+                              f"0..{count - 1}")
+            offset += idx.const * stride
+            for b, c in idx.terms.items():
+                g = idx.axes.get(b, axis)
+                if g in grid:
+                    raise tr.fail(f"two nl.arange terms indexing {self.name} sit on the same grid axis {g}; "
+                                  "give each its own axis ([:, None], [None, :], ...)")
+                grid[g] = (c * stride, idx.sizes[b], b)
+        rest = [(d, None) for d in v.dims[len(index):]]
+        ordered = [(grid[g][:2], grid[g][2]) for g in sorted(grid)] + rest
+        if v.tensor.on_chip and (not ordered or ordered[0][0][0] % v.tensor.row_elems or
+                                 any(s_ % v.tensor.row_elems == 0 and s_ and n > 1 for (s_, n), _ in ordered[1:])):
+            raise tr.fail(f"index of tile {self.name} moves its partition axis off the first grid axis; engines "
+                          "read a tile partition by partition, so transpose it with nl.transpose or nisa.nc_transpose")
+        view = View(v.tensor, offset, tuple(d for d, _ in ordered))
+        return NkiTensor(self._placement, view, tuple(b for _, b in ordered))
+
     def __getitem__(self, index: object) -> NkiTensor:
-        if not isinstance(index, tuple):
-            index = (index,)
+        index = self._expand(index)
+        if self._grid_axes(index) is not None:
+            return self._general(index)
         plain: list[object] = []
         bases: list[int | None] = []
         over: list[int] = []
@@ -289,6 +357,27 @@ class NkiTensor:
         if v.tensor.on_chip:
             dims.insert(0, v.dims[0])
         return NkiTensor(self._placement, View(v.tensor, v.offset, tuple(dims)))
+
+    def broadcast_to(self, shape: tuple[int, ...] | list[int]) -> NkiTensor:
+        """This tile copied to ``shape`` (see ``nl.broadcast_to``)."""
+        from trnsim.nki import language as nl
+
+        return nl.broadcast_to(self, shape)
+
+    def ap(self, pattern: list[list[int]] | tuple[tuple[int, int], ...], offset: int = 0, **kwargs: Any) -> NkiTensor:
+        """An explicit access pattern: ``[[step, count], ...]`` in elements, partitions first
+        for a tile, starting ``offset`` elements past this view's start."""
+        tr = self._placement.tracer
+        if kwargs.get("scalar_offset") is not None or kwargs.get("vector_offset") is not None:
+            raise tr.fail(f"{self.name}.ap with a register or vector offset (dynamic addressing) is not supported "
+                          "by trnsim yet; give a constant offset")
+        dims = tuple((int(step), int(count)) for step, count in pattern)
+        view = View(self.view.tensor, self.view.offset + int(offset), dims)
+        last = view.offset + sum(st * (n - 1) for st, n in dims)
+        if view.offset < 0 or last >= self.view.tensor.size:
+            raise tr.fail(f"{self.name}.ap({[list(d) for d in dims]}, offset={offset}) reaches element {last}, "
+                          f"outside the tensor's {self.view.tensor.size} elements")
+        return NkiTensor(self._placement, view)
 
     def __repr__(self) -> str:
         return f"NkiTensor({self.view!r})"
