@@ -50,6 +50,15 @@ def _allocators(memory: Memory) -> SimpleNamespace:
     return SimpleNamespace(alloc=alloc, mod_alloc=alloc, auto_alloc=alloc)
 
 
+_PLACES = "accepted; trnsim places tiles itself, so the tile gets trnsim's placement, not the asked address"
+_HINT = "accepted; changes nothing in trnsim's placement or schedule"
+
+#: Documented names that trnsim implements with a difference (read by ``trnsim.nki.apitable``).
+DIFFERENCES: dict[str, str] = {
+    "skip_middle_end_transformations": _HINT, "enable_stack_allocator": _HINT, "force_auto_alloc": _HINT,
+    **{f"{mem}.{kind}": _PLACES for mem in ("sbuf", "psum") for kind in ("alloc", "mod_alloc", "auto_alloc")},
+}
+
 #: ``ncc.sbuf.alloc``, ``ncc.sbuf.mod_alloc``, ``ncc.sbuf.auto_alloc``: each gives ``nl.sbuf``.
 sbuf = _allocators(Memory.SBUF)
 #: ``ncc.psum.alloc``, ``ncc.psum.mod_alloc``, ``ncc.psum.auto_alloc``: each gives ``nl.psum``.

@@ -42,7 +42,7 @@ __all__ = [
     "float32r", "fp32", "NkiTensor", "NKIObject", "mgrid", "par_dim", "nc", "spmd_dim", "static_cast", "device_print",
     "no_reorder", "fori_loop", "while_loop", "dynamic_range", "is_hbm", "is_sbuf", "is_psum", "is_on_chip",
     "bypass", "logical_and", "logical_or", "logical_xor", "logical_not", "abs_max", "abs_min", "tan",
-    "mish", "gelu_apprx_sigmoid", "all", "expand_dims", "load_transpose2d", "shared_identity_matrix",
+    "mish", "gelu_apprx_sigmoid", "all", "floor", "ceil", "trunc", "mod", "fmod", "expand_dims", "load_transpose2d", "shared_identity_matrix",
 ]
 
 # Memories.
@@ -453,9 +453,8 @@ def _reduce(op: ReduceOp, name: str):
         n = _axes(x, axis)
         kept = x.shape[: len(x.shape) - n]
         shape = kept + (1,) * n if keepdims else (kept if len(kept) > 1 else (kept[0], 1))
-        kept_bases = x.bases[: len(x.shape) - n] + ((None,) * n if keepdims else ())
-        out = _e.new_tensor(shape, dtype or (x.dtype if x.buffer is Memory.SBUF else _dt.float32),
-                            bases=kept_bases if len(kept_bases) == len(shape) else None)
+        kept_bases = (x.bases[: len(x.shape) - n] + (None,) * len(shape))[: len(shape)]
+        out = _e.new_tensor(shape, dtype or (x.dtype if x.buffer is Memory.SBUF else _dt.float32), bases=kept_bases)
         src = _e.clip(mask, x)[0]
         _e.reduce(_clip_result(mask, out), src, op, n)
         return out
@@ -631,7 +630,7 @@ class NKIObject:
 
 def static_cast(value: Any, dtype: Any) -> Any:
     """``value`` converted to ``dtype``: a tile is copied (vector engine); a number or
-    array known at trace time is converted on the host."""
+    array known at trace time is converted on the host with numpy's ``astype``."""
     if isinstance(value, (NkiTensor, MatmulResult)):
         return copy(value, dtype=dtype)
     import numpy as np
@@ -727,6 +726,42 @@ def gelu_apprx_sigmoid(x: Any, dtype: Any = None, mask: Mask | None = None) -> N
     return multiply(x, sigmoid(multiply(x, 1.702, dtype=_dt.float32)), dtype=dtype, mask=mask)
 
 
+def _nearest(x: Any) -> NkiTensor:
+    """``x`` rounded to the nearest integer (half to even) through an int32 conversion."""
+    return copy(copy(x, dtype=_dt.int32), dtype=_dt.float32)
+
+
+def floor(x: Any, dtype: Any = None, mask: Mask | None = None) -> NkiTensor:
+    """The largest integer not above ``x``: ``round(x) - (round(x) > x)``."""
+    r = _nearest(x)
+    return subtract(r, greater(r, x, dtype=_dt.float32), dtype=dtype or _dt.float32, mask=mask)
+
+
+def ceil(x: Any, dtype: Any = None, mask: Mask | None = None) -> NkiTensor:
+    """The smallest integer not below ``x``: ``round(x) + (round(x) < x)``."""
+    r = _nearest(x)
+    return add(r, less(r, x, dtype=_dt.float32), dtype=dtype or _dt.float32, mask=mask)
+
+
+def trunc(x: Any, dtype: Any = None, mask: Mask | None = None) -> NkiTensor:
+    """``x`` rounded toward zero: ``floor(x)``, plus 1 where ``x`` is negative and not whole."""
+    f = floor(x)
+    up = multiply(less(x, 0.0, dtype=_dt.float32), less(f, x, dtype=_dt.float32), dtype=_dt.float32)
+    return add(f, up, dtype=dtype or _dt.float32, mask=mask)
+
+
+def mod(x: Any, y: Any, dtype: Any = None, mask: Mask | None = None) -> NkiTensor:
+    """``x - y * floor(x / y)``: the remainder with the sign of ``y`` (numpy's mod)."""
+    return subtract(x, multiply(floor(divide(x, y, dtype=_dt.float32)), y, dtype=_dt.float32),
+                    dtype=dtype or _dt.float32, mask=mask)
+
+
+def fmod(x: Any, y: Any, dtype: Any = None, mask: Mask | None = None) -> NkiTensor:
+    """``x - y * trunc(x / y)``: the remainder with the sign of ``x`` (C's fmod)."""
+    return subtract(x, multiply(trunc(divide(x, y, dtype=_dt.float32)), y, dtype=_dt.float32),
+                    dtype=dtype or _dt.float32, mask=mask)
+
+
 def all(x: Any, axis: Any, dtype: Any = None, mask: Mask | None = None) -> NkiTensor:  # noqa: A001 - NKI's name
     """1 where every element along ``axis`` is non-zero, else 0."""
     return min(_nonzero(x), axis, dtype=dtype or _dt.uint8, mask=mask)
@@ -778,11 +813,6 @@ def _refuse(name: str, reason: str) -> Any:
 
 
 _NO_ALU = "the simulated engines have no {} ALU operation yet; compute it on the host or with supported ops"
-ceil = _refuse("ceil", _NO_ALU.format("rounding"))
-floor = _refuse("floor", _NO_ALU.format("rounding"))
-trunc = _refuse("trunc", _NO_ALU.format("rounding"))
-mod = _refuse("mod", _NO_ALU.format("modulo"))
-fmod = _refuse("fmod", _NO_ALU.format("modulo"))
 arctan = _refuse("arctan", _NO_ALU.format("arctan"))
 erf_dx = _refuse("erf_dx", _NO_ALU.format("erf derivative"))
 gelu_apprx_sigmoid_dx = _refuse("gelu_apprx_sigmoid_dx", _NO_ALU.format("gelu_apprx_sigmoid derivative"))
@@ -802,3 +832,39 @@ atomic_rmw = _refuse("atomic_rmw", "atomic HBM updates with indirect indices are
 all_reduce = _refuse("all_reduce", "a trnsim kernel runs on one simulated NeuronCore; there are no other ranks")
 prelu = _refuse("prelu", "the scalar engine model has no parametric ReLU; use nl.maximum(x, alpha * x)")
 loop_reduce = _refuse("loop_reduce", "write the reduction as an explicit accumulation in the loop instead")
+
+
+_COMPOSED = "built from {} simulated instructions, so it costs more than NKI's single instruction"
+_F32_HOST = "numpy has no {0}: np.dtype(nl.{0}) is float32 on the host; values are rounded to {0} when a kernel reads them"
+_PACKED = "held and moved as bit patterns (numpy sees {}); no simulated engine computes with it yet"
+
+#: Documented names that trnsim implements with a difference (read by ``trnsim.nki.apitable``).
+DIFFERENCES: dict[str, str] = {
+    "device_print": "prints the tile's name, shape, dtype and memory at trace time, not its values",
+    "nc": "a plain grid size: trnsim runs every instance on one simulated core, one after another",
+    "spmd_dim": "the product of its sizes as one grid axis; instances run on one simulated core in turn",
+    "fori_loop": "the bounds must be known when the kernel is traced (no register-valued bounds)",
+    "while_loop": "the condition must be known when the kernel is traced (no register-valued conditions)",
+    "dynamic_range": "traced as nl.sequential_range: the bounds must be known when the kernel is traced",
+    "hbm": "nl.hbm, nl.shared_hbm and nl.private_hbm are one memory in trnsim",
+    "private_hbm": "nl.hbm, nl.shared_hbm and nl.private_hbm are one memory in trnsim",
+    "NkiTensor": "views by indexing, reshape, ap and broadcast_to; the slice/select/permute/view methods are not "
+                 "provided; indexing with a tile (indirect addressing) is refused",
+    "tfloat32": "computed as float32",
+    "float32r": "computed as float32",
+    "float8_e4m3": "the finite-only e4m3 format (largest value 448), the same as float8_e4m3fn",
+    "bfloat16": _F32_HOST.format("bfloat16"),
+    "float8_e5m2": _F32_HOST.format("float8_e5m2"),
+    "float8_e4m3fn": _F32_HOST.format("float8_e4m3fn"),
+    "float8_e8m0fnu": _PACKED.format("uint8"),
+    "float8_e5m2_x4": _PACKED.format("uint32"),
+    "float8_e4m3fn_x4": _PACKED.format("uint32"),
+    "float4_e2m1fn_x4": _PACKED.format("uint16"),
+    "logical_and": _COMPOSED.format(3), "logical_or": _COMPOSED.format(3), "logical_xor": _COMPOSED.format(3),
+    "logical_not": _COMPOSED.format(1), "abs_max": _COMPOSED.format(3), "abs_min": _COMPOSED.format(3),
+    "tan": _COMPOSED.format(3), "mish": _COMPOSED.format(3), "gelu_apprx_sigmoid": _COMPOSED.format(3),
+    "all": _COMPOSED.format(2),
+    **{n: _COMPOSED.format("3 to 10") + "; exact for |x| below 2**31 (rounding goes through int32)"
+       for n in ("floor", "ceil", "trunc", "mod", "fmod")},
+    "static_cast": "a tile is copied on the vector engine; a number or array is converted on the host",
+}

@@ -37,5 +37,11 @@ class TensorType:
         return f"nt.{kind}" + (f"[{', '.join(map(str, self.shape))}]" if self.shape is not None else "")
 
 
+#: Documented names that trnsim implements with a difference (read by ``trnsim.nki.apitable``).
+DIFFERENCES: dict[str, str] = {
+    "tensor": "accepted as an annotation; shapes and dtypes come from the arguments and are not checked against it",
+    "mutable_tensor": "accepted as an annotation; every HBM argument can be written in trnsim",
+}
+
 tensor = TensorType(mutable=False)
 mutable_tensor = TensorType(mutable=True)
