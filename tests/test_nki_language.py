@@ -276,3 +276,30 @@ def test_documented_name_table_is_current_and_complete():
     assert [r.name for r in mine if r.status == "missing"] == []
     assert all(r.note for r in rows if r.status in ("refused", "differs"))
     assert apitable.main(["--check"]) == 0, "run python -m trnsim.nki.apitable"
+
+
+def test_mask_on_softmax_var_where_and_transpose():
+    @nki.jit
+    def k(a):
+        o1 = nl.ndarray((64, a.shape[1]), nl.float32, buffer=nl.shared_hbm)
+        o2 = nl.ndarray((64, 1), nl.float32, buffer=nl.shared_hbm)
+        o3 = nl.ndarray((64, a.shape[1]), nl.float32, buffer=nl.shared_hbm)
+        o4 = nl.ndarray((a.shape[1], 64), nl.float32, buffer=nl.shared_hbm)
+        i_p = nl.arange(128)[:, None]
+        i_f = nl.arange(a.shape[1])[None, :]
+        t = nl.load(a[i_p, i_f])
+        keep = i_p < 64
+        nl.store(o1, nl.softmax(t, axis=1, mask=keep)[0:64, :])
+        nl.store(o2, nl.var(t, axis=1, mask=keep)[0:64, :])
+        nl.store(o3, nl.where(nl.greater(t, 0.0), t, 0.0, mask=keep)[0:64, :])
+        nl.store(o4, nl.copy(nl.transpose(t, mask=keep)))
+        return o1, o2, o3, o4
+
+    a = rand(128, 32)
+    o1, o2, o3, o4 = k(a)
+    h = a[:64]
+    e = np.exp(h - h.max(axis=1, keepdims=True))
+    np.testing.assert_allclose(o1, e / e.sum(axis=1, keepdims=True), rtol=2e-2, atol=1e-3)
+    np.testing.assert_allclose(o2[:, 0], h.var(axis=1), rtol=1e-3)
+    np.testing.assert_array_equal(o3, np.where(h > 0, h, 0))
+    np.testing.assert_array_equal(o4, h.T)

@@ -252,12 +252,38 @@ def _stationary_of(x: NkiTensor, transpose_x: bool) -> NkiTensor:
     return copy(transpose(x), dtype=x.dtype)
 
 
-def matmul(x: Any, y: Any, transpose_x: bool = False) -> MatmulResult:
+def _restricted(t: Any, mask: Mask | None) -> Any:
+    """Tile ``t`` restricted to where ``mask`` holds (by ``t``'s own index bases); other
+    values pass through."""
+    if mask is None or not isinstance(t, NkiTensor):
+        return t
+    return NkiTensor(t._placement, _clip_result(mask, t), t.bases)
+
+
+def _masked(fn: Any) -> Any:
+    """``fn`` with ``mask=``: it runs on the tiles restricted to the mask, and its result
+    lands in the masked part of a full-size tile (elements outside are not written)."""
+    def wrapper(*args: Any, mask: Mask | None = None, **kwargs: Any) -> NkiTensor:
+        if mask is None:
+            return fn(*args, **kwargs)
+        args = tuple(_e.readable(a) if isinstance(a, MatmulResult) else a for a in args)
+        part = fn(*(_restricted(a, mask) for a in args), **kwargs)
+        ref = next(a for a in args if isinstance(a, NkiTensor))
+        out = _e.like(ref, part.dtype)
+        _e.copy_to(_clip_result(mask, out), part.view)
+        return out
+
+    wrapper.__name__ = fn.__name__
+    wrapper.__doc__ = fn.__doc__
+    return wrapper
+
+
+def matmul(x: Any, y: Any, transpose_x: bool = False, mask: Mask | None = None) -> MatmulResult:
     """``x @ y`` on the tensor engine (fp32 in PSUM). With ``transpose_x=True``, ``x`` is
     already [K, M] (contraction on partitions) and the result is ``x.T @ y``; otherwise
     ``x`` [M, K] goes through the PE array's transpose first."""
-    x = _e.readable(x, "matmul x")
-    y = _e.readable(y, "matmul y")
+    x = _restricted(_e.readable(x, "matmul x"), mask)
+    y = _restricted(_e.readable(y, "matmul y"), mask)
     st_tile = _stationary_of(x, transpose_x)
     st = st_tile.view
     tr = _e.tracer()
@@ -270,9 +296,9 @@ def matmul(x: Any, y: Any, transpose_x: bool = False) -> MatmulResult:
     return MatmulResult(st, _e.flat2d(y.view), keep=(st_tile, y))
 
 
-def transpose(x: Any, dtype: Any = None) -> NkiTensor:
+def transpose(x: Any, dtype: Any = None, mask: Mask | None = None) -> NkiTensor:
     """[P, F] -> [F, P] through the PE array (result in PSUM)."""
-    x = _e.readable(x, "transpose input")
+    x = _restricted(_e.readable(x, "transpose input"), mask)
     out = _e.new_tensor((x.view.free_size, x.view.partitions), dtype or x.dtype, Memory.PSUM)
     _e.transpose(out.view, _e.flat2d(x.view))
     return out
@@ -423,6 +449,7 @@ def broadcast_to(x: Any, shape: Sequence[int]) -> NkiTensor:
     raise tr.fail(f"nl.broadcast_to cannot broadcast {list(x.shape)} to {list(shape)}; broadcast [1, F] over partitions or [P, 1] over the free dimension")
 
 
+@_masked
 def where(condition: Any, x: Any, y: Any, dtype: Any = None) -> NkiTensor:
     """``x`` where ``condition`` is non-zero, else ``y`` (a tile or a number)."""
     cond = _e.readable(condition, "nl.where condition")
@@ -488,12 +515,17 @@ def mean(x: Any, axis: Any, dtype: Any = None, keepdims: bool = False, mask: Mas
     return multiply(total, 1.0 / n, dtype=dtype or _dt.float32)
 
 
-def var(x: Any, axis: Any, dtype: Any = None, keepdims: bool = False) -> NkiTensor:
+def var(x: Any, axis: Any, dtype: Any = None, keepdims: bool = False, mask: Mask | None = None) -> NkiTensor:
     """Population variance along trailing free axes: mean((x - mean(x))^2)."""
-    x = _e.readable(x)
+    x = _restricted(_e.readable(x), mask)
     m = mean(x, axis, keepdims=True)
     centred = subtract(x, _per_partition(m), dtype=_dt.float32)
-    return mean(square(centred), axis, dtype=dtype, keepdims=keepdims)
+    result = mean(square(centred), axis, dtype=dtype, keepdims=keepdims)
+    if mask is None:
+        return result
+    out = _e.new_tensor(result.shape, result.dtype, bases=(x.bases + (None,) * len(result.shape))[: len(result.shape)])
+    _e.copy_to(_clip_result(mask, out), result.view)
+    return out
 
 
 def _per_partition(t: NkiTensor) -> NkiTensor:
@@ -501,6 +533,7 @@ def _per_partition(t: NkiTensor) -> NkiTensor:
     return t if len(t.shape) == 2 else NkiTensor(t._placement, View(t.view.tensor, t.view.offset, (t.view.dims[0], (1, 1))))
 
 
+@_masked
 def softmax(x: Any, axis: Any = -1, dtype: Any = None) -> NkiTensor:
     """``exp(x - max) / sum(exp(x - max))`` along the last free axis: a max reduction
     (vector), one exp with the negated max as bias and a running sum (scalar), a
@@ -516,6 +549,7 @@ def softmax(x: Any, axis: Any = -1, dtype: Any = None) -> NkiTensor:
     return multiply(e, inv, dtype=dtype or x.dtype)
 
 
+@_masked
 def rms_norm(x: Any, w: Any, axis: Any = -1, n: int | None = None, epsilon: float = 1e-6, dtype: Any = None) -> NkiTensor:
     """``x / sqrt(mean(x^2) + epsilon) * w`` along the last free axis; ``w`` is a [1, F]
     tile (broadcast over partitions) or a tile shaped like ``x``."""
@@ -638,7 +672,7 @@ def static_cast(value: Any, dtype: Any) -> Any:
     return np.asarray(value).astype(_e.dtype_of(dtype).dtype)
 
 
-def device_print(print_prefix: str, tensor: Any) -> None:
+def device_print(print_prefix: str, tensor: Any, mask: Mask | None = None) -> None:
     """Print ``print_prefix`` and a description of ``tensor`` when the kernel is traced.
     trnsim knows values only after simulating the whole kernel, so it prints the
     tile's name, shape, dtype and memory rather than its values."""
@@ -777,14 +811,15 @@ def expand_dims(x: NkiTensor, axis: int) -> NkiTensor:
     return x.reshape(shape)
 
 
-def load_transpose2d(src: NkiTensor, dtype: Any = None) -> NkiTensor:
+def load_transpose2d(src: NkiTensor, dtype: Any = None, mask: Mask | None = None) -> NkiTensor:
     """Load an HBM [F, P] tensor as an SBUF [P, F] tile: a DMA that walks ``src`` transposed."""
     tr = _e.tracer()
     if not isinstance(src, NkiTensor) or src.buffer is not Memory.HBM or len(src.shape) != 2:
         raise tr.fail(f"nl.load_transpose2d needs a 2-D HBM tensor, got {src!r}")
     v = src.view
-    tile = _e.new_tensor((v.shape[1], v.shape[0]), src.dtype, Memory.SBUF)
-    tr.dma(tile.view, View(v.tensor, v.offset, (v.dims[1], v.dims[0])))
+    tile = _e.new_tensor((v.shape[1], v.shape[0]), src.dtype, Memory.SBUF, bases=(src.bases[1], src.bases[0]))
+    walked = NkiTensor(src._placement, View(v.tensor, v.offset, (v.dims[1], v.dims[0])), tile.bases)
+    tr.dma(_clip_result(mask, tile), _clip_result(mask, walked))
     if dtype is not None and _e.dtype_of(dtype) is not src.dtype:
         return copy(tile, dtype=dtype)
     return tile
