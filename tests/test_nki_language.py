@@ -303,3 +303,26 @@ def test_mask_on_softmax_var_where_and_transpose():
     np.testing.assert_allclose(o2[:, 0], h.var(axis=1), rtol=1e-3)
     np.testing.assert_array_equal(o3, np.where(h > 0, h, 0))
     np.testing.assert_array_equal(o4, h.T)
+
+
+def test_tensor_view_methods():
+    @nki.jit
+    def k(a):
+        p, f = a.shape
+        o1 = nl.ndarray((f, p), a.dtype, buffer=nl.shared_hbm)
+        o2 = nl.ndarray((p, 4), a.dtype, buffer=nl.shared_hbm)
+        o3 = nl.ndarray((p, f), a.dtype, buffer=nl.shared_hbm)
+        nl.store(o1, nl.load(a.permute((1, 0))))
+        nl.store(o2, nl.load(a.slice(1, 8, 16, 2)))
+        t = nl.load(a.reshape_dim(1, (4, -1)))
+        nl.store(o3, nl.copy(t.flatten_dims(1, 2)))
+        assert a.is_contiguous() and not a.permute((1, 0)).is_contiguous() and not a.is_indirect()
+        assert a.get_pattern() == [[f, p], [1, f]]
+        assert a.select(0, 3).shape == (f,) and a.expand_dim(1).squeeze_dim(1).shape == (p, f)
+        return o1, o2, o3
+
+    a = rand(16, 32)
+    o1, o2, o3 = k(a)
+    np.testing.assert_array_equal(o1, a.T)
+    np.testing.assert_array_equal(o2, a[:, 8:16:2])
+    np.testing.assert_array_equal(o3, a)

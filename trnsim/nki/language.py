@@ -883,8 +883,9 @@ DIFFERENCES: dict[str, str] = {
     "dynamic_range": "traced as nl.sequential_range: the bounds must be known when the kernel is traced",
     "hbm": "nl.hbm, nl.shared_hbm and nl.private_hbm are one memory in trnsim",
     "private_hbm": "nl.hbm, nl.shared_hbm and nl.private_hbm are one memory in trnsim",
-    "NkiTensor": "views by indexing, reshape, ap and broadcast_to; the slice/select/permute/view methods are not "
-                 "provided; indexing with a tile (indirect addressing) is refused",
+    "NkiTensor": "indexing and the view methods work; ``t.view`` is trnsim's access pattern, so ``t.view(dtype)`` "
+                 "is not available; indirect addressing (a tile as index, select with a tile, vector_select, "
+                 "indirect) and rearrange are refused with the reason",
     "tfloat32": "computed as float32",
     "float32r": "computed as float32",
     "float8_e4m3": "the finite-only e4m3 format (largest value 448), the same as float8_e4m3fn",

@@ -14,6 +14,7 @@ from typing import Any
 
 from trnsim.dtypes import DType
 from trnsim.isa import Memory, Tensor, View
+from trnsim.nki.views import ViewMethods
 
 _ids = itertools.count()
 
@@ -177,8 +178,11 @@ class _Placement:
             self.tracer.release(self.tensor)
 
 
-class NkiTensor:
-    """A tensor a kernel works on: an HBM argument or output, or an SBUF/PSUM tile."""
+class NkiTensor(ViewMethods):
+    """A tensor a kernel works on: an HBM argument or output, or an SBUF/PSUM tile.
+
+    Besides indexing it has NKI's view methods (``permute``, ``slice``, ``select``,
+    ``reshape_dim``, ``ap``, ... in :mod:`trnsim.nki.views`)."""
 
     __slots__ = ("_placement", "view", "bases", "overrun")
 
