@@ -326,3 +326,27 @@ def test_tensor_view_methods():
     np.testing.assert_array_equal(o1, a.T)
     np.testing.assert_array_equal(o2, a[:, 8:16:2])
     np.testing.assert_array_equal(o3, a)
+
+
+def test_series_and_derivative_ops_match_numpy():
+    import math
+
+    @nki.jit
+    def k(a):
+        outs = [nl.ndarray(a.shape, nl.float32, buffer=nl.shared_hbm) for _ in range(3)]
+        po = nl.ndarray((a.shape[0], 1), nl.float32, buffer=nl.shared_hbm)
+        x = nl.load(a)
+        for out, v in zip(outs, (nl.arctan(x), nl.erf_dx(x), nl.gelu_apprx_sigmoid_dx(x))):
+            nl.store(out, v)
+        nl.store(po, nl.prod(x, axis=1))
+        return (*outs, po)
+
+    a = rand(8, 6) * 3
+    a[2, 3] = 0.0
+    at, ed, gd, pr = k(a)
+    s = 1 / (1 + np.exp(-1.702 * a))
+    np.testing.assert_allclose(at, np.arctan(a), atol=1e-5)
+    np.testing.assert_allclose(ed, 2 / math.sqrt(math.pi) * np.exp(-a * a), atol=1e-5)
+    np.testing.assert_allclose(gd, s + 1.702 * a * s * (1 - s), atol=1e-4)
+    np.testing.assert_allclose(pr[:, 0], np.prod(a, axis=1), rtol=1e-4)
+    assert pr[2, 0] == 0.0

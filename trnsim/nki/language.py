@@ -42,7 +42,8 @@ __all__ = [
     "float32r", "fp32", "NkiTensor", "NKIObject", "mgrid", "par_dim", "nc", "spmd_dim", "static_cast", "device_print",
     "no_reorder", "fori_loop", "while_loop", "dynamic_range", "is_hbm", "is_sbuf", "is_psum", "is_on_chip",
     "bypass", "logical_and", "logical_or", "logical_xor", "logical_not", "abs_max", "abs_min", "tan",
-    "mish", "gelu_apprx_sigmoid", "all", "floor", "ceil", "trunc", "mod", "fmod", "expand_dims", "load_transpose2d", "shared_identity_matrix",
+    "mish", "gelu_apprx_sigmoid", "all", "floor", "ceil", "trunc", "mod", "fmod",
+    "erf_dx", "gelu_apprx_sigmoid_dx", "arctan", "prod", "expand_dims", "load_transpose2d", "shared_identity_matrix",
 ]
 
 # Memories.
@@ -796,6 +797,47 @@ def fmod(x: Any, y: Any, dtype: Any = None, mask: Mask | None = None) -> NkiTens
                     dtype=dtype or _dt.float32, mask=mask)
 
 
+def erf_dx(x: Any, dtype: Any = None, mask: Mask | None = None) -> NkiTensor:
+    """The derivative of erf: ``2 / sqrt(pi) * exp(-x^2)``."""
+    e = exp(multiply(square(x, dtype=_dt.float32), -1.0))
+    return multiply(e, 2.0 / math.sqrt(math.pi), dtype=dtype, mask=mask)
+
+
+def gelu_apprx_sigmoid_dx(x: Any, dtype: Any = None, mask: Mask | None = None) -> NkiTensor:
+    """The derivative of ``x * sigmoid(1.702 x)``: ``s + 1.702 x s (1 - s)``."""
+    s_ = sigmoid(multiply(x, 1.702, dtype=_dt.float32))
+    slope = multiply(multiply(s_, subtract(1.0, s_)), multiply(x, 1.702, dtype=_dt.float32))
+    return add(s_, slope, dtype=dtype, mask=mask)
+
+
+def arctan(x: Any, dtype: Any = None, mask: Mask | None = None) -> NkiTensor:
+    """``arctan(x)`` as ``4 arctan(t)``, halving the angle twice with ``t -> t / (1 + sqrt(1 + t^2))``
+    (so ``|t| < tan(pi / 8) < 0.42``), and the odd series of arctan(t) to the t^13 term
+    (error below 1e-6)."""
+    t = _e.readable(x)
+    for _ in range(2):
+        t = divide(t, add(sqrt(add(square(t, dtype=_dt.float32), 1.0)), 1.0), dtype=_dt.float32)
+    t2 = square(t)
+    series = full(t.shape, 0.0, _dt.float32)
+    for k in range(13, 0, -2):
+        # Horner in t^2: c_k + t^2 * (...), with c_k = (-1)^((k-1)/2) / k
+        series = add(multiply(series, t2), (-1.0) ** ((k - 1) // 2) / k)
+    return multiply(multiply(series, t), 4.0, dtype=dtype, mask=mask)
+
+
+def prod(x: Any, axis: Any, dtype: Any = None, keepdims: bool = False, mask: Mask | None = None) -> NkiTensor:
+    """The product along ``axis``: ``exp(sum(log|x|))`` with the sign from the count of
+    negative elements, and 0 where any element is 0."""
+    x = _e.readable(x)
+    magnitude = exp(sum(log(abs(x, dtype=_dt.float32)), axis, keepdims=keepdims, mask=mask))
+    negatives = sum(less(x, 0.0, dtype=_dt.float32), axis, keepdims=keepdims, mask=mask)
+    sign_ = subtract(1.0, multiply(mod(negatives, 2.0), 2.0))
+    nonzero = all(x, axis, dtype=_dt.float32, mask=mask)
+    if keepdims is False and len(nonzero.shape) != len(sign_.shape):
+        nonzero = nonzero.reshape(sign_.shape)
+    return multiply(multiply(magnitude, sign_), nonzero, dtype=dtype or _dt.float32)
+
+
 def all(x: Any, axis: Any, dtype: Any = None, mask: Mask | None = None) -> NkiTensor:  # noqa: A001 - NKI's name
     """1 where every element along ``axis`` is non-zero, else 0."""
     return min(_nonzero(x), axis, dtype=dtype or _dt.uint8, mask=mask)
@@ -848,16 +890,12 @@ def _refuse(name: str, reason: str) -> Any:
 
 
 _NO_ALU = "the simulated engines have no {} ALU operation yet; compute it on the host or with supported ops"
-arctan = _refuse("arctan", _NO_ALU.format("arctan"))
-erf_dx = _refuse("erf_dx", _NO_ALU.format("erf derivative"))
-gelu_apprx_sigmoid_dx = _refuse("gelu_apprx_sigmoid_dx", _NO_ALU.format("gelu_apprx_sigmoid derivative"))
 bitwise_and = _refuse("bitwise_and", _NO_ALU.format("bitwise"))
 bitwise_or = _refuse("bitwise_or", _NO_ALU.format("bitwise"))
 bitwise_xor = _refuse("bitwise_xor", _NO_ALU.format("bitwise"))
 invert = _refuse("invert", _NO_ALU.format("bitwise"))
 left_shift = _refuse("left_shift", _NO_ALU.format("shift"))
 right_shift = _refuse("right_shift", _NO_ALU.format("shift"))
-prod = _refuse("prod", _NO_ALU.format("multiply-reduce"))
 rand = _refuse("rand", "random numbers differ from the chip's generator, so results could not match hardware")
 random_seed = _refuse("random_seed", "random numbers differ from the chip's generator, so results could not match hardware")
 dropout = _refuse("dropout", "it needs the chip's random generator; apply a mask computed on the host instead")
@@ -899,7 +937,9 @@ DIFFERENCES: dict[str, str] = {
     "logical_and": _COMPOSED.format(3), "logical_or": _COMPOSED.format(3), "logical_xor": _COMPOSED.format(3),
     "logical_not": _COMPOSED.format(1), "abs_max": _COMPOSED.format(3), "abs_min": _COMPOSED.format(3),
     "tan": _COMPOSED.format(3), "mish": _COMPOSED.format(3), "gelu_apprx_sigmoid": _COMPOSED.format(3),
-    "all": _COMPOSED.format(2),
+    "all": _COMPOSED.format(2), "erf_dx": _COMPOSED.format(4), "gelu_apprx_sigmoid_dx": _COMPOSED.format(7),
+    "arctan": _COMPOSED.format(30) + "; a series accurate to about 1e-6",
+    "prod": _COMPOSED.format("about 15") + "; exp(sum(log|x|)), so about 1e-6 relative error",
     **{n: _COMPOSED.format("3 to 10") + "; exact for |x| below 2**31 (rounding goes through int32)"
        for n in ("floor", "ceil", "trunc", "mod", "fmod")},
     "static_cast": "a tile is copied on the vector engine; a number or array is converted on the host",
