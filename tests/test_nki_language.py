@@ -318,6 +318,8 @@ def test_tensor_view_methods():
         nl.store(o3, nl.copy(t.flatten_dims(1, 2)))
         assert a.is_contiguous() and not a.permute((1, 0)).is_contiguous() and not a.is_indirect()
         assert a.get_pattern() == [[f, p], [1, f]]
+        assert a.assert_shape((p, f)) is a and a.itemsize == 4
+        assert t.astype(nl.bfloat16).dtype is nl.bfloat16
         assert a.select(0, 3).shape == (f,) and a.expand_dim(1).squeeze_dim(1).shape == (p, f)
         return o1, o2, o3
 

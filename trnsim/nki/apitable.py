@@ -90,6 +90,8 @@ def status_of(name: str) -> tuple[str, str]:
     obj, local, module = _resolve(name)
     if obj is _MISSING:
         return "missing", ""
+    if isinstance(obj, ModuleType) and name not in MODULES:
+        return "missing", "trnsim has a module, not this object, under the name"
     if isinstance(obj, Refused):
         return "refused", obj.reason
     differences: dict[str, str] = getattr(module, "DIFFERENCES", {})

@@ -35,6 +35,29 @@ class ViewMethods:
                 f"{what} would change the partition axis of tile {self.name}; engines read a tile partition by "  # type: ignore[attr-defined]
                 "partition, so move data across partitions with nl.transpose or a DMA")
 
+    @property
+    def itemsize(self) -> int:
+        """Bytes per element."""
+        return self.view.dtype.itemsize  # type: ignore[attr-defined]
+
+    def assert_shape(self, shape: tuple[int, ...] | list[int]) -> Any:
+        """This tensor, after checking that its shape is ``shape``."""
+        if tuple(self.view.shape) != tuple(shape):  # type: ignore[attr-defined]
+            raise self._placement.tracer.fail(f"{self.name} has shape {list(self.view.shape)}, expected {list(shape)}")  # type: ignore[attr-defined]
+        return self
+
+    def astype(self, dtype: Any) -> Any:
+        """A copy converted to ``dtype`` (``nl.copy(x, dtype=dtype)``)."""
+        from trnsim.nki import language as nl
+
+        return nl.copy(self, dtype=dtype)
+
+    def expand_dims(self, axis: int) -> Any:
+        """A view with a new size-1 axis at ``axis`` (``nl.expand_dims``)."""
+        from trnsim.nki import language as nl
+
+        return nl.expand_dims(self, axis)  # type: ignore[arg-type]
+
     def is_contiguous(self) -> bool:
         """Whether the view covers its elements in row-major order with no gaps."""
         run = 1
