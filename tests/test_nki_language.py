@@ -266,8 +266,8 @@ def test_load_transpose2d_identity_and_expand_dims():
 def test_refused_names_raise_naming_the_name():
     with pytest.raises(KernelError, match=r"nki\.language\.bitwise_and is not supported by trnsim: "):
         nl.bitwise_and(1, 2)
-    with pytest.raises(KernelError, match=r"nki\.collectives\.all_reduce is not supported"):
-        ncc_coll.all_reduce.something
+    with pytest.raises(KernelError, match=r"nki\.collectives\.all_gather_v is not supported"):
+        ncc_coll.all_gather_v.something
 
 
 def test_documented_name_table_is_current_and_complete():
@@ -352,3 +352,26 @@ def test_series_and_derivative_ops_match_numpy():
     np.testing.assert_allclose(gd, s + 1.702 * a * s * (1 - s), atol=1e-4)
     np.testing.assert_allclose(pr[:, 0], np.prod(a, axis=1), rtol=1e-4)
     assert pr[2, 0] == 0.0
+
+
+def test_collectives_over_a_world_of_one_rank():
+    @nki.jit
+    def k(a):
+        out = nl.ndarray(a.shape, a.dtype, buffer=nl.shared_hbm)
+        t = nl.load(a)
+        r = nl.ndarray(a.shape, a.dtype, buffer=nl.sbuf)
+        ncc_coll.all_reduce([t], [r], ncc_coll.ReplicaGroup([[0]]), op=nl.add)
+        nl.store(out, r)
+        assert ncc_coll.rank_id() == 0
+        return out
+
+    @nki.jit
+    def two_ranks(a):
+        t = nl.load(a)
+        ncc_coll.all_gather([t], [t], ncc_coll.ReplicaGroup([[0, 1]]), collective_dim=0)
+        return None
+
+    a = rand(8, 16)
+    np.testing.assert_array_equal(k(a), a)
+    with pytest.raises(KernelError, match=r"all_gather over ranks \[0, 1\]: a trnsim kernel runs on one"):
+        two_ranks(a)
