@@ -375,3 +375,17 @@ def test_collectives_over_a_world_of_one_rank():
     np.testing.assert_array_equal(k(a), a)
     with pytest.raises(KernelError, match=r"all_gather over ranks \[0, 1\]: a trnsim kernel runs on one"):
         two_ranks(a)
+
+
+def test_shared_constant_is_an_input_the_kernel_makes():
+    table = np.arange(64, dtype=np.float32).reshape(8, 8)
+
+    @nki.jit
+    def k(a):
+        out = nl.ndarray(a.shape, a.dtype, buffer=nl.shared_hbm)
+        c = nl.shared_constant(table)
+        nl.store(out, nl.add(nl.load(a), nl.load(c)))
+        return out
+
+    a = rand(8, 8)
+    np.testing.assert_array_equal(k(a), a + table)

@@ -25,7 +25,7 @@ from trnsim.isa import (
     View,
 )
 from trnsim.nki import emit as _e
-from trnsim.nki.tensor import Affine, Mask, NkiTensor, ds, mgrid
+from trnsim.nki.tensor import Affine, Mask, NkiTensor, _Placement, ds, mgrid
 
 __all__ = [
     "ndarray", "zeros", "ones", "full", "zeros_like", "empty_like", "load", "store", "copy", "matmul", "transpose",
@@ -43,7 +43,7 @@ __all__ = [
     "no_reorder", "fori_loop", "while_loop", "dynamic_range", "is_hbm", "is_sbuf", "is_psum", "is_on_chip",
     "bypass", "logical_and", "logical_or", "logical_xor", "logical_not", "abs_max", "abs_min", "tan",
     "mish", "gelu_apprx_sigmoid", "all", "floor", "ceil", "trunc", "mod", "fmod",
-    "erf_dx", "gelu_apprx_sigmoid_dx", "arctan", "prod", "expand_dims", "load_transpose2d", "shared_identity_matrix",
+    "erf_dx", "gelu_apprx_sigmoid_dx", "arctan", "prod", "expand_dims", "load_transpose2d", "shared_identity_matrix", "shared_constant",
 ]
 
 # Memories.
@@ -867,6 +867,23 @@ def load_transpose2d(src: NkiTensor, dtype: Any = None, mask: Mask | None = None
     return tile
 
 
+def shared_constant(constant: Any, dtype: Any = None) -> NkiTensor:
+    """An HBM tensor holding ``constant`` (an array, or the path of a ``.npy`` file),
+    given to the kernel as an input; float64 data is stored as float32."""
+    import numpy as np
+
+    tr = _e.tracer()
+    data = np.load(constant) if isinstance(constant, str) else np.asarray(constant)
+    if data.dtype == np.float64:
+        data = data.astype(np.float32)
+    chip_dtype = _e.dtype_of(dtype if dtype is not None else data.dtype)
+    shape = data.shape if data.ndim else (1,)
+    t = tr.program.hbm(shape, chip_dtype, tr.fresh_name("constant"), kind="input")
+    tr.hazards.register(t)
+    tr.constants[t.name] = data.reshape(shape)
+    return NkiTensor(_Placement(tr, t), t.view())
+
+
 def shared_identity_matrix(n: int, dtype: Any = _dt.uint8, dst: NkiTensor | None = None) -> NkiTensor:
     """An [n, n] identity matrix in SBUF (``nisa.iota`` of ``p - f`` compared with 0)."""
     from trnsim.nki import isa as nisa
@@ -899,7 +916,6 @@ right_shift = _refuse("right_shift", _NO_ALU.format("shift"))
 rand = _refuse("rand", "random numbers differ from the chip's generator, so results could not match hardware")
 random_seed = _refuse("random_seed", "random numbers differ from the chip's generator, so results could not match hardware")
 dropout = _refuse("dropout", "it needs the chip's random generator; apply a mask computed on the host instead")
-shared_constant = _refuse("shared_constant", "pass the constant as a kernel argument (an HBM tensor) instead")
 gather_flattened = _refuse("gather_flattened", "a data-dependent gather needs indirect DMA, which trnsim does not model yet")
 atomic_rmw = _refuse("atomic_rmw", "atomic HBM updates with indirect indices are not modelled yet")
 all_reduce = _refuse("all_reduce", "a trnsim kernel runs on one simulated NeuronCore; there are no other ranks")
