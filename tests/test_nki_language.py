@@ -389,3 +389,28 @@ def test_shared_constant_is_an_input_the_kernel_makes():
 
     a = rand(8, 8)
     np.testing.assert_array_equal(k(a), a + table)
+
+
+def test_rand_dropout_and_loop_reduce():
+    @nki.jit
+    def k(a):
+        o1 = nl.ndarray((128, 64), nl.float32, buffer=nl.shared_hbm)
+        o2 = nl.ndarray(a.shape, nl.float32, buffer=nl.shared_hbm)
+        o3 = nl.ndarray(a.shape, nl.float32, buffer=nl.shared_hbm)
+        nl.random_seed(7)
+        nl.store(o1, nl.rand((128, 64), nl.float32))
+        nl.store(o2, nl.dropout(nl.load(a), 0.5))
+        b = nl.zeros(a.shape, nl.float32)
+        for i in nl.affine_range(3):
+            b = nl.loop_reduce(nl.multiply(nl.load(a), float(i + 1)), np.maximum, [i], dtype=nl.float32)
+        nl.store(o3, b)
+        return o1, o2, o3
+
+    a = np.abs(rand(16, 32)) + 0.1
+    r, d, m = k(a)
+    assert r.min() >= 0.0 and r.max() < 1.0 and 0.45 < r.mean() < 0.55
+    np.testing.assert_array_equal(k(a)[0], r)
+    dropped = d == 0
+    assert 0.3 < dropped.mean() < 0.7
+    np.testing.assert_array_equal(d[~dropped], a[~dropped])
+    np.testing.assert_allclose(m, a * 3, rtol=1e-6)

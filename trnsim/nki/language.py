@@ -43,7 +43,7 @@ __all__ = [
     "no_reorder", "fori_loop", "while_loop", "dynamic_range", "is_hbm", "is_sbuf", "is_psum", "is_on_chip",
     "bypass", "logical_and", "logical_or", "logical_xor", "logical_not", "abs_max", "abs_min", "tan",
     "mish", "gelu_apprx_sigmoid", "all", "floor", "ceil", "trunc", "mod", "fmod",
-    "erf_dx", "gelu_apprx_sigmoid_dx", "arctan", "prod", "expand_dims", "load_transpose2d", "shared_identity_matrix", "shared_constant",
+    "erf_dx", "gelu_apprx_sigmoid_dx", "arctan", "prod", "loop_reduce", "rand", "random_seed", "dropout", "expand_dims", "load_transpose2d", "shared_identity_matrix", "shared_constant",
 ]
 
 # Memories.
@@ -710,139 +710,6 @@ def is_on_chip(buffer: Any) -> bool:
 bypass = AluOp.BYPASS
 
 
-# -- ops built from others ------------------------------------------------------
-
-def _nonzero(x: Any) -> NkiTensor:
-    return not_equal(x, 0.0, dtype=_dt.float32)
-
-
-def logical_and(x: Any, y: Any, dtype: Any = None, mask: Mask | None = None) -> NkiTensor:
-    """1 where both ``x`` and ``y`` are non-zero, else 0."""
-    return multiply(_nonzero(x), _nonzero(y), dtype=dtype or _dt.uint8, mask=mask)
-
-
-def logical_or(x: Any, y: Any, dtype: Any = None, mask: Mask | None = None) -> NkiTensor:
-    """1 where ``x`` or ``y`` is non-zero, else 0."""
-    return maximum(_nonzero(x), _nonzero(y), dtype=dtype or _dt.uint8, mask=mask)
-
-
-def logical_xor(x: Any, y: Any, dtype: Any = None, mask: Mask | None = None) -> NkiTensor:
-    """1 where exactly one of ``x`` and ``y`` is non-zero, else 0."""
-    return not_equal(_nonzero(x), _nonzero(y), dtype=dtype or _dt.uint8, mask=mask)
-
-
-def logical_not(x: Any, dtype: Any = None, mask: Mask | None = None) -> NkiTensor:
-    """1 where ``x`` is zero, else 0."""
-    return equal(x, 0.0, dtype=dtype or _dt.uint8, mask=mask)
-
-
-def abs_max(x: Any, y: Any, dtype: Any = None, mask: Mask | None = None) -> NkiTensor:
-    """``max(|x|, |y|)`` elementwise."""
-    return maximum(abs(x), abs(y) if isinstance(y, (NkiTensor, MatmulResult)) else builtins.abs(y), dtype=dtype, mask=mask)
-
-
-def abs_min(x: Any, y: Any, dtype: Any = None, mask: Mask | None = None) -> NkiTensor:
-    """``min(|x|, |y|)`` elementwise."""
-    return minimum(abs(x), abs(y) if isinstance(y, (NkiTensor, MatmulResult)) else builtins.abs(y), dtype=dtype, mask=mask)
-
-
-def tan(x: Any, dtype: Any = None, mask: Mask | None = None) -> NkiTensor:
-    """``sin(x) / cos(x)``."""
-    return divide(sin(x, dtype=_dt.float32), cos(x, dtype=_dt.float32), dtype=dtype, mask=mask)
-
-
-def mish(x: Any, dtype: Any = None, mask: Mask | None = None) -> NkiTensor:
-    """``x * tanh(softplus(x))``."""
-    return multiply(x, tanh(softplus(x, dtype=_dt.float32)), dtype=dtype, mask=mask)
-
-
-def gelu_apprx_sigmoid(x: Any, dtype: Any = None, mask: Mask | None = None) -> NkiTensor:
-    """``x * sigmoid(1.702 x)``."""
-    return multiply(x, sigmoid(multiply(x, 1.702, dtype=_dt.float32)), dtype=dtype, mask=mask)
-
-
-def _nearest(x: Any) -> NkiTensor:
-    """``x`` rounded to the nearest integer (half to even) through an int32 conversion."""
-    return copy(copy(x, dtype=_dt.int32), dtype=_dt.float32)
-
-
-def floor(x: Any, dtype: Any = None, mask: Mask | None = None) -> NkiTensor:
-    """The largest integer not above ``x``: ``round(x) - (round(x) > x)``."""
-    r = _nearest(x)
-    return subtract(r, greater(r, x, dtype=_dt.float32), dtype=dtype or _dt.float32, mask=mask)
-
-
-def ceil(x: Any, dtype: Any = None, mask: Mask | None = None) -> NkiTensor:
-    """The smallest integer not below ``x``: ``round(x) + (round(x) < x)``."""
-    r = _nearest(x)
-    return add(r, less(r, x, dtype=_dt.float32), dtype=dtype or _dt.float32, mask=mask)
-
-
-def trunc(x: Any, dtype: Any = None, mask: Mask | None = None) -> NkiTensor:
-    """``x`` rounded toward zero: ``floor(x)``, plus 1 where ``x`` is negative and not whole."""
-    f = floor(x)
-    up = multiply(less(x, 0.0, dtype=_dt.float32), less(f, x, dtype=_dt.float32), dtype=_dt.float32)
-    return add(f, up, dtype=dtype or _dt.float32, mask=mask)
-
-
-def mod(x: Any, y: Any, dtype: Any = None, mask: Mask | None = None) -> NkiTensor:
-    """``x - y * floor(x / y)``: the remainder with the sign of ``y`` (numpy's mod)."""
-    return subtract(x, multiply(floor(divide(x, y, dtype=_dt.float32)), y, dtype=_dt.float32),
-                    dtype=dtype or _dt.float32, mask=mask)
-
-
-def fmod(x: Any, y: Any, dtype: Any = None, mask: Mask | None = None) -> NkiTensor:
-    """``x - y * trunc(x / y)``: the remainder with the sign of ``x`` (C's fmod)."""
-    return subtract(x, multiply(trunc(divide(x, y, dtype=_dt.float32)), y, dtype=_dt.float32),
-                    dtype=dtype or _dt.float32, mask=mask)
-
-
-def erf_dx(x: Any, dtype: Any = None, mask: Mask | None = None) -> NkiTensor:
-    """The derivative of erf: ``2 / sqrt(pi) * exp(-x^2)``."""
-    e = exp(multiply(square(x, dtype=_dt.float32), -1.0))
-    return multiply(e, 2.0 / math.sqrt(math.pi), dtype=dtype, mask=mask)
-
-
-def gelu_apprx_sigmoid_dx(x: Any, dtype: Any = None, mask: Mask | None = None) -> NkiTensor:
-    """The derivative of ``x * sigmoid(1.702 x)``: ``s + 1.702 x s (1 - s)``."""
-    s_ = sigmoid(multiply(x, 1.702, dtype=_dt.float32))
-    slope = multiply(multiply(s_, subtract(1.0, s_)), multiply(x, 1.702, dtype=_dt.float32))
-    return add(s_, slope, dtype=dtype, mask=mask)
-
-
-def arctan(x: Any, dtype: Any = None, mask: Mask | None = None) -> NkiTensor:
-    """``arctan(x)`` as ``4 arctan(t)``, halving the angle twice with ``t -> t / (1 + sqrt(1 + t^2))``
-    (so ``|t| < tan(pi / 8) < 0.42``), and the odd series of arctan(t) to the t^13 term
-    (error below 1e-6)."""
-    t = _e.readable(x)
-    for _ in range(2):
-        t = divide(t, add(sqrt(add(square(t, dtype=_dt.float32), 1.0)), 1.0), dtype=_dt.float32)
-    t2 = square(t)
-    series = full(t.shape, 0.0, _dt.float32)
-    for k in range(13, 0, -2):
-        # Horner in t^2: c_k + t^2 * (...), with c_k = (-1)^((k-1)/2) / k
-        series = add(multiply(series, t2), (-1.0) ** ((k - 1) // 2) / k)
-    return multiply(multiply(series, t), 4.0, dtype=dtype, mask=mask)
-
-
-def prod(x: Any, axis: Any, dtype: Any = None, keepdims: bool = False, mask: Mask | None = None) -> NkiTensor:
-    """The product along ``axis``: ``exp(sum(log|x|))`` with the sign from the count of
-    negative elements, and 0 where any element is 0."""
-    x = _e.readable(x)
-    magnitude = exp(sum(log(abs(x, dtype=_dt.float32)), axis, keepdims=keepdims, mask=mask))
-    negatives = sum(less(x, 0.0, dtype=_dt.float32), axis, keepdims=keepdims, mask=mask)
-    sign_ = subtract(1.0, multiply(mod(negatives, 2.0), 2.0))
-    nonzero = all(x, axis, dtype=_dt.float32, mask=mask)
-    if keepdims is False and len(nonzero.shape) != len(sign_.shape):
-        nonzero = nonzero.reshape(sign_.shape)
-    return multiply(multiply(magnitude, sign_), nonzero, dtype=dtype or _dt.float32)
-
-
-def all(x: Any, axis: Any, dtype: Any = None, mask: Mask | None = None) -> NkiTensor:  # noqa: A001 - NKI's name
-    """1 where every element along ``axis`` is non-zero, else 0."""
-    return min(_nonzero(x), axis, dtype=dtype or _dt.uint8, mask=mask)
-
-
 def expand_dims(x: NkiTensor, axis: int) -> NkiTensor:
     """A view of ``x`` with a new axis of size 1 at ``axis`` (not the partition axis)."""
     shape = list(x.shape)
@@ -913,14 +780,10 @@ bitwise_xor = _refuse("bitwise_xor", _NO_ALU.format("bitwise"))
 invert = _refuse("invert", _NO_ALU.format("bitwise"))
 left_shift = _refuse("left_shift", _NO_ALU.format("shift"))
 right_shift = _refuse("right_shift", _NO_ALU.format("shift"))
-rand = _refuse("rand", "random numbers differ from the chip's generator, so results could not match hardware")
-random_seed = _refuse("random_seed", "random numbers differ from the chip's generator, so results could not match hardware")
-dropout = _refuse("dropout", "it needs the chip's random generator; apply a mask computed on the host instead")
 gather_flattened = _refuse("gather_flattened", "a data-dependent gather needs indirect DMA, which trnsim does not model yet")
 atomic_rmw = _refuse("atomic_rmw", "atomic HBM updates with indirect indices are not modelled yet")
 all_reduce = _refuse("all_reduce", "a trnsim kernel runs on one simulated NeuronCore; there are no other ranks")
 prelu = _refuse("prelu", "the scalar engine model has no parametric ReLU; use nl.maximum(x, alpha * x)")
-loop_reduce = _refuse("loop_reduce", "write the reduction as an explicit accumulation in the loop instead")
 
 
 _COMPOSED = "built from {} simulated instructions, so it costs more than NKI's single instruction"
@@ -958,5 +821,19 @@ DIFFERENCES: dict[str, str] = {
     "prod": _COMPOSED.format("about 15") + "; exp(sum(log|x|)), so about 1e-6 relative error",
     **{n: _COMPOSED.format("3 to 10") + "; exact for |x| below 2**31 (rounding goes through int32)"
        for n in ("floor", "ceil", "trunc", "mod", "fmod")},
+    "rand": "values from numpy's generator drawn at trace time, loaded with one DMA; not the chip's generator",
+    "random_seed": "a number seeds numpy's generator; a seed tile (its value unknown while tracing) restarts it "
+                   "from one fixed state",
+    "dropout": "its random values come from nl.rand (numpy's generator, drawn at trace time)",
+    "loop_reduce": "the running result is kept per call line and restarts from zeros when every loop index is 0",
     "static_cast": "a tile is copied on the vector engine; a number or array is converted on the host",
 }
+
+
+# Ops built from the ones above, and random numbers, live in their own modules; they
+# are nki.language names, so they are imported here (after everything they use).
+from trnsim.nki.composed import (  # noqa: E402
+    abs_max, abs_min, all, arctan, ceil, erf_dx, floor, fmod, gelu_apprx_sigmoid, gelu_apprx_sigmoid_dx,
+    logical_and, logical_not, logical_or, logical_xor, loop_reduce, mish, mod, prod, tan, trunc,
+)
+from trnsim.nki.rng import dropout, rand, random_seed  # noqa: E402
