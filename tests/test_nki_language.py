@@ -414,3 +414,23 @@ def test_rand_dropout_and_loop_reduce():
     assert 0.3 < dropped.mean() < 0.7
     np.testing.assert_array_equal(d[~dropped], a[~dropped])
     np.testing.assert_allclose(m, a * 3, rtol=1e-6)
+
+
+def test_legacy_block_dimension_before_par_dim():
+    @nki.jit
+    def k(a, b):
+        # a [K=256, M=128] and b [K=256, N=64]: a.T @ b with K in two blocks of 128
+        out = nl.ndarray((a.shape[1], b.shape[1]), nl.float32, buffer=nl.shared_hbm)
+        at = nl.ndarray((2, nl.par_dim(128), a.shape[1]), nl.float32, buffer=nl.sbuf)
+        bt = nl.ndarray((2, nl.par_dim(128), b.shape[1]), nl.float32, buffer=nl.sbuf)
+        acc = nl.zeros((1, nl.par_dim(a.shape[1]), b.shape[1]), nl.float32, buffer=nl.psum)
+        for kk in nl.affine_range(2):
+            at[kk] = nl.load(a[kk * 128:(kk + 1) * 128, :])
+            bt[kk, :, :] = nl.load(b[kk * 128:(kk + 1) * 128, :])
+        for kk in nl.affine_range(2):
+            acc[0] += nl.matmul(at[kk], bt[kk], transpose_x=True)
+        nl.store(out, nl.copy(acc[0]))
+        return out
+
+    a, b = rand(256, 128), rand(256, 64)
+    np.testing.assert_allclose(k(a, b), a.T @ b, rtol=1e-4, atol=1e-3)

@@ -25,7 +25,7 @@ from trnsim.isa import (
     View,
 )
 from trnsim.nki import emit as _e
-from trnsim.nki.tensor import Affine, Mask, NkiTensor, _Placement, ds, mgrid
+from trnsim.nki.tensor import Affine, BlockedTile, Mask, NkiTensor, ParDim, _Placement, ds, mgrid
 
 __all__ = [
     "ndarray", "zeros", "ones", "full", "zeros_like", "empty_like", "load", "store", "copy", "matmul", "transpose",
@@ -113,10 +113,17 @@ def _buffer(buffer: Any) -> Memory:
     raise _e.tracer().fail(f"buffer {buffer!r} is not one of nl.sbuf, nl.psum, nl.hbm, nl.shared_hbm")
 
 
-def ndarray(shape: Sequence[int], dtype: Any, buffer: Any = sbuf, name: str | None = None) -> NkiTensor:
+def ndarray(shape: Sequence[int], dtype: Any, buffer: Any = sbuf, name: str | None = None) -> Any:
     """An uninitialised tensor: a tile in SBUF/PSUM, or an HBM tensor (a kernel output
-    when the kernel returns it)."""
-    return _e.new_tensor(shape, dtype, _buffer(buffer), name)
+    when the kernel returns it). A tile shape with dimensions before ``nl.par_dim(n)``
+    (legacy block dimensions) gives a :class:`~trnsim.nki.tensor.BlockedTile`."""
+    memory = _buffer(buffer)
+    shape = tuple(shape)
+    k = next((i for i, s_ in enumerate(shape) if isinstance(s_, ParDim)), 0)
+    if k and memory is not Memory.HBM:
+        physical = (shape[k],) + shape[:k] + shape[k + 1:]
+        return BlockedTile(_e.new_tensor(physical, dtype, memory, name), k, tuple(int(s_) for s_ in shape))
+    return _e.new_tensor(shape, dtype, memory, name)
 
 
 def full(shape: Sequence[int], fill_value: float, dtype: Any, buffer: Any = sbuf, name: str | None = None) -> NkiTensor:
@@ -650,9 +657,9 @@ def spmd_dim(*sizes: int) -> int:
 
 
 def par_dim(size: int) -> int:
-    """Marks the partition dimension of a tile shape (``(nl.par_dim(128), 512)``); the
-    first dimension of a tile is always the partition dimension in trnsim."""
-    return int(size)
+    """Marks the partition dimension of a tile shape: ``(nl.par_dim(128), 512)``, or
+    ``(4, nl.par_dim(128), 512)`` for four [128, 512] tiles (legacy block dimensions)."""
+    return ParDim(int(size))
 
 
 class NKIObject:

@@ -442,3 +442,74 @@ class NkiTensor(ViewMethods):
             return  # ``t[i] += x`` already wrote t[i] in place; Python only stores it back
         else:
             nl.copy_into(target, value)
+
+
+class ParDim(int):
+    """A shape entry marked as the partition dimension (``nl.par_dim(128)``)."""
+
+
+class BlockedTile:
+    """A tile with block dimensions before its partition dimension, as NKI's legacy
+    ``nl.ndarray((4, nl.par_dim(128), 512), buffer=nl.sbuf)``: four [128, 512] tiles.
+
+    Its memory is one tile with the partition axis first (here [128, 4, 512]).
+    Indexing the block dimensions with integers gives an ordinary tile
+    (``t[i]``, ``t[i, :, 0:256]``); ``t[i] = value`` and ``t[i] += nl.matmul(...)`` write
+    block ``i``.
+    """
+
+    __slots__ = ("whole", "blocks", "shape")
+
+    def __init__(self, whole: NkiTensor, blocks: int, shape: tuple[int, ...]) -> None:
+        self.whole = whole
+        self.blocks = blocks
+        self.shape = shape
+
+    @property
+    def view(self) -> View:
+        """The whole memory, partition axis first."""
+        return self.whole.view
+
+    @property
+    def tensor(self) -> Tensor:
+        return self.whole.tensor
+
+    @property
+    def dtype(self) -> DType:
+        return self.whole.dtype
+
+    @property
+    def buffer(self) -> Memory:
+        return self.whole.buffer
+
+    @property
+    def name(self) -> str:
+        return self.whole.name
+
+    @property
+    def ndim(self) -> int:
+        return len(self.shape)
+
+    def _split(self, index: object) -> tuple[NkiTensor, tuple[object, ...]]:
+        index = index if isinstance(index, tuple) else (index,)
+        head, rest = index[: self.blocks], index[self.blocks:]
+        tr = self.whole._placement.tracer
+        if len(head) < self.blocks or not all(isinstance(i, int) for i in head):
+            raise tr.fail(f"index the block dimensions of {self.name}{list(self.shape)} with integers first "
+                          f"(as in {self.name}[i]); got {index!r}")
+        for axis, (i, n) in enumerate(zip(head, self.shape)):
+            if not -n <= i < n:
+                raise tr.fail(f"block index {i} is out of range for dimension {axis} of size {n} of {self.name}")
+        block = self.whole[(slice(None),) + tuple(i % n for i, n in zip(head, self.shape))]
+        return block, rest
+
+    def __getitem__(self, index: object) -> NkiTensor:
+        block, rest = self._split(index)
+        return block[rest] if rest else block
+
+    def __setitem__(self, index: object, value: object) -> None:
+        block, rest = self._split(index)
+        block[rest if rest else (slice(None),)] = value
+
+    def __repr__(self) -> str:
+        return f"BlockedTile({self.name}{list(self.shape)}, {self.blocks} block dims)"
