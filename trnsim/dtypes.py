@@ -64,11 +64,12 @@ float8_e5m2_x4 = DType("float8_e5m2_x4", 4, np.dtype(np.uint32), True, np.dtype(
 float8_e4m3fn_x4 = DType("float8_e4m3fn_x4", 4, np.dtype(np.uint32), True, np.dtype(np.uint32))
 float4_e2m1fn_x4 = DType("float4_e2m1fn_x4", 2, np.dtype(np.uint16), True, np.dtype(np.uint16))
 
+#: The dtypes engines compute with.
 ALL: tuple[DType, ...] = (float32, bfloat16, float16, float8_e4m3, float8_e5m2, int8, uint8, int16, uint16, int32,
-                          uint32, bool_, float8_e8m0fnu, float8_e5m2_x4, float8_e4m3fn_x4, float4_e2m1fn_x4)
-#: Dtypes held as bit patterns only: no engine computes with them in trnsim.
+                          uint32, bool_)
+#: Dtypes held as bit patterns only: kernels move them, no engine computes with them in trnsim.
 PACKED: tuple[DType, ...] = (float8_e8m0fnu, float8_e5m2_x4, float8_e4m3fn_x4, float4_e2m1fn_x4)
-_BY_NAME = {d.name: d for d in ALL}
+_BY_NAME = {d.name: d for d in ALL + PACKED}
 _ALIASES = {
     "fp32": float32, "float": float32, "bf16": bfloat16, "fp16": float16, "half": float16,
     "fp8_e4m3": float8_e4m3, "float8_e4m3fn": float8_e4m3, "fp8_e5m2": float8_e5m2, "bool": bool_,
