@@ -3,6 +3,12 @@
 Each dtype has a numpy *storage* type: bfloat16 is kept as its uint16 bit
 pattern, the float8 types as uint8 bit patterns, everything else as the numpy
 type of the same name. ``trnsim.compute`` converts between storage and values.
+
+Each dtype is also accepted by numpy (``np.ones(4, dtype=nl.float8_e5m2)``) through
+its ``dtype`` attribute, the numpy type that holds its *values* on the host: the
+type of the same name where numpy has one, float32 for bfloat16, tfloat32 and the
+float8 types (numpy has no 8-bit floats; the values are rounded to the chip dtype
+when a kernel reads them), uint32 for the packed four-in-one types, bool for bool_.
 """
 
 from __future__ import annotations
@@ -24,31 +30,54 @@ class DType:
     itemsize: int
     storage: np.dtype
     is_float: bool
+    host: np.dtype | None = None
+
+    @property
+    def dtype(self) -> np.dtype:
+        """The numpy dtype that holds this dtype's values on the host (numpy reads this
+        attribute, so ``np.zeros(shape, dtype=nl.bfloat16)`` works)."""
+        return self.host if self.host is not None else self.storage
 
     def __repr__(self) -> str:
         return self.name
 
 
+_F32 = np.dtype(np.float32)
+
 float32 = DType("float32", 4, np.dtype(np.float32), True)
-bfloat16 = DType("bfloat16", 2, np.dtype(np.uint16), True)
+bfloat16 = DType("bfloat16", 2, np.dtype(np.uint16), True, _F32)
 float16 = DType("float16", 2, np.dtype(np.float16), True)
-float8_e4m3 = DType("float8_e4m3", 1, np.dtype(np.uint8), True)
-float8_e5m2 = DType("float8_e5m2", 1, np.dtype(np.uint8), True)
+float8_e4m3 = DType("float8_e4m3", 1, np.dtype(np.uint8), True, _F32)
+float8_e5m2 = DType("float8_e5m2", 1, np.dtype(np.uint8), True, _F32)
 int8 = DType("int8", 1, np.dtype(np.int8), False)
 uint8 = DType("uint8", 1, np.dtype(np.uint8), False)
 int16 = DType("int16", 2, np.dtype(np.int16), False)
+uint16 = DType("uint16", 2, np.dtype(np.uint16), False)
 int32 = DType("int32", 4, np.dtype(np.int32), False)
 uint32 = DType("uint32", 4, np.dtype(np.uint32), False)
+#: NKI's boolean: one byte per value, 0 or 1.
+bool_ = DType("bool_", 1, np.dtype(np.uint8), False, np.dtype(np.bool_))
+#: Microscaling (MX) formats: an 8-bit power-of-two scale, and four narrow floats packed
+#: in one 32-bit element. Kernels move and store them as bit patterns.
+float8_e8m0fnu = DType("float8_e8m0fnu", 1, np.dtype(np.uint8), True, np.dtype(np.uint8))
+float8_e5m2_x4 = DType("float8_e5m2_x4", 4, np.dtype(np.uint32), True, np.dtype(np.uint32))
+float8_e4m3fn_x4 = DType("float8_e4m3fn_x4", 4, np.dtype(np.uint32), True, np.dtype(np.uint32))
+float4_e2m1fn_x4 = DType("float4_e2m1fn_x4", 2, np.dtype(np.uint16), True, np.dtype(np.uint16))
 
-ALL: tuple[DType, ...] = (float32, bfloat16, float16, float8_e4m3, float8_e5m2, int8, uint8, int16, int32, uint32)
-_BY_NAME = {d.name: d for d in ALL}
+#: The dtypes engines compute with.
+ALL: tuple[DType, ...] = (float32, bfloat16, float16, float8_e4m3, float8_e5m2, int8, uint8, int16, uint16, int32,
+                          uint32, bool_)
+#: Dtypes held as bit patterns only: kernels move them, no engine computes with them in trnsim.
+PACKED: tuple[DType, ...] = (float8_e8m0fnu, float8_e5m2_x4, float8_e4m3fn_x4, float4_e2m1fn_x4)
+_BY_NAME = {d.name: d for d in ALL + PACKED}
 _ALIASES = {
     "fp32": float32, "float": float32, "bf16": bfloat16, "fp16": float16, "half": float16,
-    "fp8_e4m3": float8_e4m3, "float8_e4m3fn": float8_e4m3, "fp8_e5m2": float8_e5m2,
+    "fp8_e4m3": float8_e4m3, "float8_e4m3fn": float8_e4m3, "fp8_e5m2": float8_e5m2, "bool": bool_,
+    "tfloat32": float32, "float32r": float32,
 }
 _FROM_NUMPY = {np.dtype(np.float32): float32, np.dtype(np.float16): float16, np.dtype(np.int8): int8,
-               np.dtype(np.uint8): uint8, np.dtype(np.int16): int16, np.dtype(np.int32): int32,
-               np.dtype(np.uint32): uint32}
+               np.dtype(np.uint8): uint8, np.dtype(np.int16): int16, np.dtype(np.uint16): uint16,
+               np.dtype(np.int32): int32, np.dtype(np.uint32): uint32, np.dtype(np.bool_): bool_}
 
 
 def as_dtype(value: object) -> DType:

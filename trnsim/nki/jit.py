@@ -159,6 +159,7 @@ class Kernel:
                 result = self.fn(*call_args, **call_kwargs)
             outs = _hbm_results(result, tracer, self.fn)
         tracer.live = False
+        inputs.update(tracer.constants)
         return Traced(tracer, inputs, result, outs)
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:

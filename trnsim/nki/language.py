@@ -25,7 +25,7 @@ from trnsim.isa import (
     View,
 )
 from trnsim.nki import emit as _e
-from trnsim.nki.tensor import Affine, Mask, NkiTensor, ds
+from trnsim.nki.tensor import Affine, BlockedTile, Mask, NkiTensor, ParDim, _Placement, ds, mgrid
 
 __all__ = [
     "ndarray", "zeros", "ones", "full", "zeros_like", "empty_like", "load", "store", "copy", "matmul", "transpose",
@@ -38,6 +38,12 @@ __all__ = [
     "sbuf", "psum", "hbm", "shared_hbm", "private_hbm", "tile_size",
     "float32", "bfloat16", "float16", "float8_e4m3", "float8_e5m2", "int8", "uint8", "int16", "int32", "uint32",
     "tfloat32", "MatmulResult",
+    "uint16", "bool_", "float8_e4m3fn", "float8_e8m0fnu", "float8_e5m2_x4", "float8_e4m3fn_x4", "float4_e2m1fn_x4",
+    "float32r", "fp32", "NkiTensor", "NKIObject", "mgrid", "par_dim", "nc", "spmd_dim", "static_cast", "device_print",
+    "no_reorder", "fori_loop", "while_loop", "dynamic_range", "is_hbm", "is_sbuf", "is_psum", "is_on_chip",
+    "bypass", "logical_and", "logical_or", "logical_xor", "logical_not", "abs_max", "abs_min", "tan",
+    "mish", "gelu_apprx_sigmoid", "all", "floor", "ceil", "trunc", "mod", "fmod",
+    "erf_dx", "gelu_apprx_sigmoid_dx", "arctan", "prod", "loop_reduce", "rand", "random_seed", "dropout", "expand_dims", "load_transpose2d", "shared_identity_matrix", "shared_constant",
 ]
 
 # Memories.
@@ -61,13 +67,42 @@ int32 = _dt.int32
 uint32 = _dt.uint32
 
 
+uint16 = _dt.uint16
+bool_ = _dt.bool_
+float8_e4m3fn = _dt.float8_e4m3
+float8_e8m0fnu = _dt.float8_e8m0fnu
+float8_e5m2_x4 = _dt.float8_e5m2_x4
+float8_e4m3fn_x4 = _dt.float8_e4m3fn_x4
+float4_e2m1fn_x4 = _dt.float4_e2m1fn_x4
+#: fp32 matmul operands read in one pass (NKI's "fp32 replicated" performance mode).
+float32r = _dt.float32
+
+
+class fp32:  # noqa: N801 - NKI's spelling
+    """FP32 constants (legacy ``nl.fp32``): ``min`` is the most negative finite fp32."""
+
+    min = -3.4028234663852886e38
+    max = 3.4028234663852886e38
+
+
 class tile_size:  # noqa: N801 - NKI's spelling
-    """Tile limits (NKI's ``nl.tile_size``)."""
+    """Tile limits (NKI's ``nl.tile_size``), as NKI documents them for a NeuronCore
+    with 128 partitions of 192 KiB SBUF and 16 KiB PSUM (8 banks of 2 KiB)."""
 
     pmax = 128
     psum_fmax = 512
+    psum_bank_fmax = 512
+    psum_bank_fmax_bytes = 2048
+    psum_num_banks = 8
+    sbuf_fmax_bytes = 192 * 1024
+    sbuf_fmax = sbuf_fmax_bytes // 4
+    sbuf_size_bytes = 128 * sbuf_fmax_bytes
+    total_available_sbuf_size = sbuf_fmax_bytes
     gemm_stationary_fmax = 128
     gemm_moving_fmax = 512
+    bn_stats_fmax = 512
+    psum_min_align = 4
+    sbuf_min_align = 1
 
 
 # -- creation ---------------------------------------------------------------
@@ -78,10 +113,17 @@ def _buffer(buffer: Any) -> Memory:
     raise _e.tracer().fail(f"buffer {buffer!r} is not one of nl.sbuf, nl.psum, nl.hbm, nl.shared_hbm")
 
 
-def ndarray(shape: Sequence[int], dtype: Any, buffer: Any = sbuf, name: str | None = None) -> NkiTensor:
+def ndarray(shape: Sequence[int], dtype: Any, buffer: Any = sbuf, name: str | None = None) -> Any:
     """An uninitialised tensor: a tile in SBUF/PSUM, or an HBM tensor (a kernel output
-    when the kernel returns it)."""
-    return _e.new_tensor(shape, dtype, _buffer(buffer), name)
+    when the kernel returns it). A tile shape with dimensions before ``nl.par_dim(n)``
+    (legacy block dimensions) gives a :class:`~trnsim.nki.tensor.BlockedTile`."""
+    memory = _buffer(buffer)
+    shape = tuple(shape)
+    k = next((i for i, s_ in enumerate(shape) if isinstance(s_, ParDim)), 0)
+    if k and memory is not Memory.HBM:
+        physical = (shape[k],) + shape[:k] + shape[k + 1:]
+        return BlockedTile(_e.new_tensor(physical, dtype, memory, name), k, tuple(int(s_) for s_ in shape))
+    return _e.new_tensor(shape, dtype, memory, name)
 
 
 def full(shape: Sequence[int], fill_value: float, dtype: Any, buffer: Any = sbuf, name: str | None = None) -> NkiTensor:
@@ -137,6 +179,9 @@ def store(dst: NkiTensor, value: Any, mask: Mask | None = None) -> None:
     tr = _e.tracer()
     if not isinstance(dst, NkiTensor) or dst.buffer is not Memory.HBM:
         raise tr.fail(f"nl.store needs an HBM tensor (or slice of one) as dst, got {dst!r}")
+    if isinstance(value, Real):
+        shape = dst.shape if len(dst.shape) > 1 else (dst.shape[0], 1)
+        value = full(shape, float(value), dst.dtype)
     value = _e.readable(value, "nl.store value")
     _e.check_overrun(dst, mask, "nl.store")
     if value.buffer is Memory.PSUM or value.dtype is not dst.dtype:
@@ -215,12 +260,38 @@ def _stationary_of(x: NkiTensor, transpose_x: bool) -> NkiTensor:
     return copy(transpose(x), dtype=x.dtype)
 
 
-def matmul(x: Any, y: Any, transpose_x: bool = False) -> MatmulResult:
+def _restricted(t: Any, mask: Mask | None) -> Any:
+    """Tile ``t`` restricted to where ``mask`` holds (by ``t``'s own index bases); other
+    values pass through."""
+    if mask is None or not isinstance(t, NkiTensor):
+        return t
+    return NkiTensor(t._placement, _clip_result(mask, t), t.bases)
+
+
+def _masked(fn: Any) -> Any:
+    """``fn`` with ``mask=``: it runs on the tiles restricted to the mask, and its result
+    lands in the masked part of a full-size tile (elements outside are not written)."""
+    def wrapper(*args: Any, mask: Mask | None = None, **kwargs: Any) -> NkiTensor:
+        if mask is None:
+            return fn(*args, **kwargs)
+        args = tuple(_e.readable(a) if isinstance(a, MatmulResult) else a for a in args)
+        part = fn(*(_restricted(a, mask) for a in args), **kwargs)
+        ref = next(a for a in args if isinstance(a, NkiTensor))
+        out = _e.like(ref, part.dtype)
+        _e.copy_to(_clip_result(mask, out), part.view)
+        return out
+
+    wrapper.__name__ = fn.__name__
+    wrapper.__doc__ = fn.__doc__
+    return wrapper
+
+
+def matmul(x: Any, y: Any, transpose_x: bool = False, mask: Mask | None = None) -> MatmulResult:
     """``x @ y`` on the tensor engine (fp32 in PSUM). With ``transpose_x=True``, ``x`` is
     already [K, M] (contraction on partitions) and the result is ``x.T @ y``; otherwise
     ``x`` [M, K] goes through the PE array's transpose first."""
-    x = _e.readable(x, "matmul x")
-    y = _e.readable(y, "matmul y")
+    x = _restricted(_e.readable(x, "matmul x"), mask)
+    y = _restricted(_e.readable(y, "matmul y"), mask)
     st_tile = _stationary_of(x, transpose_x)
     st = st_tile.view
     tr = _e.tracer()
@@ -233,9 +304,9 @@ def matmul(x: Any, y: Any, transpose_x: bool = False) -> MatmulResult:
     return MatmulResult(st, _e.flat2d(y.view), keep=(st_tile, y))
 
 
-def transpose(x: Any, dtype: Any = None) -> NkiTensor:
+def transpose(x: Any, dtype: Any = None, mask: Mask | None = None) -> NkiTensor:
     """[P, F] -> [F, P] through the PE array (result in PSUM)."""
-    x = _e.readable(x, "transpose input")
+    x = _restricted(_e.readable(x, "transpose input"), mask)
     out = _e.new_tensor((x.view.free_size, x.view.partitions), dtype or x.dtype, Memory.PSUM)
     _e.transpose(out.view, _e.flat2d(x.view))
     return out
@@ -278,9 +349,9 @@ gelu_dx = _unary(ActivationFunc.GELU_DX)
 silu_dx = _unary(ActivationFunc.SILU_DX)
 
 
-def negative(x: Any, dtype: Any = None) -> NkiTensor:
+def negative(x: Any, dtype: Any = None, mask: Mask | None = None) -> NkiTensor:
     """``-x`` (vector engine)."""
-    return multiply(x, -1.0, dtype=dtype)
+    return multiply(x, -1.0, dtype=dtype, mask=mask)
 
 
 def _scalar_operand(v: Any, out: NkiTensor) -> Any:
@@ -297,6 +368,8 @@ def _binary(alu: AluOp, name: str):
             raise tr.fail(f"nl.{name} needs at least one tile")
         a = None if xs else _e.readable(x)
         b = None if ys else _e.readable(y)
+        if a is not None and b is not None:
+            a, b = _broadcast_pair(a, b, name)
         # the result takes the shape of the larger operand (partitions first, then free size)
         ref = a if a is not None and (b is None or (a.view.partitions, a.view.free_size) >= (b.view.partitions, b.view.free_size)) else b
         default = ref.dtype if ref.buffer is Memory.SBUF else _dt.float32
@@ -325,6 +398,26 @@ def _binary(alu: AluOp, name: str):
     return op
 
 
+def _broadcast_pair(a: NkiTensor, b: NkiTensor, name: str) -> tuple[NkiTensor, NkiTensor]:
+    """``a`` and ``b`` brought to one [P, F] size by numpy's rules on (partitions, free
+    size), except that a [P, 1] beside a full [P, F] stays a per-partition scalar."""
+    pa, fa = a.view.partitions, a.view.free_size
+    pb, fb = b.view.partitions, b.view.free_size
+    if (pa, fa) == (pb, fb):
+        return a, b
+    p, f = builtins.max(pa, pb), builtins.max(fa, fb)
+
+    def fit(t: NkiTensor, pt: int, ft: int, other_full: bool) -> NkiTensor:
+        if (pt, ft) == (p, f) or (pt == p and ft == 1 and other_full):
+            return t
+        if pt in (1, p) and ft in (1, f):
+            return broadcast_to(t, (p, f))
+        raise _e.tracer().fail(f"nl.{name} of {list(a.shape)} and {list(b.shape)}: the shapes do not broadcast; "
+                               "each operand's partitions and free size must match the other's or be 1")
+
+    return fit(a, pa, fa, (pb, fb) == (p, f)), fit(b, pb, fb, (pa, fa) == (p, f))
+
+
 add = _binary(AluOp.ADD, "add")
 subtract = _binary(AluOp.SUBTRACT, "subtract")
 multiply = _binary(AluOp.MULTIPLY, "multiply")
@@ -348,6 +441,8 @@ def broadcast_to(x: Any, shape: Sequence[int]) -> NkiTensor:
     shape = tuple(shape)
     if tuple(x.shape) == shape:
         return x
+    if x.view.partitions == 1 and x.view.free_size == 1 and shape[0] > 1 and math.prod(shape[1:]) > 1:
+        x = broadcast_to(x, (shape[0], 1))  # over partitions first, then along the free dimension
     out = _e.new_tensor(shape, x.dtype, Memory.SBUF)
     if x.view.partitions == 1 and x.view.free_size == out.view.free_size:
         row = _e.flat2d(x.view)
@@ -362,6 +457,7 @@ def broadcast_to(x: Any, shape: Sequence[int]) -> NkiTensor:
     raise tr.fail(f"nl.broadcast_to cannot broadcast {list(x.shape)} to {list(shape)}; broadcast [1, F] over partitions or [P, 1] over the free dimension")
 
 
+@_masked
 def where(condition: Any, x: Any, y: Any, dtype: Any = None) -> NkiTensor:
     """``x`` where ``condition`` is non-zero, else ``y`` (a tile or a number)."""
     cond = _e.readable(condition, "nl.where condition")
@@ -392,9 +488,10 @@ def _reduce(op: ReduceOp, name: str):
         n = _axes(x, axis)
         kept = x.shape[: len(x.shape) - n]
         shape = kept + (1,) * n if keepdims else (kept if len(kept) > 1 else (kept[0], 1))
-        out = _e.new_tensor(shape, dtype or (x.dtype if x.buffer is Memory.SBUF else _dt.float32))
+        kept_bases = (x.bases[: len(x.shape) - n] + (None,) * len(shape))[: len(shape)]
+        out = _e.new_tensor(shape, dtype or (x.dtype if x.buffer is Memory.SBUF else _dt.float32), bases=kept_bases)
         src = _e.clip(mask, x)[0]
-        _e.reduce(out.view, src, op, n)
+        _e.reduce(_clip_result(mask, out), src, op, n)
         return out
 
     fn.__name__ = name
@@ -402,25 +499,41 @@ def _reduce(op: ReduceOp, name: str):
     return fn
 
 
+def _clip_result(mask: Mask | None, out: NkiTensor) -> View:
+    """The part of a reduction's result that a mask keeps: the rows (or kept free
+    indices) the mask leaves out are not written, as on the chip."""
+    if mask is None:
+        return out.view
+    ranges = mask.ranges()
+    if not any(b in ranges for b in out.bases if b is not None):
+        return out.view
+    return out.view[tuple(slice(*ranges[b]) if b in ranges else slice(None) for b in out.bases)]
+
+
 sum = _reduce(ReduceOp.ADD, "sum")  # noqa: A001 - NKI's name
 max = _reduce(ReduceOp.MAX, "max")  # noqa: A001
 min = _reduce(ReduceOp.MIN, "min")  # noqa: A001
 
 
-def mean(x: Any, axis: Any, dtype: Any = None, keepdims: bool = False) -> NkiTensor:
+def mean(x: Any, axis: Any, dtype: Any = None, keepdims: bool = False, mask: Mask | None = None) -> NkiTensor:
     """Mean along trailing free axes."""
     x = _e.readable(x)
     n = math.prod(x.shape[len(x.shape) - _axes(x, axis):])
-    total = sum(x, axis, dtype=_dt.float32, keepdims=keepdims)
+    total = sum(x, axis, dtype=_dt.float32, keepdims=keepdims, mask=mask)
     return multiply(total, 1.0 / n, dtype=dtype or _dt.float32)
 
 
-def var(x: Any, axis: Any, dtype: Any = None, keepdims: bool = False) -> NkiTensor:
+def var(x: Any, axis: Any, dtype: Any = None, keepdims: bool = False, mask: Mask | None = None) -> NkiTensor:
     """Population variance along trailing free axes: mean((x - mean(x))^2)."""
-    x = _e.readable(x)
+    x = _restricted(_e.readable(x), mask)
     m = mean(x, axis, keepdims=True)
     centred = subtract(x, _per_partition(m), dtype=_dt.float32)
-    return mean(square(centred), axis, dtype=dtype, keepdims=keepdims)
+    result = mean(square(centred), axis, dtype=dtype, keepdims=keepdims)
+    if mask is None:
+        return result
+    out = _e.new_tensor(result.shape, result.dtype, bases=(x.bases + (None,) * len(result.shape))[: len(result.shape)])
+    _e.copy_to(_clip_result(mask, out), result.view)
+    return out
 
 
 def _per_partition(t: NkiTensor) -> NkiTensor:
@@ -428,6 +541,7 @@ def _per_partition(t: NkiTensor) -> NkiTensor:
     return t if len(t.shape) == 2 else NkiTensor(t._placement, View(t.view.tensor, t.view.offset, (t.view.dims[0], (1, 1))))
 
 
+@_masked
 def softmax(x: Any, axis: Any = -1, dtype: Any = None) -> NkiTensor:
     """``exp(x - max) / sum(exp(x - max))`` along the last free axis: a max reduction
     (vector), one exp with the negated max as bias and a running sum (scalar), a
@@ -443,6 +557,7 @@ def softmax(x: Any, axis: Any = -1, dtype: Any = None) -> NkiTensor:
     return multiply(e, inv, dtype=dtype or x.dtype)
 
 
+@_masked
 def rms_norm(x: Any, w: Any, axis: Any = -1, n: int | None = None, epsilon: float = 1e-6, dtype: Any = None) -> NkiTensor:
     """``x / sqrt(mean(x^2) + epsilon) * w`` along the last free axis; ``w`` is a [1, F]
     tile (broadcast over partitions) or a tile shaped like ``x``."""
@@ -505,3 +620,227 @@ def num_programs(axis: int = 0) -> int:
 
 def program_ndim() -> int:
     return len(_e.tracer().grid)
+
+
+def fori_loop(lower: int, upper: int, body_fun: Any, step: int = 1) -> None:
+    """``body_fun(i)`` for ``i`` in ``range(lower, upper, step)``, one iteration after
+    another (the bounds must be known when the kernel is traced)."""
+    for i in sequential_range(int(lower), int(upper), int(step)):
+        body_fun(i)
+
+
+def while_loop(init: Any, body_fun: Any) -> None:
+    """``r = init; while r != 0: r = body_fun(r)``, traced iteration by iteration, so the
+    condition must be known when the kernel is traced."""
+    r = init
+    while int(r) != 0:
+        r = body_fun(r)
+        _e.tracer().barrier()
+
+
+def dynamic_range(start: int, stop: int | None = None, step: int = 1) -> Iterator[int]:
+    """A loop with bounds the device reads at run time; trnsim traces it as
+    :func:`sequential_range` over the bounds known when the kernel is traced."""
+    return sequential_range(*((start,) if stop is None else (start, stop, step)))
+
+
+# -- launch grid: logical cores and SPMD dimensions ---------------------------
+
+class nc(int):  # noqa: N801 - NKI's spelling
+    """``nl.nc(2)``: a launch-grid axis spread over 2 logical NeuronCores. trnsim runs
+    the instances on its one simulated core in turn, so it is the plain size."""
+
+
+def spmd_dim(*sizes: int) -> int:
+    """``kernel[nl.spmd_dim(nl.nc(2), 4)]``: one grid axis of ``2 * 4`` instances."""
+    return math.prod(int(n) for n in sizes)
+
+
+def par_dim(size: int) -> int:
+    """Marks the partition dimension of a tile shape: ``(nl.par_dim(128), 512)``, or
+    ``(4, nl.par_dim(128), 512)`` for four [128, 512] tiles (legacy block dimensions)."""
+    return ParDim(int(size))
+
+
+class NKIObject:
+    """Base class for kernel configuration objects: keyword arguments become attributes."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        for key, value in kwargs.items():
+            setattr(self, key, value)
+
+
+def static_cast(value: Any, dtype: Any) -> Any:
+    """``value`` converted to ``dtype``: a tile is copied (vector engine); a number or
+    array known at trace time is converted on the host with numpy's ``astype``."""
+    if isinstance(value, (NkiTensor, MatmulResult)):
+        return copy(value, dtype=dtype)
+    import numpy as np
+
+    return np.asarray(value).astype(_e.dtype_of(dtype).dtype)
+
+
+def device_print(print_prefix: str, tensor: Any, mask: Mask | None = None) -> None:
+    """Print ``print_prefix`` and a description of ``tensor`` when the kernel is traced.
+    trnsim knows values only after simulating the whole kernel, so it prints the
+    tile's name, shape, dtype and memory rather than its values."""
+    print(f"{print_prefix} {tensor!r}")
+
+
+def no_reorder() -> Any:
+    """``with nl.no_reorder():`` keeps the block in program order; trnsim's queues keep
+    program order per engine already, so the block runs as written."""
+    from trnsim.nki.compiler import no_reorder as block
+
+    return block()
+
+
+def is_hbm(buffer: Any) -> bool:
+    """Whether ``buffer`` is HBM (``nl.hbm``, ``nl.shared_hbm``, ``nl.private_hbm``)."""
+    return buffer is Memory.HBM
+
+
+def is_sbuf(buffer: Any) -> bool:
+    return buffer is Memory.SBUF
+
+
+def is_psum(buffer: Any) -> bool:
+    return buffer is Memory.PSUM
+
+
+def is_on_chip(buffer: Any) -> bool:
+    return buffer in (Memory.SBUF, Memory.PSUM)
+
+
+# -- ALU operators used as ``op=`` of nki.isa calls ---------------------------
+
+bypass = AluOp.BYPASS
+
+
+def expand_dims(x: NkiTensor, axis: int) -> NkiTensor:
+    """A view of ``x`` with a new axis of size 1 at ``axis`` (not the partition axis)."""
+    shape = list(x.shape)
+    axis = axis if axis >= 0 else len(shape) + 1 + axis
+    if axis == 0 and x.tensor.on_chip:
+        raise _e.tracer().fail("nl.expand_dims cannot add an axis before the partition axis of a tile")
+    shape.insert(axis, 1)
+    return x.reshape(shape)
+
+
+def load_transpose2d(src: NkiTensor, dtype: Any = None, mask: Mask | None = None) -> NkiTensor:
+    """Load an HBM [F, P] tensor as an SBUF [P, F] tile: a DMA that walks ``src`` transposed."""
+    tr = _e.tracer()
+    if not isinstance(src, NkiTensor) or src.buffer is not Memory.HBM or len(src.shape) != 2:
+        raise tr.fail(f"nl.load_transpose2d needs a 2-D HBM tensor, got {src!r}")
+    v = src.view
+    tile = _e.new_tensor((v.shape[1], v.shape[0]), src.dtype, Memory.SBUF, bases=(src.bases[1], src.bases[0]))
+    walked = NkiTensor(src._placement, View(v.tensor, v.offset, (v.dims[1], v.dims[0])), tile.bases)
+    tr.dma(_clip_result(mask, tile), _clip_result(mask, walked))
+    if dtype is not None and _e.dtype_of(dtype) is not src.dtype:
+        return copy(tile, dtype=dtype)
+    return tile
+
+
+def shared_constant(constant: Any, dtype: Any = None) -> NkiTensor:
+    """An HBM tensor holding ``constant`` (an array, or the path of a ``.npy`` file),
+    given to the kernel as an input; float64 data is stored as float32."""
+    import numpy as np
+
+    tr = _e.tracer()
+    data = np.load(constant) if isinstance(constant, str) else np.asarray(constant)
+    if data.dtype == np.float64:
+        data = data.astype(np.float32)
+    chip_dtype = _e.dtype_of(dtype if dtype is not None else data.dtype)
+    shape = data.shape if data.ndim else (1,)
+    t = tr.program.hbm(shape, chip_dtype, tr.fresh_name("constant"), kind="input")
+    tr.hazards.register(t)
+    tr.constants[t.name] = data.reshape(shape)
+    return NkiTensor(_Placement(tr, t), t.view())
+
+
+def shared_identity_matrix(n: int, dtype: Any = _dt.uint8, dst: NkiTensor | None = None) -> NkiTensor:
+    """An [n, n] identity matrix in SBUF (``nisa.iota`` of ``p - f`` compared with 0)."""
+    from trnsim.nki import isa as nisa
+
+    i_p = arange(n)[:, None]
+    i_f = arange(n)[None, :]
+    diff = nisa.iota(i_p - i_f, dtype=_dt.float32)
+    out = equal(diff, 0.0, dtype=dtype)
+    if dst is not None:
+        copy_into(dst, out)
+        return dst
+    return out
+
+
+# -- documented names trnsim refuses ------------------------------------------
+
+def _refuse(name: str, reason: str) -> Any:
+    from trnsim.nki.refused import Refused
+
+    return Refused(f"nki.language.{name}", reason)
+
+
+_NO_ALU = "the simulated engines have no {} ALU operation yet; compute it on the host or with supported ops"
+bitwise_and = _refuse("bitwise_and", _NO_ALU.format("bitwise"))
+bitwise_or = _refuse("bitwise_or", _NO_ALU.format("bitwise"))
+bitwise_xor = _refuse("bitwise_xor", _NO_ALU.format("bitwise"))
+invert = _refuse("invert", _NO_ALU.format("bitwise"))
+left_shift = _refuse("left_shift", _NO_ALU.format("shift"))
+right_shift = _refuse("right_shift", _NO_ALU.format("shift"))
+gather_flattened = _refuse("gather_flattened", "a data-dependent gather needs indirect DMA, which trnsim does not model yet")
+atomic_rmw = _refuse("atomic_rmw", "atomic HBM updates with indirect indices are not modelled yet")
+all_reduce = _refuse("all_reduce", "a trnsim kernel runs on one simulated NeuronCore; there are no other ranks")
+prelu = _refuse("prelu", "the scalar engine model has no parametric ReLU; use nl.maximum(x, alpha * x)")
+
+
+_COMPOSED = "built from {} simulated instructions, so it costs more than NKI's single instruction"
+_F32_HOST = "numpy has no {0}: np.dtype(nl.{0}) is float32 on the host; values are rounded to {0} when a kernel reads them"
+_PACKED = "held and moved as bit patterns (numpy sees {}); no simulated engine computes with it yet"
+
+#: Documented names that trnsim implements with a difference (read by ``trnsim.nki.apitable``).
+DIFFERENCES: dict[str, str] = {
+    "device_print": "prints the tile's name, shape, dtype and memory at trace time, not its values",
+    "nc": "a plain grid size: trnsim runs every instance on one simulated core, one after another",
+    "spmd_dim": "the product of its sizes as one grid axis; instances run on one simulated core in turn",
+    "fori_loop": "the bounds must be known when the kernel is traced (no register-valued bounds)",
+    "while_loop": "the condition must be known when the kernel is traced (no register-valued conditions)",
+    "dynamic_range": "traced as nl.sequential_range: the bounds must be known when the kernel is traced",
+    "hbm": "nl.hbm, nl.shared_hbm and nl.private_hbm are one memory in trnsim",
+    "private_hbm": "nl.hbm, nl.shared_hbm and nl.private_hbm are one memory in trnsim",
+    "NkiTensor": "indexing and the view methods work; ``t.view`` is trnsim's access pattern, so ``t.view(dtype)`` "
+                 "is not available; indirect addressing (a tile as index, select with a tile, vector_select, "
+                 "indirect) and rearrange are refused with the reason",
+    "tfloat32": "computed as float32",
+    "float32r": "computed as float32",
+    "float8_e4m3": "the finite-only e4m3 format (largest value 448), the same as float8_e4m3fn",
+    "bfloat16": _F32_HOST.format("bfloat16"),
+    "float8_e5m2": _F32_HOST.format("float8_e5m2"),
+    "float8_e4m3fn": _F32_HOST.format("float8_e4m3fn"),
+    "float8_e8m0fnu": _PACKED.format("uint8"),
+    "float8_e5m2_x4": _PACKED.format("uint32"),
+    "float8_e4m3fn_x4": _PACKED.format("uint32"),
+    "float4_e2m1fn_x4": _PACKED.format("uint16"),
+    "logical_and": _COMPOSED.format(3), "logical_or": _COMPOSED.format(3), "logical_xor": _COMPOSED.format(3),
+    "logical_not": _COMPOSED.format(1), "abs_max": _COMPOSED.format(3), "abs_min": _COMPOSED.format(3),
+    "tan": _COMPOSED.format(3), "mish": _COMPOSED.format(3), "gelu_apprx_sigmoid": _COMPOSED.format(3),
+    "all": _COMPOSED.format(2), "erf_dx": _COMPOSED.format(4), "gelu_apprx_sigmoid_dx": _COMPOSED.format(7),
+    "arctan": _COMPOSED.format(30) + "; a series accurate to about 1e-6",
+    "prod": _COMPOSED.format("about 15") + "; exp(sum(log|x|)), so about 1e-6 relative error",
+    **{n: _COMPOSED.format("3 to 10") + "; exact for |x| below 2**31 (rounding goes through int32)"
+       for n in ("floor", "ceil", "trunc", "mod", "fmod")},
+    "rand": "values from numpy's generator drawn at trace time, loaded with one DMA; not the chip's generator",
+    "random_seed": "a number seeds numpy's generator; a seed tile (its value unknown while tracing) restarts it "
+                   "from one fixed state",
+    "dropout": "its random values come from nl.rand (numpy's generator, drawn at trace time)",
+    "loop_reduce": "the running result is kept per call line and restarts from zeros when every loop index is 0",
+    "static_cast": "a tile is copied on the vector engine; a number or array is converted on the host",
+}
+
+
+# Ops built from the ones above, and random numbers, live in their own modules; they
+# are nki.language names, so they are imported here (after everything they use).
+from trnsim.nki.composed import (  # noqa: E402
+    abs_max, abs_min, all, arctan, ceil, erf_dx, floor, fmod, gelu_apprx_sigmoid, gelu_apprx_sigmoid_dx,
+    logical_and, logical_not, logical_or, logical_xor, loop_reduce, mish, mod, prod, tan, trunc,
+)
+from trnsim.nki.rng import dropout, rand, random_seed  # noqa: E402

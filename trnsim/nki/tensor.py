@@ -14,6 +14,7 @@ from typing import Any
 
 from trnsim.dtypes import DType
 from trnsim.isa import Memory, Tensor, View
+from trnsim.nki.views import ViewMethods
 
 _ids = itertools.count()
 
@@ -140,7 +141,27 @@ class Mask:
 
 def ds(start: int, size: int) -> slice:
     """A slice of ``size`` elements from ``start`` (NKI's ``nl.ds``)."""
-    return slice(start, start + size)
+    start = int(start)
+    return slice(start, start + int(size))
+
+
+class _MGrid:
+    """``nl.mgrid[0:128, 0:512]``: one ``nl.arange`` expression per axis, each on its own
+    axis of the index grid (``i_p, i_f = nl.mgrid[0:128, 0:512]``), as numpy's mgrid."""
+
+    def __getitem__(self, key: object) -> Any:
+        keys = key if isinstance(key, tuple) else (key,)
+        out = []
+        for axis, k in enumerate(keys):
+            if not isinstance(k, slice) or k.stop is None:
+                raise TypeError(f"nl.mgrid takes slices with a stop, as in nl.mgrid[0:128, 0:512]; got {k!r}")
+            r = range(k.start or 0, k.stop, k.step or 1)
+            base = Affine.base(len(r)) * r.step + r.start
+            out.append(Affine(base.terms, base.const, base.sizes, {b: axis for b in base.terms}))
+        return tuple(out) if isinstance(key, tuple) else out[0]
+
+
+mgrid = _MGrid()
 
 
 class _Placement:
@@ -157,8 +178,11 @@ class _Placement:
             self.tracer.release(self.tensor)
 
 
-class NkiTensor:
-    """A tensor a kernel works on: an HBM argument or output, or an SBUF/PSUM tile."""
+class NkiTensor(ViewMethods):
+    """A tensor a kernel works on: an HBM argument or output, or an SBUF/PSUM tile.
+
+    Besides indexing it has NKI's view methods (``permute``, ``slice``, ``select``,
+    ``reshape_dim``, ``ap``, ... in :mod:`trnsim.nki.views`)."""
 
     __slots__ = ("_placement", "view", "bases", "overrun")
 
@@ -195,9 +219,77 @@ class NkiTensor:
     def name(self) -> str:
         return self.view.tensor.name
 
+    def _expand(self, index: object) -> tuple[object, ...]:
+        """``index`` as a tuple with ``...`` spelled out as full slices; a tile used as
+        an index (indirect access) is refused with the reason."""
+        index = index if isinstance(index, tuple) else (index,)
+        tr = self._placement.tracer
+        for idx in index:
+            if isinstance(idx, NkiTensor) or type(idx).__name__ == "MatmulResult":
+                raise tr.fail(f"indexing {self.name} with a tile (indirect, data-dependent addressing) is not "
+                              "supported by trnsim yet: the addresses would depend on values the tracer does not know")
+        if any(idx is Ellipsis for idx in index):
+            at = next(i for i, idx in enumerate(index) if idx is Ellipsis)
+            fill = len(self.view.shape) - (len(index) - 1)
+            index = index[:at] + (slice(None),) * fill + index[at + 1:]
+        return index
+
+    def _grid_axes(self, index: tuple[object, ...]) -> list[int] | None:
+        """The index-grid axis each ``nl.arange`` index walks, when the indices need the
+        general path: an index with several bases, or bases whose grid axes are not in
+        the tensor's axis order (``out[i_f, i_p]`` stores a transpose)."""
+        affines = [idx for idx in index if isinstance(idx, Affine) and idx.terms]
+        if not affines:
+            return None
+        if any(len(a.terms) > 1 for a in affines):
+            return []
+        axes = [next(iter(a.axes.values()), None) for a in affines]
+        if None in axes or axes == sorted(axes):
+            return None
+        return axes
+
+    def _general(self, index: tuple[object, ...]) -> NkiTensor:
+        """Index with ``nl.arange`` expressions walking the index grid in its own axis
+        order: each base adds a (stride, count) dim on its grid axis, so ``x[i_f, i_p]``
+        is ``x`` walked transposed and ``x[i_p, 32 * i_a + i_b]`` splits one axis in two."""
+        tr = self._placement.tracer
+        v = self.view
+        if len(index) > len(v.dims):
+            raise tr.fail(f"too many indices ({len(index)}) for {self.name}{list(v.shape)}")
+        offset = v.offset
+        grid: dict[int, tuple[int, int, int]] = {}
+        for axis, idx in enumerate(index):
+            stride, count = v.dims[axis]
+            if isinstance(idx, int):
+                idx = Affine({}, idx, {}, {})
+            if not isinstance(idx, Affine):
+                raise tr.fail(f"index {axis} of {self.name}: mix nl.arange expressions only with integers here "
+                              "(not slices) when an index combines several nl.arange terms or transposes axes")
+            lo = idx.const + sum(min(0, c * (idx.sizes[b] - 1)) for b, c in idx.terms.items())
+            hi = idx.const + sum(max(0, c * (idx.sizes[b] - 1)) for b, c in idx.terms.items())
+            if lo < 0 or hi >= count:
+                raise tr.fail(f"index {axis} of {self.name}{list(v.shape)} reaches {lo if lo < 0 else hi}, outside "
+                              f"0..{count - 1}")
+            offset += idx.const * stride
+            for b, c in idx.terms.items():
+                g = idx.axes.get(b, axis)
+                if g in grid:
+                    raise tr.fail(f"two nl.arange terms indexing {self.name} sit on the same grid axis {g}; "
+                                  "give each its own axis ([:, None], [None, :], ...)")
+                grid[g] = (c * stride, idx.sizes[b], b)
+        rest = [(d, None) for d in v.dims[len(index):]]
+        ordered = [(grid[g][:2], grid[g][2]) for g in sorted(grid)] + rest
+        if v.tensor.on_chip and (not ordered or ordered[0][0][0] % v.tensor.row_elems or
+                                 any(s_ % v.tensor.row_elems == 0 and s_ and n > 1 for (s_, n), _ in ordered[1:])):
+            raise tr.fail(f"index of tile {self.name} moves its partition axis off the first grid axis; engines "
+                          "read a tile partition by partition, so transpose it with nl.transpose or nisa.nc_transpose")
+        view = View(v.tensor, offset, tuple(d for d, _ in ordered))
+        return NkiTensor(self._placement, view, tuple(b for _, b in ordered))
+
     def __getitem__(self, index: object) -> NkiTensor:
-        if not isinstance(index, tuple):
-            index = (index,)
+        index = self._expand(index)
+        if self._grid_axes(index) is not None:
+            return self._general(index)
         plain: list[object] = []
         bases: list[int | None] = []
         over: list[int] = []
@@ -270,6 +362,27 @@ class NkiTensor:
             dims.insert(0, v.dims[0])
         return NkiTensor(self._placement, View(v.tensor, v.offset, tuple(dims)))
 
+    def broadcast_to(self, shape: tuple[int, ...] | list[int]) -> NkiTensor:
+        """This tile copied to ``shape`` (see ``nl.broadcast_to``)."""
+        from trnsim.nki import language as nl
+
+        return nl.broadcast_to(self, shape)
+
+    def ap(self, pattern: list[list[int]] | tuple[tuple[int, int], ...], offset: int = 0, **kwargs: Any) -> NkiTensor:
+        """An explicit access pattern: ``[[step, count], ...]`` in elements, partitions first
+        for a tile, starting ``offset`` elements past this view's start."""
+        tr = self._placement.tracer
+        if kwargs.get("scalar_offset") is not None or kwargs.get("vector_offset") is not None:
+            raise tr.fail(f"{self.name}.ap with a register or vector offset (dynamic addressing) is not supported "
+                          "by trnsim yet; give a constant offset")
+        dims = tuple((int(step), int(count)) for step, count in pattern)
+        view = View(self.view.tensor, self.view.offset + int(offset), dims)
+        last = view.offset + sum(st * (n - 1) for st, n in dims)
+        if view.offset < 0 or last >= self.view.tensor.size:
+            raise tr.fail(f"{self.name}.ap({[list(d) for d in dims]}, offset={offset}) reaches element {last}, "
+                          f"outside the tensor's {self.view.tensor.size} elements")
+        return NkiTensor(self._placement, view)
+
     def __repr__(self) -> str:
         return f"NkiTensor({self.view!r})"
 
@@ -329,3 +442,74 @@ class NkiTensor:
             return  # ``t[i] += x`` already wrote t[i] in place; Python only stores it back
         else:
             nl.copy_into(target, value)
+
+
+class ParDim(int):
+    """A shape entry marked as the partition dimension (``nl.par_dim(128)``)."""
+
+
+class BlockedTile:
+    """A tile with block dimensions before its partition dimension, as NKI's legacy
+    ``nl.ndarray((4, nl.par_dim(128), 512), buffer=nl.sbuf)``: four [128, 512] tiles.
+
+    Its memory is one tile with the partition axis first (here [128, 4, 512]).
+    Indexing the block dimensions with integers gives an ordinary tile
+    (``t[i]``, ``t[i, :, 0:256]``); ``t[i] = value`` and ``t[i] += nl.matmul(...)`` write
+    block ``i``.
+    """
+
+    __slots__ = ("whole", "blocks", "shape")
+
+    def __init__(self, whole: NkiTensor, blocks: int, shape: tuple[int, ...]) -> None:
+        self.whole = whole
+        self.blocks = blocks
+        self.shape = shape
+
+    @property
+    def view(self) -> View:
+        """The whole memory, partition axis first."""
+        return self.whole.view
+
+    @property
+    def tensor(self) -> Tensor:
+        return self.whole.tensor
+
+    @property
+    def dtype(self) -> DType:
+        return self.whole.dtype
+
+    @property
+    def buffer(self) -> Memory:
+        return self.whole.buffer
+
+    @property
+    def name(self) -> str:
+        return self.whole.name
+
+    @property
+    def ndim(self) -> int:
+        return len(self.shape)
+
+    def _split(self, index: object) -> tuple[NkiTensor, tuple[object, ...]]:
+        index = index if isinstance(index, tuple) else (index,)
+        head, rest = index[: self.blocks], index[self.blocks:]
+        tr = self.whole._placement.tracer
+        if len(head) < self.blocks or not all(isinstance(i, int) for i in head):
+            raise tr.fail(f"index the block dimensions of {self.name}{list(self.shape)} with integers first "
+                          f"(as in {self.name}[i]); got {index!r}")
+        for axis, (i, n) in enumerate(zip(head, self.shape)):
+            if not -n <= i < n:
+                raise tr.fail(f"block index {i} is out of range for dimension {axis} of size {n} of {self.name}")
+        block = self.whole[(slice(None),) + tuple(i % n for i, n in zip(head, self.shape))]
+        return block, rest
+
+    def __getitem__(self, index: object) -> NkiTensor:
+        block, rest = self._split(index)
+        return block[rest] if rest else block
+
+    def __setitem__(self, index: object, value: object) -> None:
+        block, rest = self._split(index)
+        block[rest if rest else (slice(None),)] = value
+
+    def __repr__(self) -> str:
+        return f"BlockedTile({self.name}{list(self.shape)}, {self.blocks} block dims)"

@@ -90,6 +90,8 @@ class Tracer:
         # in the order they ask, so every instance writes into the one output
         self.hbm_made: list[Any] = []
         self._hbm_asked = 0
+        # nl.shared_constant data, by HBM tensor name: inputs the kernel made itself
+        self.constants: dict[str, Any] = {}
 
     def __enter__(self) -> Tracer:
         _current.append(self)

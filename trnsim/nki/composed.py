@@ -1,0 +1,184 @@
+"""``nki.language`` ops that trnsim builds from several simulated instructions.
+
+NKI runs each of these as one instruction (or a short fixed sequence); trnsim has
+no single engine operation for them, so it composes them from the ones it has.
+Each costs what its parts cost, which ``docs/nki_api.md`` notes.
+"""
+
+from __future__ import annotations
+
+import builtins
+import math
+import weakref
+from typing import Any
+
+from trnsim import dtypes as _dt
+from trnsim.nki import emit as _e
+from trnsim.nki.language import (
+    MatmulResult, abs, add, copy, cos, divide, equal, exp, full, greater, less, log, maximum, min, minimum,
+    multiply, not_equal, sigmoid, sin, softplus, sqrt, square, subtract, sum, tanh, zeros,
+)
+from trnsim.nki.tensor import Mask, NkiTensor
+from trnsim.nki.tracer import Tracer, caller_source
+
+__all__ = [
+    "logical_and", "logical_or", "logical_xor", "logical_not", "abs_max", "abs_min", "tan", "arctan", "mish",
+    "gelu_apprx_sigmoid", "gelu_apprx_sigmoid_dx", "erf_dx", "floor", "ceil", "trunc", "mod", "fmod", "all", "prod",
+    "loop_reduce",
+]
+
+
+def _nonzero(x: Any) -> NkiTensor:
+    return not_equal(x, 0.0, dtype=_dt.float32)
+
+
+def logical_and(x: Any, y: Any, dtype: Any = None, mask: Mask | None = None) -> NkiTensor:
+    """1 where both ``x`` and ``y`` are non-zero, else 0."""
+    return multiply(_nonzero(x), _nonzero(y), dtype=dtype or _dt.uint8, mask=mask)
+
+
+def logical_or(x: Any, y: Any, dtype: Any = None, mask: Mask | None = None) -> NkiTensor:
+    """1 where ``x`` or ``y`` is non-zero, else 0."""
+    return maximum(_nonzero(x), _nonzero(y), dtype=dtype or _dt.uint8, mask=mask)
+
+
+def logical_xor(x: Any, y: Any, dtype: Any = None, mask: Mask | None = None) -> NkiTensor:
+    """1 where exactly one of ``x`` and ``y`` is non-zero, else 0."""
+    return not_equal(_nonzero(x), _nonzero(y), dtype=dtype or _dt.uint8, mask=mask)
+
+
+def logical_not(x: Any, dtype: Any = None, mask: Mask | None = None) -> NkiTensor:
+    """1 where ``x`` is zero, else 0."""
+    return equal(x, 0.0, dtype=dtype or _dt.uint8, mask=mask)
+
+
+def abs_max(x: Any, y: Any, dtype: Any = None, mask: Mask | None = None) -> NkiTensor:
+    """``max(|x|, |y|)`` elementwise."""
+    return maximum(abs(x), abs(y) if isinstance(y, (NkiTensor, MatmulResult)) else builtins.abs(y), dtype=dtype, mask=mask)
+
+
+def abs_min(x: Any, y: Any, dtype: Any = None, mask: Mask | None = None) -> NkiTensor:
+    """``min(|x|, |y|)`` elementwise."""
+    return minimum(abs(x), abs(y) if isinstance(y, (NkiTensor, MatmulResult)) else builtins.abs(y), dtype=dtype, mask=mask)
+
+
+def tan(x: Any, dtype: Any = None, mask: Mask | None = None) -> NkiTensor:
+    """``sin(x) / cos(x)``."""
+    return divide(sin(x, dtype=_dt.float32), cos(x, dtype=_dt.float32), dtype=dtype, mask=mask)
+
+
+def mish(x: Any, dtype: Any = None, mask: Mask | None = None) -> NkiTensor:
+    """``x * tanh(softplus(x))``."""
+    return multiply(x, tanh(softplus(x, dtype=_dt.float32)), dtype=dtype, mask=mask)
+
+
+def gelu_apprx_sigmoid(x: Any, dtype: Any = None, mask: Mask | None = None) -> NkiTensor:
+    """``x * sigmoid(1.702 x)``."""
+    return multiply(x, sigmoid(multiply(x, 1.702, dtype=_dt.float32)), dtype=dtype, mask=mask)
+
+
+def _nearest(x: Any) -> NkiTensor:
+    """``x`` rounded to the nearest integer (half to even) through an int32 conversion."""
+    return copy(copy(x, dtype=_dt.int32), dtype=_dt.float32)
+
+
+def floor(x: Any, dtype: Any = None, mask: Mask | None = None) -> NkiTensor:
+    """The largest integer not above ``x``: ``round(x) - (round(x) > x)``."""
+    r = _nearest(x)
+    return subtract(r, greater(r, x, dtype=_dt.float32), dtype=dtype or _dt.float32, mask=mask)
+
+
+def ceil(x: Any, dtype: Any = None, mask: Mask | None = None) -> NkiTensor:
+    """The smallest integer not below ``x``: ``round(x) + (round(x) < x)``."""
+    r = _nearest(x)
+    return add(r, less(r, x, dtype=_dt.float32), dtype=dtype or _dt.float32, mask=mask)
+
+
+def trunc(x: Any, dtype: Any = None, mask: Mask | None = None) -> NkiTensor:
+    """``x`` rounded toward zero: ``floor(x)``, plus 1 where ``x`` is negative and not whole."""
+    f = floor(x)
+    up = multiply(less(x, 0.0, dtype=_dt.float32), less(f, x, dtype=_dt.float32), dtype=_dt.float32)
+    return add(f, up, dtype=dtype or _dt.float32, mask=mask)
+
+
+def mod(x: Any, y: Any, dtype: Any = None, mask: Mask | None = None) -> NkiTensor:
+    """``x - y * floor(x / y)``: the remainder with the sign of ``y`` (numpy's mod)."""
+    return subtract(x, multiply(floor(divide(x, y, dtype=_dt.float32)), y, dtype=_dt.float32),
+                    dtype=dtype or _dt.float32, mask=mask)
+
+
+def fmod(x: Any, y: Any, dtype: Any = None, mask: Mask | None = None) -> NkiTensor:
+    """``x - y * trunc(x / y)``: the remainder with the sign of ``x`` (C's fmod)."""
+    return subtract(x, multiply(trunc(divide(x, y, dtype=_dt.float32)), y, dtype=_dt.float32),
+                    dtype=dtype or _dt.float32, mask=mask)
+
+
+def erf_dx(x: Any, dtype: Any = None, mask: Mask | None = None) -> NkiTensor:
+    """The derivative of erf: ``2 / sqrt(pi) * exp(-x^2)``."""
+    e = exp(multiply(square(x, dtype=_dt.float32), -1.0))
+    return multiply(e, 2.0 / math.sqrt(math.pi), dtype=dtype, mask=mask)
+
+
+def gelu_apprx_sigmoid_dx(x: Any, dtype: Any = None, mask: Mask | None = None) -> NkiTensor:
+    """The derivative of ``x * sigmoid(1.702 x)``: ``s + 1.702 x s (1 - s)``."""
+    s_ = sigmoid(multiply(x, 1.702, dtype=_dt.float32))
+    slope = multiply(multiply(s_, subtract(1.0, s_)), multiply(x, 1.702, dtype=_dt.float32))
+    return add(s_, slope, dtype=dtype, mask=mask)
+
+
+def arctan(x: Any, dtype: Any = None, mask: Mask | None = None) -> NkiTensor:
+    """``arctan(x)`` as ``4 arctan(t)``, halving the angle twice with ``t -> t / (1 + sqrt(1 + t^2))``
+    (so ``|t| < tan(pi / 8) < 0.42``), and the odd series of arctan(t) to the t^13 term
+    (error below 1e-6)."""
+    t = _e.readable(x)
+    for _ in range(2):
+        t = divide(t, add(sqrt(add(square(t, dtype=_dt.float32), 1.0)), 1.0), dtype=_dt.float32)
+    t2 = square(t)
+    series = full(t.shape, 0.0, _dt.float32)
+    for k in range(13, 0, -2):
+        # Horner in t^2: c_k + t^2 * (...), with c_k = (-1)^((k-1)/2) / k
+        series = add(multiply(series, t2), (-1.0) ** ((k - 1) // 2) / k)
+    return multiply(multiply(series, t), 4.0, dtype=dtype, mask=mask)
+
+
+def prod(x: Any, axis: Any, dtype: Any = None, keepdims: bool = False, mask: Mask | None = None) -> NkiTensor:
+    """The product along ``axis``: ``exp(sum(log|x|))`` with the sign from the count of
+    negative elements, and 0 where any element is 0."""
+    x = _e.readable(x)
+    magnitude = exp(sum(log(abs(x, dtype=_dt.float32)), axis, keepdims=keepdims, mask=mask))
+    negatives = sum(less(x, 0.0, dtype=_dt.float32), axis, keepdims=keepdims, mask=mask)
+    sign_ = subtract(1.0, multiply(mod(negatives, 2.0), 2.0))
+    nonzero = all(x, axis, dtype=_dt.float32, mask=mask)
+    if keepdims is False and len(nonzero.shape) != len(sign_.shape):
+        nonzero = nonzero.reshape(sign_.shape)
+    return multiply(multiply(magnitude, sign_), nonzero, dtype=dtype or _dt.float32)
+
+
+def all(x: Any, axis: Any, dtype: Any = None, mask: Mask | None = None) -> NkiTensor:  # noqa: A001 - NKI's name
+    """1 where every element along ``axis`` is non-zero, else 0."""
+    return min(_nonzero(x), axis, dtype=dtype or _dt.uint8, mask=mask)
+
+
+# A loop_reduce call's running result, by tracer and by the call's source line.
+_running: weakref.WeakKeyDictionary[Tracer, dict[str, NkiTensor]] = weakref.WeakKeyDictionary()
+_LOOP_OPS = {"add": add, "maximum": maximum, "max": maximum, "minimum": minimum, "min": minimum,
+             "multiply": multiply, "subtract": subtract}
+
+
+def loop_reduce(x: Any, op: Any, loop_indices: Any, dtype: Any = None, mask: Mask | None = None) -> NkiTensor:
+    """``b = op(b, x)`` for the ``b`` this call returned in the loop's last iteration, from
+    zeros when every index in ``loop_indices`` is 0 (the loop's first iteration), as
+    NKI's ``b = nl.zeros(...)`` then ``b = nl.loop_reduce(a, op, [k])`` reads."""
+    tr = _e.tracer()
+    fn = _LOOP_OPS.get(getattr(op, "__name__", str(op)))
+    if fn is None:
+        raise tr.fail(f"nl.loop_reduce op {op!r}: use np.add, np.maximum, np.minimum, np.multiply or np.subtract")
+    indices = loop_indices if isinstance(loop_indices, (list, tuple)) else (loop_indices,)
+    site = caller_source()
+    state = _running.setdefault(tr, {})
+    x = _e.readable(x)
+    prev = None if builtins.all(int(i) == 0 for i in indices) else state.get(site)
+    if prev is None:
+        prev = zeros(x.shape, dtype or x.dtype)
+    state[site] = fn(prev, x, dtype=dtype or x.dtype, mask=mask)
+    return state[site]
