@@ -23,4 +23,14 @@ from trnsim.nki import isa, language
 from trnsim.nki.jit import BenchmarkResult, Kernel, benchmark, jit, simulate, trace_program, typed
 from trnsim.nki.tracer import KernelError
 
-__all__ = ["BenchmarkResult", "Kernel", "KernelError", "benchmark", "isa", "jit", "language", "simulate", "trace_program", "typed"]
+__all__ = ["BenchmarkResult", "Kernel", "KernelError", "benchmark", "isa", "jit", "language", "nki_op", "simulate",
+           "trace_program", "typed", "wrap_nki"]
+
+
+def __getattr__(name: str):
+    # the PyTorch integration imports torch: only when asked for
+    if name in ("nki_op", "wrap_nki"):
+        from trnsim.backend import nkicall
+
+        return getattr(nkicall, name)
+    raise AttributeError(f"module 'trnsim.nki' has no attribute {name!r}")
