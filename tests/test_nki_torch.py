@@ -210,3 +210,16 @@ def test_register_autograd_trains(compile_model):
     reference(x).square().sum().backward()
     torch.testing.assert_close(model.lin.weight.grad.cpu(), reference.lin.weight.grad, rtol=1e-5, atol=1e-4)
     torch.testing.assert_close(model.lin.bias.grad.cpu(), reference.lin.bias.grad, rtol=1e-5, atol=1e-4)
+
+
+def test_a_bare_kernel_call_in_a_compiled_function_runs_on_the_timeline_between_graphs():
+    a, b = _inputs(shape=(128, 64))
+    x, y = a.to("neuron"), b.to("neuron")
+
+    def f(p, q):
+        return add_kernel(p.sin(), q) * 2
+
+    with trnsim.profile() as prof:
+        out = torch.compile(f, backend="neuron")(x, y)
+    torch.testing.assert_close(out.cpu(), (a.sin() + b) * 2, rtol=1e-6, atol=1e-6)
+    assert [r.name for r in prof.records if r.info is None] == ["add_kernel"]

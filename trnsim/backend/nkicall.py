@@ -30,8 +30,10 @@ the kernels it calls (:func:`op_cost`). :func:`wrap_nki` gives a kernel
 
 from __future__ import annotations
 
+import functools
 import inspect
 import itertools
+import sys
 import threading
 from typing import Any, Callable
 
@@ -152,6 +154,19 @@ def _written_inputs(program: Any) -> list[Any]:
 def call(kernel: Any, args: tuple, kwargs: dict) -> Any:
     """Run ``kernel`` on torch tensors (see the module): its results as torch tensors on
     the arguments' device, in the structure the kernel returns them."""
+    if "torch._dynamo" in sys.modules:
+        # called from a compiled function (the graph breaks around a bare kernel call):
+        # Dynamo must not compile the tracer's and simulator's frames (numba's among them)
+        return _outside_dynamo()(kernel, args, kwargs)
+    return _call(kernel, args, kwargs)
+
+
+@functools.cache
+def _outside_dynamo() -> Callable:
+    return torch.compiler.disable(_call, recursive=True)
+
+
+def _call(kernel: Any, args: tuple, kwargs: dict) -> Any:
     where = _where(_tensors(args, kwargs))
     if where == "fake":
         return _fake_call(kernel, args, kwargs)
