@@ -279,7 +279,10 @@ def op_cost(name: str, args: tuple, kwargs: dict) -> OpCost | None:
     from torch._subclasses.fake_tensor import FakeTensorMode
 
     mode = next((t.fake_mode for t in _tensors(args, kwargs) if hasattr(t, "fake_mode")), None) or FakeTensorMode()
-    fake = lambda x: mode.from_tensor(x) if isinstance(x, torch.Tensor) and not hasattr(x, "fake_mode") else x  # noqa: E731
+
+    def fake(x: torch.Tensor) -> torch.Tensor:
+        return x if hasattr(x, "fake_mode") else mode.from_tensor(x)
+
     _collecting.costs = costs = []
     try:
         with mode:
