@@ -223,3 +223,26 @@ def test_a_bare_kernel_call_in_a_compiled_function_runs_on_the_timeline_between_
         out = torch.compile(f, backend="neuron")(x, y)
     torch.testing.assert_close(out.cpu(), (a.sin() + b) * 2, rtol=1e-6, atol=1e-6)
     assert [r.name for r in prof.records if r.info is None] == ["add_kernel"]
+
+
+@nki.nki_op("trnsim_test::scale_", mutates_args=("out",))
+def scale_(x: torch.Tensor, out: torch.Tensor) -> None:
+    scale_into(x, out)
+
+
+def test_an_nki_op_that_writes_its_argument_is_one_node_timed_by_its_kernel_when_compiled():
+    a, _ = _inputs(shape=(128, 64))
+    x = a.to("neuron")
+
+    def f(p):
+        out = torch.empty_like(p)
+        scale_(p.sin(), out)
+        return out + 1
+
+    with trnsim.profile() as prof:
+        out = torch.compile(f, backend="neuron")(x)
+    torch.testing.assert_close(out.cpu(), a.sin() * 2 + 1, rtol=1e-6, atol=1e-6)
+    (mine,) = [r for r in prof.records if r.name == "scale_into"]
+    assert mine.cost.source == "kernel" and mine.info is not None
+    assert mine.end_ps - mine.start_ps == _kernel_ps(scale_into, np.zeros((128, 64), np.float32),
+                                                     np.zeros((128, 64), np.float32))

@@ -271,8 +271,11 @@ _NKI_OPS: dict[str, Callable] = {}
 
 def op_cost(name: str, args: tuple, kwargs: dict) -> OpCost | None:
     """The simulated cost of custom op ``name`` (``ns::name``) made by :func:`nki_op`, run
-    on ``args`` (fake tensors of a graph node): its kernels' Programs back to back, named
-    after them; None for any other op."""
+    on ``args`` (fake tensors of a graph node; an ``auto_functionalized`` node of such an
+    op, which writes its arguments, too): its kernels' Programs back to back, named after
+    them; None for any other op."""
+    if name.startswith("auto_functionalized") and args and isinstance(args[0], torch._ops.OpOverload):
+        name, args, kwargs = _unfunctionalized(args[0], kwargs)
     launcher = _NKI_OPS.get(name)
     if launcher is None:
         return None
@@ -295,6 +298,21 @@ def op_cost(name: str, args: tuple, kwargs: dict) -> OpCost | None:
         return costs[0]
     names = "+".join(dict.fromkeys(c.kernel for c in costs))
     return OpCost(ps=sum(c.ps for c in costs), source="kernel", kernel=names)
+
+
+def _unfunctionalized(op: torch._ops.OpOverload, kwargs: dict) -> tuple[str, tuple, dict]:
+    """The op an ``auto_functionalized`` node wraps (an op that writes its arguments, in a
+    functional graph), with the arguments it is called with."""
+    kwargs = dict(kwargs)
+    bases = kwargs.pop("_all_bases", None)
+    if bases is not None:   # auto_functionalized_v2: written arguments are views of bases
+        from torch._higher_order_ops.auto_functionalize import read_view_information_from_args
+
+        written = [a for a in op._schema.arguments if a.alias_info is not None and a.alias_info.is_write]
+        views = read_view_information_from_args([a.name for a in written], [a.type for a in written], kwargs, bases)
+        for arg_name, view in views.items():
+            kwargs[arg_name] = view.regenerate_view(bases) if view is not None else None
+    return op.name(), (), kwargs
 
 
 def nki_op(name: str, fn: Callable | None = None, *, mutates_args: Any = (), schema: str | None = None) -> Any:
