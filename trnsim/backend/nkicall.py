@@ -53,13 +53,6 @@ _TO_TORCH = {d.name: t for t, d in _TO_CHIP.items()}
 _NUMPY_NATIVE = {torch.float32, torch.float16, torch.int8, torch.uint8, torch.int16, torch.int32}
 
 
-def is_torch_tensor(x: Any) -> bool:
-    """Whether ``x`` is a torch tensor (or a list or tuple holding one)."""
-    if isinstance(x, (list, tuple)):
-        return any(is_torch_tensor(y) for y in x)
-    return isinstance(x, torch.Tensor)
-
-
 def _where(tensors: list[torch.Tensor]) -> str:
     """``"fake"``, ``"neuron"`` or ``"cpu"``: where a call with these tensors runs."""
     from torch._subclasses.fake_tensor import FakeTensor
