@@ -151,6 +151,17 @@ class graph_execution:
         _host_only.depth -= 1
 
 
+def host_only() -> bool:
+    """Whether this thread's ops are off the timeline (a compiled graph computing its values)."""
+    return bool(getattr(_host_only, "depth", 0))
+
+
+def charge_kernel(name: str, cost: OpCost, shapes: tuple, dtypes: tuple) -> None:
+    """Put one kernel the host launched itself (an NKI kernel called on neuron tensors) on
+    the timeline, as an op named ``name`` of cost ``cost``."""
+    charge_graph([(name, cost, shapes, dtypes, None)])
+
+
 def charge(op: Any, info: Any, args: tuple, kwargs: dict, flat: list, out: Any) -> None:
     """Put op ``info.name`` on the timeline."""
     if getattr(_host_only, "depth", 0):

@@ -30,4 +30,14 @@ from trnsim.nki.jit import (Benchmark, BenchmarkResult, Kernel, NcLatency, Profi
 from trnsim.nki.tracer import KernelError
 
 __all__ = ["Benchmark", "BenchmarkResult", "Kernel", "KernelError", "NcLatency", "Profile", "baremetal", "benchmark",
-           "isa", "jit", "language", "profile", "simulate", "simulate_kernel", "trace_program", "typed"]
+           "isa", "jit", "language", "nki_op", "profile", "simulate", "simulate_kernel", "trace_program", "typed",
+           "wrap_nki"]
+
+
+def __getattr__(name: str):
+    # the PyTorch integration imports torch: only when asked for
+    if name in ("nki_op", "wrap_nki"):
+        from trnsim.backend import nkicall
+
+        return getattr(nkicall, name)
+    raise AttributeError(f"module 'trnsim.nki' has no attribute {name!r}")

@@ -163,7 +163,19 @@ class Kernel:
         return Traced(tracer, inputs, result, outs)
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        if any(map(_is_torch, itertools.chain(args, kwargs.values()))):
+            from trnsim.backend import nkicall   # torch only when torch tensors come in
+
+            return nkicall.call(self, args, kwargs)
         return simulate(self)(*args, **kwargs)
+
+
+def _is_torch(value: Any) -> bool:
+    """Whether ``value`` is a torch tensor, or a list or tuple holding one (found without
+    importing torch)."""
+    if isinstance(value, (list, tuple)):
+        return any(map(_is_torch, value))
+    return type(value).__module__.startswith("torch") and hasattr(value, "detach")
 
 
 def _hbm_results(result: Any, tracer: Tracer, fn: Callable) -> list[NkiTensor]:

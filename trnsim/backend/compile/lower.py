@@ -6,8 +6,9 @@ shapes and dtypes, and simulated for their time, as eager ops are
 physical cores, one core's share of the rows (or of the matmul) is traced and the cores
 run their shares at once. ``"op"`` groups take their eager cost
 (:func:`trnsim.backend.timeline.cost_of`, memoized per op signature), and ``"free"``
-groups cost nothing. Fused kernels of the same recipe and shapes (the layers of a
-model) are simulated once.
+groups cost nothing; an op made by :func:`trnsim.backend.nkicall.nki_op` is timed by the
+Programs of the NKI kernels it calls and named after them. Fused kernels of the same
+recipe and shapes (the layers of a model) are simulated once.
 
 Each kernel also counts the HBM bytes it moves and the bytes its ops would move run one
 by one (each reading its operands from HBM and writing its result back): their
@@ -24,7 +25,7 @@ from typing import Any
 import torch
 import torch.fx as fx
 
-from trnsim.backend import opkernels, state, timeline
+from trnsim.backend import nkicall, opkernels, state, timeline
 from trnsim.backend.compile.partition import Group
 from trnsim.backend.compile.patterns import FREE, op_name, tensors_in
 from trnsim.backend.costs import moved_bytes
@@ -82,7 +83,11 @@ def _op_kernel(g: Group, vals: dict[fx.Node, Any]) -> Kernel:
     if g.gqa > 1:
         args = _grouped_query(args, g.gqa)
     flat = tensors_in(list(args)) + tensors_in(list(kwargs.values()))
-    cost = timeline.cost_of(name, tuple(args), kwargs, out, flat)
+    cost = nkicall.op_cost(name, tuple(args), kwargs)   # an NKI op: timed by its kernels' Programs
+    if cost is None:
+        cost = timeline.cost_of(name, tuple(args), kwargs, out, flat)
+    else:
+        name = cost.kernel or name
     nbytes = moved_bytes(flat, out) if cost.source != "none" else 0
     return Kernel(name, g, cost, nbytes, nbytes, _sources(g))
 
