@@ -79,10 +79,10 @@ class Tensor:
         object.__setattr__(self, "_placed", True)
 
     def __setattr__(self, name: str, value: object) -> None:
-        if self.__dict__.get("_placed"):
+        if "_placed" in self.__dict__:
             raise ProgramError(f"tensor {self!r} cannot change its {name}: it is placed, and instructions were "
                                "checked against it; make a new tensor instead")
-        super().__setattr__(name, value)
+        object.__setattr__(self, name, value)
 
     def view(self) -> View:
         """The whole tensor as a View."""
@@ -127,7 +127,7 @@ class View:
         init = object.__setattr__
         init(self, "tensor", tensor)
         init(self, "offset", offset)
-        init(self, "dims", tuple(tuple(d) for d in dims))
+        init(self, "dims", tuple(map(tuple, dims)))
         init(self, "shape", shape)
         init(self, "partitions", partitions)
         init(self, "size", size)
@@ -301,11 +301,10 @@ class Instruction:
                 setattr(self, name, value.view())
 
     def __setattr__(self, name: str, value: object) -> None:
-        owner = self.__dict__.get("_owner")
-        if owner is not None:
-            raise ProgramError(f"instruction {self.index} {self.opcode} of program {owner!r} cannot change its {name}: "
+        if "_owner" in self.__dict__:
+            raise ProgramError(f"instruction {self.index} {self.opcode} of program {self._owner!r} cannot change its {name}: "
                                "the program checked and timed it as added; build a new instruction and add that instead")
-        super().__setattr__(name, value)
+        object.__setattr__(self, name, value)
 
     def _seal(self, owner: str) -> None:
         """Fix every field, dependencies included: ``owner``'s checks and timing rely on them."""

@@ -15,7 +15,7 @@ from typing import Any
 
 from trnsim.errors import ProgramError, TrnSimError
 from trnsim.isa import DmaCopy, Engine, Instruction, LoadStationary, Memory, Memset, Program, Tensor, View
-from trnsim.nki.hazards import Hazards, region_of, region_of_tensor
+from trnsim.nki.hazards import Hazards, UnwrittenRead, region_of, region_of_tensor
 
 _NKI_DIR = os.path.dirname(os.path.abspath(__file__))
 # Loads (into SBUF/PSUM) and stores (out of them) go on separate queues, as the Neuron
@@ -188,12 +188,11 @@ class Tracer:
         reads, writes = inst.reads(), inst.writes()
         if self.zeros:
             self._zero_first(reads, writes)
-        if check_written:
-            for v in reads:
-                if v.tensor.memory is not Memory.HBM and not self.hazards.written(v):
-                    raise self.fail(f"reads {_tile_name(v)} before anything wrote it; load, memset or compute it first", source)
         index = len(self.program.instructions)
-        deps = self.hazards.access(index, reads, writes)
+        try:
+            deps = self.hazards.access(index, reads, writes, check_written)
+        except UnwrittenRead as e:
+            raise self.fail(f"reads {_tile_name(e.view)} before anything wrote it; load, memset or compute it first", source) from None
         # stationary loads overlap the multiply before them, so a barrier needs the last of each
         track = "tensor.load" if isinstance(inst, LoadStationary) else inst.track
         if self._barrier and track not in self._barrier_done:
