@@ -338,13 +338,14 @@ class Hazards:
                     group.append(index)
         for acc, box, v in write_boxes:
             # what this write covers is ordered behind it from now on
-            acc.writes.drop_covered(box)
+            if acc.writes.items:
+                acc.writes.drop_covered(box)
             acc.writes.add(box, index)
-            if acc.groups is None:
-                acc.reads.drop_covered(box)
-            elif acc.reads.items:
-                for region, _ in acc.reads.drop_covered(box):
-                    del acc.groups[region]
+            if acc.reads.items:
+                dropped = acc.reads.drop_covered(box)
+                if acc.groups is not None:
+                    for region, _ in dropped:
+                        del acc.groups[region]
             if acc.inherited and _covers(box, region_of_tensor(v.tensor)):
                 acc.inherited = ()
         deps.discard(index)
