@@ -11,7 +11,9 @@ instruction at the largest size to the smallest is 1.0 when tracing is linear.
 ``--before <git-rev>`` also measures that revision of trnsim (extracted with ``git
 archive`` into a temporary directory and run in a subprocess with PYTHONPATH set to
 it), so one run prints before, after and their ratio: the machine is noisy, so
-compare figures measured side by side.
+compare figures measured side by side. Times are the process's CPU seconds
+(``time.process_time``), the same as wall seconds on an idle machine but far
+less disturbed by other work sharing it.
 
     python benchmarks/nki_trace_speed.py
     python benchmarks/nki_trace_speed.py --before HEAD~3
@@ -58,13 +60,13 @@ def measure(names: list[str], repeats: int) -> dict:
         args = _args(*SIZES[name])
         best = float("inf")
         for _ in range(1 if name == "tutorial" else repeats):
-            start = time.perf_counter()
+            start = time.process_time()
             prog = trace_program(matmul_basic, *args, chip="trn1")
-            best = min(best, time.perf_counter() - start)
+            best = min(best, time.process_time() - start)
         out["sizes"][name] = {"instructions": len(prog), "trace_s": best}
-    start = time.perf_counter()
+    start = time.process_time()
     run = simulate(prog, fidelity="timing")
-    out["pipeline"] = {"size": names[-1], "trace_s": best, "simulate_s": time.perf_counter() - start,
+    out["pipeline"] = {"size": names[-1], "trace_s": best, "simulate_s": time.process_time() - start,
                        "simulated_ms": run.time_ns / 1e6}
     return out
 

@@ -390,6 +390,8 @@ def _extent(v: View) -> int:
 
 
 def _check_shape(shape: Sequence[int], where: str) -> tuple[int, ...]:
+    if type(shape) is tuple and all([type(s) is int and s > 0 for s in shape]) and 0 < len(shape) <= MAX_FREE_DIMS + 1:
+        return shape  # the common case, checked in one pass: a tuple of positive ints
     try:
         # operator.index refuses 1.5 (int() would truncate it to 1); a bool is no size either
         if isinstance(shape, (str, bytes)) or any(isinstance(s, bool) for s in shape):
