@@ -70,28 +70,33 @@ class Tensor:
     nbytes: int = field(init=False)
 
     def __post_init__(self) -> None:
-        # a tensor's shape never changes: its derived sizes are worked out once
-        self.on_chip = self.memory is not Memory.HBM
-        self.row_elems = math.prod(self.shape[1:])
-        self.size = self.row_elems * self.shape[0]
-        self.partition_bytes = self.row_elems * self.dtype.itemsize
-        self.nbytes = self.size * self.dtype.itemsize
-        object.__setattr__(self, "_placed", True)
+        # a tensor's shape never changes: its derived sizes (and its whole view's
+        # dims) are worked out once
+        d = self.__dict__
+        shape = self.shape
+        d["on_chip"] = self.memory is not Memory.HBM
+        d["row_elems"] = row = math.prod(shape[1:])
+        d["size"] = row * shape[0]
+        d["partition_bytes"] = row * self.dtype.itemsize
+        d["nbytes"] = d["size"] * self.dtype.itemsize
+        dims = []
+        acc = 1
+        for n in reversed(shape):
+            dims.append((acc, n))
+            acc *= n
+        dims.reverse()
+        d["_whole"] = tuple(dims)
+        d["_placed"] = True
 
     def __setattr__(self, name: str, value: object) -> None:
-        if self.__dict__.get("_placed"):
+        if "_placed" in self.__dict__:
             raise ProgramError(f"tensor {self!r} cannot change its {name}: it is placed, and instructions were "
                                "checked against it; make a new tensor instead")
-        super().__setattr__(name, value)
+        object.__setattr__(self, name, value)
 
     def view(self) -> View:
         """The whole tensor as a View."""
-        strides = []
-        acc = 1
-        for n in reversed(self.shape):
-            strides.append(acc)
-            acc *= n
-        return View(self, 0, tuple(zip(reversed(strides), self.shape)))
+        return View(self, 0, self._whole)
 
     def __getitem__(self, index: object) -> View:
         return self.view()[index]
@@ -121,13 +126,14 @@ class View:
     partitions: int
 
     def __init__(self, tensor: Tensor, offset: int, dims: tuple[tuple[int, int], ...]) -> None:
-        shape = tuple(count for _, count in dims)
+        dims = tuple(map(tuple, dims))
+        shape = tuple([count for _, count in dims])
         size = math.prod(shape)
         partitions = shape[0] if shape else 1
         init = object.__setattr__
         init(self, "tensor", tensor)
         init(self, "offset", offset)
-        init(self, "dims", tuple(tuple(d) for d in dims))
+        init(self, "dims", dims)
         init(self, "shape", shape)
         init(self, "partitions", partitions)
         init(self, "size", size)
@@ -189,10 +195,12 @@ class View:
             raise ProgramError(f"too many indices ({len(index)}) for {self!r} with {len(self.dims)} dimensions")
         offset = self.offset
         dims: list[tuple[int, int]] = []
-        for axis, (stride, count) in enumerate(self.dims):
-            if axis >= len(index):
-                dims.append((stride, count))
+        nindex = len(index)
+        for axis, dim in enumerate(self.dims):
+            if axis >= nindex:
+                dims.append(dim)
                 continue
+            stride, count = dim
             idx = index[axis]
             if isinstance(idx, slice):
                 start, stop, step = idx.indices(count)
@@ -301,11 +309,10 @@ class Instruction:
                 setattr(self, name, value.view())
 
     def __setattr__(self, name: str, value: object) -> None:
-        owner = self.__dict__.get("_owner")
-        if owner is not None:
-            raise ProgramError(f"instruction {self.index} {self.opcode} of program {owner!r} cannot change its {name}: "
+        if "_owner" in self.__dict__:
+            raise ProgramError(f"instruction {self.index} {self.opcode} of program {self._owner!r} cannot change its {name}: "
                                "the program checked and timed it as added; build a new instruction and add that instead")
-        super().__setattr__(name, value)
+        object.__setattr__(self, name, value)
 
     def _seal(self, owner: str) -> None:
         """Fix every field, dependencies included: ``owner``'s checks and timing rely on them."""
@@ -323,11 +330,11 @@ class Instruction:
 
     def reads(self) -> tuple[View, ...]:
         """The operands this instruction reads (fields named in ``read_fields`` that hold Views)."""
-        return tuple(v for v in (getattr(self, n) for n in self.read_fields) if isinstance(v, View))
+        return tuple([v for n in self.read_fields if isinstance(v := getattr(self, n), View)])
 
     def writes(self) -> tuple[View, ...]:
         """The operands this instruction writes (fields named in ``write_fields``)."""
-        return tuple(v for v in (getattr(self, n) for n in self.write_fields) if isinstance(v, View))
+        return tuple([v for n in self.write_fields if isinstance(v := getattr(self, n), View)])
 
     def describe(self) -> str:
         """One line: opcode and operands."""

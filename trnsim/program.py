@@ -165,9 +165,10 @@ class Program:
         return ProgramError(f"instruction {inst.index} {inst.opcode}{where}: {message}")
 
     def _validate(self, inst: Instruction) -> None:
+        index = inst.index
         for d in inst.deps:
-            if not isinstance(d, int) or not 0 <= d < inst.index:
-                raise self._fail(inst, f"dependency {d!r} must be the index of an earlier instruction (0..{inst.index - 1})")
+            if not isinstance(d, int) or not 0 <= d < index:
+                raise self._fail(inst, f"dependency {d!r} must be the index of an earlier instruction (0..{index - 1})")
         if isinstance(inst, DmaCopy):
             nq = self.chip.dma.engines * self.chip.dma.queues_per_engine
             if not 0 <= inst.queue < nq:
@@ -177,27 +178,38 @@ class Program:
             raise self._fail(inst, f"cannot run on the {inst.engine.value} engine; it runs on: {names}")
         for v in inst.reads() + inst.writes():
             self._validate_view(inst, v)
-        check = getattr(self, f"_check_{inst.opcode}", None)
-        if check is not None:
-            check(inst)
+        key = (type(self), type(inst))
+        check = _CHECKS.get(key)
+        if check is None:
+            check = _CHECKS[key] = getattr(type(self), f"_check_{inst.opcode}", _no_check)
+        check(self, inst)
 
     def _validate_view(self, inst: Instruction, v: View) -> None:
-        if id(v.tensor) not in self._tensor_ids:
+        t = v.tensor
+        if id(t) not in self._tensor_ids:
             raise self._fail(inst, f"operand {v!r} belongs to no tensor of program {self.name!r}")
         if v.size == 0:
             raise self._fail(inst, f"operand {v!r} is empty; drop the instruction or fix the slice")
-        if len(v.dims) > MAX_FREE_DIMS + 1:
-            raise self._fail(inst, f"operand {v!r} has {len(v.dims)} dimensions; at most a partition dimension and {MAX_FREE_DIMS} free dimensions")
-        if not v.tensor.on_chip:
+        dims = v.dims
+        if len(dims) > MAX_FREE_DIMS + 1:
+            raise self._fail(inst, f"operand {v!r} has {len(dims)} dimensions; at most a partition dimension and {MAX_FREE_DIMS} free dimensions")
+        if not t.on_chip:
             if not isinstance(inst, DmaCopy):
                 raise self._fail(inst, f"operand {v!r} is in HBM; engines read and write SBUF/PSUM only, so move it with a DMA first")
             return
-        if v.dims and v.dims[0][1] > 1 and v.dims[0][0] != v.tensor.row_elems:
+        row = t.row_elems
+        if dims and dims[0][1] > 1 and dims[0][0] != row:
             raise self._fail(inst, f"operand {v!r} steps over partitions; the partition dimension must have step 1")
-        t = v.tensor
-        if v.start_partition + v.partitions > t.start_partition + t.shape[0] or v.free_offset + _extent(v) > t.row_elems:
+        start = t.start_partition + v.offset // row
+        count = v.partitions
+        extent = 1
+        for stride, n in dims[1:]:
+            if n > 0:
+                extent += stride * (n - 1)
+        if start + count > t.start_partition + t.shape[0] or v.offset % row + extent > row:
             raise self._fail(inst, f"operand {v!r} reaches outside {t!r}")
-        _check_partitions(lambda: f"instruction {inst.index} {inst.opcode} operand {v!r}", v.start_partition, v.partitions, self.chip)
+        if start != 0 or count > self.chip.sbuf.partitions:
+            _check_partitions(lambda: f"instruction {inst.index} {inst.opcode} operand {v!r}", start, count, self.chip)
 
     def _check_matmul_shapes(self, inst: Instruction, k: int, m: int) -> None:
         te = self.chip.tensor_engine
@@ -365,12 +377,22 @@ class Program:
         """Multiply-add FLOPs of every matmul (2 per MAC)."""
         return sum(f for f, _ in self.matmuls())
 
+# Program._check_<opcode> per (program class, instruction class), looked up once.
+_CHECKS: dict[tuple[type, type], Callable[[Program, Instruction], None]] = {}
+
+
+def _no_check(program: Program, inst: Instruction) -> None:
+    """Instructions with no checks of their own beyond their operands."""
+
+
 def _extent(v: View) -> int:
     """Elements from the view's first element to its last, inclusive, past the partitions."""
     return dims_extent(v.dims[1:] if v.tensor.on_chip else v.dims)
 
 
 def _check_shape(shape: Sequence[int], where: str) -> tuple[int, ...]:
+    if type(shape) is tuple and all([type(s) is int and s > 0 for s in shape]) and 0 < len(shape) <= MAX_FREE_DIMS + 1:
+        return shape  # the common case, checked in one pass: a tuple of positive ints
     try:
         # operator.index refuses 1.5 (int() would truncate it to 1); a bool is no size either
         if isinstance(shape, (str, bytes)) or any(isinstance(s, bool) for s in shape):

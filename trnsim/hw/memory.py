@@ -8,6 +8,7 @@ the same addresses.
 
 from __future__ import annotations
 
+from bisect import bisect_left
 from dataclasses import dataclass
 
 from trnsim.errors import AllocationError
@@ -68,7 +69,9 @@ class OnChipAllocator:
                 raise AllocationError(
                     f"PSUM allocation {name!r} of {nbytes} bytes per partition is larger than one bank "
                     f"({self.bank_bytes} bytes) but not a whole number of banks; use at most {self.bank_bytes} bytes or whole banks")
-        busy = sorted((a.offset, a.offset + a.nbytes) for a in self.live.values() if a.overlaps_partitions(start, count))
+        stop = start + count
+        busy = sorted([(a.offset, a.offset + a.nbytes) for a in self.live.values()
+                       if a.start_partition < stop and start < a.start_partition + a.partitions])
         offset = self._place(busy, nbytes)
         if offset is None:
             raise AllocationError(
@@ -88,11 +91,19 @@ class OnChipAllocator:
         wrapping around, so space freed a moment ago is taken last."""
         candidates = [0] + [hi for _, hi in busy]
         if self.next_fit:
-            candidates = sorted(set(candidates) | {self.cursor}, key=lambda c: (c < self.cursor, c))
+            ordered = sorted(set(candidates) | {self.cursor})
+            i = bisect_left(ordered, self.cursor)
+            candidates = ordered[i:] + ordered[:i]
+        limit = self.partition_bytes
         for c in candidates:
             offset = self._fit(c, nbytes)
             end = offset + nbytes
-            if end <= self.partition_bytes and all(end <= lo or offset >= hi for lo, hi in busy):
+            if end > limit:
+                continue
+            for lo, hi in busy:
+                if end > lo and offset < hi:
+                    break
+            else:
                 return offset
         return None
 

@@ -58,15 +58,15 @@ def like(x: NkiTensor, dtype: Any = None, buffer: Memory = Memory.SBUF, shape: S
 
 def readable(x: Any, what: str = "operand") -> NkiTensor:
     """An on-chip tile to read: results are materialised, HBM is refused."""
+    if isinstance(x, NkiTensor):
+        if x.view.tensor.memory is Memory.HBM:
+            raise tracer().fail(f"{what} {x.name}{list(x.shape)} is in HBM; engines read SBUF/PSUM only, so nl.load it first")
+        return x
     from trnsim.nki.language import MatmulResult
 
     if isinstance(x, MatmulResult):
         return x.materialize()
-    if not isinstance(x, NkiTensor):
-        raise tracer().fail(f"{what} {x!r} is not a tile; pass a tile (nl.load it first) or a number where one is allowed")
-    if x.buffer is Memory.HBM:
-        raise tracer().fail(f"{what} {x.name}{list(x.shape)} is in HBM; engines read SBUF/PSUM only, so nl.load it first")
-    return x
+    raise tracer().fail(f"{what} {x!r} is not a tile; pass a tile (nl.load it first) or a number where one is allowed")
 
 
 def emit(inst: Any) -> int:

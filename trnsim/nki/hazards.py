@@ -6,18 +6,24 @@ what it writes (write after read, write after write). Regions are boxes of
 partitions x bytes, kept per tensor; a tensor placed where a freed one lived
 first waits for everything that touched the freed one, which is how reusing SBUF
 space stays safe.
+
+This runs once per traced instruction, so it is written for speed: regions are
+tuples, sorted lists bisect on parallel lists of plain integers, and short lists
+are scanned whole (bisecting only narrows the scan, it never changes what is found).
 """
 
 from __future__ import annotations
 
-import bisect
-from dataclasses import dataclass, field
+from bisect import bisect_left, bisect_right
+from typing import Iterator, NamedTuple
 
-from trnsim.isa import Memory, Tensor, View, dims_extent
+from trnsim.isa import Memory, Tensor, View
+
+# Lists this short are scanned whole rather than bisected.
+_SCAN = 8
 
 
-@dataclass(frozen=True)
-class Region:
+class Region(NamedTuple):
     """Partitions [p0, p1) x bytes [b0, b1) of one memory."""
 
     p0: int
@@ -26,39 +32,60 @@ class Region:
     b1: int
 
     def overlaps(self, other: Region) -> bool:
-        return self.p0 < other.p1 and other.p0 < self.p1 and self.b0 < other.b1 and other.b0 < self.b1
+        return self[0] < other[1] and other[0] < self[1] and self[2] < other[3] and other[2] < self[3]
 
     def covers(self, other: Region) -> bool:
-        return self.p0 <= other.p0 and other.p1 <= self.p1 and self.b0 <= other.b0 and other.b1 <= self.b1
+        return self[0] <= other[0] and other[1] <= self[1] and self[2] <= other[2] and other[3] <= self[3]
+
+
+def _extent(dims: tuple[tuple[int, int], ...]) -> int:
+    """Elements from the first element ``dims`` walk to one past the last (as ``dims_extent``)."""
+    n = 1
+    for s, c in dims:
+        if c > 0:
+            n += s * (c - 1)
+    return n
 
 
 def region_of(view: View) -> Region:
     """The box ``view`` touches: partitions x bytes on chip; rows x bytes within a row in
-    HBM (so column slices of an HBM tensor do not overlap). Conservative for strides."""
+    HBM (so column slices of an HBM tensor do not overlap). Conservative for strides.
+    Returned as a plain tuple laid out as :class:`Region` (cheaper to make)."""
     t = view.tensor
     size = t.dtype.itemsize
     row = t.row_elems
+    dims = view.dims
+    off = view.offset
+    base = t.byte_offset
     if t.on_chip:
-        p0 = view.start_partition
-        lo = view.free_offset
-        return Region(p0, p0 + view.partitions, t.byte_offset + lo * size,
-                      t.byte_offset + (lo + dims_extent(view.dims[1:])) * size)
-    lo = view.offset
-    rest = dims_extent(view.dims[1:])
-    if view.dims and view.dims[0][0] == row and lo % row + rest <= row:
-        p0, c0, c1 = lo // row, lo % row, lo % row + rest
-        p1 = p0 + view.dims[0][1]
-    else:
-        hi = lo + dims_extent(view.dims)
-        p0, p1 = lo // row, (hi - 1) // row + 1
-        c0, c1 = (lo % row, (hi - 1) % row + 1) if p1 - p0 == 1 else (0, row)
-    return Region(p0, p1, t.byte_offset + c0 * size, t.byte_offset + c1 * size)
+        p0 = t.start_partition + off // row
+        lo = off % row
+        return (p0, p0 + view.partitions, base + lo * size, base + (lo + _extent(dims[1:])) * size)
+    rest = _extent(dims[1:])
+    c0 = off % row
+    if dims and dims[0][0] == row and c0 + rest <= row:
+        p0 = off // row
+        return (p0, p0 + dims[0][1], base + c0 * size, base + (c0 + rest) * size)
+    hi = off + _extent(dims)
+    p0, p1 = off // row, (hi - 1) // row + 1
+    c0, c1 = (c0, (hi - 1) % row + 1) if p1 - p0 == 1 else (0, row)
+    return (p0, p1, base + c0 * size, base + c1 * size)
 
 
 def region_of_tensor(t: Tensor) -> Region:
+    """The box all of ``t`` covers (a plain tuple laid out as :class:`Region`)."""
     if t.on_chip:
-        return Region(t.start_partition, t.start_partition + t.shape[0], t.byte_offset, t.byte_offset + t.partition_bytes)
-    return Region(0, t.shape[0], t.byte_offset, t.byte_offset + t.row_elems * t.dtype.itemsize)
+        return (t.start_partition, t.start_partition + t.shape[0], t.byte_offset, t.byte_offset + t.partition_bytes)
+    return (0, t.shape[0], t.byte_offset, t.byte_offset + t.row_elems * t.dtype.itemsize)
+
+
+def _covers(a: Region, b: Region) -> bool:
+    return a[0] <= b[0] and b[1] <= a[1] and a[2] <= b[2] and b[3] <= a[3]
+
+
+def _hits(pairs: list[tuple[Region, object]], box: Region) -> list[tuple[Region, object]]:
+    p0, p1, b0, b1 = box
+    return [g for g in pairs if g[0][0] < p1 and p0 < g[0][1] and g[0][2] < b1 and b0 < g[0][3]]
 
 
 class RegionList:
@@ -68,9 +95,10 @@ class RegionList:
 
     def __init__(self) -> None:
         self.items: list[tuple[Region, object]] = []
+        self._keys: list[int] = []   # each item's first byte, for bisecting
         self._longest = 0
 
-    def __iter__(self):
+    def __iter__(self) -> Iterator[tuple[Region, object]]:
         return iter(self.items)
 
     def __bool__(self) -> bool:
@@ -78,38 +106,56 @@ class RegionList:
 
     def span(self, box: Region) -> tuple[int, int]:
         """Indices [lo, hi) of the items that may overlap ``box``."""
-        hi = bisect.bisect_left(self.items, box.b1, key=lambda g: g[0].b0)
-        lo = bisect.bisect_left(self.items, box.b0 - self._longest, key=lambda g: g[0].b0, hi=hi)
-        return lo, hi
+        keys = self._keys
+        hi = bisect_left(keys, box[3])
+        return bisect_left(keys, box[2] - self._longest, 0, hi), hi
 
-    def overlapping(self, box: Region):
+    def overlapping(self, box: Region) -> list[tuple[Region, object]]:
+        items = self.items
+        if len(items) <= _SCAN:
+            return _hits(items, box)
         lo, hi = self.span(box)
-        return [(r, v) for r, v in self.items[lo:hi] if r.overlaps(box)]
+        return _hits(items[lo:hi], box)
 
     def add(self, region: Region, value: object) -> None:
-        bisect.insort(self.items, (region, value), key=lambda g: g[0].b0)
-        self._longest = max(self._longest, region.b1 - region.b0)
+        b0 = region[2]
+        i = bisect_right(self._keys, b0)
+        self._keys.insert(i, b0)
+        self.items.insert(i, (region, value))
+        if region[3] - b0 > self._longest:
+            self._longest = region[3] - b0
 
-    def replace(self, box: Region, keep: "list[tuple[Region, object]]") -> None:
+    def replace(self, box: Region, keep: list[tuple[Region, object]]) -> None:
         """Put ``keep`` where the items that may overlap ``box`` were."""
         lo, hi = self.span(box)
-        keep.sort(key=lambda g: g[0].b0)
+        keep.sort(key=_first_byte)
         self.items[lo:hi] = keep
+        self._keys[lo:hi] = [r[2] for r, _ in keep]
         for r, _ in keep:
-            self._longest = max(self._longest, r.b1 - r.b0)
+            self._longest = max(self._longest, r[3] - r[2])
 
-    def drop_covered(self, box: Region) -> None:
-        """Forget the items ``box`` covers wholly."""
-        lo, hi = self.span(box)
-        self.items[lo:hi] = [(r, v) for r, v in self.items[lo:hi] if not box.covers(r)]
+    def drop_covered(self, box: Region) -> list[tuple[Region, object]]:
+        """Forget the items ``box`` covers wholly; returns them."""
+        items = self.items
+        lo, hi = (0, len(items)) if len(items) <= _SCAN else self.span(box)
+        p0, p1, b0, b1 = box
+        kept: list[tuple[Region, object]] = []
+        dropped: list[tuple[Region, object]] = []
+        for g in items[lo:hi]:
+            r = g[0]
+            (dropped if p0 <= r[0] and r[1] <= p1 and b0 <= r[2] and r[3] <= b1 else kept).append(g)
+        if dropped:
+            items[lo:hi] = kept
+            self._keys[lo:hi] = [r[2] for r, _ in kept]
+        return dropped
 
 
 def _first_row(g: tuple[Region, object]) -> int:
-    return g[0].p0
+    return g[0][0]
 
 
 def _first_byte(g: tuple[Region, object]) -> int:
-    return g[0].b0
+    return g[0][2]
 
 
 class RowIndexedRegionList(RegionList):
@@ -121,43 +167,75 @@ class RowIndexedRegionList(RegionList):
     def __init__(self) -> None:
         super().__init__()
         self._by_row: list[tuple[Region, object]] = []
+        self._row_keys: list[int] = []
         self._tallest = 0
 
     def _candidates(self, box: Region) -> list[tuple[Region, object]]:
+        if len(self.items) <= _SCAN:
+            return self.items
         lo, hi = self.span(box)
-        row_hi = bisect.bisect_left(self._by_row, box.p1, key=_first_row)
-        row_lo = bisect.bisect_left(self._by_row, box.p0 - self._tallest, key=_first_row, hi=row_hi)
+        row_keys = self._row_keys
+        row_hi = bisect_left(row_keys, box[1])
+        row_lo = bisect_left(row_keys, box[0] - self._tallest, 0, row_hi)
         if row_hi - row_lo < hi - lo:
             return self._by_row[row_lo:row_hi]
         return self.items[lo:hi]
 
-    def overlapping(self, box: Region):
-        return [(r, v) for r, v in self._candidates(box) if r.overlaps(box)]
+    def overlapping(self, box: Region) -> list[tuple[Region, object]]:
+        return _hits(self._candidates(box), box)
 
     def add(self, region: Region, value: object) -> None:
         pair = (region, value)
-        bisect.insort(self.items, pair, key=_first_byte)
-        bisect.insort(self._by_row, pair, key=_first_row)
-        self._longest = max(self._longest, region.b1 - region.b0)
-        self._tallest = max(self._tallest, region.p1 - region.p0)
+        b0, p0 = region[2], region[0]
+        i = bisect_right(self._keys, b0)
+        self._keys.insert(i, b0)
+        self.items.insert(i, pair)
+        i = bisect_right(self._row_keys, p0)
+        self._row_keys.insert(i, p0)
+        self._by_row.insert(i, pair)
+        if region[3] - b0 > self._longest:
+            self._longest = region[3] - b0
+        if region[1] - p0 > self._tallest:
+            self._tallest = region[1] - p0
 
     def replace(self, box: Region, keep: list[tuple[Region, object]]) -> None:
         raise NotImplementedError("HBM region lists are never replaced; only on-chip ghost lists are")
 
-    def drop_covered(self, box: Region) -> None:
-        for pair in [g for g in self._candidates(box) if box.covers(g[0])]:
-            for items, key in ((self.items, _first_byte), (self._by_row, _first_row)):
-                i = bisect.bisect_left(items, key(pair), key=key)
+    def drop_covered(self, box: Region) -> list[tuple[Region, object]]:
+        """Forget the items ``box`` covers wholly; returns them."""
+        dropped = [g for g in self._candidates(box) if _covers(box, g[0])]
+        for pair in dropped:
+            for items, keys, key in ((self.items, self._keys, pair[0][2]), (self._by_row, self._row_keys, pair[0][0])):
+                i = bisect_left(keys, key)
                 while items[i] is not pair:
                     i += 1
                 del items[i]
+                del keys[i]
+        return dropped
 
 
-@dataclass
+class UnwrittenRead(Exception):
+    """An instruction reads an on-chip region nothing has written (``view``)."""
+
+    def __init__(self, view: View) -> None:
+        super().__init__(view)
+        self.view = view
+
+
 class _Accesses:
-    writes: RegionList = field(default_factory=RegionList)
-    reads: RegionList = field(default_factory=RegionList)
-    inherited: tuple[int, ...] = ()
+    """What touched one tensor: write and read regions, and what it inherited from the
+    space it was placed in. An HBM tensor's reads are grouped by region (``groups``:
+    region -> the list of instructions that read exactly it, which is the value kept
+    in ``reads``): inputs are read many times over in the same tiles, and one entry
+    per tile keeps the list short."""
+
+    __slots__ = ("writes", "reads", "inherited", "groups")
+
+    def __init__(self, hbm: bool = False) -> None:
+        self.writes = RowIndexedRegionList() if hbm else RegionList()
+        self.reads = RowIndexedRegionList() if hbm else RegionList()
+        self.inherited: tuple[int, ...] = ()
+        self.groups: dict[Region, list[int]] | None = {} if hbm else None
 
 
 class Hazards:
@@ -171,26 +249,31 @@ class Hazards:
         """A new on-chip tensor: it inherits what touched the space it now holds."""
         acc = _Accesses()
         if t.on_chip:
-            box = region_of_tensor(t)
             ghosts = self._ghosts[t.memory]
-            lo, hi = ghosts.span(box)
-            inherited: set[int] = set()
-            keep = []
-            for region, idx in ghosts.items[lo:hi]:
-                if not region.overlaps(box):
-                    keep.append((region, idx))
-                    continue
-                inherited.update(idx)
-                # the new tenant now stands for the overlap; keep only what sticks out
-                if box.p0 <= region.p0 and region.p1 <= box.p1:
-                    if region.b0 < box.b0:
-                        keep.append((Region(region.p0, region.p1, region.b0, box.b0), idx))
-                    if box.b1 < region.b1:
-                        keep.append((Region(region.p0, region.p1, box.b1, region.b1), idx))
-                else:
-                    keep.append((region, idx))
-            ghosts.replace(box, keep)
-            acc.inherited = tuple(sorted(inherited))
+            if ghosts.items:
+                box = region_of_tensor(t)
+                p0, p1, b0, b1 = box
+                lo, hi = ghosts.span(box)
+                inherited: set[int] = set()
+                keep = []
+                for pair in ghosts.items[lo:hi]:
+                    region, idx = pair
+                    r0, r1, rb0, rb1 = region
+                    if not (r0 < p1 and p0 < r1 and rb0 < b1 and b0 < rb1):
+                        keep.append(pair)
+                        continue
+                    inherited.update(idx)
+                    # the new tenant now stands for the overlap; keep only what sticks out
+                    if p0 <= r0 and r1 <= p1:
+                        if rb0 < b0:
+                            keep.append(((r0, r1, rb0, b0), idx))
+                        if b1 < rb1:
+                            keep.append(((r0, r1, b1, rb1), idx))
+                    else:
+                        keep.append(pair)
+                if inherited:
+                    ghosts.replace(box, keep)
+                    acc.inherited = tuple(sorted(inherited))
         self._by_tensor[id(t)] = acc
 
     def freed(self, t: Tensor) -> None:
@@ -198,7 +281,9 @@ class Hazards:
         acc = self._by_tensor.pop(id(t), None)
         if acc is None:
             return
-        last = {i for _, i in acc.writes} | {i for _, i in acc.reads} | set(acc.inherited)
+        last = {i for _, i in acc.writes.items}
+        last.update([i for _, i in acc.reads.items])
+        last.update(acc.inherited)
         if last:
             self._ghosts[t.memory].add(region_of_tensor(t), tuple(sorted(last)))
 
@@ -207,32 +292,65 @@ class Hazards:
         acc = self._by_tensor.get(id(view.tensor))
         if acc is None:
             return False
-        return bool(acc.writes.overlapping(region_of(view)))
+        return bool(acc.writes.items) and bool(acc.writes.overlapping(region_of(view)))
 
-    def access(self, index: int, reads: tuple[View, ...], writes: tuple[View, ...]) -> set[int]:
-        """Record instruction ``index``'s accesses; return the instructions it must wait for."""
+    def access(self, index: int, reads: tuple[View, ...], writes: tuple[View, ...], check_written: bool = False) -> set[int]:
+        """Record instruction ``index``'s accesses; return the instructions it must wait for.
+
+        With ``check_written``, an on-chip read of a region nothing has written raises
+        :class:`UnwrittenRead` before anything is recorded."""
+        by_tensor = self._by_tensor
         deps: set[int] = set()
-        read_boxes = [(self._by_tensor[id(v.tensor)], region_of(v), v) for v in reads]
-        write_boxes = [(self._by_tensor[id(v.tensor)], region_of(v), v) for v in writes]
-        for acc, box, _ in read_boxes:
-            deps.update(i for _, i in acc.writes.overlapping(box))
-            deps.update(acc.inherited)
+        if check_written:
+            read_boxes = [(by_tensor.get(id(v.tensor)), region_of(v)) for v in reads]
+            for (acc, box), v in zip(read_boxes, reads):
+                if v.tensor.on_chip and (acc is None or not (acc.writes.items and acc.writes.overlapping(box))):
+                    raise UnwrittenRead(v)
+        else:
+            read_boxes = [(by_tensor[id(v.tensor)], region_of(v)) for v in reads]
+        write_boxes = [(by_tensor[id(v.tensor)], region_of(v), v) for v in writes]
+        for acc, box in read_boxes:
+            if acc.writes.items:
+                deps.update([i for _, i in acc.writes.overlapping(box)])
+            if acc.inherited:
+                deps.update(acc.inherited)
         for acc, box, _ in write_boxes:
-            deps.update(i for _, i in acc.writes.overlapping(box))
-            deps.update(i for _, i in acc.reads.overlapping(box))
-            deps.update(acc.inherited)
-        for acc, box, _ in read_boxes:
-            acc.reads.add(box, index)
+            if acc.writes.items:
+                deps.update([i for _, i in acc.writes.overlapping(box)])
+            if acc.reads.items:
+                if acc.groups is None:
+                    deps.update([i for _, i in acc.reads.overlapping(box)])
+                else:
+                    for _, group in acc.reads.overlapping(box):
+                        deps.update(group)
+            if acc.inherited:
+                deps.update(acc.inherited)
+        for acc, box in read_boxes:
+            groups = acc.groups
+            if groups is None:
+                acc.reads.add(box, index)
+            else:
+                group = groups.get(box)
+                if group is None:
+                    groups[box] = group = [index]
+                    acc.reads.add(box, group)
+                else:
+                    group.append(index)
         for acc, box, v in write_boxes:
             # what this write covers is ordered behind it from now on
-            acc.writes.drop_covered(box)
+            if acc.writes.items:
+                acc.writes.drop_covered(box)
             acc.writes.add(box, index)
-            acc.reads.drop_covered(box)
-            if acc.inherited and box.covers(region_of_tensor(v.tensor)):
+            if acc.reads.items:
+                dropped = acc.reads.drop_covered(box)
+                if acc.groups is not None:
+                    for region, _ in dropped:
+                        del acc.groups[region]
+            if acc.inherited and _covers(box, region_of_tensor(v.tensor)):
                 acc.inherited = ()
         deps.discard(index)
         return deps
 
     def register(self, t: Tensor) -> None:
         """Start tracking an HBM tensor (never freed, never shared)."""
-        self._by_tensor.setdefault(id(t), _Accesses(RowIndexedRegionList(), RowIndexedRegionList()))
+        self._by_tensor.setdefault(id(t), _Accesses(hbm=True))

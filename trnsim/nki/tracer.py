@@ -9,13 +9,14 @@ it. Errors raised here name that line.
 
 from __future__ import annotations
 
+import gc
 import os
 import sys
 from typing import Any
 
 from trnsim.errors import ProgramError, TrnSimError
 from trnsim.isa import DmaCopy, Engine, Instruction, LoadStationary, Memory, Memset, Program, Tensor, View
-from trnsim.nki.hazards import Hazards, region_of, region_of_tensor
+from trnsim.nki.hazards import Hazards, UnwrittenRead, region_of, region_of_tensor
 
 _NKI_DIR = os.path.dirname(os.path.abspath(__file__))
 # Loads (into SBUF/PSUM) and stores (out of them) go on separate queues, as the Neuron
@@ -49,7 +50,12 @@ def _in_nki(filename: str) -> bool:
 def caller_source() -> str:
     """``file:line`` of the innermost frame outside trnsim.nki (the kernel's line)."""
     frame = sys._getframe(1)
-    while frame is not None and _in_nki(frame.f_code.co_filename):
+    inside = _inside
+    while frame is not None:
+        filename = frame.f_code.co_filename
+        found = inside.get(filename)
+        if not (_in_nki(filename) if found is None else found):
+            break
         frame = frame.f_back
     if frame is None:
         return ""
@@ -57,6 +63,7 @@ def caller_source() -> str:
 
 
 _current: list[Tracer] = []
+_gc_was_enabled: list[bool] = [True]
 
 
 def current() -> Tracer:
@@ -94,11 +101,20 @@ class Tracer:
         self.constants: dict[str, Any] = {}
 
     def __enter__(self) -> Tracer:
+        # A trace makes several objects per instruction and frees tiles by reference
+        # counting alone; the cyclic collector would rescan the growing Program over and
+        # over (a fifth of the time at 16,000 instructions, more beyond), so it waits
+        # until the outermost trace ends.
+        if not _current:
+            _gc_was_enabled[:] = [gc.isenabled()]
+            gc.disable()
         _current.append(self)
         return self
 
     def __exit__(self, *exc: object) -> None:
         _current.pop()
+        if not _current and _gc_was_enabled[0]:
+            gc.enable()
 
     @property
     def chip(self) -> Any:
@@ -190,12 +206,11 @@ class Tracer:
         reads, writes = inst.reads(), inst.writes()
         if self.zeros:
             self._zero_first(reads, writes)
-        if check_written:
-            for v in reads:
-                if v.tensor.memory is not Memory.HBM and not self.hazards.written(v):
-                    raise self.fail(f"reads {_tile_name(v)} before anything wrote it; load, memset or compute it first", source)
         index = len(self.program.instructions)
-        deps = self.hazards.access(index, reads, writes)
+        try:
+            deps = self.hazards.access(index, reads, writes, check_written)
+        except UnwrittenRead as e:
+            raise self.fail(f"reads {_tile_name(e.view)} before anything wrote it; load, memset or compute it first", source) from None
         # stationary loads overlap the multiply before them, so a barrier needs the last of each
         track = "tensor.load" if isinstance(inst, LoadStationary) else inst.track
         if self._barrier and track not in self._barrier_done:
