@@ -745,6 +745,19 @@ class RngSeed(Instruction):
     engines = (Engine.VECTOR, Engine.GPSIMD)
 
 
+@dataclass(eq=False)
+class RngState(Instruction):
+    """Write the engine's random generator state into ``dst`` (uint32): the 32-bit words of
+    the simulated generator's state, repeated along each partition's row, the same in every
+    partition (the simulated generator is numpy's PCG64, not the hardware's XORWOW)."""
+
+    dst: View
+    opcode = "rand_get_state"
+    read_fields = ()
+    write_fields = ('dst',)
+    engines = (Engine.VECTOR, Engine.GPSIMD)
+
+
 GATHER_GROUP = 16
 
 

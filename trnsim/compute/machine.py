@@ -22,7 +22,7 @@ from trnsim.dtypes import check_values
 from trnsim.errors import ProgramError, UninitializedReadWarning, UnwrittenOutputWarning, warn
 from trnsim.isa import (BN_STATS_WIDTH, SHUFFLE_KEEP, SHUFFLE_QUADRANT, Activation, AffineSelect, AluOp, BlockTranspose, GATHER_GROUP, Gather, LocalGather, BnAggr, BnStats, DmaCopy,
                         Dropout, FindIndex8, Instruction, Iota, LoadStationary, MatchReplace8, Max8, Memset, MultiplyMoving, NonzeroWithCount,
-                        PartitionReduce, Program, RandomUniform, Reciprocal, RangeSelect, ReduceOp, RngSeed, ScalarTensorTensor, Select,
+                        PartitionReduce, Program, RandomUniform, Reciprocal, RangeSelect, ReduceOp, RngSeed, RngState, ScalarTensorTensor, Select,
                         SemaphoreSignal, SemaphoreWait, SequenceBounds, StreamShuffle, Tensor, TensorCopy, TensorReduce,
                         TensorScalar, TensorTensor, TensorTensorScan, Transpose, View)
 
@@ -52,7 +52,7 @@ class Machine:
             ScalarTensorTensor: self._scalar_tensor_tensor, Max8: self._max8, FindIndex8: self._find_index8,
             MatchReplace8: self._match_replace8, RangeSelect: self._range_select, SequenceBounds: self._sequence_bounds,
             StreamShuffle: self._stream_shuffle, PartitionReduce: self._partition_reduce, RandomUniform: self._random,
-            Dropout: self._dropout, RngSeed: self._rng_seed, Reciprocal: self._reciprocal,
+            Dropout: self._dropout, RngSeed: self._rng_seed, RngState: self._rng_state, Reciprocal: self._reciprocal,
             NonzeroWithCount: self._nonzero, LocalGather: self._local_gather, Gather: self._gather, BlockTranspose: self._transpose,
         }
         self.rng = np.random.default_rng(0)
@@ -352,6 +352,17 @@ class Machine:
     def _rng_seed(self, inst: RngSeed) -> None:
         seeds = np.nan_to_num(self.read(inst.src).reshape(-1))
         self.rng = np.random.default_rng([int(v) & 0xFFFFFFFF for v in seeds])
+
+    def _rng_state(self, inst: RngState) -> None:
+        self._put(inst.dst, np.broadcast_to(rng_state_words(self.rng, inst.dst.shape[-1]), inst.dst.shape))
+
+
+def rng_state_words(rng: np.random.Generator, count: int) -> np.ndarray:
+    """``count`` uint32 words of ``rng``'s PCG64 state: the 128-bit state then the 128-bit
+    increment, least significant word first, repeated to fill ``count``."""
+    state = rng.bit_generator.state["state"]
+    words = [(int(state[key]) >> (32 * i)) & 0xFFFFFFFF for key in ("state", "inc") for i in range(4)]
+    return np.resize(np.array(words, dtype=np.uint32), count)
 
 
 def _at(inst: Instruction) -> str:

@@ -4,8 +4,8 @@ trnsim simulates one NeuronCore per kernel: a world of one rank. The collectives
 keep their meaning there (an all-reduce, all-gather, reduce-scatter or all-to-all
 over one rank gives each destination its source; a permute maps rank 0 to rank 0),
 and each moves its data with one DMA per tensor. A replica group or permute that
-names another rank is refused with a KernelError, as are the variants driven by
-run-time metadata.
+names another rank is refused with a KernelError, as are the variants whose counts
+come from a metadata tensor's values, which are known only when the kernel runs.
 """
 
 from __future__ import annotations
@@ -13,10 +13,13 @@ from __future__ import annotations
 from typing import Any, Sequence
 
 from trnsim.nki import emit as _e
+from trnsim.nki import language as nl
 from trnsim.nki.refused import Refused
 from trnsim.nki.tensor import NkiTensor
 
-__all__ = ["ReplicaGroup", "all_reduce", "all_gather", "reduce_scatter", "all_to_all", "collective_permute", "rank_id"]
+__all__ = ["ReplicaGroup", "all_reduce", "all_gather", "reduce_scatter", "all_to_all", "collective_permute", "rank_id",
+           "collective_permute_implicit", "collective_permute_implicit_reduce",
+           "collective_permute_implicit_current_processing_rank_id"]
 
 _ONE_CORE = "a trnsim kernel runs on one simulated NeuronCore (a world of one rank, rank 0)"
 
@@ -88,14 +91,65 @@ def rank_id(name: str | None = None) -> int:
     return 0
 
 
-_METADATA = "its counts come from a metadata tensor at run time; " + _ONE_CORE
+_METADATA = ("its per-rank counts are the values of a metadata tensor, known only when the kernel runs, and trnsim "
+             "plans a kernel's transfers when it traces it; " + _ONE_CORE + ", so use all_gather/all_to_all")
 all_gather_v = Refused("nki.collectives.all_gather_v", _METADATA)
 all_to_all_v = Refused("nki.collectives.all_to_all_v", _METADATA)
-_CHANNELS = "channelled implicit permutes pair this rank with others; " + _ONE_CORE
-collective_permute_implicit = Refused("nki.collectives.collective_permute_implicit", _CHANNELS)
-collective_permute_implicit_reduce = Refused("nki.collectives.collective_permute_implicit_reduce", _CHANNELS)
-collective_permute_implicit_current_processing_rank_id = Refused(
-    "nki.collectives.collective_permute_implicit_current_processing_rank_id", _CHANNELS)
+
+
+def _by_channel(tensors: Any, what: str, arg: str) -> list[NkiTensor]:
+    """One tensor per channel from NKI's ``[[t0], [t1], ...]`` (a bare tensor or flat list also accepted)."""
+    items = tensors if isinstance(tensors, (list, tuple)) else [tensors]
+    out = []
+    for ch, item in enumerate(items):
+        inner = list(item) if isinstance(item, (list, tuple)) else [item]
+        if len(inner) != 1 or not isinstance(inner[0], NkiTensor):
+            raise _e.tracer().fail(f"nki.collectives.{what}: {arg}[{ch}] must be a list of exactly one tensor, "
+                                   f"got {item!r}")
+        out.append(inner[0])
+    return out
+
+
+def collective_permute_implicit(srcs_by_channel: Any, dsts_by_channel: Any, replica_group: Any = None,
+                                channel_ids: Any = (0,), **kwargs: Any) -> None:
+    """Send each channel's source to the next rank of the ring and receive the previous rank's
+    (one rank: the ring pairs rank 0 with itself, so each destination receives its source)."""
+    _check_group(replica_group, "collective_permute_implicit")
+    srcs = _by_channel(srcs_by_channel, "collective_permute_implicit", "srcs_by_channel")
+    dsts = _by_channel(dsts_by_channel, "collective_permute_implicit", "dsts_by_channel")
+    _copy_each(srcs, dsts, "collective_permute_implicit")
+
+
+def collective_permute_implicit_reduce(srcs0_by_channel: Any, srcs1_by_channel: Any, dsts_by_channel: Any,
+                                       replica_group: Any = None, op: Any = None, channel_ids: Any = (0,),
+                                       **kwargs: Any) -> None:
+    """Reduce ``op(srcs0, srcs1)`` per channel, send it along the ring and receive the previous
+    rank's result (one rank: each destination receives ``op`` of its own sources). Sources in
+    HBM are loaded to SBUF, reduced there, and the result moved to the destination with one DMA."""
+    what = "collective_permute_implicit_reduce"
+    _check_group(replica_group, what)
+    tr = _e.tracer()
+    if op is None:
+        raise tr.fail(f"nki.collectives.{what}: op is required (nl.add, nl.minimum or nl.maximum)")
+    srcs0 = _by_channel(srcs0_by_channel, what, "srcs0_by_channel")
+    srcs1 = _by_channel(srcs1_by_channel, what, "srcs1_by_channel")
+    dsts = _by_channel(dsts_by_channel, what, "dsts_by_channel")
+    if not len(srcs0) == len(srcs1) == len(dsts):
+        raise tr.fail(f"nki.collectives.{what}: {len(srcs0)}, {len(srcs1)} and {len(dsts)} channels; give each "
+                      "channel two sources and one destination")
+    for a, b, dst in zip(srcs0, srcs1, dsts):
+        a, b = (nl.load(t) if not t.view.tensor.on_chip else t for t in (a, b))
+        reduced = op(a, b, dtype=dst.dtype)
+        if reduced.view.size != dst.view.size:
+            raise tr.fail(f"nki.collectives.{what}: the reduced sources have {reduced.view.size} elements, "
+                          f"{dst.name}{list(dst.shape)} has {dst.view.size}")
+        tr.dma(dst.view, reduced.view if reduced.shape == dst.shape else reduced.reshape(dst.shape).view)
+
+
+def collective_permute_implicit_current_processing_rank_id(*args: Any, **kwargs: Any) -> int:
+    """The rank whose data the current ring iteration processes: 0, the one rank of trnsim's world."""
+    return 0
+
 
 _SINGLE = "a world of one rank (trnsim simulates one NeuronCore); a group naming another rank is refused"
 #: Documented names that trnsim implements with a difference (read by ``trnsim.nki.apitable``).
@@ -103,4 +157,10 @@ DIFFERENCES: dict[str, str] = {
     **{n: _SINGLE + "; costs one DMA per tensor" for n in
        ("all_reduce", "all_gather", "reduce_scatter", "all_to_all", "collective_permute")},
     "rank_id": "always 0: " + _SINGLE, "ReplicaGroup": _SINGLE,
+    "collective_permute_implicit": "the ring of one rank pairs rank 0 with itself: " + _SINGLE
+                                   + "; costs one DMA per channel",
+    "collective_permute_implicit_reduce": "the ring of one rank pairs rank 0 with itself, so each destination "
+                                          "receives op of its own two sources (loaded to SBUF, reduced by one vector "
+                                          "instruction, one DMA out): " + _SINGLE,
+    "collective_permute_implicit_current_processing_rank_id": "always 0: " + _SINGLE,
 }

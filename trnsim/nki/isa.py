@@ -36,12 +36,12 @@ __all__ = [
     # trnsim.nki.isa_constants
     "engine", "reduce_cmd", "dge_mode", "oob_mode", "matmul_perf_mode", "nc_version", "dma_engine", "constants",
     "get_nc_version", "get_nc_sub_version",
-    # trnsim.nki.isa_more, isa_random, isa_refused
+    # trnsim.nki.isa_more, isa_random, isa_refused, isa_world
     "tensor_tensor_scan", "tensor_scalar_cumulative", "scalar_tensor_tensor", "reciprocal", "tensor_scalar_reduce", "activation_reduce", "activate2",
     "exponential", "range_select", "select_reduce", "tensor_copy_predicated", "sequence_bounds", "max8",
     "nc_find_index8", "nc_match_replace8", "nc_stream_shuffle", "tensor_partition_reduce", "local_gather",
-    "nc_n_gather", "nonzero_with_count", "dma_transpose", "rng", "rand2", "set_rng_seed", "rand_set_state", "dropout", "VirtualRegister",
-    "register_alloc", "register_move",
+    "nc_n_gather", "nonzero_with_count", "dma_transpose", "rng", "rand2", "set_rng_seed", "rand_set_state", "rand_get_state", "dropout", "VirtualRegister",
+    "register_alloc", "register_move", "core_barrier", "sendrecv",
 ]
 
 tensor_engine = Engine.TENSOR
@@ -387,9 +387,11 @@ from trnsim.nki.isa_more import (activate2, activation_reduce, dma_transpose, ex
                                  nc_stream_shuffle, range_select, reciprocal, scalar_tensor_tensor, select_reduce,
                                  sequence_bounds, tensor_copy_predicated, tensor_partition_reduce, tensor_scalar_cumulative,
                                  tensor_scalar_reduce, tensor_tensor_scan)
-from trnsim.nki.isa_random import dropout, rand2, rand_set_state, rng, set_rng_seed  # noqa: E402, F401
-from trnsim.nki.isa_refused import REFUSED, VirtualRegister, refused, register_alloc, register_move  # noqa: E402, F401
+from trnsim.nki.isa_random import dropout, rand2, rand_get_state, rand_set_state, rng, set_rng_seed  # noqa: E402, F401
+from trnsim.nki.isa_refused import (DIFFERENCES, REFUSED, VirtualRegister, register_alloc,  # noqa: E402, F401
+                                    register_move)
+from trnsim.nki.isa_world import core_barrier, sendrecv  # noqa: E402, F401
 
-# Refused by name: each raises KernelError saying why (see REFUSED).
-globals().update({name: refused(name, why) for name, why in REFUSED.items()})
+# Refused by name: each raises KernelError naming itself and saying why (see REFUSED).
+globals().update(REFUSED)
 __all__ += list(REFUSED)

@@ -10,7 +10,7 @@ from __future__ import annotations
 from numbers import Real
 from typing import Any
 
-from trnsim.isa import Dropout, Engine, RandomUniform, RngSeed
+from trnsim.isa import Dropout, Engine, Memory, RandomUniform, RngSeed, RngState
 from trnsim.nki import isa as _isa
 from trnsim.nki import emit as _e
 from trnsim.nki.isa_more import _fail, _needs_version, _no_mask, _same_free, _scalar_or_view, _take, _tile
@@ -49,6 +49,36 @@ def rand_set_state(*args: Any, engine: Any = None, **kwargs: Any) -> None:
     """Seed the random generator from ``src_seeds`` (trnsim's generator state is a seed, not XORWOW words)."""
     seeds = _tile(_take(kwargs, args, 0, "src_seeds"), "rand_set_state src_seeds")
     _e.emit(RngSeed(seeds.view, engine=_isa._engine(engine, Engine.GPSIMD)))
+
+
+#: Elements per partition of a rand_get_state destination, by engine (NKI's XORWOW state sizes).
+_STATE_WORDS = {Engine.GPSIMD: 6, Engine.VECTOR: 24}
+
+
+def rand_get_state(*args: Any, engine: Any = None, **kwargs: Any) -> NkiTensor:
+    """Store the random generator's state into ``dst``: a 2-D uint32 tile, 6 elements per
+    partition on GpSimd (SBUF only) or 24 on the vector engine (SBUF or PSUM, NeuronCore-v4+).
+
+    Each partition's row holds the 32-bit words of the simulated generator's state (numpy
+    PCG64: state then increment, repeated to fill the row), not the hardware's XORWOW state.
+    """
+    _needs_version("rand_get_state", 3)
+    dst = _tile(_take(kwargs, args, 0, "dst"), "rand_get_state dst")
+    if dst.dtype.name != "uint32" or len(dst.shape) != 2:
+        raise _fail(f"rand_get_state: dst is {list(dst.shape)} {dst.dtype.name}; it must be a 2-D uint32 tile")
+    chosen = _isa._engine(engine, Engine.GPSIMD if dst.shape[1] == _STATE_WORDS[Engine.GPSIMD] else Engine.VECTOR)
+    if chosen not in _STATE_WORDS:
+        raise _fail(f"rand_get_state: engine {chosen.name} has no random generator; use nisa.gpsimd_engine or "
+                    "nisa.vector_engine")
+    if chosen is Engine.VECTOR:
+        _needs_version("rand_get_state on the vector engine", 4)
+    if dst.shape[1] != _STATE_WORDS[chosen]:
+        raise _fail(f"rand_get_state: dst has {dst.shape[1]} elements per partition; the {chosen.name} engine's "
+                    f"state is {_STATE_WORDS[chosen]}")
+    if chosen is Engine.GPSIMD and dst.buffer is not Memory.SBUF:
+        raise _fail("rand_get_state: GpSimd cannot write PSUM; put dst in SBUF")
+    _e.emit(RngState(dst.view, engine=chosen))
+    return dst
 
 
 def dropout(*args: Any, dtype: Any = None, **kwargs: Any) -> NkiTensor:

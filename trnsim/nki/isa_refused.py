@@ -1,12 +1,12 @@
-"""Registers of ``nki.isa``, and the instructions trnsim refuses by name with the reason."""
+"""Registers of ``nki.isa``, the instructions trnsim refuses by name with the reason, and the
+documented differences of the ones it implements (both read by :mod:`trnsim.nki.apitable`)."""
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from typing import Any
 
-from trnsim.nki import emit as _e
 from trnsim.nki.isa_more import _fail
-from trnsim.nki.tracer import KernelError, _current
+from trnsim.nki.refused import Refused
 
 
 class VirtualRegister:
@@ -37,27 +37,12 @@ def register_move(dst: VirtualRegister, src: Any) -> None:
     dst.value = int(src)
 
 
-def refused(name: str, why: str) -> Callable[..., Any]:
-    """A stand-in for ``nisa.<name>`` that raises KernelError saying ``why``."""
-    def refuse(*_args: Any, **_kwargs: Any) -> Any:
-        message = f"nisa.{name} is not supported by trnsim: {why}"
-        raise _e.tracer().fail(message) if _current else KernelError(message)
-
-    refuse.__name__ = refuse.__qualname__ = name
-    refuse.__doc__ = f"Refused: {why}"
-    return refuse
-
-
-REFUSED = {
-    "sendrecv": "it is a collective transfer between NeuronCores, and trnsim simulates one NeuronCore; there is no "
-                "peer rank to send to or receive from",
-    "core_barrier": "it synchronises several NeuronCores, and trnsim simulates one NeuronCore",
+_REASONS = {
     "quantize_mx": "MX quantization needs the microscaling fp8/fp4 dtypes and per-block scales, which trnsim does not model",
     "nc_matmul_mx": "MX matmul needs the microscaling fp8/fp4 dtypes and per-block scales, which trnsim does not model",
     "register_load": "it reads a tensor value into a register at run time (data-dependent control), and trnsim traces "
                      "a kernel before it runs",
     "register_store": "it writes a run-time register value to memory, and trnsim's registers hold trace-time integers",
-    "rand_get_state": "the hardware's XORWOW generator state is not modelled (trnsim draws from a seeded numpy generator)",
     "tensor_copy_dynamic_src": "it addresses memory through run-time register values, and trnsim traces a kernel before "
                                "it runs; index with nl.arange expressions or use nisa.nc_n_gather",
     "tensor_copy_dynamic_dst": "it addresses memory through run-time register values, and trnsim traces a kernel before "
@@ -66,4 +51,54 @@ REFUSED = {
     "topk": "its 16-partition snake input layout is not modelled; take the top 8 with nisa.max8 and "
             "nisa.nc_match_replace8 rounds",
     "builtin_custom_op": "custom GpSimd code cannot run in trnsim",
+    "NkiInstruction": "instruction handles are not exposed; the nki.isa functions return their output tiles",
+}
+
+#: Refused ``nki.isa`` names: each raises KernelError naming itself and saying why.
+REFUSED: dict[str, Refused] = {name: Refused(f"nki.isa.{name}", why) for name, why in _REASONS.items()}
+
+#: Documented names that trnsim implements with a difference (read by ``trnsim.nki.apitable``).
+DIFFERENCES: dict[str, str] = {
+    "nc_matmul": "is_transpose=True refused; tile_position, tile_size and perf_mode accepted and not modelled",
+    "activation": "reduce_cmd idle/reset_reduce only (the others refused)",
+    "tensor_partition_reduce": "add, max and min only (average and bitwise ops refused)",
+    "tensor_scalar": "reverse1 refused",
+    "reciprocal": "vector engine, costed max(64, 8N) like the scalar engine's reciprocal",
+    "nonzero_with_count": "partitions 0, 16, ..., 112 only",
+    "activate2": "NeuronCore-v4+ (KernelError before trn3); costed as a scalar-engine tensor_scalar + activation "
+                 "(two instructions); relu_param and reverse1 refused",
+    "tensor_scalar_reduce": "costed as tensor_scalar + tensor_reduce (two instructions); reduce_cmd only "
+                            "reset_reduce; no nl.multiply reduction",
+    "tensor_scalar_cumulative": "costed as tensor_scalar + tensor_tensor_scan (two vector instructions); reduce_cmd "
+                                "reset_reduce or load_reduce (reduce, which continues across instructions, refused)",
+    "exponential": "exp(src - max_value) runs as a scalar-engine activation (NKI: vector engine), plus a "
+                   "memset/negate of the bias; reduce_cmd idle/reset_reduce only",
+    "dropout": "random stream is numpy PCG64 (seeded 0 per run, reseeded by set_rng_seed), not the hardware's "
+               "XORWOW; no 1/(1-p) scaling, as NKI",
+    "range_select": "on_false_value must be FP32_MIN and reduce_op nl.maximum (as NKI); reduce_cmd "
+                    "idle/reset_reduce only",
+    "select_reduce": "reduce_cmd idle/reset_reduce only; the reduction is costed as a separate tensor_reduce",
+    "local_gather": "semantics as NKI's numpy equivalent; the index may be any integer dtype",
+    "dma_copy": "converts between float dtypes through fp32; dge_mode, priority and engine accepted and timed "
+                "alike; oob_mode.skip refused",
+    "dma_transpose": "2-D (axes=(1, 0)) only; an SBUF/PSUM source goes through an HBM scratch tensor (two DMAs)",
+    "register_alloc": "a trace-time integer (VirtualRegister); not usable as a run-time loop bound",
+    "register_move": "trace-time integers only",
+    "rng": "32 random bits per element (integer dst) from numpy PCG64, not XORWOW",
+    "rand2": "NeuronCore-v4+ (KernelError before trn3); uniform [min, max) from numpy PCG64; min/max numbers only "
+             "(tile bounds refused)",
+    "rand_set_state": "seeds the numpy generator from the tile's values (not XORWOW state words)",
+    "rand_get_state": "dst holds the 32-bit words of the simulated generator's state (numpy PCG64: state then "
+                      "increment, repeated along the row, the same in every partition), not the hardware's XORWOW "
+                      "state; rand_set_state of it seeds a new stream rather than restoring this one",
+    "set_rng_seed": "seeds the numpy generator from the tile's values",
+    "VirtualRegister": "a trace-time integer",
+    "reduce_cmd": "enum; instructions accept only idle/reset_reduce (tensor_scalar_cumulative also load_reduce)",
+    "dge_mode": "enum; all modes timed alike",
+    "matmul_perf_mode": "enum only (nc_matmul does not model double_row)",
+    "constants": "legacy namespace holding the enums (attribute access, not an importable module)",
+    "core_barrier": "a world of one NeuronCore: cores must be (0,), this core, and the barrier is a sync point "
+                    "(what follows starts after everything before has ended); other cores refused",
+    "sendrecv": "a world of one rank: the peer must be rank 0, this rank, and the transfer is one DMA copy; "
+                "another peer refused",
 }
