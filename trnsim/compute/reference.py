@@ -334,6 +334,12 @@ def _flag(cond: np.ndarray) -> np.ndarray:
     return cond.astype(np.float64)
 
 
+def _bits(fn: Callable[[np.ndarray, np.ndarray], np.ndarray]) -> Callable[[np.ndarray, np.ndarray], np.ndarray]:
+    """``fn`` on the operands as 64-bit integers (fractions truncated toward zero); the
+    result's dtype conversion then keeps the low bits' value, as the integer engines do."""
+    return lambda a, b: fn(a.astype(np.int64), b.astype(np.int64)).astype(np.float64)
+
+
 _ALU: dict[AluOp, Callable[[np.ndarray, np.ndarray], np.ndarray]] = {
     AluOp.ADD: np.add,
     AluOp.SUBTRACT: np.subtract,
@@ -350,6 +356,11 @@ _ALU: dict[AluOp, Callable[[np.ndarray, np.ndarray], np.ndarray]] = {
     AluOp.IS_LT: lambda a, b: _flag(a < b),
     AluOp.IS_LE: lambda a, b: _flag(a <= b),
     AluOp.BYPASS: lambda a, b: a.copy(),
+    AluOp.BITWISE_AND: _bits(np.bitwise_and),
+    AluOp.BITWISE_OR: _bits(np.bitwise_or),
+    AluOp.BITWISE_XOR: _bits(np.bitwise_xor),
+    AluOp.LEFT_SHIFT: _bits(np.left_shift),
+    AluOp.RIGHT_SHIFT: _bits(np.right_shift),
 }
 
 
