@@ -128,3 +128,16 @@ def test_gather_flattened_refuses_float_indices_and_other_axes():
         k(data, data, 0)
     with pytest.raises(KernelError, match="axis=1"):
         k(data, np.zeros((4, 8), np.int32), 1)
+
+
+def test_prelu_as_activation_op():
+    @nki.jit
+    def k(x, b):
+        out = nl.ndarray(x.shape, x.dtype, buffer=nl.shared_hbm)
+        nl.store(out, nisa.activation(op=nl.prelu, data=nl.load(x), bias=nl.load(b), scale=2.0, relu_param=0.1))
+        return out
+
+    x = RNG.standard_normal((16, 32)).astype(np.float32)
+    b = RNG.standard_normal((16, 1)).astype(np.float32)
+    z = x * np.float32(2.0) + b
+    np.testing.assert_allclose(k(x, b), np.where(z >= 0, z, np.float32(0.1) * z), rtol=1e-6, atol=1e-7)

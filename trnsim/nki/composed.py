@@ -159,12 +159,13 @@ def all(x: Any, axis: Any, dtype: Any = None, mask: Mask | None = None) -> NkiTe
     return min(_nonzero(x), axis, dtype=dtype or _dt.uint8, mask=mask)
 
 
-def prelu(x: Any, alpha: Any, dtype: Any = None, mask: Mask | None = None) -> NkiTensor:
+def prelu(x: Any, alpha: Any, dtype: Any = None, mask: Mask | None = None, out: NkiTensor | None = None) -> NkiTensor:
     """Parametric ReLU: ``x`` where ``x >= 0``, else ``alpha * x``; ``alpha`` is a number or a
-    [P, 1] tile (one slope per partition). Three vector-engine instructions."""
+    [P, 1] tile (one slope per partition). Three vector-engine instructions, the last writing
+    ``out`` when given. Also the ``op`` of nisa.activation with ``relu_param=alpha``."""
     return add(maximum(x, 0.0, dtype=_dt.float32, mask=mask),
                multiply(minimum(x, 0.0, dtype=_dt.float32, mask=mask), alpha, dtype=_dt.float32, mask=mask),
-               dtype=dtype or (x.dtype if isinstance(x, NkiTensor) else None), mask=mask)
+               dtype=dtype or (x.dtype if isinstance(x, NkiTensor) else None), mask=mask, out=out)
 
 
 def gather_flattened(data: Any, indices: Any, axis: int = 0, dtype: Any = None, mask: Mask | None = None,

@@ -154,6 +154,8 @@ def activation(*args: Any, bias: Any = None, scale: Any = 1.0, reduce_op: Any = 
     op = kwargs.pop("op", rest[0] if rest else None)
     data = _e.readable(kwargs.pop("data", rest[1] if len(rest) > 1 else None), "activation data")
     out = _out(dst, data, dtype)
+    if op is nl.prelu:
+        return _prelu(out, data, bias, scale, kwargs.pop("relu_param", None), reduce_op, mask)
     func = _act(op)
     b = _e.readable(bias, "activation bias").view if bias is not None else None
     s = float(scale) if isinstance(scale, Real) else _e.readable(scale, "activation scale").view
@@ -163,6 +165,17 @@ def activation(*args: Any, bias: Any = None, scale: Any = 1.0, reduce_op: Any = 
     d, src = _e.clip(mask, out, data)
     _e.activation(d, src, func, b, s, red, reduce_res.view if reduce_res is not None else None)
     return out
+
+
+def _prelu(out: NkiTensor, data: NkiTensor, bias: Any, scale: Any, slope: Any, reduce_op: Any,
+           mask: Mask | None) -> NkiTensor:
+    """``activation(op=nl.prelu, relu_param=slope)``: ``data * scale + bias`` on the scalar
+    engine, then nl.prelu's three vector-engine instructions into ``out``."""
+    if slope is None or reduce_op is not None:
+        raise _e.tracer().fail("activation with op=nl.prelu needs relu_param= (the slope for negative inputs) "
+                               "and takes no reduce_op in trnsim")
+    pre = activation(op=ActivationFunc.IDENTITY, data=data, bias=bias, scale=scale, dtype=_dt.float32, mask=mask)
+    return nl.prelu(pre, slope, dtype=out.dtype, mask=mask, out=out)
 
 
 def tensor_tensor(*args: Any, op: Any = None, dtype: Any = None, engine: Any = None, mask: Mask | None = None,

@@ -861,8 +861,8 @@ DIFFERENCES: dict[str, str] = {
     "dropout": "its random values come from nl.rand (numpy's generator, drawn at trace time)",
     "loop_reduce": "the running result is kept per call line and restarts from zeros when every loop index is 0",
     "static_cast": "a tile is copied on the vector engine; a number or array is converted on the host",
-    "prelu": "a function prelu(x, alpha) " + _COMPOSED.format(3) + "; as an nisa.activation op it is refused "
-             "(relu_param is not modelled)",
+    "prelu": "nisa.activation's op (with relu_param=) and a function prelu(x, alpha): three vector-engine "
+             "instructions (after the scalar engine's scale and bias), so it costs more than NKI's one",
     "gather_flattened": "axis=0 and no mask only; one GpSimd gather (nisa.nc_n_gather)",
 }
 
