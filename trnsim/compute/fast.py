@@ -58,6 +58,7 @@ _ALU_CODES = {
     AluOp.BITWISE_OR: _BITWISE_OR, AluOp.BITWISE_XOR: _BITWISE_XOR, AluOp.LEFT_SHIFT: _LEFT_SHIFT,
     AluOp.RIGHT_SHIFT: _RIGHT_SHIFT,
 }
+_INT_LIMIT = 2.0**63 - 1024.0
 _REDUCE_CODES = {ReduceOp.ADD: _ADD, ReduceOp.MAX: _MAXIMUM, ReduceOp.MIN: _MINIMUM}
 
 
@@ -281,6 +282,14 @@ def activation(x: np.ndarray, func: ActivationFunc | str, scale: np.ndarray, bia
 
 
 @_jit
+def _int(x):
+    """A bitwise operand as int64, as :func:`trnsim.compute.reference._int` makes it."""
+    if x != x:
+        return np.int64(0)
+    return np.int64(min(max(x, -_INT_LIMIT), _INT_LIMIT))
+
+
+@_jit
 def _alu_op(code, a, b):
     if code == _ADD:
         return a + b
@@ -311,15 +320,15 @@ def _alu_op(code, a, b):
     if code == _IS_LE:
         return 1.0 if a <= b else 0.0
     if code == _BITWISE_AND:
-        return float(np.int64(a) & np.int64(b))
+        return float(_int(a) & _int(b))
     if code == _BITWISE_OR:
-        return float(np.int64(a) | np.int64(b))
+        return float(_int(a) | _int(b))
     if code == _BITWISE_XOR:
-        return float(np.int64(a) ^ np.int64(b))
+        return float(_int(a) ^ _int(b))
     if code == _LEFT_SHIFT:
-        return float(np.int64(a) << np.int64(b))
+        return float(_int(a) << min(max(_int(b), 0), 63))
     if code == _RIGHT_SHIFT:
-        return float(np.int64(a) >> np.int64(b))
+        return float(_int(a) >> min(max(_int(b), 0), 63))
     return a  # bypass
 
 
