@@ -236,7 +236,16 @@ EXPECTED_ALU = {
     AluOp.IS_GT: lambda a, b: (a > b) * 1.0, AluOp.IS_GE: lambda a, b: (a >= b) * 1.0,
     AluOp.IS_LT: lambda a, b: (a < b) * 1.0, AluOp.IS_LE: lambda a, b: (a <= b) * 1.0,
     AluOp.BYPASS: lambda a, b: np.broadcast_to(a, np.broadcast_shapes(a.shape, b.shape)),
+    AluOp.BITWISE_AND: lambda a, b: _ints(np.bitwise_and, a, b), AluOp.BITWISE_OR: lambda a, b: _ints(np.bitwise_or, a, b),
+    AluOp.BITWISE_XOR: lambda a, b: _ints(np.bitwise_xor, a, b),
+    AluOp.LEFT_SHIFT: lambda a, b: _ints(np.left_shift, a, np.clip(b, 0, 63)),
+    AluOp.RIGHT_SHIFT: lambda a, b: _ints(np.right_shift, a, np.clip(b, 0, 63)),
 }
+
+
+def _ints(fn, a, b):
+    """``fn`` on ``a`` and ``b`` truncated to int64 (NaN as 0), as float64."""
+    return fn(np.trunc(np.nan_to_num(a)).astype(np.int64), np.trunc(np.nan_to_num(b)).astype(np.int64)).astype(np.float64)
 
 
 def alu_inputs(rng):

@@ -264,8 +264,8 @@ def test_load_transpose2d_identity_and_expand_dims():
 
 
 def test_refused_names_raise_naming_the_name():
-    with pytest.raises(KernelError, match=r"nki\.language\.bitwise_and is not supported by trnsim: "):
-        nl.bitwise_and(1, 2)
+    with pytest.raises(KernelError, match=r"nki\.language\.atomic_rmw is not supported by trnsim: "):
+        nl.atomic_rmw(1, 2)
     with pytest.raises(KernelError, match=r"nki\.collectives\.all_gather_v is not supported"):
         ncc_coll.all_gather_v.something
 

@@ -278,6 +278,11 @@ class AluOp(str, enum.Enum):
     IS_LT = "is_lt"
     IS_LE = "is_le"
     BYPASS = "bypass"
+    BITWISE_AND = "bitwise_and"
+    BITWISE_OR = "bitwise_or"
+    BITWISE_XOR = "bitwise_xor"
+    LEFT_SHIFT = "left_shift"
+    RIGHT_SHIFT = "right_shift"
 
 
 class ReduceOp(str, enum.Enum):

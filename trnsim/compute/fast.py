@@ -48,13 +48,17 @@ _ACT_CODES = {
 }
 
 (_ADD, _SUBTRACT, _MULTIPLY, _DIVIDE, _MAXIMUM, _MINIMUM, _POW, _ABS_DIFF, _IS_EQUAL, _NOT_EQUAL,
- _IS_GT, _IS_GE, _IS_LT, _IS_LE, _BYPASS) = range(15)
+ _IS_GT, _IS_GE, _IS_LT, _IS_LE, _BYPASS, _BITWISE_AND, _BITWISE_OR, _BITWISE_XOR, _LEFT_SHIFT,
+ _RIGHT_SHIFT) = range(20)
 _ALU_CODES = {
     AluOp.ADD: _ADD, AluOp.SUBTRACT: _SUBTRACT, AluOp.MULTIPLY: _MULTIPLY, AluOp.DIVIDE: _DIVIDE,
     AluOp.MAXIMUM: _MAXIMUM, AluOp.MINIMUM: _MINIMUM, AluOp.POW: _POW, AluOp.ABS_DIFF: _ABS_DIFF,
     AluOp.IS_EQUAL: _IS_EQUAL, AluOp.NOT_EQUAL: _NOT_EQUAL, AluOp.IS_GT: _IS_GT, AluOp.IS_GE: _IS_GE,
-    AluOp.IS_LT: _IS_LT, AluOp.IS_LE: _IS_LE, AluOp.BYPASS: _BYPASS,
+    AluOp.IS_LT: _IS_LT, AluOp.IS_LE: _IS_LE, AluOp.BYPASS: _BYPASS, AluOp.BITWISE_AND: _BITWISE_AND,
+    AluOp.BITWISE_OR: _BITWISE_OR, AluOp.BITWISE_XOR: _BITWISE_XOR, AluOp.LEFT_SHIFT: _LEFT_SHIFT,
+    AluOp.RIGHT_SHIFT: _RIGHT_SHIFT,
 }
+_INT_LIMIT = 2.0**63 - 1024.0
 _REDUCE_CODES = {ReduceOp.ADD: _ADD, ReduceOp.MAX: _MAXIMUM, ReduceOp.MIN: _MINIMUM}
 
 
@@ -278,6 +282,14 @@ def activation(x: np.ndarray, func: ActivationFunc | str, scale: np.ndarray, bia
 
 
 @_jit
+def _int(x):
+    """A bitwise operand as int64, as :func:`trnsim.compute.reference._int` makes it."""
+    if x != x:
+        return np.int64(0)
+    return np.int64(min(max(x, -_INT_LIMIT), _INT_LIMIT))
+
+
+@_jit
 def _alu_op(code, a, b):
     if code == _ADD:
         return a + b
@@ -307,6 +319,16 @@ def _alu_op(code, a, b):
         return 1.0 if a < b else 0.0
     if code == _IS_LE:
         return 1.0 if a <= b else 0.0
+    if code == _BITWISE_AND:
+        return float(_int(a) & _int(b))
+    if code == _BITWISE_OR:
+        return float(_int(a) | _int(b))
+    if code == _BITWISE_XOR:
+        return float(_int(a) ^ _int(b))
+    if code == _LEFT_SHIFT:
+        return float(_int(a) << min(max(_int(b), 0), 63))
+    if code == _RIGHT_SHIFT:
+        return float(_int(a) >> min(max(_int(b), 0), 63))
     return a  # bypass
 
 

@@ -334,6 +334,25 @@ def _flag(cond: np.ndarray) -> np.ndarray:
     return cond.astype(np.float64)
 
 
+_INT_LIMIT = 2.0**63 - 1024.0  # the largest float64 below 2**63
+
+
+def _int(x: np.ndarray) -> np.ndarray:
+    """Bitwise operands as 64-bit integers: fractions truncated toward zero, NaN as 0, and
+    values beyond the int64 range clamped to it."""
+    return np.trunc(np.clip(np.nan_to_num(x, nan=0.0), -_INT_LIMIT, _INT_LIMIT)).astype(np.int64)
+
+
+def _bits(fn: Callable[[np.ndarray, np.ndarray], np.ndarray]) -> Callable[[np.ndarray, np.ndarray], np.ndarray]:
+    """``fn`` on the operands as 64-bit integers (see :func:`_int`)."""
+    return lambda a, b: fn(_int(a), _int(b)).astype(np.float64)
+
+
+def _shift(fn: Callable[[np.ndarray, np.ndarray], np.ndarray]) -> Callable[[np.ndarray, np.ndarray], np.ndarray]:
+    """``fn`` with the shift amount ``b`` clamped to 0..63."""
+    return lambda a, b: fn(_int(a), np.clip(_int(b), 0, 63)).astype(np.float64)
+
+
 _ALU: dict[AluOp, Callable[[np.ndarray, np.ndarray], np.ndarray]] = {
     AluOp.ADD: np.add,
     AluOp.SUBTRACT: np.subtract,
@@ -350,6 +369,11 @@ _ALU: dict[AluOp, Callable[[np.ndarray, np.ndarray], np.ndarray]] = {
     AluOp.IS_LT: lambda a, b: _flag(a < b),
     AluOp.IS_LE: lambda a, b: _flag(a <= b),
     AluOp.BYPASS: lambda a, b: a.copy(),
+    AluOp.BITWISE_AND: _bits(np.bitwise_and),
+    AluOp.BITWISE_OR: _bits(np.bitwise_or),
+    AluOp.BITWISE_XOR: _bits(np.bitwise_xor),
+    AluOp.LEFT_SHIFT: _shift(np.left_shift),
+    AluOp.RIGHT_SHIFT: _shift(np.right_shift),
 }
 
 

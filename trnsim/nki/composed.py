@@ -24,7 +24,7 @@ from trnsim.nki.tracer import Tracer, caller_source
 __all__ = [
     "logical_and", "logical_or", "logical_xor", "logical_not", "abs_max", "abs_min", "tan", "arctan", "mish",
     "gelu_apprx_sigmoid", "gelu_apprx_sigmoid_dx", "erf_dx", "floor", "ceil", "trunc", "mod", "fmod", "all", "prod",
-    "loop_reduce",
+    "loop_reduce", "prelu", "gather_flattened",
 ]
 
 
@@ -157,6 +157,42 @@ def prod(x: Any, axis: Any, dtype: Any = None, keepdims: bool = False, mask: Mas
 def all(x: Any, axis: Any, dtype: Any = None, mask: Mask | None = None) -> NkiTensor:  # noqa: A001 - NKI's name
     """1 where every element along ``axis`` is non-zero, else 0."""
     return min(_nonzero(x), axis, dtype=dtype or _dt.uint8, mask=mask)
+
+
+def prelu(x: Any, alpha: Any, dtype: Any = None, mask: Mask | None = None, out: NkiTensor | None = None) -> NkiTensor:
+    """Parametric ReLU: ``x`` where ``x >= 0``, else ``alpha * x``; ``alpha`` is a number or a
+    [P, 1] tile (one slope per partition). Three vector-engine instructions, the last writing
+    ``out`` when given. Also the ``op`` of nisa.activation with ``relu_param=alpha``."""
+    return add(maximum(x, 0.0, dtype=_dt.float32, mask=mask),
+               multiply(minimum(x, 0.0, dtype=_dt.float32, mask=mask), alpha, dtype=_dt.float32, mask=mask),
+               dtype=dtype or (x.dtype if isinstance(x, NkiTensor) else None), mask=mask, out=out)
+
+
+def gather_flattened(data: Any, indices: Any, axis: int = 0, dtype: Any = None, mask: Mask | None = None,
+                     **kwargs: Any) -> NkiTensor:
+    """``out[p, ...] = data[p].flatten()[indices[p, ...]]``: each partition gathers from its own
+    row of ``data`` (free dimensions flattened) with the integer ``indices`` of that partition.
+    ``data`` [P, ...] and ``indices`` [P, ...] are SBUF tiles; the result is [P, *indices.shape[1:]]
+    in ``dtype`` (``data``'s by default), made by one GpSimd gather (nisa.nc_n_gather)."""
+    from trnsim.nki.isa_more import nc_n_gather
+
+    tr = _e.tracer()
+    if mask is not None:
+        raise tr.fail("nl.gather_flattened: trnsim does not take a mask here; slice data and indices instead")
+    if axis != 0:
+        raise tr.fail(f"nl.gather_flattened: axis={axis!r}; trnsim gathers along the flattened free dimensions "
+                      "only (axis=0)")
+    if not isinstance(data, NkiTensor) or not isinstance(indices, NkiTensor):
+        raise tr.fail("nl.gather_flattened needs tiles for data and indices")
+    if indices.dtype.is_float:
+        raise tr.fail(f"nl.gather_flattened: indices are {indices.dtype.name}; they must be an integer tile")
+    if data.view.partitions != indices.view.partitions:
+        raise tr.fail(f"nl.gather_flattened: data {list(data.shape)} and indices {list(indices.shape)} must have "
+                      "the same number of partitions")
+    kwargs.pop("name", None)
+    if kwargs:
+        raise tr.fail(f"nl.gather_flattened got unexpected arguments {sorted(kwargs)}")
+    return nc_n_gather(data, indices, dtype=dtype)
 
 
 # A loop_reduce call's running result, by tracer and by the call's source line.

@@ -54,7 +54,9 @@ unknown_engine = None
 _ALU_NAMES = {"add": AluOp.ADD, "subtract": AluOp.SUBTRACT, "multiply": AluOp.MULTIPLY, "divide": AluOp.DIVIDE,
               "maximum": AluOp.MAXIMUM, "minimum": AluOp.MINIMUM, "power": AluOp.POW, "equal": AluOp.IS_EQUAL,
               "not_equal": AluOp.NOT_EQUAL, "greater": AluOp.IS_GT, "greater_equal": AluOp.IS_GE, "less": AluOp.IS_LT,
-              "less_equal": AluOp.IS_LE, "bypass": AluOp.BYPASS}
+              "less_equal": AluOp.IS_LE, "bypass": AluOp.BYPASS,
+              "bitwise_and": AluOp.BITWISE_AND, "bitwise_or": AluOp.BITWISE_OR, "bitwise_xor": AluOp.BITWISE_XOR,
+              "left_shift": AluOp.LEFT_SHIFT, "right_shift": AluOp.RIGHT_SHIFT}
 _REDUCE_NAMES = {"add": ReduceOp.ADD, "sum": ReduceOp.ADD, "maximum": ReduceOp.MAX, "max": ReduceOp.MAX, "amax": ReduceOp.MAX,
                  "minimum": ReduceOp.MIN, "min": ReduceOp.MIN, "amin": ReduceOp.MIN}
 _ACT_NAMES = {f.value: f for f in ActivationFunc} | {"copy": ActivationFunc.IDENTITY, "gelu_apprx_tanh": ActivationFunc.GELU_TANH}
@@ -152,6 +154,8 @@ def activation(*args: Any, bias: Any = None, scale: Any = 1.0, reduce_op: Any = 
     op = kwargs.pop("op", rest[0] if rest else None)
     data = _e.readable(kwargs.pop("data", rest[1] if len(rest) > 1 else None), "activation data")
     out = _out(dst, data, dtype)
+    if op is nl.prelu:
+        return _prelu(out, data, bias, scale, kwargs.pop("relu_param", None), reduce_op, mask)
     func = _act(op)
     b = _e.readable(bias, "activation bias").view if bias is not None else None
     s = float(scale) if isinstance(scale, Real) else _e.readable(scale, "activation scale").view
@@ -161,6 +165,17 @@ def activation(*args: Any, bias: Any = None, scale: Any = 1.0, reduce_op: Any = 
     d, src = _e.clip(mask, out, data)
     _e.activation(d, src, func, b, s, red, reduce_res.view if reduce_res is not None else None)
     return out
+
+
+def _prelu(out: NkiTensor, data: NkiTensor, bias: Any, scale: Any, slope: Any, reduce_op: Any,
+           mask: Mask | None) -> NkiTensor:
+    """``activation(op=nl.prelu, relu_param=slope)``: ``data * scale + bias`` on the scalar
+    engine, then nl.prelu's three vector-engine instructions into ``out``."""
+    if slope is None or reduce_op is not None:
+        raise _e.tracer().fail("activation with op=nl.prelu needs relu_param= (the slope for negative inputs) "
+                               "and takes no reduce_op in trnsim")
+    pre = activation(op=ActivationFunc.IDENTITY, data=data, bias=bias, scale=scale, dtype=_dt.float32, mask=mask)
+    return nl.prelu(pre, slope, dtype=out.dtype, mask=mask, out=out)
 
 
 def tensor_tensor(*args: Any, op: Any = None, dtype: Any = None, engine: Any = None, mask: Mask | None = None,

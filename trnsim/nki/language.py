@@ -433,6 +433,42 @@ less = _binary(AluOp.IS_LT, "less")
 less_equal = _binary(AluOp.IS_LE, "less_equal")
 
 
+def _bitwise(alu: AluOp, name: str):
+    """``_binary(alu, name)`` for integer tiles only, as NKI requires of its bitwise and shift ops."""
+    base = _binary(alu, name)
+
+    def op(x: Any, y: Any, dtype: Any = None, mask: Mask | None = None, out: NkiTensor | None = None) -> NkiTensor:
+        for v in (x, y):
+            if isinstance(v, NkiTensor) and v.dtype.is_float:
+                raise _e.tracer().fail(f"nl.{name} of a {v.dtype.name} tile: NKI's bitwise and shift operations take "
+                                       "integer tiles only; convert it first (nl.copy(x, dtype=nl.int32))")
+            if isinstance(v, Real) and v != int(v):
+                raise _e.tracer().fail(f"nl.{name} of the number {v!r}: bitwise and shift operands must be integers")
+        return base(x, y, dtype=dtype, mask=mask, out=out)
+
+    op.__name__ = name
+    op.__doc__ = (f"Elementwise {name} of integer tiles, or an integer tile and an integer or a [P, 1] tile "
+                  "(vector engine); float tiles are refused.")
+    return op
+
+
+bitwise_and = _bitwise(AluOp.BITWISE_AND, "bitwise_and")
+bitwise_or = _bitwise(AluOp.BITWISE_OR, "bitwise_or")
+bitwise_xor = _bitwise(AluOp.BITWISE_XOR, "bitwise_xor")
+left_shift = _bitwise(AluOp.LEFT_SHIFT, "left_shift")
+right_shift = _bitwise(AluOp.RIGHT_SHIFT, "right_shift")
+
+
+def invert(x: Any, dtype: Any = None, mask: Mask | None = None) -> NkiTensor:
+    """Bitwise NOT of an integer tile: XOR with all ones of its dtype (vector engine)."""
+    if isinstance(x, NkiTensor) and not x.dtype.is_float:
+        low, high = _dt.int_range(x.dtype)
+        ones = -1 if low < 0 else high
+    else:
+        ones = -1
+    return bitwise_xor(x, ones, dtype=dtype, mask=mask)
+
+
 def broadcast_to(x: Any, shape: Sequence[int]) -> NkiTensor:
     """Copy a [1, F] tile to every partition of a [P, F] tile (one DMA that reads the row
     once per partition), or a [P, 1] tile along the free dimension (vector engine)."""
@@ -780,17 +816,8 @@ def _refuse(name: str, reason: str) -> Any:
     return Refused(f"nki.language.{name}", reason)
 
 
-_NO_ALU = "the simulated engines have no {} ALU operation yet; compute it on the host or with supported ops"
-bitwise_and = _refuse("bitwise_and", _NO_ALU.format("bitwise"))
-bitwise_or = _refuse("bitwise_or", _NO_ALU.format("bitwise"))
-bitwise_xor = _refuse("bitwise_xor", _NO_ALU.format("bitwise"))
-invert = _refuse("invert", _NO_ALU.format("bitwise"))
-left_shift = _refuse("left_shift", _NO_ALU.format("shift"))
-right_shift = _refuse("right_shift", _NO_ALU.format("shift"))
-gather_flattened = _refuse("gather_flattened", "a data-dependent gather needs indirect DMA, which trnsim does not model yet")
 atomic_rmw = _refuse("atomic_rmw", "atomic HBM updates with indirect indices are not modelled yet")
 all_reduce = _refuse("all_reduce", "a trnsim kernel runs on one simulated NeuronCore; there are no other ranks")
-prelu = _refuse("prelu", "the scalar engine model has no parametric ReLU; use nl.maximum(x, alpha * x)")
 
 
 _COMPOSED = "built from {} simulated instructions, so it costs more than NKI's single instruction"
@@ -834,6 +861,9 @@ DIFFERENCES: dict[str, str] = {
     "dropout": "its random values come from nl.rand (numpy's generator, drawn at trace time)",
     "loop_reduce": "the running result is kept per call line and restarts from zeros when every loop index is 0",
     "static_cast": "a tile is copied on the vector engine; a number or array is converted on the host",
+    "prelu": "nisa.activation's op (with relu_param=) and a function prelu(x, alpha): three vector-engine "
+             "instructions (after the scalar engine's scale and bias), so it costs more than NKI's one",
+    "gather_flattened": "axis=0 and no mask only; one GpSimd gather (nisa.nc_n_gather)",
 }
 
 
@@ -841,6 +871,7 @@ DIFFERENCES: dict[str, str] = {
 # are nki.language names, so they are imported here (after everything they use).
 from trnsim.nki.composed import (  # noqa: E402
     abs_max, abs_min, all, arctan, ceil, erf_dx, floor, fmod, gelu_apprx_sigmoid, gelu_apprx_sigmoid_dx,
-    logical_and, logical_not, logical_or, logical_xor, loop_reduce, mish, mod, prod, tan, trunc,
+    gather_flattened, logical_and, logical_not, logical_or, logical_xor, loop_reduce, mish, mod, prelu, prod, tan,
+    trunc,
 )
 from trnsim.nki.rng import dropout, rand, random_seed  # noqa: E402
