@@ -8,22 +8,12 @@ import trnsim.nki as nki
 import trnsim.nki.isa as nisa
 import trnsim.nki.language as nl
 from trnsim.nki import KernelError
+from tests.test_nki_isa import run
 
 RNG = np.random.default_rng(11)
 X = RNG.standard_normal((128, 64)).astype(np.float32)
 Y = RNG.standard_normal((128, 64)).astype(np.float32)
 F32 = np.float32
-
-
-def run(body, *arrays, shape=(128, 64), dtype=nl.float32):
-    """Run ``body(tiles...) -> tile`` in a kernel that loads the arrays and stores the result."""
-    @nki.jit
-    def kernel(*xs):
-        out = nl.ndarray(shape, dtype, buffer=nl.shared_hbm)
-        nl.store(out, value=body(*[nl.load(x) for x in xs]))
-        return out
-
-    return kernel(*arrays)
 
 
 def run_on(chip, body, *arrays, shape=(128, 64), dtype=nl.float32):
