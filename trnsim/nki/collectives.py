@@ -15,7 +15,7 @@ from typing import Any, Sequence
 from trnsim.nki import emit as _e
 from trnsim.nki import language as nl
 from trnsim.nki.refused import Refused
-from trnsim.nki.tensor import NkiTensor
+from trnsim.nki.tiles import NkiTensor
 
 __all__ = ["ReplicaGroup", "all_reduce", "all_gather", "reduce_scatter", "all_to_all", "collective_permute", "rank_id",
            "collective_permute_implicit", "collective_permute_implicit_reduce",

@@ -18,7 +18,7 @@ from trnsim.nki.language import (
     MatmulResult, abs, add, copy, cos, divide, equal, exp, full, greater, less, log, maximum, min, minimum,
     multiply, not_equal, sigmoid, sin, softplus, sqrt, square, subtract, sum, tanh, zeros,
 )
-from trnsim.nki.tensor import Mask, NkiTensor
+from trnsim.nki.tiles import Mask, NkiTensor
 from trnsim.nki.tracer import Tracer, caller_source
 
 __all__ = [

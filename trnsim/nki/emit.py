@@ -11,7 +11,7 @@ from typing import Any, Sequence
 from trnsim import dtypes
 from trnsim.isa import (Activation, ActivationFunc, AluOp, Engine, Memory, MultiplyMoving, LoadStationary,
                         ReduceOp, TensorCopy, TensorReduce, TensorScalar, TensorTensor, Transpose, View)
-from trnsim.nki.tensor import Mask, NkiTensor, _Placement
+from trnsim.nki.tiles import Mask, NkiTensor, _Placement
 from trnsim.nki.tracer import KernelError, Tracer, current
 
 

@@ -27,7 +27,7 @@ from trnsim.isa import (
 )
 from trnsim.nki import emit as _e
 from trnsim.nki import language as nl
-from trnsim.nki.tensor import Affine, Mask, NkiTensor
+from trnsim.nki.tiles import Affine, Mask, NkiTensor
 
 __all__ = [
     "nc_matmul", "nc_transpose", "activation", "tensor_tensor", "tensor_scalar", "tensor_reduce", "tensor_copy",
@@ -363,12 +363,18 @@ def dma_copy(*args: Any, **kwargs: Any) -> NkiTensor:
     ``dge_mode``, ``priority`` and ``engine`` are accepted; every mode is timed alike."""
     dst = kwargs.pop("dst", args[0] if args else None)
     src = kwargs.pop("src", args[1] if len(args) > 1 else None)
+    rmw = kwargs.pop("dst_rmw_op", args[2] if len(args) > 2 else None)
     _oob_error(kwargs.pop("oob_mode", None), "dma_copy")
     tr = _e.tracer()
     if not isinstance(dst, NkiTensor) or not isinstance(src, NkiTensor):
         raise tr.fail("dma_copy needs dst= and src= tensors")
     if src.view.size != dst.view.size:
         raise tr.fail(f"dma_copy of {list(src.shape)} into {list(dst.shape)}: sizes differ")
+    if rmw is not None:   # dst = dst + src, added by the DMA (trnsim.nki.isa_dma)
+        from trnsim.nki.isa_dma import add_into, check_add
+
+        check_add(rmw, "dma_copy(dst_rmw_op=)")
+        return add_into(dst, [dst, src], "dma_copy(dst_rmw_op=)")
     tr.dma(dst.view, src.view)
     return dst
 
@@ -406,6 +412,7 @@ from trnsim.nki.isa_random import dropout, rand2, rand_get_state, rand_set_state
 from trnsim.nki.isa_refused import (DIFFERENCES, REFUSED, VirtualRegister, register_alloc,  # noqa: E402, F401
                                     register_move)
 from trnsim.nki.isa_world import core_barrier, sendrecv  # noqa: E402, F401
+from trnsim.nki.isa_dma import dma_compute  # noqa: E402, F401
 
 # Refused by name: each raises KernelError naming itself and saying why (see REFUSED).
 globals().update(REFUSED)

@@ -22,7 +22,7 @@ from trnsim.nki import emit as _e
 from trnsim.nki import isa as _isa
 from trnsim.nki.isa_constants import get_nc_version
 from trnsim.nki.isa_constants import reduce_cmd as reduce_cmd_enum
-from trnsim.nki.tensor import NkiTensor
+from trnsim.nki.tiles import NkiTensor
 from trnsim.nki.tracer import KernelError
 
 FP32_MIN = float(np.finfo(np.float32).min)

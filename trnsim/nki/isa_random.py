@@ -14,7 +14,7 @@ from trnsim.isa import Dropout, Engine, Memory, RandomUniform, RngSeed, RngState
 from trnsim.nki import isa as _isa
 from trnsim.nki import emit as _e
 from trnsim.nki.isa_more import _fail, _needs_version, _no_mask, _same_free, _scalar_or_view, _take, _tile
-from trnsim.nki.tensor import NkiTensor
+from trnsim.nki.tiles import NkiTensor
 
 
 def rng(*args: Any, engine: Any = None, **kwargs: Any) -> NkiTensor:

@@ -47,7 +47,6 @@ _REASONS = {
                                "it runs; index with nl.arange expressions or use nisa.nc_n_gather",
     "tensor_copy_dynamic_dst": "it addresses memory through run-time register values, and trnsim traces a kernel before "
                                "it runs; index with nl.arange expressions",
-    "dma_compute": "DMA-side reductions are not modelled; load the tiles and reduce with nisa.tensor_tensor",
     "topk": "its 16-partition snake input layout is not modelled; take the top 8 with nisa.max8 and "
             "nisa.nc_match_replace8 rounds",
     "builtin_custom_op": "custom GpSimd code cannot run in trnsim",
@@ -59,6 +58,8 @@ REFUSED: dict[str, Refused] = {name: Refused(f"nki.isa.{name}", why) for name, w
 
 #: Documented names that trnsim implements with a difference (read by ``trnsim.nki.apitable``).
 DIFFERENCES: dict[str, str] = {
+    "dma_compute": ("timed as the DMAs plus one vector-engine add per extra source (the chip adds inside the DMA "
+                    "engine); indirect (vector_offset) operands and HBM operands of more than 128 rows refused"),
     "nc_matmul": "is_transpose=True refused; tile_position, tile_size and perf_mode accepted and not modelled",
     "activation": "reduce_cmd idle/reset_reduce only (the others refused)",
     "tensor_partition_reduce": "add, max and min only (average and bitwise ops refused)",
@@ -79,7 +80,8 @@ DIFFERENCES: dict[str, str] = {
                     "idle/reset_reduce only",
     "select_reduce": "reduce_cmd idle/reset_reduce only; the reduction is costed as a separate tensor_reduce",
     "local_gather": "semantics as NKI's numpy equivalent; the index may be any integer dtype",
-    "dma_copy": "converts between float dtypes through fp32; dge_mode, priority and engine accepted and timed "
+    "dma_copy": "dst_rmw_op=nl.add is timed as DMAs plus a vector-engine add, as dma_compute is; "
+                "converts between float dtypes through fp32; dge_mode, priority and engine accepted and timed "
                 "alike; oob_mode.skip refused",
     "dma_transpose": "2-D (axes=(1, 0)) only; an SBUF/PSUM source goes through an HBM scratch tensor (two DMAs)",
     "register_alloc": "a trace-time integer (VirtualRegister); not usable as a run-time loop bound",

@@ -11,7 +11,7 @@ from typing import Any
 
 from trnsim.nki import emit as _e
 from trnsim.nki.isa_more import _fail, _take
-from trnsim.nki.tensor import NkiTensor
+from trnsim.nki.tiles import NkiTensor
 
 _ONE_CORE = "a trnsim kernel runs on one simulated NeuronCore (rank 0)"
 

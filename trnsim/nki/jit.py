@@ -30,7 +30,7 @@ import numpy as np
 from trnsim import dtypes as _dt
 from trnsim.errors import ProgramError, TrnSimError
 from trnsim.isa import Memory
-from trnsim.nki.tensor import NkiTensor, _Placement
+from trnsim.nki.tiles import NkiTensor, _Placement
 from trnsim.nki.tracer import KernelError, Tracer
 
 _TORCH_DTYPES = {"torch.float32": _dt.float32, "torch.bfloat16": _dt.bfloat16, "torch.float16": _dt.float16,

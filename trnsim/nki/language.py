@@ -25,7 +25,7 @@ from trnsim.isa import (
     View,
 )
 from trnsim.nki import emit as _e
-from trnsim.nki.tensor import Affine, BlockedTile, Mask, NkiTensor, ParDim, _Placement, ds, mgrid
+from trnsim.nki.tiles import Affine, BlockedTile, Mask, NkiTensor, ParDim, _Placement, ds, mgrid
 
 __all__ = [
     "ndarray", "zeros", "ones", "full", "zeros_like", "empty_like", "load", "store", "copy", "matmul", "transpose",
@@ -116,7 +116,7 @@ def _buffer(buffer: Any) -> Memory:
 def ndarray(shape: Sequence[int], dtype: Any, buffer: Any = sbuf, name: str | None = None) -> Any:
     """An uninitialised tensor: a tile in SBUF/PSUM, or an HBM tensor (a kernel output
     when the kernel returns it). A tile shape with dimensions before ``nl.par_dim(n)``
-    (legacy block dimensions) gives a :class:`~trnsim.nki.tensor.BlockedTile`."""
+    (legacy block dimensions) gives a :class:`~trnsim.nki.tiles.BlockedTile`."""
     memory = _buffer(buffer)
     shape = tuple(shape)
     k = next((i for i, s_ in enumerate(shape) if isinstance(s_, ParDim)), 0)

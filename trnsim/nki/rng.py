@@ -16,7 +16,7 @@ import numpy as np
 from trnsim.isa import Memory
 from trnsim.nki import emit as _e
 from trnsim.nki.language import greater_equal, load, multiply, sbuf, shared_constant
-from trnsim.nki.tensor import NkiTensor
+from trnsim.nki.tiles import NkiTensor
 from trnsim.nki.tracer import Tracer
 
 __all__ = ["rand", "random_seed", "dropout"]

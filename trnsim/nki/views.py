@@ -1,6 +1,6 @@
 """The view methods of NKI's tensor class (``t.permute``, ``t.slice``, ``t.select``, ...).
 
-Each returns a new :class:`~trnsim.nki.tensor.NkiTensor` over the same memory with
+Each returns a new :class:`~trnsim.nki.tiles.NkiTensor` over the same memory with
 a different ``(stride, count)`` access pattern; no data moves. A tile keeps its
 partition axis first, as the engines read tiles partition by partition.
 """
