@@ -434,3 +434,34 @@ def test_legacy_block_dimension_before_par_dim():
 
     a, b = rand(256, 128), rand(256, 64)
     np.testing.assert_allclose(k(a, b), a.T @ b, rtol=1e-4, atol=1e-3)
+
+
+def test_tile_comparisons_are_elementwise():
+    x = np.arange(128 * 8, dtype=np.float32).reshape(128, 8)
+    y = x.copy()
+    y[:, ::2] = 0
+
+    @nki.jit
+    def compare(a, b):
+        out = nl.ndarray((6,) + a.shape, nl.float32, buffer=nl.shared_hbm)
+        ta, tb = nl.load(a), nl.load(b)
+        for i, t in enumerate((ta == tb, ta != tb, ta > tb, ta >= tb, ta < tb, ta <= tb)):
+            nl.store(out[i], value=nl.multiply(t, 1.0))
+        return out
+
+    got = compare(x, y)
+    for i, want in enumerate((x == y, x != y, x > y, x >= y, x < y, x <= y)):
+        assert np.array_equal(got[i], want.astype(np.float32)), i
+
+
+def test_a_tile_has_no_truth_value():
+    @nki.jit
+    def branch(a):
+        out = nl.ndarray(a.shape, nl.float32, buffer=nl.shared_hbm)
+        t = nl.load(a)
+        if t > 0:
+            nl.store(out, value=t)
+        return out
+
+    with pytest.raises(KernelError, match="no truth value"):
+        branch(np.ones((128, 8), np.float32))

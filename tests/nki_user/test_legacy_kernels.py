@@ -112,3 +112,16 @@ def test_benchmark_reports_latency_percentiles():
 def test_add_rows_shapes(shape):
     a = _rng().random(shape, dtype=np.float32)
     assert np.allclose(nki.simulate_kernel(add_rows, a, a), 2 * a)
+
+
+@nki.jit
+def scale_into(x, out):
+    nl.store(out, value=nl.load(x) * 3.0)   # destination passing: no return value
+
+
+def test_destination_passing_writes_the_callers_array():
+    x = np.arange(128 * 64, dtype=np.float32).reshape(128, 64)
+    for run in (scale_into, lambda a, o: nki.simulate_kernel(scale_into, a, o), nki.baremetal(scale_into)):
+        out = np.zeros_like(x)
+        run(x, out)
+        assert np.array_equal(out, 3 * x)

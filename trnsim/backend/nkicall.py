@@ -43,6 +43,7 @@ import torch
 from trnsim import dtypes as _dt
 from trnsim.backend import state, storage, timeline
 from trnsim.backend.timeline import OpCost
+from trnsim.nki.jit import written_inputs
 from trnsim.errors import TrnSimError
 
 _TO_CHIP = {torch.float32: _dt.float32, torch.bfloat16: _dt.bfloat16, torch.float16: _dt.float16,
@@ -133,17 +134,6 @@ def _argument_tensors(kernel: Any, args: tuple, kwargs: dict) -> dict[str, torch
     return named
 
 
-def _written_inputs(program: Any) -> list[Any]:
-    """The input tensors some instruction of ``program`` writes (destination passing)."""
-    inputs = {id(t): t for t in program.inputs}
-    written: dict[int, Any] = {}
-    for inst in program:
-        for v in inst.writes():
-            if id(v.tensor) in inputs:
-                written[id(v.tensor)] = v.tensor
-    return list(written.values())
-
-
 def call(kernel: Any, args: tuple, kwargs: dict) -> Any:
     """Run ``kernel`` on torch tensors (see the module): its results as torch tensors on
     the arguments' device, in the structure the kernel returns them."""
@@ -171,7 +161,7 @@ def _call(kernel: Any, args: tuple, kwargs: dict) -> Any:
         traced = kernel.trace(*(_convert(a, convert) for a in args), chip=_chip(kernel) if where == "neuron"
                               else kernel.chip, **{k: _convert(v, convert) for k, v in kwargs.items()})
         program = traced.tracer.program
-        written = _written_inputs(program)
+        written = written_inputs(program)
         program.outputs.extend(t for t in written if t not in program.outputs)
         run = simulate(program, None if timing else traced.inputs, fidelity="timing" if timing else "instruction")
     named = _argument_tensors(kernel, args, kwargs)

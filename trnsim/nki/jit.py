@@ -261,10 +261,43 @@ def simulate(kernel: Callable, *, chip: Any = None, trace: str | os.PathLike | N
         from trnsim.hw.core import simulate as sim
 
         traced = kernel.trace(*args, chip=_chip(chip, kernel), **kwargs)
-        result = sim(traced.tracer.program, traced.inputs, fidelity="instruction", trace=trace)
+        program = traced.tracer.program
+        written = written_inputs(program)
+        program.outputs.extend(t for t in written if t not in program.outputs)
+        result = sim(program, traced.inputs, fidelity="instruction", trace=trace)
+        arrays = _argument_arrays(kernel, args, kwargs)
+        for t in written:   # destination passing: the arrays the kernel writes are written in place
+            dst = arrays.get(t.name)
+            if dst is not None:
+                dst[...] = np.asarray(result.outputs[t.name]).reshape(dst.shape).astype(dst.dtype, copy=False)
         return _results(traced, result)
 
     return run
+
+
+def written_inputs(program: Any) -> list[Any]:
+    """The input tensors some instruction of ``program`` writes (destination passing)."""
+    inputs = {id(t): t for t in program.inputs}
+    written: dict[int, Any] = {}
+    for inst in program:
+        for v in inst.writes():
+            if id(v.tensor) in inputs:
+                written[id(v.tensor)] = v.tensor
+    return list(written.values())
+
+
+def _argument_arrays(kernel: Kernel, args: tuple, kwargs: dict) -> dict[str, np.ndarray]:
+    """The writable numpy arrays of a call, by the names the kernel's inputs get when traced."""
+    sig = inspect.signature(kernel.fn)
+    named: dict[str, np.ndarray] = {}
+    for name, value in sig.bind(*args, **kwargs).arguments.items():
+        kind = sig.parameters[name].kind
+        items = (list(enumerate(value)) if kind is inspect.Parameter.VAR_POSITIONAL
+                 else list(value.items()) if kind is inspect.Parameter.VAR_KEYWORD else [(None, value)])
+        for key, v in items:
+            if isinstance(v, np.ndarray) and v.flags.writeable:
+                named[name if key is None else key if kind is inspect.Parameter.VAR_KEYWORD else f"{name}_{key}"] = v
+    return named
 
 
 def simulate_kernel(kernel: Callable, *args: Any, **kwargs: Any) -> Any:

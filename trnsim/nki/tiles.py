@@ -178,6 +178,13 @@ class _Placement:
             self.tracer.release(self.tensor)
 
 
+def _operand(o: object) -> bool:
+    """Whether ``o`` is something a tile compares with elementwise (a tile or a number)."""
+    from numbers import Real
+
+    return isinstance(o, (NkiTensor, Real)) and not isinstance(o, bool)
+
+
 class NkiTensor(ViewMethods):
     """A tensor a kernel works on: an HBM argument or output, or an SBUF/PSUM tile.
 
@@ -421,6 +428,39 @@ class NkiTensor(ViewMethods):
         from trnsim.nki import language as nl
 
         return nl.negative(self)
+
+    def __pow__(self, o: object) -> NkiTensor:
+        return self._op("power", o)
+
+    def __mod__(self, o: object) -> NkiTensor:
+        return self._op("mod", o)
+
+    # comparisons give 1/0 tiles, as in NKI; a tile stays hashable by identity
+    __hash__ = object.__hash__
+
+    def __eq__(self, o: object) -> Any:   # type: ignore[override]
+        return self._op("equal", o) if _operand(o) else NotImplemented
+
+    def __ne__(self, o: object) -> Any:   # type: ignore[override]
+        return self._op("not_equal", o) if _operand(o) else NotImplemented
+
+    def __gt__(self, o: object) -> NkiTensor:
+        return self._op("greater", o)
+
+    def __ge__(self, o: object) -> NkiTensor:
+        return self._op("greater_equal", o)
+
+    def __lt__(self, o: object) -> NkiTensor:
+        return self._op("less", o)
+
+    def __le__(self, o: object) -> NkiTensor:
+        return self._op("less_equal", o)
+
+    def __bool__(self) -> bool:
+        from trnsim.nki.emit import tracer
+
+        raise tracer().fail("a tile has no truth value while the kernel is traced (its values are not known yet); "
+                            "select with nl.where or a mask= instead of an if on a tile")
 
     def __iadd__(self, other: object) -> NkiTensor:
         from trnsim.nki import language as nl
