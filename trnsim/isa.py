@@ -44,6 +44,16 @@ class Engine(str, enum.Enum):
 MAX_FREE_DIMS = 4
 
 
+def row_major_dims(shape: tuple[int, ...]) -> tuple[tuple[int, int], ...]:
+    """The (step, count) dims of a contiguous row-major layout of ``shape``."""
+    dims = []
+    acc = 1
+    for n in reversed(shape):
+        dims.append((acc, n))
+        acc *= n
+    return tuple(reversed(dims))
+
+
 @dataclass(eq=False)
 class Tensor:
     """A named region of HBM, SBUF or PSUM with a shape and a dtype.
@@ -79,13 +89,7 @@ class Tensor:
         d["size"] = row * shape[0]
         d["partition_bytes"] = row * self.dtype.itemsize
         d["nbytes"] = d["size"] * self.dtype.itemsize
-        dims = []
-        acc = 1
-        for n in reversed(shape):
-            dims.append((acc, n))
-            acc *= n
-        dims.reverse()
-        d["_whole"] = tuple(dims)
+        d["_whole"] = row_major_dims(shape)
         d["_placed"] = True
 
     def __setattr__(self, name: str, value: object) -> None:

@@ -13,7 +13,7 @@ import itertools
 from typing import Any
 
 from trnsim.dtypes import DType
-from trnsim.isa import Memory, Tensor, View
+from trnsim.isa import Memory, Tensor, View, row_major_dims
 from trnsim.nki.views import ViewMethods
 
 _ids = itertools.count()
@@ -359,12 +359,7 @@ class NkiTensor(ViewMethods):
         inner = v.free_size if v.tensor.on_chip else v.size
         if v.contiguous_run() != inner:
             raise tr.fail(f"reshape of {self.name}{list(v.shape)} needs a contiguous view; copy it first")
-        dims = []
-        acc = 1
-        for n in reversed(body):
-            dims.append((acc, n))
-            acc *= n
-        dims.reverse()
+        dims = list(row_major_dims(tuple(body)))
         if v.tensor.on_chip:
             dims.insert(0, v.dims[0])
         return NkiTensor(self._placement, View(v.tensor, v.offset, tuple(dims)))
