@@ -170,15 +170,8 @@ def charge(op: Any, info: Any, args: tuple, kwargs: dict, flat: list, out: Any) 
     executed[info.name] = cost.source
     if cost.source == "none":
         return
-    clock = state.clock
-    launch = _LAUNCH[0] if _LAUNCH else _launch_ps()
-    with _clock_lock:
-        issued = clock.host + launch
-        start = issued if issued > clock.device else clock.device
-        end = start + cost.ps
-        clock.host = issued
-        clock.device = end
-        clock.ops += 1
+    start = _launch(cost.ps)
+    end = start + cost.ps
     recorders = _recorders()
     if recorders:
         shapes = tuple(tuple(x.shape) for x in flat if isinstance(x, torch.Tensor))
@@ -191,16 +184,8 @@ def charge(op: Any, info: Any, args: tuple, kwargs: dict, flat: list, out: Any) 
 def charge_graph(kernels: list[tuple[str, OpCost, tuple, tuple, Any]]) -> None:
     """Put one compiled graph on the timeline: one launch, then its kernels
     ``(name, cost, shapes, dtypes, info)`` back to back."""
-    clock = state.clock
-    launch = _LAUNCH[0] if _LAUNCH else _launch_ps()
-    total = sum(c.ps for _, c, _, _, _ in kernels)
     executed.update((name, cost.source) for name, cost, _, _, _ in kernels)
-    with _clock_lock:
-        issued = clock.host + launch
-        start = issued if issued > clock.device else clock.device
-        clock.host = issued
-        clock.device = start + total
-        clock.ops += 1
+    start = _launch(sum(c.ps for _, c, _, _, _ in kernels))
     recorders = _recorders()
     if recorders:
         t = start
@@ -209,6 +194,20 @@ def charge_graph(kernels: list[tuple[str, OpCost, tuple, tuple, Any]]) -> None:
             t += cost.ps
             for r in recorders:
                 r.append(rec)
+
+
+def _launch(ps: int) -> int:
+    """Launch ``ps`` of device work from the host: the host pays one launch, the work
+    starts when both it is launched and the device is free. Returns its start."""
+    clock = state.clock
+    launch = _LAUNCH[0] if _LAUNCH else _launch_ps()
+    with _clock_lock:
+        issued = clock.host + launch
+        start = issued if issued > clock.device else clock.device
+        clock.host = issued
+        clock.device = start + ps
+        clock.ops += 1
+    return start
 
 
 def _launch_ps() -> int:
