@@ -31,7 +31,6 @@ the kernels it calls (:func:`op_cost`). :func:`wrap_nki` gives a kernel
 from __future__ import annotations
 
 import functools
-import inspect
 import itertools
 import sys
 import threading
@@ -43,7 +42,7 @@ import torch
 from trnsim import dtypes as _dt
 from trnsim.backend import state, storage, timeline
 from trnsim.backend.timeline import OpCost
-from trnsim.nki.jit import written_inputs
+from trnsim.nki.jit import named_arguments, written_inputs
 from trnsim.errors import TrnSimError
 
 _TO_CHIP = {torch.float32: _dt.float32, torch.bfloat16: _dt.bfloat16, torch.float16: _dt.float16,
@@ -121,17 +120,7 @@ def _chip(kernel: Any) -> Any:
 
 def _argument_tensors(kernel: Any, args: tuple, kwargs: dict) -> dict[str, torch.Tensor]:
     """The torch tensors of a call by the names the kernel's inputs get when traced."""
-    bound = inspect.signature(kernel.fn).bind(*args, **kwargs)
-    named: dict[str, torch.Tensor] = {}
-    for name, value in bound.arguments.items():
-        kind = inspect.signature(kernel.fn).parameters[name].kind
-        if kind is inspect.Parameter.VAR_POSITIONAL:
-            named.update({f"{name}_{i}": v for i, v in enumerate(value) if isinstance(v, torch.Tensor)})
-        elif kind is inspect.Parameter.VAR_KEYWORD:
-            named.update({k: v for k, v in value.items() if isinstance(v, torch.Tensor)})
-        elif isinstance(value, torch.Tensor):
-            named[name] = value
-    return named
+    return {k: v for k, v in named_arguments(kernel, args, kwargs).items() if isinstance(v, torch.Tensor)}
 
 
 def call(kernel: Any, args: tuple, kwargs: dict) -> Any:

@@ -265,10 +265,10 @@ def simulate(kernel: Callable, *, chip: Any = None, trace: str | os.PathLike | N
         written = written_inputs(program)
         program.outputs.extend(t for t in written if t not in program.outputs)
         result = sim(program, traced.inputs, fidelity="instruction", trace=trace)
-        arrays = _argument_arrays(kernel, args, kwargs)
+        arrays = named_arguments(kernel, args, kwargs)
         for t in written:   # destination passing: the arrays the kernel writes are written in place
             dst = arrays.get(t.name)
-            if dst is not None:
+            if isinstance(dst, np.ndarray) and dst.flags.writeable:
                 dst[...] = np.asarray(result.outputs[t.name]).reshape(dst.shape).astype(dst.dtype, copy=False)
         return _results(traced, result)
 
@@ -286,17 +286,19 @@ def written_inputs(program: Any) -> list[Any]:
     return list(written.values())
 
 
-def _argument_arrays(kernel: Kernel, args: tuple, kwargs: dict) -> dict[str, np.ndarray]:
-    """The writable numpy arrays of a call, by the names the kernel's inputs get when traced."""
+def named_arguments(kernel: Kernel, args: tuple, kwargs: dict) -> dict[str, Any]:
+    """A call's arguments by the names :meth:`Kernel.trace` gives its HBM inputs
+    (``args_0`` for the items of ``*args``, the key for ``**kwargs``)."""
     sig = inspect.signature(kernel.fn)
-    named: dict[str, np.ndarray] = {}
+    named: dict[str, Any] = {}
     for name, value in sig.bind(*args, **kwargs).arguments.items():
         kind = sig.parameters[name].kind
-        items = (list(enumerate(value)) if kind is inspect.Parameter.VAR_POSITIONAL
-                 else list(value.items()) if kind is inspect.Parameter.VAR_KEYWORD else [(None, value)])
-        for key, v in items:
-            if isinstance(v, np.ndarray) and v.flags.writeable:
-                named[name if key is None else key if kind is inspect.Parameter.VAR_KEYWORD else f"{name}_{key}"] = v
+        if kind is inspect.Parameter.VAR_POSITIONAL:
+            named.update((f"{name}_{i}", v) for i, v in enumerate(value))
+        elif kind is inspect.Parameter.VAR_KEYWORD:
+            named.update(value)
+        else:
+            named[name] = value
     return named
 
 
