@@ -685,6 +685,19 @@ def _register() -> dict[str, Callable]:
 KERNEL_OPS: dict[str, Callable] = _register()
 
 
+def with_core_shares(fn: Callable[[], Any]) -> tuple[Any, float]:
+    """``fn()`` and the work it costed over the share it traced: the product of the
+    splits (:func:`_split`, :func:`_per_core`) it made, 1 where it made none. Re-entrant:
+    a ``_foreach`` op costs its tensors through here again."""
+    outer = _shares[:]
+    _shares.clear()
+    try:
+        result = fn()
+        return result, math.prod(_shares)
+    finally:
+        _shares[:] = outer
+
+
 def kernel_cost(call: Call) -> OpCost | None:
     """The kernel-simulated cost of ``call``, or None where no kernel applies."""
     fn = KERNEL_OPS.get(call.name)
@@ -692,15 +705,13 @@ def kernel_cost(call: Call) -> OpCost | None:
         return None
     from trnsim.errors import TrnSimError
 
-    outer = _shares[:]   # _foreach costs its tensors through here again
-    _shares.clear()
-    try:
-        cost = fn(call)
-    except (TrnSimError, StopIteration, IndexError, ValueError, ZeroDivisionError, TypeError):
-        cost = None   # a shape the kernel does not take: the estimate times it
-    finally:
-        cores = math.prod(_shares)
-        _shares[:] = outer
+    def timed() -> OpCost | None:
+        try:
+            return fn(call)
+        except (TrnSimError, StopIteration, IndexError, ValueError, ZeroDivisionError, TypeError):
+            return None   # a shape the kernel does not take: the estimate times it
+
+    cost, cores = with_core_shares(timed)
     if cost is not None and cost.run is not None and cores != 1:
         cost = dataclasses.replace(cost, cores=cores)
     return cost

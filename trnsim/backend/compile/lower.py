@@ -17,6 +17,7 @@ difference is what fusing saved.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import re
 from dataclasses import dataclass, field
@@ -151,10 +152,7 @@ def _fused_kernel(g: Group, vals: dict[fx.Node, Any]) -> Kernel:
         key = ("matmul", recipe, g.domain, str(a.dtype), str(w.dtype), dtypes, chip.name)
         cost = _memo.get(key)
         if cost is None:
-            opkernels._shares.clear()
-            sb, sm, sn, scale = opkernels.matmul_share(b, m, k, n)
-            cores = math.prod(opkernels._shares)
-            opkernels._shares.clear()
+            (sb, sm, sn, scale), cores = opkernels.with_core_shares(lambda: opkernels.matmul_share(b, m, k, n))
             lhs = (sb, k, sm) if b > 1 else (k, sm)
             rhs = (sb, k, sn) if b > 1 else (k, sn)
             ops = [opkernels._ph(lhs, a.dtype), opkernels._ph(rhs, w.dtype)]
@@ -180,11 +178,8 @@ def _matmul_operand(layout: str, b: int, m: int, n: int, t: torch.Tensor) -> Any
 
 
 def _simulate(kernel: Any, name: str, operands: list, cores: float, repeat: int = 1, **kwargs: Any) -> OpCost:
-    from trnsim.hw.core import simulate
-
-    traced = kernel.trace(*operands, chip=state.chip(), **kwargs)
-    run = simulate(traced.tracer.program, None, fidelity="timing")
-    return OpCost(ps=run.total_ps * repeat, source="kernel", kernel=name, run=run, scale=repeat, cores=cores)
+    """The kernel timed as eager ops' kernels are, its work ``cores`` times the share traced."""
+    return dataclasses.replace(opkernels._run(kernel, name, *operands, repeat=repeat, **kwargs), cores=cores)
 
 
 _SHORT = re.compile(r"^\w+::")
