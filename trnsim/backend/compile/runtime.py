@@ -18,7 +18,6 @@ recompilation, counted with its cause.
 
 from __future__ import annotations
 
-import time
 from typing import Any
 
 import torch
@@ -39,12 +38,10 @@ def _fits(recipe: Any, rows: tuple[int, int], itemsizes: list[int]) -> bool:
 class Lowered:
     """A graph lowered for one set of shapes: its kernels and what the timeline records."""
 
-    def __init__(self, name: str, groups: list[Group], kernels: list[Kernel], host_s: float,
-                 vals: dict[fx.Node, Any]) -> None:
+    def __init__(self, name: str, groups: list[Group], kernels: list[Kernel], vals: dict[fx.Node, Any]) -> None:
         self.groups = groups
         self.vals = vals
         self.kernels = kernels
-        self.host_s = host_s
         self.records = []
         for i, k in enumerate(kernels):
             g = k.group
@@ -59,21 +56,14 @@ class Lowered:
                 info["not_fused"] = k.group.reason
             self.records.append((k.name, k.cost, shapes, dtypes, info))
 
-    @property
-    def device_ps(self) -> int:
-        """Simulated time of the graph's kernels (the launch aside)."""
-        return sum(k.cost.ps for k in self.kernels)
-
 
 def lower_graph(gm: fx.GraphModule, name: str, vals: dict[fx.Node, Any] | None = None) -> Lowered:
     """Partition and time ``gm`` (``vals``: each node's example value, by default its
     ``meta["val"]``)."""
     if vals is None:
         vals = {n: n.meta.get("val") for n in gm.graph.nodes}
-    t0 = time.perf_counter()
     groups = partition(gm, _fits, vals)
-    kernels = lower(groups, vals)
-    return Lowered(name, groups, kernels, time.perf_counter() - t0, vals)
+    return Lowered(name, groups, lower(groups, vals), vals)
 
 
 def _symbolic(gm: fx.GraphModule) -> bool:
@@ -103,9 +93,8 @@ class CompiledGraph:
         self.event = event
         self.inputs = inputs
         self.nodes = sum(1 for n in gm.graph.nodes if n.op == "call_function")
-        self.symbolic = _symbolic(gm)
         self.shapes: dict[tuple, Lowered] = {}
-        self.lowered = None if self.symbolic else lower_graph(gm, name)
+        self.lowered = None if _symbolic(gm) else lower_graph(gm, name)
 
     def __call__(self, *args: Any) -> Any:
         lowered = self.lowered if self.lowered is not None else self._specialize(args)
