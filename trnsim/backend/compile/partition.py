@@ -34,7 +34,7 @@ import torch.fx as fx
 
 from trnsim.backend.compile.patterns import (ATTENTION, CHIP_FLOATS, FREE, MATMULS, REDUCE, RESHAPES, aten, chip_float,
                                              composite, elementwise, mutates, on_host, op_name, reduction, repeated_heads,
-                                             rows_of)
+                                             rows_of, tensor_of)
 from trnsim.kernels.fused import Recipe, Ref, Step
 
 Fits = Callable[[Recipe, tuple[int, int], list[int]], bool]
@@ -111,8 +111,7 @@ class Partitioner:
     # -- values --------------------------------------------------------------
 
     def tensor(self, x: Any) -> torch.Tensor | None:
-        v = self.vals.get(x) if isinstance(x, fx.Node) else None
-        return v if isinstance(v, torch.Tensor) else None
+        return tensor_of(self.vals, x)
 
     # -- the walk --------------------------------------------------------------
 

@@ -45,7 +45,8 @@ ATTENTION = aten._scaled_dot_product_fused_attention_overrideable.default
 
 
 
-def _tensor(vals: dict[fx.Node, Any], x: Any) -> torch.Tensor | None:
+def tensor_of(vals: dict[fx.Node, Any], x: Any) -> torch.Tensor | None:
+    """The example tensor of node ``x`` (None for a number, a tuple, a non-node)."""
     v = vals.get(x) if isinstance(x, fx.Node) else None
     return v if isinstance(v, torch.Tensor) else None
 
@@ -117,7 +118,7 @@ def reduction(node: fx.Node, vals: dict[fx.Node, Any]) -> str | None:
     """The step op of a reduction over the last axis keeping it, or None."""
     if node.target not in REDUCE or node.kwargs.get("dtype") is not None:
         return None
-    x, out = _tensor(vals, node.args[0]), _tensor(vals, node)
+    x, out = tensor_of(vals, node.args[0]), tensor_of(vals, node)
     if not chip_float(x) or not chip_float(out) or x.dim() == 0:
         return None
     dims = node.args[1] if len(node.args) > 1 else None
@@ -132,13 +133,13 @@ def composite(node: fx.Node, vals: dict[fx.Node, Any]) -> tuple[list, list[int] 
     ``(spec, parts)``, each spec entry ``(op, args, per_row, dtype)`` whose args are
     node arguments or ``("local", i)`` (entry i); ``parts`` the entries a tuple
     result is made of (None: the last entry is the value). None for other nodes."""
-    x = _tensor(vals, node.args[0]) if node.args else None
+    x = tensor_of(vals, node.args[0]) if node.args else None
     if not chip_float(x) or x.dim() == 0:
         return None
     f32, last = torch.float32, x.dim() - 1
     L = lambda i: ("local", i)   # noqa: E731
     if node.target in (aten._softmax.default, aten._log_softmax.default):
-        out = _tensor(vals, node)
+        out = tensor_of(vals, node)
         if node.args[1] % x.dim() != last or not chip_float(out):
             return None
         spec = [("max", [node.args[0]], True, f32), ("subtract", [node.args[0], L(0)], False, f32),
