@@ -24,6 +24,7 @@ import torch.fx as fx
 from torch.fx.node import map_arg
 
 from trnsim.backend import state, storage, timeline
+from trnsim.backend.compile.lower import operand_shape
 from trnsim.backend.compile.partition import Group
 from trnsim.backend.opkernels import MAX_MULTIPLIES
 
@@ -67,33 +68,17 @@ def _host(t: torch.Tensor) -> torch.Tensor:
 
 def _operand(g: Group, layout: str, t: Any) -> Any:
     """An operand's values laid out as the fused kernel reads them (CPU tensors)."""
-    n, d = g.kernel_rows if g.kind == "rows" else g.rows
     if not isinstance(t, torch.Tensor):
         return torch.tensor([float(t)], dtype=torch.float32)
+    if g.kind == "rows":
+        shape = operand_shape(layout, *g.kernel_rows)
+    else:
+        b, m, _, n = g.domain
+        shape = operand_shape(layout, m, n, (b,) if b > 1 else ())
     host = _host(t)
-    if layout == "full":
-        if host.numel() != n * d:   # a broadcast operand, read as the whole domain
-            host = host.expand(g.shape)
-        return host.contiguous().reshape((n, d) if g.kind == "rows" else _matmul_full(g))
-    if layout == "row":
-        return host.reshape(d).contiguous()
-    if layout == "col":
-        return host.reshape(_matmul_col(g) if g.kind == "matmul" else (n, 1)).contiguous()
-    return host.reshape(1).contiguous()
-
-
-def _matmul_full(g: Group) -> tuple[int, ...]:
-    b, m, _, n = g.domain
-    return (b, m, n) if _batched(g) else (m, n)
-
-
-def _matmul_col(g: Group) -> tuple[int, ...]:
-    b, m, _, _ = g.domain
-    return (b, m, 1) if _batched(g) else (m, 1)
-
-
-def _batched(g: Group) -> bool:
-    return g.domain[0] > 1
+    if layout == "full" and host.numel() != math.prod(shape):   # a broadcast operand, read as the whole domain
+        host = host.expand(g.shape)
+    return host.contiguous().reshape(shape)
 
 
 def _fused(g: Group, env: dict[fx.Node, Any], vals: dict[fx.Node, Any]) -> bool:

@@ -143,7 +143,7 @@ def _fused_kernel(g: Group, vals: dict[fx.Node, Any]) -> Kernel:
         key = ("rows", recipe, n, d, dtypes, chip.name)
         cost = _memo.get(key)
         if cost is None:
-            ops = [_operand(layout, *share, t) for layout, t in zip(g.layouts, ins)]
+            ops = [opkernels._ph(operand_shape(layout, *share), t.dtype) for layout, t in zip(g.layouts, ins)]
             cost = _memo[key] = _simulate(fused_rows_kernel, "fused_rows_kernel", ops,
                                           cores=n * d / (share[0] * share[1]), recipe=recipe, shape=share)
     else:
@@ -156,7 +156,8 @@ def _fused_kernel(g: Group, vals: dict[fx.Node, Any]) -> Kernel:
             lhs = (sb, k, sm) if b > 1 else (k, sm)
             rhs = (sb, k, sn) if b > 1 else (k, sn)
             ops = [opkernels._ph(lhs, a.dtype), opkernels._ph(rhs, w.dtype)]
-            ops += [_matmul_operand(layout, sb if b > 1 else 0, sm, sn, t) for layout, t in zip(g.layouts, ins)]
+            lead = (sb,) if b > 1 else ()
+            ops += [opkernels._ph(operand_shape(layout, sm, sn, lead), t.dtype) for layout, t in zip(g.layouts, ins)]
             out_dtype = recipe.steps[0].dtype
             cost = _memo[key] = _simulate(fused_matmul_kernel, "fused_matmul_kernel", ops, cores=cores,
                                           repeat=scale, recipe=recipe, dtype=out_dtype)
@@ -166,15 +167,10 @@ def _fused_kernel(g: Group, vals: dict[fx.Node, Any]) -> Kernel:
     return Kernel(kernel_name(g), g, cost, hbm, _eager_bytes(g, vals), _sources(g))
 
 
-def _operand(layout: str, n: int, d: int, t: torch.Tensor) -> Any:
-    shape = {"full": (n, d), "row": (d,), "col": (n, 1), "scalar": (1,)}[layout]
-    return opkernels._ph(shape, t.dtype)
-
-
-def _matmul_operand(layout: str, b: int, m: int, n: int, t: torch.Tensor) -> Any:
-    lead = (b,) if b else ()
-    shape = {"full": lead + (m, n), "row": (n,), "col": lead + (m, 1), "scalar": (1,)}[layout]
-    return opkernels._ph(shape, t.dtype)
+def operand_shape(layout: str, rows: int, cols: int, lead: tuple[int, ...] = ()) -> tuple[int, ...]:
+    """The HBM shape a fused kernel reads an operand of ``layout`` in, over a domain of
+    ``rows`` x ``cols`` (``lead``: a batched matmul's batch)."""
+    return {"full": lead + (rows, cols), "row": (cols,), "col": lead + (rows, 1), "scalar": (1,)}[layout]
 
 
 def _simulate(kernel: Any, name: str, operands: list, cores: float, repeat: int = 1, **kwargs: Any) -> OpCost:
