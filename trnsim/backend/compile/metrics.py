@@ -232,10 +232,9 @@ def respecialize(parent: CompileEvent, reason: str | None) -> CompileEvent:
     recompilation of ``parent`` is returned. Call :func:`finish` for each graph compiled.
     """
     with _lock:
-        key = parent.file if parent.file != "<unknown>" else "<unknown>"
-        st = next((s for k, s in _codes.items() if s.last is parent or parent in s.children), None)
-        if st is None:
-            st = _codes.setdefault((key, parent.name), _CodeState())
+        st = next((s for s in _codes.values() if s.last is parent or parent in s.children), None)
+        if st is None:   # the metrics were reset since ``parent`` compiled
+            st = _codes.setdefault((parent.file, parent.name), _CodeState())
         if reason is None and st.children:
             return st.children[-1]
         failure = causes.parse(reason) if reason else None
