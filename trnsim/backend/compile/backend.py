@@ -76,7 +76,6 @@ def neuron_backend(gm: fx.GraphModule, example_inputs: list, mode: str | None = 
 
     from trnsim.backend.compile import metrics
 
-    skip_internal_frames()
     _check_options(mode, options)
     event = metrics.on_compile(gm, example_inputs)
     name = f"graph{next(_names)}"
