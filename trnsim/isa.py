@@ -43,9 +43,15 @@ class Engine(str, enum.Enum):
 
 MAX_FREE_DIMS = 4
 
+# Enum members' ``.value`` is a Python-level property; hot paths look names up here.
+MEMORY_NAMES = {m: m.value for m in Memory}
+ENGINE_NAMES = {e: e.value for e in Engine}
+
 
 def row_major_dims(shape: tuple[int, ...]) -> tuple[tuple[int, int], ...]:
     """The (step, count) dims of a contiguous row-major layout of ``shape``."""
+    if len(shape) == 2:  # most tiles
+        return ((shape[1], shape[0]), (1, shape[1]))
     dims = []
     acc = 1
     for n in reversed(shape):
@@ -54,7 +60,33 @@ def row_major_dims(shape: tuple[int, ...]) -> tuple[tuple[int, int], ...]:
     return tuple(reversed(dims))
 
 
-@dataclass(eq=False)
+def _tensor_setattr(self: Tensor, name: str, value: object) -> None:
+    raise ProgramError(f"tensor {self!r} cannot change its {name}: it is placed, and instructions were "
+                       "checked against it; make a new tensor instead")
+
+
+def _instruction_setattr(self: Instruction, name: str, value: object) -> None:
+    if "_owner" in self.__dict__:
+        raise ProgramError(f"instruction {self.index} {self.opcode} of program {self._owner!r} cannot change its {name}: "
+                           "the program checked and timed it as added; build a new instruction and add that instead")
+    object.__setattr__(self, name, value)
+
+
+def _guarded(cls: type) -> type:
+    """A dataclass whose generated ``__init__`` stores fields directly (as a frozen
+    dataclass's does: no Python-level ``__setattr__`` per field, which made building
+    one a large share of tracing), with ``__setattr__`` then guarding it: a tensor never
+    changes, an instruction until a Program adds it."""
+    cls = dataclass(eq=False, frozen=True)(cls)
+    guard = _tensor_setattr if cls.__name__ == "Tensor" else _instruction_setattr
+    cls.__setattr__ = guard
+    cls.__delattr__ = guard
+    if guard is _instruction_setattr:
+        cls._operand_fields = tuple(dict.fromkeys(cls.read_fields + cls.write_fields))
+    return cls
+
+
+@_guarded
 class Tensor:
     """A named region of HBM, SBUF or PSUM with a shape and a dtype.
 
@@ -81,7 +113,7 @@ class Tensor:
 
     def __post_init__(self) -> None:
         # a tensor's shape never changes: its derived sizes (and its whole view's
-        # dims) are worked out once
+        # dims) are worked out once; placed from then on (see _tensor_setattr)
         d = self.__dict__
         shape = self.shape
         d["on_chip"] = self.memory is not Memory.HBM
@@ -90,17 +122,10 @@ class Tensor:
         d["partition_bytes"] = row * self.dtype.itemsize
         d["nbytes"] = d["size"] * self.dtype.itemsize
         d["_whole"] = row_major_dims(shape)
-        d["_placed"] = True
-
-    def __setattr__(self, name: str, value: object) -> None:
-        if "_placed" in self.__dict__:
-            raise ProgramError(f"tensor {self!r} cannot change its {name}: it is placed, and instructions were "
-                               "checked against it; make a new tensor instead")
-        object.__setattr__(self, name, value)
 
     def view(self) -> View:
         """The whole tensor as a View."""
-        return View(self, 0, self._whole)
+        return make_view(self, 0, self._whole)
 
     def __getitem__(self, index: object) -> View:
         return self.view()[index]
@@ -130,18 +155,7 @@ class View:
     partitions: int
 
     def __init__(self, tensor: Tensor, offset: int, dims: tuple[tuple[int, int], ...]) -> None:
-        dims = tuple(map(tuple, dims))
-        shape = tuple([count for _, count in dims])
-        size = math.prod(shape)
-        partitions = shape[0] if shape else 1
-        init = object.__setattr__
-        init(self, "tensor", tensor)
-        init(self, "offset", offset)
-        init(self, "dims", dims)
-        init(self, "shape", shape)
-        init(self, "partitions", partitions)
-        init(self, "size", size)
-        init(self, "free_size", size // partitions if partitions else 0)
+        _fill(self, tensor, offset, tuple(map(tuple, dims)))
 
     def __setattr__(self, name: str, value: object) -> None:
         raise ProgramError(f"view {self!r} cannot change its {name}: views are values; slice the tensor for a new one")
@@ -223,10 +237,35 @@ class View:
                     dims.append((stride, 1))  # keep the partition dimension
             else:
                 raise ProgramError(f"index {idx!r} on axis {axis}: use integers or slices")
-        return View(self.tensor, offset, tuple(dims))
+        return make_view(self.tensor, offset, tuple(dims))
 
     def __repr__(self) -> str:
         return f"{self.tensor.memory.value}:{self.tensor.name}@{self.offset}{list(self.shape)}:{self.tensor.dtype.name}"
+
+
+_new = object.__new__
+_set = object.__setattr__
+
+
+def _fill(v: View, tensor: Tensor, offset: int, dims: tuple[tuple[int, int], ...]) -> None:
+    shape = tuple([count for _, count in dims])
+    size = math.prod(shape)
+    partitions = shape[0] if shape else 1
+    _set(v, "tensor", tensor)
+    _set(v, "offset", offset)
+    _set(v, "dims", dims)
+    _set(v, "shape", shape)
+    _set(v, "partitions", partitions)
+    _set(v, "size", size)
+    _set(v, "free_size", size // partitions if partitions else 0)
+
+
+def make_view(tensor: Tensor, offset: int, dims: tuple[tuple[int, int], ...]) -> View:
+    """``View(tensor, offset, dims)`` for ``dims`` already a tuple of ``(stride, count)``
+    tuples (what slicing makes): the constructor's normalising copy is skipped."""
+    v = _new(View)
+    _fill(v, tensor, offset, dims)
+    return v
 
 
 def dims_extent(dims: tuple[tuple[int, int], ...]) -> int:
@@ -297,7 +336,7 @@ class ReduceOp(str, enum.Enum):
     MIN = "min"
 
 
-@dataclass(eq=False)
+@_guarded
 class Instruction:
     """Base of every instruction: where it runs, what it waits for, where it came from."""
 
@@ -313,15 +352,11 @@ class Instruction:
 
     def __post_init__(self) -> None:
         # A whole tensor may stand wherever a View is expected.
-        for name, value in vars(self).items():
-            if isinstance(value, Tensor):
-                setattr(self, name, value.view())
-
-    def __setattr__(self, name: str, value: object) -> None:
-        if "_owner" in self.__dict__:
-            raise ProgramError(f"instruction {self.index} {self.opcode} of program {self._owner!r} cannot change its {name}: "
-                               "the program checked and timed it as added; build a new instruction and add that instead")
-        object.__setattr__(self, name, value)
+        d = self.__dict__
+        for name in self._operand_fields:
+            value = d[name]
+            if value.__class__ is not View and isinstance(value, Tensor):
+                d[name] = value.view()
 
     def _seal(self, owner: str) -> None:
         """Fix every field, dependencies included: ``owner``'s checks and timing rely on them."""
@@ -335,15 +370,17 @@ class Instruction:
     @property
     def track(self) -> str:
         """Name of the timeline this instruction runs on."""
-        return self.engine.value
+        return ENGINE_NAMES[self.engine]
 
     def reads(self) -> tuple[View, ...]:
         """The operands this instruction reads (fields named in ``read_fields`` that hold Views)."""
-        return tuple([v for n in self.read_fields if isinstance(v := getattr(self, n), View)])
+        d = self.__dict__
+        return tuple([v for n in self.read_fields if isinstance(v := d[n], View)])
 
     def writes(self) -> tuple[View, ...]:
         """The operands this instruction writes (fields named in ``write_fields``)."""
-        return tuple([v for n in self.write_fields if isinstance(v := getattr(self, n), View)])
+        d = self.__dict__
+        return tuple([v for n in self.write_fields if isinstance(v := d[n], View)])
 
     def describe(self) -> str:
         """One line: opcode and operands."""
@@ -351,7 +388,7 @@ class Instruction:
         return f"{self.opcode} " + ", ".join(parts)
 
 
-@dataclass(eq=False)
+@_guarded
 class LoadStationary(Instruction):
     """Load ``src`` [K, M] (SBUF) into the PE array as the stationary operand."""
 
@@ -362,7 +399,7 @@ class LoadStationary(Instruction):
     engines = (Engine.TENSOR,)
 
 
-@dataclass(eq=False)
+@_guarded
 class MultiplyMoving(Instruction):
     """Stream ``src`` [K, N] (SBUF) past the stationary [K, M]; write stationary.T @ src
     [M, N] into ``dst`` (PSUM, fp32). ``accumulate=False`` starts an accumulation group
@@ -377,7 +414,7 @@ class MultiplyMoving(Instruction):
     engines = (Engine.TENSOR,)
 
 
-@dataclass(eq=False)
+@_guarded
 class Transpose(Instruction):
     """Transpose ``src`` [P, F] (SBUF) through the PE array into ``dst`` [F, P] (PSUM)."""
 
@@ -389,7 +426,7 @@ class Transpose(Instruction):
     engines = (Engine.TENSOR,)
 
 
-@dataclass(eq=False)
+@_guarded
 class Activation(Instruction):
     """``dst = func(src * scale + bias)``; ``bias`` is a [P, 1] view or None, ``scale`` a
     number or a [P, 1] view. With ``reduce_op``, ``reduce_dst`` [P, 1] gets the reduction
@@ -408,7 +445,7 @@ class Activation(Instruction):
     engines = (Engine.SCALAR,)
 
 
-@dataclass(eq=False)
+@_guarded
 class TensorTensor(Instruction):
     """``dst = op(a, b)`` elementwise; ``a``, ``b`` and ``dst`` have one shape."""
 
@@ -422,7 +459,7 @@ class TensorTensor(Instruction):
     engines = (Engine.VECTOR, Engine.GPSIMD)
 
 
-@dataclass(eq=False)
+@_guarded
 class TensorScalar(Instruction):
     """``dst = op1(op0(src, operand0), operand1)``; operands are numbers or [P, 1] views
     (one value per partition). ``op1=None`` applies ``op0`` only. ``reverse0`` swaps
@@ -441,7 +478,7 @@ class TensorScalar(Instruction):
     engines = (Engine.VECTOR, Engine.GPSIMD, Engine.SCALAR)
 
 
-@dataclass(eq=False)
+@_guarded
 class TensorReduce(Instruction):
     """Reduce ``src`` along its last ``num_axes`` free dimensions into ``dst``."""
 
@@ -455,7 +492,7 @@ class TensorReduce(Instruction):
     engines = (Engine.VECTOR, Engine.GPSIMD)
 
 
-@dataclass(eq=False)
+@_guarded
 class TensorCopy(Instruction):
     """Copy ``src`` to ``dst``, converting to ``dst``'s dtype (round to nearest even)."""
 
@@ -467,7 +504,7 @@ class TensorCopy(Instruction):
     engines = (Engine.VECTOR, Engine.SCALAR, Engine.GPSIMD)
 
 
-@dataclass(eq=False)
+@_guarded
 class Memset(Instruction):
     """Fill ``dst`` with ``value``."""
 
@@ -479,7 +516,7 @@ class Memset(Instruction):
     engines = (Engine.VECTOR, Engine.GPSIMD, Engine.SCALAR)
 
 
-@dataclass(eq=False)
+@_guarded
 class Iota(Instruction):
     """``dst[p, i0, i1, ...] = offset + channel_multiplier * p + sum(steps[k] * ik)``."""
 
@@ -493,7 +530,7 @@ class Iota(Instruction):
     engines = (Engine.GPSIMD,)
 
 
-@dataclass(eq=False)
+@_guarded
 class Select(Instruction):
     """``dst = on_true where mask != 0 else on_false``; ``on_false`` may be a number."""
 
@@ -507,7 +544,7 @@ class Select(Instruction):
     engines = (Engine.VECTOR, Engine.GPSIMD)
 
 
-@dataclass(eq=False)
+@_guarded
 class AffineSelect(Instruction):
     """``dst = src where cmp(offset + channel_multiplier * p + sum(steps[k] * ik), 0)
     else fill`` (``cmp`` one of the comparison AluOps): masks such as causal attention."""
@@ -529,7 +566,7 @@ BN_STATS_WIDTH = 6   # (mean, sum of squared deviations, count, 0, 0, 0) per par
 BN_STATS_MAX_FREE = 512
 
 
-@dataclass(eq=False)
+@_guarded
 class BnStats(Instruction):
     """Per-partition statistics of ``src`` [P, F] (F <= 512) into ``dst`` [P, 6]: the mean,
     the sum of squared deviations from it, and the count (then three zeros)."""
@@ -542,7 +579,7 @@ class BnStats(Instruction):
     engines = (Engine.VECTOR,)
 
 
-@dataclass(eq=False)
+@_guarded
 class BnAggr(Instruction):
     """Combine ``src`` [P, 6 * k] (k BnStats results side by side) into ``dst`` [P, 2]:
     mean and population variance over all k chunks."""
@@ -555,7 +592,7 @@ class BnAggr(Instruction):
     engines = (Engine.VECTOR,)
 
 
-@dataclass(eq=False)
+@_guarded
 class TensorTensorScan(Instruction):
     """A running scan along the free axis of ``a`` and ``b`` [P, F] (fp32 math):
     ``dst[:, i] = op1(op0(a[:, i], dst[:, i - 1]), b[:, i])`` with ``dst[:, -1] = initial``
@@ -575,7 +612,7 @@ class TensorTensorScan(Instruction):
     engines = (Engine.VECTOR,)
 
 
-@dataclass(eq=False)
+@_guarded
 class ScalarTensorTensor(Instruction):
     """``dst = op1(op0(src, operand0), b)`` in one pass: ``operand0`` a number or a [P, 1]
     view, ``b`` of ``src``'s shape; ``reverse0``/``reverse1`` swap each op's operands."""
@@ -594,7 +631,7 @@ class ScalarTensorTensor(Instruction):
     engines = (Engine.VECTOR, Engine.GPSIMD)
 
 
-@dataclass(eq=False)
+@_guarded
 class Reciprocal(Instruction):
     """``dst = 1 / src`` elementwise (fp32 math), on the vector engine."""
 
@@ -609,7 +646,7 @@ class Reciprocal(Instruction):
 MAX8_WIDTH = 8
 
 
-@dataclass(eq=False)
+@_guarded
 class Max8(Instruction):
     """The 8 largest values of each partition of ``src`` (8..16384 elements), descending, into ``dst`` [P, 8]."""
 
@@ -621,7 +658,7 @@ class Max8(Instruction):
     engines = (Engine.VECTOR,)
 
 
-@dataclass(eq=False)
+@_guarded
 class FindIndex8(Instruction):
     """Per partition, the index of the first occurrence in ``src`` of each of the 8 ``vals``
     (repeated values take the next occurrences, in order); all ones where none is left."""
@@ -635,7 +672,7 @@ class FindIndex8(Instruction):
     engines = (Engine.VECTOR,)
 
 
-@dataclass(eq=False)
+@_guarded
 class MatchReplace8(Instruction):
     """``dst`` = ``src`` with the first occurrence of each of the 8 ``vals`` per partition
     replaced by ``imm`` (vals taken last to first); ``dst_idx`` [P, 8] gets the positions."""
@@ -651,7 +688,7 @@ class MatchReplace8(Instruction):
     engines = (Engine.VECTOR,)
 
 
-@dataclass(eq=False)
+@_guarded
 class RangeSelect(Instruction):
     """``dst = src where cmp0(start + i, bound0) and cmp1(start + i, bound1) else fill``, ``i``
     the free index and the bounds [P, 1]; ``reduce_dst`` [P, 1] (optional) gets the max of ``dst``."""
@@ -671,7 +708,7 @@ class RangeSelect(Instruction):
     engines = (Engine.VECTOR,)
 
 
-@dataclass(eq=False)
+@_guarded
 class SequenceBounds(Instruction):
     """For segment ids ``src`` [1, N], ``dst`` [1, 2, N]: the first index and one past the
     last index of each element's segment; id 0 (padding) gets (N, -1)."""
@@ -688,7 +725,7 @@ SHUFFLE_QUADRANT = 32
 SHUFFLE_KEEP = 255
 
 
-@dataclass(eq=False)
+@_guarded
 class StreamShuffle(Instruction):
     """Cross-partition copy inside each quadrant of 32 partitions: ``dst`` partition ``i``
     gets ``src`` partition ``mask[i]`` of the same quadrant; 255 leaves ``dst[i]`` as it is."""
@@ -702,7 +739,7 @@ class StreamShuffle(Instruction):
     engines = (Engine.VECTOR,)
 
 
-@dataclass(eq=False)
+@_guarded
 class PartitionReduce(Instruction):
     """Reduce ``src`` [P, F] across its partitions into ``dst`` [1, F]."""
 
@@ -715,7 +752,7 @@ class PartitionReduce(Instruction):
     engines = (Engine.GPSIMD,)
 
 
-@dataclass(eq=False)
+@_guarded
 class RandomUniform(Instruction):
     """Fill ``dst`` with values drawn uniformly from [low, high) by the engine's generator
     (``bits=True``: raw 32-bit random integers truncated to ``dst``'s dtype instead)."""
@@ -730,7 +767,7 @@ class RandomUniform(Instruction):
     engines = (Engine.VECTOR, Engine.GPSIMD)
 
 
-@dataclass(eq=False)
+@_guarded
 class Dropout(Instruction):
     """``dst = 0 where a uniform draw in [0, 1) < prob else src``; ``prob`` a number or [P, 1] view."""
 
@@ -743,7 +780,7 @@ class Dropout(Instruction):
     engines = (Engine.VECTOR,)
 
 
-@dataclass(eq=False)
+@_guarded
 class RngSeed(Instruction):
     """Seed the engine's random generator from the values of ``src``."""
 
@@ -754,7 +791,7 @@ class RngSeed(Instruction):
     engines = (Engine.VECTOR, Engine.GPSIMD)
 
 
-@dataclass(eq=False)
+@_guarded
 class RngState(Instruction):
     """Write the engine's random generator state into ``dst`` (uint32): the 32-bit words of
     the simulated generator's state, repeated along each partition's row, the same in every
@@ -770,7 +807,7 @@ class RngState(Instruction):
 GATHER_GROUP = 16
 
 
-@dataclass(eq=False)
+@_guarded
 class LocalGather(Instruction):
     """GpSimd gather: each group of 16 partitions flattens its ``indices`` slice partition
     first and keeps the first ``valid`` indices; ``dst[p, k, e] = src[p, indices_k + e]`` for
@@ -787,7 +824,7 @@ class LocalGather(Instruction):
     engines = (Engine.GPSIMD,)
 
 
-@dataclass(eq=False)
+@_guarded
 class Gather(Instruction):
     """``dst[p, j] = src[p, indices[p, j]]`` within each partition (``src`` seen flat)."""
 
@@ -800,7 +837,7 @@ class Gather(Instruction):
     engines = (Engine.GPSIMD,)
 
 
-@dataclass(eq=False)
+@_guarded
 class NonzeroWithCount(Instruction):
     """On the first partition of each group of 16: the positions (plus ``offset``) of the
     nonzero elements of ``src`` [P, T], then ``padding``, then their count, into ``dst``
@@ -816,7 +853,7 @@ class NonzeroWithCount(Instruction):
     engines = (Engine.GPSIMD,)
 
 
-@dataclass(eq=False)
+@_guarded
 class BlockTranspose(Instruction):
     """Transpose ``src`` [P, F] (both at most 32) into ``dst`` [F, P] on the vector engine."""
 
@@ -828,7 +865,7 @@ class BlockTranspose(Instruction):
     engines = (Engine.VECTOR,)
 
 
-@dataclass(eq=False)
+@_guarded
 class DmaCopy(Instruction):
     """Copy ``src`` to ``dst`` (HBM, SBUF or PSUM) on DMA queue ``queue``; between float
     dtypes the DMA converts through fp32 (round to nearest even)."""
@@ -842,10 +879,16 @@ class DmaCopy(Instruction):
 
     @property
     def track(self) -> str:
-        return f"dma.q{self.queue}"
+        name = _QUEUE_TRACKS.get(self.queue)
+        if name is None:
+            name = _QUEUE_TRACKS[self.queue] = f"dma.q{self.queue}"
+        return name
 
 
-@dataclass(eq=False)
+_QUEUE_TRACKS: dict[int, str] = {}
+
+
+@_guarded
 class SemaphoreSignal(Instruction):
     """Add one to semaphore ``sem`` when every earlier instruction on this engine is done."""
 
@@ -857,7 +900,7 @@ class SemaphoreSignal(Instruction):
         return f"{self.opcode} {self.sem}"
 
 
-@dataclass(eq=False)
+@_guarded
 class SemaphoreWait(Instruction):
     """Block this engine until semaphore ``sem`` has reached ``count``."""
 

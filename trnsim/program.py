@@ -15,10 +15,13 @@ from typing import Callable, Iterator, Sequence
 
 from trnsim.dtypes import as_dtype, float32
 from trnsim.errors import AllocationError, ProgramError
-from trnsim.isa import (ALU_COMPARISONS, BN_STATS_MAX_FREE, BN_STATS_WIDTH, MAX_FREE_DIMS, Activation, AffineSelect,
+from trnsim.isa import (ALU_COMPARISONS, BN_STATS_MAX_FREE, BN_STATS_WIDTH, MAX_FREE_DIMS, MEMORY_NAMES, Activation, AffineSelect,
                         BnAggr, BnStats, DmaCopy, Engine, Instruction, Iota, LoadStationary, Memory, MultiplyMoving,
                         Select, SemaphoreWait, Tensor, TensorCopy, TensorReduce, TensorScalar, TensorTensor,
                         Transpose, View, dims_extent)
+
+
+_set = object.__setattr__
 
 
 def _alignment_ok(start: int, count: int) -> bool:
@@ -106,15 +109,17 @@ class Program:
         return self._on_chip(self.psum_alloc, shape, dtype, name, start_partition)
 
     def _on_chip(self, alloc: object, shape: Sequence[int], dtype: object, name: str | None, start_partition: int) -> Tensor:
-        shape = _check_shape(shape, alloc.memory.value)
+        kind = MEMORY_NAMES[alloc.memory]
+        shape = _check_shape(shape, kind)
         dt = as_dtype(dtype)
-        label = name if name is not None else f"{alloc.memory.value}{len(self.tensors)}"
-        _check_partitions(lambda: f"{alloc.memory.value} tensor {label!r}", start_partition, shape[0], self.chip)
+        label = name if name is not None else f"{kind}{len(self.tensors)}"
+        _check_partitions(lambda: f"{kind} tensor {label!r}", start_partition, shape[0], self.chip)
         if label in self._names:
             raise ProgramError(f"tensor name {label!r} is already used in program {self.name!r}; pick another")
         nbytes = math.prod(shape[1:]) * dt.itemsize
         offset = alloc.allocate(label, start_partition, shape[0], nbytes)
-        name = self._name(label, alloc.memory.value)
+        self._names.add(label)
+        name = label
         t = Tensor(name, alloc.memory, shape, dt, start_partition=start_partition, byte_offset=offset)
         self.tensors.append(t)
         self._tensor_ids.add(id(t))
@@ -154,6 +159,23 @@ class Program:
         inst._seal(self.name)
         return inst.index
 
+    def add_traced(self, inst: Instruction, deps: tuple[int, ...], reads: tuple[View, ...], writes: tuple[View, ...]) -> int:
+        """:meth:`add` for a tracer, which found ``deps`` itself (earlier instructions, in
+        order) and ``inst``'s operands (``reads``, ``writes``) already: the same checks
+        but those of the dependencies, and the instruction is sealed as it joins."""
+        index = len(self.instructions)
+        _set(inst, "deps", deps)
+        _set(inst, "index", index)
+        try:
+            self._check_operands(inst, reads + writes)
+        except ProgramError:
+            _set(inst, "index", -1)
+            raise
+        self.instructions.append(inst)
+        self.timing.add(inst)
+        _set(inst, "_owner", self.name)
+        return index
+
     def __len__(self) -> int:
         return len(self.instructions)
 
@@ -169,6 +191,11 @@ class Program:
         for d in inst.deps:
             if not isinstance(d, int) or not 0 <= d < index:
                 raise self._fail(inst, f"dependency {d!r} must be the index of an earlier instruction (0..{index - 1})")
+        self._check_operands(inst, inst.reads() + inst.writes())
+
+    def _check_operands(self, inst: Instruction, views: tuple[View, ...]) -> None:
+        """Everything :meth:`_validate` checks but the dependencies: engine or queue, each
+        operand ``views`` against its tensor, and the instruction's own rules."""
         if isinstance(inst, DmaCopy):
             nq = self.chip.dma.engines * self.chip.dma.queues_per_engine
             if not 0 <= inst.queue < nq:
@@ -176,9 +203,9 @@ class Program:
         elif inst.engine not in inst.engines:
             names = ", ".join(e.value for e in inst.engines)
             raise self._fail(inst, f"cannot run on the {inst.engine.value} engine; it runs on: {names}")
-        for v in inst.reads() + inst.writes():
+        for v in views:
             self._validate_view(inst, v)
-        key = (type(self), type(inst))
+        key = (self.__class__, inst.__class__)
         check = _CHECKS.get(key)
         if check is None:
             check = _CHECKS[key] = getattr(type(self), f"_check_{inst.opcode}", _no_check)

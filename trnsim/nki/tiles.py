@@ -294,6 +294,12 @@ class NkiTensor(ViewMethods):
         return NkiTensor(self._placement, view, tuple(b for _, b in ordered))
 
     def __getitem__(self, index: object) -> NkiTensor:
+        keys = index if index.__class__ is tuple else (index,)
+        for k in keys:
+            if k.__class__ is not slice and k.__class__ is not int:
+                break
+        else:
+            return self._plain(keys)
         index = self._expand(index)
         if self._grid_axes(index) is not None:
             return self._general(index)
@@ -341,6 +347,20 @@ class NkiTensor(ViewMethods):
         kept += list(self.bases[len(index):])
         overrun = [o for idx, o in zip(plain, over) if not isinstance(idx, int)] + [0] * len(view.shape)
         return NkiTensor(self._placement, view, tuple(kept[: len(view.shape)]), tuple(overrun[: len(view.shape)]))
+
+    def _plain(self, keys: tuple[slice | int, ...]) -> NkiTensor:
+        """``self[keys]`` for an index of Python ints and slices only (the common case):
+        no ``nl.arange`` bases to carry and nothing to overrun."""
+        try:
+            view = self.view[keys]
+        except Exception as e:
+            raise self._placement.tracer.fail(f"{self.name}: {e}") from None
+        kept: list[int | None] = [None for k in keys if k.__class__ is slice]
+        if keys and keys[0].__class__ is int and self.view.tensor.on_chip:
+            kept.append(None)  # the partition axis stays
+        kept += self.bases[len(keys):]
+        n = len(view.shape)
+        return NkiTensor(self._placement, view, tuple(kept[:n]), (0,) * n)
 
     def reshape(self, shape: tuple[int, ...] | list[int]) -> NkiTensor:
         """The same elements under a new shape; the view must be contiguous (past the

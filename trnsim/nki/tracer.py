@@ -15,7 +15,7 @@ import sys
 from typing import Any
 
 from trnsim.errors import ProgramError, TrnSimError
-from trnsim.isa import DmaCopy, Engine, Instruction, LoadStationary, Memory, Memset, Program, Tensor, View
+from trnsim.isa import MEMORY_NAMES, DmaCopy, Engine, Instruction, LoadStationary, Memory, Memset, Program, Tensor, View
 from trnsim.nki.hazards import Hazards, UnwrittenRead, region_of, region_of_tensor
 
 _NKI_DIR = os.path.dirname(os.path.abspath(__file__))
@@ -62,6 +62,7 @@ def caller_source() -> str:
     return f"{frame.f_code.co_filename}:{frame.f_lineno}"
 
 
+_set = object.__setattr__
 _current: list[Tracer] = []
 _gc_was_enabled: list[bool] = [True]
 
@@ -131,7 +132,7 @@ class Tracer:
 
     def place(self, shape: tuple[int, ...], dtype: Any, memory: Memory, name: str | None = None) -> Tensor:
         """Allocate a tile (SBUF/PSUM) or an HBM tensor; errors name the kernel line."""
-        name = self.fresh_name(name or memory.value)
+        name = self.fresh_name(name or MEMORY_NAMES[memory])
         try:
             if memory is Memory.SBUF:
                 t = self.program.sbuf(shape, dtype, name)
@@ -202,24 +203,24 @@ class Tracer:
     def emit(self, inst: Instruction, check_written: bool = True) -> int:
         """Append ``inst`` with the dependencies its accesses imply; returns its index."""
         source = caller_source()
-        inst.source = source
+        _set(inst, "source", source)
         reads, writes = inst.reads(), inst.writes()
         if self.zeros:
             self._zero_first(reads, writes)
-        index = len(self.program.instructions)
+        program = self.program
+        index = len(program.instructions)
         try:
             deps = self.hazards.access(index, reads, writes, check_written)
         except UnwrittenRead as e:
             raise self.fail(f"reads {_tile_name(e.view)} before anything wrote it; load, memset or compute it first", source) from None
         # stationary loads overlap the multiply before them, so a barrier needs the last of each
-        track = "tensor.load" if isinstance(inst, LoadStationary) else inst.track
+        track = "tensor.load" if inst.__class__ is LoadStationary else inst.track
         if self._barrier and track not in self._barrier_done:
             deps |= self._barrier
             self._barrier_done.add(track)
-        inst.deps = tuple(sorted(deps))
         self._last_on_track[track] = index
         try:
-            self.program.add(inst)
+            program.add_traced(inst, tuple(sorted(deps)), reads, writes)
         except ProgramError as e:
             raise self.fail(str(e), source) from None
         return index
