@@ -33,6 +33,7 @@ from trnsim.hw.spec import ChipSpec, InstanceSpec, load_chip, shipped_chips
 
 _TORI = ("torus2d", "ultraserver")
 _TOPOLOGIES = ("single", *_TORI, "switch")
+_COST_CACHE = 1024
 
 
 @dataclass(frozen=True)
@@ -165,6 +166,8 @@ class Fabric:
         self.nproc_per_node = per_node
         self._placements = [self._place(r) for r in range(world_size)]
         self._links: dict[tuple[str, int], LinkTimeline] = {}
+        self._routes: dict[tuple[int, int], tuple[str, float, list]] = {}
+        self._costs: dict[tuple, tuple[str, list, float, float]] = {}  # a job repeats its collectives
 
     def _place(self, rank: int) -> Placement:
         server, local = divmod(rank, self.nproc_per_node)
@@ -270,6 +273,15 @@ class Fabric:
 
     def _cost(self, kind: str, algorithm: str, nbytes: int, group: tuple[int, ...], root: int | None,
               rows: tuple | None) -> tuple[str, list, float, float]:
+        key = (kind, algorithm, nbytes, group, root, rows)
+        if key not in self._costs:
+            if len(self._costs) >= _COST_CACHE:
+                self._costs.pop(next(iter(self._costs)))
+            self._costs[key] = self._steps_cost(kind, algorithm, nbytes, group, root, rows)
+        return self._costs[key]
+
+    def _steps_cost(self, kind: str, algorithm: str, nbytes: int, group: tuple[int, ...], root: int | None,
+                    rows: tuple | None) -> tuple[str, list, float, float]:
         order = self._ring_order(group) if algorithm == "ring" else list(group)
         if rows is not None:
             rows = tuple(tuple(rows[group.index(a)][group.index(b)] for b in order) for a in order)
@@ -279,7 +291,10 @@ class Fabric:
         for step in algos.steps(kind, algorithm, nbytes, len(group), at, rows):
             latency, load = 0.0, {}
             for src, dst, size in step.transfers:
-                name, hop, links = self._route(self._placements[order[src]], self._placements[order[dst]])
+                pair = (order[src], order[dst])
+                if pair not in self._routes:
+                    self._routes[pair] = self._route(self._placements[pair[0]], self._placements[pair[1]])
+                name, hop, links = self._routes[pair]
                 tier = max(tier, name, key=tiers.index)
                 latency = max(latency, hop)
                 wire += size * step.repeat
