@@ -122,6 +122,16 @@ FIGURE_RANGES: dict[str, Range] = {
     "inter_instance_hop_latency_ns": _LATENCY_NS,
     "chips": Range(1, 65536, "chips"),
     "shape": Range(1, 65536, "chips along one dimension"),
+    "servers": Range(1, 4096, "servers (EC2 instances) joined by NeuronLink"),
+    "link_bw_gbps": Range(0, 1e6, "GB/s; 0 takes [neuronlink] chip_bw_gbps"),
+    "inter_server_bw_gbps": Range(0, 1e6, "GB/s; 0 where the servers are not joined by NeuronLink"),
+    "efa_bw_gbps": Range(0, 1e6, "GB/s; 0 where the server has no EFA"),
+    "intra_chip_bw_gbps": _BANDWIDTH,
+    "intra_chip_hop_latency_ns": _LATENCY_NS,
+    "efa_hop_latency_ns": _LATENCY_NS,
+    "collective_fixed_ns": _LATENCY_NS,
+    "mesh_max_kib": Range(0, 1 << 20, "KiB"),
+    "rdh_max_kib": Range(0, 1 << 20, "KiB"),
 }
 
 # Text fields that name something; they appear in messages and traces, so one short line.
@@ -355,19 +365,62 @@ class NeuronLinkSpec(_Checked):
 
 
 @dataclass(frozen=True)
+class FabricSpec(_Checked):
+    """What collectives cost besides the NeuronLink links: the path between the cores of
+    one chip, the EFA network between servers, the fixed cost of one collective and the
+    message sizes at which Neuron's collective library changes algorithm."""
+
+    intra_chip_bw_gbps: float
+    intra_chip_hop_latency_ns: float
+    efa_hop_latency_ns: float
+    collective_fixed_ns: float
+    mesh_max_kib: int
+    rdh_max_kib: int
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.rdh_max_kib < self.mesh_max_kib:
+            raise _FigureError(type(self).__name__, "rdh_max_kib", f"is {self.rdh_max_kib}; allowed: at least "
+                               f"mesh_max_kib ({self.mesh_max_kib} KiB)")
+
+
+@dataclass(frozen=True)
 class InstanceSpec(_Checked):
-    """A machine built from several chips and how they are wired; ``shape`` lays the chips out."""
+    """A machine built from several chips and how they are wired; ``shape`` lays the chips out.
+
+    ``chips`` counts every chip joined by NeuronLink, across ``servers`` EC2 instances
+    (more than one for an UltraServer). ``link_bw_gbps`` is one chip's NeuronLink bandwidth
+    to the other chips of its server (0: the chip's ``[neuronlink] chip_bw_gbps``),
+    ``inter_server_bw_gbps`` one chip's bandwidth to the other servers, ``efa_bw_gbps`` one
+    server's EFA network bandwidth (all in GB/s; 0: none). The last four may be left out.
+    """
 
     name: str
     chips: int
     topology: str
     shape: tuple[int, ...]
+    servers: int = 1
+    link_bw_gbps: float = 0.0
+    inter_server_bw_gbps: float = 0.0
+    efa_bw_gbps: float = 0.0
 
     def __post_init__(self) -> None:
         super().__post_init__()
+        owner = type(self).__name__
         if math.prod(self.shape) != self.chips:
-            raise _FigureError(type(self).__name__, "shape", f"is {list(self.shape)}; allowed: a layout of "
+            raise _FigureError(owner, "shape", f"is {list(self.shape)}; allowed: a layout of "
                                f"exactly chips ({self.chips}) chips, e.g. [{self.chips}]")
+        if self.chips % self.servers:
+            raise _FigureError(owner, "servers", f"is {self.servers}; allowed: a count that divides chips "
+                               f"({self.chips}) into servers of equal size")
+        if self.servers > 1 and self.inter_server_bw_gbps == 0:
+            raise _FigureError(owner, "inter_server_bw_gbps", f"is 0 with {self.servers} servers; allowed: the "
+                               "NeuronLink bandwidth between them (GB/s per chip), or servers = 1")
+
+    @property
+    def chips_per_server(self) -> int:
+        """Chips in one server (one EC2 instance)."""
+        return self.chips // self.servers
 
 
 @dataclass(frozen=True)
@@ -400,6 +453,7 @@ class ChipSpec(_ChipIdent):
     runtime: RuntimeSpec
     compiler: CompilerSpec
     neuronlink: NeuronLinkSpec
+    fabric: FabricSpec
     instances: tuple[InstanceSpec, ...]
     source: str
 
@@ -419,6 +473,11 @@ class ChipSpec(_ChipIdent):
     def device_hbm_bytes(self) -> int:
         """HBM one logical core (one process's ``neuron`` device) owns: its cores' share."""
         return self.hbm.capacity_bytes * self.logical_core_size // self.cores_per_chip
+
+    @property
+    def logical_cores_per_chip(self) -> int:
+        """Logical NeuronCores per chip: one process (one rank) drives each."""
+        return self.cores_per_chip // self.logical_core_size
 
     @property
     def hbm_bw_per_core_gbps(self) -> float:
@@ -454,6 +513,7 @@ _TABLES: dict[str, type] = {
     "runtime": RuntimeSpec,
     "compiler": CompilerSpec,
     "neuronlink": NeuronLinkSpec,
+    "fabric": FabricSpec,
 }
 _TOP_KEYS = ["extends", *_TABLES, "instance"]
 
@@ -584,7 +644,7 @@ def _merge(chain: list[tuple[Path, _Stamp, dict]]) -> tuple[dict, dict[str, Path
 
 def _build(cls: type, table: dict, where: str, origin: dict[str, Path], top: Path) -> typing.Any:
     for field in dataclasses.fields(cls):
-        if field.name not in table:
+        if field.name not in table and field.default is dataclasses.MISSING:
             hint = _hints(cls)[field.name]
             kind = (FIGURE_RANGES[field.name].describe(hint is int) if hint in (int, float)
                     else "a string" if hint is str else "an array")
