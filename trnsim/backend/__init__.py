@@ -57,6 +57,9 @@ def register() -> None:
     reductions.install()
     hostshims.install()
     autocast.install()
+    from trnsim.backend import distributed
+
+    distributed.register()
     _registered = True
 
 

@@ -181,8 +181,13 @@ class profile:
                 args["reason"] = g.reason
             at_ns = max(g.host_clock_ps - origin, 0) / 1000  # a compile before the first op marks the start
             tr.slices.append(Slice("compile", f"compile {g.graph_name}", at_ns, 0.0, args))
+        tr.meta["origin_ps"] = origin   # the rank's clock at the trace's 0 (merging ranks aligns on it)
         for r in self.records:
             start_ns = (r.start_ps - origin) / 1000
+            if r.cost.source == "collective":
+                tr.slices.append(Slice("collectives", r.name.removeprefix("c10d::"), start_ns,
+                                       (r.end_ps - r.start_ps) / 1000, r.info.args()))
+                continue
             args = {"shapes": [list(s) for s in r.shapes], "dtypes": list(r.dtypes), "timed_by": r.cost.source}
             if r.cost.kernel:
                 args["kernel"] = r.cost.kernel

@@ -151,6 +151,14 @@ def set_fidelity(value: str) -> None:
 DEVICE_COUNT = 1   # one logical NeuronCore per process, as Neuron runs one process per core
 
 
+def launcher_local_rank() -> int | None:
+    """``$LOCAL_RANK`` as torchrun sets it (None outside a launcher): the NeuronCore of the
+    instance this process drives. ``torch.neuron.set_device(local_rank)`` and tensors on
+    ``neuron:<local_rank>`` name this process's one device, which PyTorch numbers 0."""
+    raw = os.environ.get("LOCAL_RANK")
+    return int(raw) if raw is not None and raw.isdigit() else None
+
+
 class InvalidDeviceError(TrnSimError, RuntimeError):
     """A ``neuron`` device index outside ``range(torch.neuron.device_count())`` (CUDA's
     "invalid device ordinal"; a RuntimeError, as CUDA's is)."""
@@ -161,6 +169,8 @@ def check_device_index(index: int | None) -> int:
     process; otherwise raise :class:`InvalidDeviceError` naming the index and the fix."""
     if index is None:
         return 0
+    if index == launcher_local_rank() and not isinstance(index, bool):
+        return 0   # this process's own core, as torchrun numbers it: the one device it drives
     if isinstance(index, bool) or not isinstance(index, int) or not 0 <= index < DEVICE_COUNT:
         raise InvalidDeviceError(
             f"invalid neuron device index {index!r}: this process has {DEVICE_COUNT} neuron device "

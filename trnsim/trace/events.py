@@ -22,6 +22,7 @@ TRACK_NAMES = {
     "ops": "PyTorch ops",
     "host": "Host (sync points)",
     "compile": "torch.compile (compilations: host time, not device time)",
+    "collectives": "Collectives (NeuronLink)",
     "tensor": "TensorE (matmul)",
     "tensor.load": "TensorE (load stationary)",
     "vector": "VectorE",
