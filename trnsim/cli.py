@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+from pathlib import Path
 from typing import NoReturn, Sequence
 
 from trnsim.atomic import check_writable
@@ -128,10 +129,51 @@ def _report(args: argparse.Namespace) -> int:
         image_format(args.plot)
         check_writable(args.plot)
     trace = load(args.trace)
+    from trnsim.trace.job import JobTrace
+
+    if isinstance(trace, JobTrace):
+        from trnsim.backend.distributed.launch import format_summary, summarize_job
+
+        print(format_summary(summarize_job(trace), trace.total_ns))
+        if args.plot is not None:
+            raise TrnSimError(f"{args.trace} is a merged job trace; --plot draws one rank's trace: "
+                              "plot a rank's own trace instead")
+        return 0
     print(summarize(trace))
     if args.plot is not None:
         plot_timeline(trace, args.plot)
         print(f"timeline       {args.plot}")
+    return 0
+
+
+def _run(args: argparse.Namespace) -> int:
+    script = Path(args.script)
+    if not script.is_file():
+        raise TrnSimError(f"script {args.script!r} does not exist; give the path of a Python script to run")
+    if args.nproc < 1:
+        raise TrnSimError(f"--nproc {args.nproc}: give 1 or more ranks")
+    if args.trace:
+        check_writable(args.trace)
+    if args.nproc > 1 or args.nnodes > 1:
+        from trnsim.backend.distributed.launch import run_job
+
+        return run_job(str(script), args.args, args.nproc, args.trace, instance=args.instance, chip=args.chip,
+                       fidelity=args.fidelity, timeout_s=args.timeout, nnodes=args.nnodes, node_rank=args.node_rank,
+                       rdzv_endpoint=args.rdzv_endpoint)
+    for key, value in (("TRNSIM_INSTANCE", args.instance), ("TRNSIM_CHIP", args.chip), ("TRNSIM_FIDELITY", args.fidelity)):
+        if value:
+            os.environ[key] = value
+    import runpy
+
+    import trnsim
+
+    sys.argv = [str(script), *args.args]
+    sys.path.insert(0, str(script.resolve().parent))
+    with trnsim.profile(args.trace) as prof:
+        runpy.run_path(str(script), run_name="__main__")
+    print(prof.summary())
+    if args.trace:
+        print(f"trace          {args.trace}")
     return 0
 
 
@@ -214,6 +256,23 @@ def build_parser() -> argparse.ArgumentParser:
     report.add_argument("trace", help="a trace written by trnsim")
     report.add_argument("--plot", metavar="PNG", help="also draw the timeline, one row per engine and DMA queue, to this image")
     report.set_defaults(func=_report)
+
+    run = sub.add_parser("run", help="run a PyTorch or NKI script on the simulated device, print where the time went "
+                                     "and write a trace; --nproc N runs it on N ranks with torchrun")
+    run.add_argument("--nproc", type=int, default=1, help="ranks (processes) per node, as torchrun's --nproc-per-node")
+    run.add_argument("--instance", default=None, help="the instance the ranks run on (trn1.32xlarge, trn2.48xlarge, ...; "
+                                                      "default $TRNSIM_INSTANCE or the chip's own)")
+    run.add_argument("--chip", default=None, help="chip name or TOML (default $TRNSIM_CHIP or trn2)")
+    run.add_argument("--fidelity", default=None, choices=("op", "instruction", "timing"),
+                     help="default $TRNSIM_FIDELITY")
+    run.add_argument("--trace", default=None, help="write the trace here (the merged trace of all ranks with --nproc)")
+    run.add_argument("--timeout", type=float, default=None, help="give up on the job after this many seconds")
+    run.add_argument("--nnodes", type=int, default=1, help="servers of a multi-node job (torchrun's --nnodes)")
+    run.add_argument("--node-rank", type=int, default=0, help="this server's rank in a multi-node job")
+    run.add_argument("--rdzv-endpoint", default="localhost:29400", help="host:port of the multi-node rendezvous")
+    run.add_argument("script", help="the script to run, unchanged")
+    run.add_argument("args", nargs=argparse.REMAINDER, help="the script's own arguments")
+    run.set_defaults(func=_run)
 
     cov = sub.add_parser("coverage", help="list the aten ops the neuron device times with a kernel or an estimate")
     cov.add_argument("--all", action="store_true", help="also list the estimated ops and those without device work")

@@ -9,10 +9,11 @@ from typing import Any
 from trnsim.trace.analysis import Summary, busy_ns, summarize
 from trnsim.trace.events import Counter, Slice, Trace, trace_from_run
 from trnsim.trace.export import load, save, to_chrome
+from trnsim.trace.job import JobTrace, merge, save_job
 from trnsim.trace.plot import plot_busy, plot_timeline
 
-__all__ = ["Counter", "Slice", "Summary", "Trace", "busy_ns", "load", "plot_busy", "plot_timeline", "save", "summarize",
-           "to_chrome", "trace_from_run", "write_trace"]
+__all__ = ["Counter", "JobTrace", "Slice", "Summary", "Trace", "busy_ns", "load", "merge", "plot_busy", "plot_timeline",
+           "save", "save_job", "summarize", "to_chrome", "trace_from_run", "write_trace"]
 
 
 def write_trace(result: Any, path: str | os.PathLike) -> Path:

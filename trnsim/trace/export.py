@@ -16,7 +16,8 @@ from typing import Any
 
 from trnsim.atomic import write_atomic
 from trnsim.trace.events import Counter, Slice, Trace, track_label, track_sort_key
-from trnsim.trace.validate import FORMAT, read_checked
+from trnsim.trace.job import JobTrace, from_chrome
+from trnsim.trace.validate import FORMAT, JOB_FORMAT, read_checked
 
 PID = 1
 
@@ -50,11 +51,14 @@ def save(trace: Trace, path: str | os.PathLike) -> Path:
     return write_atomic(path, lambda f: json.dump(data, f, separators=(",", ":")))
 
 
-def load(path: str | os.PathLike) -> Trace:
-    """Read a trace written by :func:`save` back into a :class:`Trace` (a damaged or
+def load(path: str | os.PathLike) -> Trace | JobTrace:
+    """Read a trace written by :func:`save` back into a :class:`Trace`, or a merged job
+    trace (:func:`trnsim.trace.job.save_job`) into a :class:`JobTrace` (a damaged or
     foreign file raises :class:`TraceFileError` naming what is wrong)."""
     data = read_checked(path)
     other = data["otherData"]
+    if other["format"] == JOB_FORMAT:
+        return from_chrome(data)
     by_tid = {n + 1: t for n, t in enumerate(other["tracks"])}
     meta = {k: v for k, v in other.items() if k not in ("format", "process", "tracks")}
     trace = Trace(process=other["process"], meta=meta)

@@ -21,6 +21,7 @@ from trnsim.atomic import as_path
 from trnsim.errors import TraceFileError
 
 FORMAT = "trnsim-trace/1"
+JOB_FORMAT = "trnsim-job/1"   # a merged multi-rank trace (trnsim.trace.job)
 PHASES = ("M", "X", "C")
 # Times are microseconds; 1e15 us is 31 years of simulated time, so anything larger is
 # damage (and would overflow to inf once turned into nanoseconds and summed).
@@ -65,16 +66,29 @@ def _load_json(path: str | os.PathLike) -> Any:
         raise TraceFileError(f"{path} is not a trnsim trace: its JSON is nested too deeply to read") from None
 
 
+def _check_tracks(path: Any, where: str, info: dict) -> list[str]:
+    tracks = info.get("tracks")
+    if not isinstance(tracks, list) or not all(isinstance(t, str) for t in tracks):
+        raise TraceFileError(f"{path} is a damaged trnsim trace: {where}.tracks is not a list of track names")
+    if not isinstance(info.get("process"), str):
+        raise TraceFileError(f"{path} is a damaged trnsim trace: {where}.process is missing or not a string")
+    return tracks
+
+
 def _check_meta(path: Any, data: dict) -> dict:
     other = data.get("otherData")
-    if not isinstance(other, dict) or other.get("format") != FORMAT:
-        found = other.get("format") if isinstance(other, dict) else None
-        raise TraceFileError(f"{path} is not a trnsim trace (otherData.format is {found!r}, expected {FORMAT!r})")
-    tracks = other.get("tracks")
-    if not isinstance(tracks, list) or not all(isinstance(t, str) for t in tracks):
-        raise TraceFileError(f"{path} is a damaged trnsim trace: otherData.tracks is not a list of track names")
-    if not isinstance(other.get("process"), str):
-        raise TraceFileError(f"{path} is a damaged trnsim trace: otherData.process is missing or not a string")
+    found = other.get("format") if isinstance(other, dict) else None
+    if found == JOB_FORMAT:
+        ranks = other.get("ranks")
+        if not isinstance(ranks, list) or not ranks or not all(isinstance(r, dict) for r in ranks):
+            raise TraceFileError(f"{path} is a damaged job trace: otherData.ranks is not a list of ranks")
+        for i, info in enumerate(ranks):
+            _check_tracks(path, f"otherData.ranks[{i}]", info)
+    elif found != FORMAT:
+        raise TraceFileError(f"{path} is not a trnsim trace (otherData.format is {found!r}, expected {FORMAT!r} "
+                             f"or {JOB_FORMAT!r})")
+    else:
+        _check_tracks(path, "otherData", other)
     for key in _NUMERIC_META:
         if key in other:
             _check_time(path, "otherData", key, other[key], limit=math.inf)
@@ -92,7 +106,7 @@ def _require(path: Any, i: int, e: dict, key: str, kind: type | tuple[type, ...]
     return value
 
 
-def _check_event(path: Any, i: int, e: Any, n_tracks: int) -> None:
+def _check_event(path: Any, i: int, e: Any, n_tracks: int | list[int]) -> None:
     if not isinstance(e, dict):
         raise TraceFileError(f"{path}: event {i} is a {type(e).__name__}, not an object; the file is damaged")
     ph = _require(path, i, e, "ph", str, "a string")
@@ -103,6 +117,12 @@ def _check_event(path: Any, i: int, e: Any, n_tracks: int) -> None:
     _require(path, i, e, "name", str, "a string")
     _check_time(path, f"event {i}", "ts", _require(path, i, e, "ts", (int, float), "a number"))
     args = _require(path, i, e, "args", dict, "an object")
+    if isinstance(n_tracks, list):   # a job trace: the process is the rank
+        pid = _require(path, i, e, "pid", int, "an integer")
+        if not 1 <= pid <= len(n_tracks):
+            raise TraceFileError(f"{path}: event {i} has pid={pid}, which names no rank "
+                                 f"(otherData.ranks has {len(n_tracks)}); the file is damaged")
+        n_tracks = n_tracks[pid - 1]
     if ph == "X":
         tid = _require(path, i, e, "tid", int, "an integer")
         if not 1 <= tid <= n_tracks:
@@ -124,7 +144,7 @@ def read_checked(path: str | os.PathLike) -> dict:
     if not isinstance(data, dict):
         raise TraceFileError(f"{path} is not a trnsim trace: its JSON is a {type(data).__name__}, not an object")
     other = _check_meta(path, data)
-    n_tracks = len(other["tracks"])
+    n_tracks = [len(r["tracks"]) for r in other["ranks"]] if other["format"] == JOB_FORMAT else len(other["tracks"])
     for i, e in enumerate(data["traceEvents"]):
         _check_event(path, i, e, n_tracks)
     return data

@@ -183,6 +183,14 @@ class NeuronProcessGroup(dist.ProcessGroup):
             raise self._peers.explain(e) from None
         return work
 
+    @property
+    def _moves_data(self) -> bool:
+        """Whether collectives move values: in ``timing`` fidelity tensors keep none, and
+        every rank only times its collectives."""
+        from trnsim.backend import state
+
+        return state.fidelity() != "timing"
+
     def _timed(self, kind: str, start_ps: int, nbytes: int, tensors: list[torch.Tensor], extra: dict | None = None,
                per_rank: list[int] | None = None, root: int | None = None) -> NeuronWork:
         t = self._timing.collective(kind, nbytes, start_ps, per_rank, root)
@@ -235,68 +243,73 @@ class NeuronProcessGroup(dist.ProcessGroup):
         opts = opts or c10d.AllreduceOptions()
         kind, name = _reduction(opts)
         start, _ = self._meet("all_reduce", tensors[0].dtype, _nbytes(tensors), op=name)
-        views = hostdata.in_place(tensors)
-        for v in views:
-            self._premultiply(opts, v.host, in_place=True)
-        self._run(lambda: self._gloo.allreduce([v.host for v in views], self._gloo_opts(c10d.AllreduceOptions, kind)))
-        self._average(views, kind)
-        for v in views:
-            v.finish()
+        if self._moves_data:
+            views = hostdata.in_place(tensors)
+            for v in views:
+                self._premultiply(opts, v.host, in_place=True)
+            self._run(lambda: self._gloo.allreduce([v.host for v in views], self._gloo_opts(c10d.AllreduceOptions, kind)))
+            self._average(views, kind)
+            for v in views:
+                v.finish()
         return self._timed("all_reduce", start, _nbytes(tensors), tensors, {"reduction": name})
 
     def allreduce_coalesced(self, tensors: list[torch.Tensor], opts: Any = None) -> NeuronWork:
         opts = opts or c10d.AllreduceCoalescedOptions()
         kind, name = _reduction(opts)
         start, _ = self._meet("all_reduce", tensors[0].dtype, _nbytes(tensors), op=name)
-        views = hostdata.in_place(tensors)
-        for v in views:
-            self._premultiply(opts, v.host, in_place=True)
-            self._run(lambda v=v: self._gloo.allreduce([v.host], self._gloo_opts(c10d.AllreduceOptions, kind)))
-        self._average(views, kind)
-        for v in views:
-            v.finish()
+        if self._moves_data:
+            views = hostdata.in_place(tensors)
+            for v in views:
+                self._premultiply(opts, v.host, in_place=True)
+                self._run(lambda v=v: self._gloo.allreduce([v.host], self._gloo_opts(c10d.AllreduceOptions, kind)))
+            self._average(views, kind)
+            for v in views:
+                v.finish()
         return self._timed("all_reduce", start, _nbytes(tensors), tensors, {"reduction": name, "coalesced": len(tensors)})
 
     def reduce(self, tensors: list[torch.Tensor], opts: Any = None) -> NeuronWork:
         opts = opts or c10d.ReduceOptions()
         kind, name = _reduction(opts)
         start, _ = self._meet("reduce", tensors[0].dtype, _nbytes(tensors), root=opts.rootRank, op=name)
-        views = hostdata.in_place(tensors)
-        for v in views:
-            self._premultiply(opts, v.host, in_place=True)
-        o = self._gloo_opts(c10d.ReduceOptions, kind)
-        o.rootRank = opts.rootRank
-        o.rootTensor = opts.rootTensor
-        self._run(lambda: self._gloo.reduce([v.host for v in views], o))
-        if self.rank() == opts.rootRank:
-            self._average(views, kind)
+        if self._moves_data:
+            views = hostdata.in_place(tensors)
             for v in views:
-                v.finish()
+                self._premultiply(opts, v.host, in_place=True)
+            o = self._gloo_opts(c10d.ReduceOptions, kind)
+            o.rootRank = opts.rootRank
+            o.rootTensor = opts.rootTensor
+            self._run(lambda: self._gloo.reduce([v.host for v in views], o))
+            if self.rank() == opts.rootRank:
+                self._average(views, kind)
+                for v in views:
+                    v.finish()
         return self._timed("reduce", start, _nbytes(tensors), tensors, {"reduction": name, "root": opts.rootRank},
                            root=opts.rootRank)
 
     def broadcast(self, tensors: list[torch.Tensor], opts: Any = None) -> NeuronWork:
         opts = opts or c10d.BroadcastOptions()
         start, _ = self._meet("broadcast", tensors[0].dtype, _nbytes(tensors), root=opts.rootRank)
-        views = hostdata.in_place(tensors) if self.rank() == opts.rootRank else hostdata.outputs(tensors)
-        o = c10d.BroadcastOptions()
-        o.rootRank = opts.rootRank
-        o.rootTensor = opts.rootTensor
-        self._run(lambda: self._gloo.broadcast([v.host for v in views], o))
-        for v in views:
-            v.finish()
+        if self._moves_data:
+            views = hostdata.in_place(tensors) if self.rank() == opts.rootRank else hostdata.outputs(tensors)
+            o = c10d.BroadcastOptions()
+            o.rootRank = opts.rootRank
+            o.rootTensor = opts.rootTensor
+            self._run(lambda: self._gloo.broadcast([v.host for v in views], o))
+            for v in views:
+                v.finish()
         return self._timed("broadcast", start, _nbytes(tensors), tensors, {"root": opts.rootRank}, root=opts.rootRank)
 
     # -- gathers and scatters ----------------------------------------------------
 
     def allgather(self, output_lists: list[list[torch.Tensor]], inputs: list[torch.Tensor], opts: Any = None) -> NeuronWork:
         start, _ = self._meet("all_gather", inputs[0].dtype, _nbytes(inputs))
-        outs = [hostdata.outputs(lst) for lst in output_lists]
-        ins = hostdata.inputs(inputs)
-        self._run(lambda: self._gloo.allgather([[v.host for v in lst] for lst in outs], ins))
-        for lst in outs:
-            for v in lst:
-                v.finish()
+        if self._moves_data:
+            outs = [hostdata.outputs(lst) for lst in output_lists]
+            ins = hostdata.inputs(inputs)
+            self._run(lambda: self._gloo.allgather([[v.host for v in lst] for lst in outs], ins))
+            for lst in outs:
+                for v in lst:
+                    v.finish()
         flat = [t for lst in output_lists for t in lst]
         return self._timed("all_gather", start, _nbytes(flat), flat)
 
@@ -305,10 +318,11 @@ class NeuronProcessGroup(dist.ProcessGroup):
             raise TrnSimError(f"all_gather_into_tensor: output of {output.numel()} elements is not the group size "
                               f"{self.size()} x the input's {input.numel()}; size the output world_size * input.numel()")
         start, _ = self._meet("all_gather", input.dtype, _nbytes([input]))
-        (out,) = hostdata.outputs([output])
-        (inp,) = hostdata.inputs([input])
-        self._run(lambda: self._gloo._allgather_base(out.host, inp))
-        out.finish()
+        if self._moves_data:
+            (out,) = hostdata.outputs([output])
+            (inp,) = hostdata.inputs([input])
+            self._run(lambda: self._gloo._allgather_base(out.host, inp))
+            out.finish()
         return self._timed("all_gather", start, _nbytes([output]), [output])
 
     def allgather_coalesced(self, output_lists: list[list[torch.Tensor]], inputs: list[torch.Tensor], opts: Any = None) -> NeuronWork:
@@ -322,27 +336,29 @@ class NeuronProcessGroup(dist.ProcessGroup):
     def gather(self, output_lists: list[list[torch.Tensor]], inputs: list[torch.Tensor], opts: Any = None) -> NeuronWork:
         opts = opts or c10d.GatherOptions()
         start, _ = self._meet("gather", inputs[0].dtype, _nbytes(inputs), root=opts.rootRank)
-        root = self.rank() == opts.rootRank
-        outs = [hostdata.outputs(lst) for lst in output_lists] if root else []
-        o = c10d.GatherOptions()
-        o.rootRank = opts.rootRank
-        self._run(lambda: self._gloo.gather([[v.host for v in lst] for lst in outs], hostdata.inputs(inputs), o))
-        for lst in outs:
-            for v in lst:
-                v.finish()
+        if self._moves_data:
+            root = self.rank() == opts.rootRank
+            outs = [hostdata.outputs(lst) for lst in output_lists] if root else []
+            o = c10d.GatherOptions()
+            o.rootRank = opts.rootRank
+            self._run(lambda: self._gloo.gather([[v.host for v in lst] for lst in outs], hostdata.inputs(inputs), o))
+            for lst in outs:
+                for v in lst:
+                    v.finish()
         return self._timed("gather", start, _nbytes(inputs) * self.size(), inputs, {"root": opts.rootRank}, root=opts.rootRank)
 
     def scatter(self, outputs: list[torch.Tensor], input_lists: list[list[torch.Tensor]], opts: Any = None) -> NeuronWork:
         opts = opts or c10d.ScatterOptions()
         start, _ = self._meet("scatter", outputs[0].dtype, _nbytes(outputs), root=opts.rootRank)
-        root = self.rank() == opts.rootRank
-        outs = hostdata.outputs(outputs)
-        ins = [hostdata.inputs(lst) for lst in input_lists] if root else []
-        o = c10d.ScatterOptions()
-        o.rootRank = opts.rootRank
-        self._run(lambda: self._gloo.scatter([v.host for v in outs], ins, o))
-        for v in outs:
-            v.finish()
+        if self._moves_data:
+            root = self.rank() == opts.rootRank
+            outs = hostdata.outputs(outputs)
+            ins = [hostdata.inputs(lst) for lst in input_lists] if root else []
+            o = c10d.ScatterOptions()
+            o.rootRank = opts.rootRank
+            self._run(lambda: self._gloo.scatter([v.host for v in outs], ins, o))
+            for v in outs:
+                v.finish()
         return self._timed("scatter", start, _nbytes(outputs) * self.size(), outputs, {"root": opts.rootRank}, root=opts.rootRank)
 
     def _reduce_scatter_base(self, output: torch.Tensor, input: torch.Tensor, opts: Any = None) -> NeuronWork:
@@ -352,13 +368,14 @@ class NeuronProcessGroup(dist.ProcessGroup):
             raise TrnSimError(f"reduce_scatter_tensor: input of {input.numel()} elements is not the group size "
                               f"{self.size()} x the output's {output.numel()}; size the input world_size * output.numel()")
         start, _ = self._meet("reduce_scatter", output.dtype, _nbytes([output]), op=name)
-        (out,) = hostdata.outputs([output])
-        (inp,) = hostdata.inputs([input])
-        o = self._gloo_opts(c10d.ReduceScatterOptions, kind)
-        inp = self._premultiply(opts, inp, in_place=False)
-        self._run(lambda: self._gloo._reduce_scatter_base(out.host, inp.contiguous(), o))
-        self._average([out], kind)
-        out.finish()
+        if self._moves_data:
+            (out,) = hostdata.outputs([output])
+            (inp,) = hostdata.inputs([input])
+            o = self._gloo_opts(c10d.ReduceScatterOptions, kind)
+            inp = self._premultiply(opts, inp, in_place=False)
+            self._run(lambda: self._gloo._reduce_scatter_base(out.host, inp.contiguous(), o))
+            self._average([out], kind)
+            out.finish()
         return self._timed("reduce_scatter", start, _nbytes([input]), [output], {"reduction": name})
 
     def reduce_scatter(self, outputs: list[torch.Tensor], input_lists: list[list[torch.Tensor]], opts: Any = None) -> NeuronWork:
@@ -381,11 +398,12 @@ class NeuronProcessGroup(dist.ProcessGroup):
         n = self.size()
         sent = _split_bytes(input, input_splits, n, "input")
         start, calls = self._meet("all_to_all", input.dtype, sum(sent))
-        (out,) = hostdata.outputs([output])
-        (inp,) = hostdata.inputs([input])
-        self._run(lambda: self._gloo.alltoall_base(out.host, inp.contiguous(), list(output_splits), list(input_splits),
-                                                   c10d.AllToAllOptions()))
-        out.finish()
+        if self._moves_data:
+            (out,) = hostdata.outputs([output])
+            (inp,) = hostdata.inputs([input])
+            self._run(lambda: self._gloo.alltoall_base(out.host, inp.contiguous(), list(output_splits), list(input_splits),
+                                                       c10d.AllToAllOptions()))
+            out.finish()
         per_rank = [call[3] for call in calls]
         return self._timed("all_to_all", start, max(per_rank), [output], {"bytes_per_rank": per_rank},
                            per_rank=per_rank)
@@ -419,10 +437,11 @@ class NeuronProcessGroup(dist.ProcessGroup):
         nbytes = _nbytes(tensors)
         header = torch.tensor([ready, _code(tensors[0].dtype), nbytes], dtype=torch.int64)
         self._run(lambda: self._gloo.send([header], dst, tag))
-        views = hostdata.inputs(tensors)
-        work = self._gloo.send(views, dst, tag)
         end = ready + self._timing.point_to_point(nbytes, self.rank(), dst, ready).ps
         clocks.occupy(ready, end)
+        if not self._moves_data:
+            return NeuronWork(tensors, end)
+        work = self._gloo.send(hostdata.inputs(tensors), dst, tag)
         return NeuronWork(tensors, end, finish=lambda: self._wait(work))
 
     def recv(self, tensors: list[torch.Tensor], src: int, tag: int = 0) -> NeuronWork:
@@ -434,8 +453,8 @@ class NeuronProcessGroup(dist.ProcessGroup):
             raise CollectiveMismatchError(
                 f"recv from rank {self._global_ranks[src]} expects {_nbytes(tensors)} bytes of {tensors[0].dtype} "
                 f"but the matching send has {nbytes} bytes of {_dtype_name(dtype_code)}; size the receive buffer as the send")
-        views = hostdata.outputs(tensors)
-        work = self._gloo.recv([v.host for v in views], src, tag)
+        views = hostdata.outputs(tensors) if self._moves_data else []
+        work = self._gloo.recv([v.host for v in views], src, tag) if views else None
         start = max(ready, sent_ready)
         t = self._timing.point_to_point(nbytes, src, self.rank(), start)
         end = start + t.ps
@@ -449,7 +468,7 @@ class NeuronProcessGroup(dist.ProcessGroup):
             self._wait(work)
             for v in views:
                 v.finish()
-        return NeuronWork(tensors, end, finish=finish)
+        return NeuronWork(tensors, end, finish=finish if work is not None else None)
 
     def _wait(self, work: Any) -> None:
         try:

@@ -36,6 +36,15 @@ class HostView:
             storage.mark_written(self.tensor)
 
 
+def has_data(tensors: list[torch.Tensor]) -> bool:
+    """Whether the tensors hold values (neuron tensors made in ``timing`` fidelity keep
+    none: their collectives are timed, and nothing moves)."""
+    for t in tensors:
+        if t.device.type == "neuron" and t.untyped_storage()._trnsim_block.host is None and t.untyped_storage().nbytes():
+            return False
+    return True
+
+
 def inputs(tensors: list[torch.Tensor]) -> list[torch.Tensor]:
     """CPU tensors to read ``tensors`` through."""
     return [HostView(t, output=False).host for t in tensors]

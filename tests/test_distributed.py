@@ -1,0 +1,175 @@
+"""The neuron process group run for real: torchrun jobs of 2 and 4 ranks, traces, faults.
+
+Every job runs in its own session with a bounded time and is killed whole (launcher and
+ranks) if it overruns, so no process outlives its test.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+JOBS = Path(__file__).parent / "dist_jobs"
+REPO = Path(__file__).resolve().parents[1]
+
+
+def _env(**extra: str) -> dict[str, str]:
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join([str(REPO), env.get("PYTHONPATH", "")])
+    env.update(extra)
+    return env
+
+
+def _run(cmd: list[str], timeout: float = 240, **env: str) -> subprocess.CompletedProcess:
+    """Run ``cmd`` in a new session; on timeout kill the session and fail."""
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=_env(**env),
+                            start_new_session=True, cwd=REPO)
+    try:
+        out, err = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        out, err = proc.communicate()
+        pytest.fail(f"{' '.join(cmd)} ran past {timeout} s\n{out[-3000:]}\n{err[-3000:]}")
+    finally:
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)   # anything the job left behind
+        except ProcessLookupError:
+            pass
+    return subprocess.CompletedProcess(cmd, proc.returncode, out, err)
+
+
+def torchrun(script: str, nproc: int, *args: str, timeout: float = 240, **env: str) -> subprocess.CompletedProcess:
+    return _run([sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={nproc}",
+                 str(JOBS / script), *args], timeout=timeout, **env)
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _ranks(script: str, world: int, *args: str, timeout: float = 120) -> list[tuple[int, str, float]]:
+    """Start ``world`` rank processes directly (no torchrun agent to kill the others), wait
+    for all; returns each rank's exit code, stderr and seconds to exit."""
+    port = _free_port()
+    procs = []
+    start = time.monotonic()
+    for rank in range(world):
+        env = _env(RANK=str(rank), WORLD_SIZE=str(world), LOCAL_RANK=str(rank), LOCAL_WORLD_SIZE=str(world),
+                   MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+        procs.append(subprocess.Popen([sys.executable, str(JOBS / script), *args], stdout=subprocess.PIPE,
+                                      stderr=subprocess.PIPE, text=True, env=env, start_new_session=True))
+    results = []
+    try:
+        for p in procs:
+            left = max(1.0, timeout - (time.monotonic() - start))
+            _, err = p.communicate(timeout=left)
+            results.append((p.returncode, err, time.monotonic() - start))
+    finally:
+        for p in procs:
+            try:
+                os.killpg(p.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+            p.wait()
+    return results
+
+
+@pytest.mark.parametrize("nproc", [2, 4])
+def test_every_collective_matches_one_process(nproc):
+    r = torchrun("collectives.py", nproc)
+    assert r.returncode == 0, r.stderr[-4000:]
+    # ranks print at once, so lines may interleave: count whole messages
+    assert "FAIL" not in r.stdout, r.stdout
+    # fp32, bf16 and int64 for every reduction, gather and scatter, on every rank
+    for dtype in ("float32", "bfloat16", "int64"):
+        for what in ("all_reduce sum", "all_reduce max", "all_gather_into_tensor", "reduce_scatter_tensor", "broadcast"):
+            assert r.stdout.count(f"{what} torch.{dtype}: ok") == nproc, (what, dtype, r.stdout)
+    for what in ("all_to_all_single uneven", "scatter", "async", "premul", "functional"):
+        assert r.stdout.count(f"{what}: ok") >= nproc, (what, r.stdout)
+
+
+def test_trnsim_run_merges_rank_traces(tmp_path):
+    trace = tmp_path / "job.json"
+    r = _run([sys.executable, "-m", "trnsim.cli", "run", "--nproc", "2", "--trace", str(trace),
+              str(JOBS / "allreduce_step.py")])
+    assert r.returncode == 0, r.stderr[-4000:]
+    assert "allreduce_step: 2 ranks agree" in r.stdout
+    assert "rank 1 (server 0, chip 0, core 1)" in r.stdout
+    import trnsim.trace as tt
+
+    job = tt.load(trace)
+    assert isinstance(job, tt.JobTrace) and job.world_size == 2
+    for rank in range(2):
+        coll = job.collectives(rank)
+        assert [s.name for s in coll] == ["all_reduce", "all_reduce", "barrier"]
+        for s in coll:
+            assert {"algorithm", "bytes", "participants", "bus_bandwidth_GBps"} <= set(s.args)
+        assert coll[0].args["bytes"] == 256 * 256 * 4 and coll[0].args["participants"] == [0, 1]
+    # the ranks meet: each collective starts at the same time on both
+    starts = [[s.start_ns for s in job.collectives(rank)] for rank in range(2)]
+    assert starts[0] == starts[1]
+    report = _run([sys.executable, "-m", "trnsim.cli", "report", str(trace)])
+    assert report.returncode == 0 and "rank 0 (server 0, chip 0, core 0)" in report.stdout
+
+
+def test_timing_fidelity_job_is_deterministic(tmp_path):
+    times = []
+    for n in range(2):
+        trace = tmp_path / f"t{n}.json"
+        r = _run([sys.executable, "-m", "trnsim.cli", "run", "--nproc", "4", "--fidelity", "timing",
+                  "--instance", "trn1.32xlarge", "--trace", str(trace), str(JOBS / "timing_step.py")])
+        assert r.returncode == 0, r.stderr[-4000:]
+        import trnsim.trace as tt
+
+        job = tt.load(trace)
+        times.append([[(s.name, s.start_ns, s.dur_ns) for s in job.collectives(rank)] for rank in range(4)])
+    assert times[0] == times[1]
+    assert [name for name, _, _ in times[0][0]] == ["all_reduce", "reduce_scatter", "all_gather"] * 2 + ["barrier"]
+
+
+def test_a_killed_rank_is_named_by_the_others():
+    results = _ranks("faults.py", 4, "kill", timeout=90)
+    for rank, (rc, err, seconds) in enumerate(results):
+        if rank == 2:
+            assert rc == -signal.SIGKILL
+            continue
+        assert rc != 0, f"rank {rank} did not fail"
+        assert "rank 2 (pid" in err, f"rank {rank}: {err[-2000:]}"
+        assert seconds < 60
+
+
+def test_mismatched_collectives_are_reported_not_hung():
+    results = _ranks("faults.py", 2, "mismatch", timeout=90)
+    for rank, (rc, err, _) in enumerate(results):
+        assert rc != 0
+        assert "collective mismatch" in err and "all_reduce(float32, 32 bytes, sum)" in err \
+            and "broadcast(float32, 32 bytes, root 0)" in err, err[-2000:]
+
+
+def test_two_torchrun_launchers_make_one_job(tmp_path):
+    """torchrun's multi-node launch, two launchers on this machine as two nodes."""
+    port = _free_port()
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--nnodes=2", "--nproc-per-node=1",
+           "--rdzv-backend=c10d", f"--rdzv-endpoint=127.0.0.1:{port}", "--rdzv-id=trnsim-test",
+           str(JOBS / "allreduce_step.py")]
+    procs = [subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=_env(),
+                              start_new_session=True, cwd=REPO) for _ in range(2)]
+    try:
+        outs = [p.communicate(timeout=180) for p in procs]
+    finally:
+        for p in procs:
+            try:
+                os.killpg(p.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+    assert all(p.returncode == 0 for p in procs), [o[1][-2000:] for o in outs]
+    assert any("allreduce_step: 2 ranks agree" in o[0] for o in outs)
