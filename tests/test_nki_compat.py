@@ -147,7 +147,7 @@ def test_op_tracking_separates_kernels_from_estimates():
 def test_unprovided_submodule_names_are_refused_by_name():
     import torch_neuronx
 
-    with pytest.raises(NotProvidedError, match=r"torch_neuronx\.distributed\.ProcessGroupNeuron .*issue 12"):
+    with pytest.raises(NotProvidedError, match=r"torch_neuronx\.distributed\.ProcessGroupNeuron is not provided.*backend=\"neuron\""):
         torch_neuronx.distributed.ProcessGroupNeuron
     with pytest.raises(NotProvidedError, match=r"torch_neuronx\.profiling\.start .*issue 14.*trnsim\.profile"):
         torch_neuronx.profiling.start
