@@ -93,7 +93,8 @@ def test_every_collective_matches_one_process(nproc):
     for dtype in ("float32", "bfloat16", "int64"):
         for what in ("all_reduce sum", "all_reduce max", "all_gather_into_tensor", "reduce_scatter_tensor", "broadcast"):
             assert r.stdout.count(f"{what} torch.{dtype}: ok") == nproc, (what, dtype, r.stdout)
-    for what in ("all_to_all_single uneven", "scatter", "async", "premul", "functional"):
+    for what in ("all_to_all_single uneven", "scatter", "async", "premul", "functional", "all_to_all list",
+                 "reduce_scatter list", "all_reduce_coalesced", "batch_isend_irecv", "all_gather_object"):
         assert r.stdout.count(f"{what}: ok") >= nproc, (what, r.stdout)
 
 

@@ -1,3 +1,7 @@
+"""Every collective of the neuron process group against what one process computes, in
+fp32, bf16 and int64, with uneven splits; prints one "ok" or "FAIL" line per check.
+Run with ``torchrun --nproc-per-node=N``."""
+
 import os, torch, torch.distributed as dist
 dist.init_process_group("neuron")
 r, w = dist.get_rank(), dist.get_world_size()
@@ -52,8 +56,26 @@ x = torch.ones(4, device=dev); dist.all_reduce(x, op=dist._make_nccl_premul_sum(
 sub = dist.new_group([0, 1])
 if r in (0, 1):
     x = torch.ones(2, device=dev); dist.all_reduce(x, group=sub); chk("subgroup", x, torch.full((2,), 2.0))
+# list all_to_all, list reduce_scatter, coalesced all-reduce, batched point-to-point
+outs = [torch.empty(2, device=dev) for _ in range(w)]
+dist.all_to_all(outs, [torch.full((2,), float(10 * r + i), device=dev) for i in range(w)])
+chk("all_to_all list", torch.stack([o.cpu() for o in outs]), torch.tensor([[10. * s + r] * 2 for s in range(w)]))
+o = torch.empty(3, device=dev)
+dist.reduce_scatter(o, [torch.full((3,), float(i + r), device=dev) for i in range(w)])
+chk("reduce_scatter list", o, torch.full((3,), float(sum(s + r for s in range(w)))))
+a, b = torch.ones(2, device=dev), torch.full((3,), 2.0, device=dev)
+dist.all_reduce_coalesced([a, b])
+chk("all_reduce_coalesced", torch.cat([a.cpu(), b.cpu()]), torch.tensor([float(w)] * 2 + [2.0 * w] * 3))
+right, left = (r + 1) % w, (r - 1) % w
+got = torch.empty(2, device=dev)
+ops = [dist.P2POp(dist.isend, torch.full((2,), float(r), device=dev), right), dist.P2POp(dist.irecv, got, left)]
+for req in dist.batch_isend_irecv(ops):
+    req.wait()
+chk("batch_isend_irecv", got, torch.full((2,), float(left)))
+objs = [None] * w
+dist.all_gather_object(objs, {"rank": r})
+chk("all_gather_object", torch.tensor([o["rank"] for o in objs]), torch.arange(w))
 dist.barrier()
 import torch.distributed._functional_collectives as fc
 y = fc.all_reduce(torch.ones(3, device=dev), "sum", dist.group.WORLD); chk("functional", y, torch.full((3,), float(w)))
-print(f"rank{r} clock", torch.neuron.synchronize() if hasattr(torch.neuron, 'synchronize') else None)
 dist.destroy_process_group()

@@ -436,13 +436,19 @@ class NeuronProcessGroup(dist.ProcessGroup):
         ready = clocks.ready_ps()
         nbytes = _nbytes(tensors)
         header = torch.tensor([ready, _code(tensors[0].dtype), nbytes], dtype=torch.int64)
-        self._run(lambda: self._gloo.send([header], dst, tag))
+        # nothing here waits for the receiver: both sides of an exchange send first
+        # (batch_isend_irecv), and a send completes only once its receive is posted
+        works = [self._start(lambda: self._gloo.send([header], dst, tag))]
         end = ready + self._timing.point_to_point(nbytes, self.rank(), dst, ready).ps
         clocks.occupy(ready, end)
-        if not self._moves_data:
-            return NeuronWork(tensors, end)
-        work = self._gloo.send(hostdata.inputs(tensors), dst, tag)
-        return NeuronWork(tensors, end, finish=lambda: self._wait(work))
+        if self._moves_data:
+            data = hostdata.inputs(tensors)
+            works.append(self._start(lambda: self._gloo.send(data, dst, tag)))
+
+        def finish() -> None:
+            for work in works:
+                self._wait(work)
+        return NeuronWork(tensors, end, finish=finish)
 
     def recv(self, tensors: list[torch.Tensor], src: int, tag: int = 0) -> NeuronWork:
         ready = clocks.ready_ps()
@@ -469,6 +475,13 @@ class NeuronProcessGroup(dist.ProcessGroup):
             for v in views:
                 v.finish()
         return NeuronWork(tensors, end, finish=finish if work is not None else None)
+
+    def _start(self, start: Any) -> Any:
+        """Start a gloo operation without waiting for it, naming a lost peer if it cannot start."""
+        try:
+            return start()
+        except RuntimeError as e:
+            raise self._peers.explain(e) from None
 
     def _wait(self, work: Any) -> None:
         try:
