@@ -2,13 +2,20 @@
 fp32, bf16 and int64, with uneven splits; prints one "ok" or "FAIL" line per check.
 Run with ``torchrun --nproc-per-node=N``."""
 
-import os, torch, torch.distributed as dist
+import torch
+import torch.distributed as dist
+import torch.distributed._functional_collectives as fc
+
 dist.init_process_group("neuron")
 r, w = dist.get_rank(), dist.get_world_size()
 dev = "neuron"
+
+
 def chk(name, got, want):
     ok = torch.equal(got.cpu(), want)
     print(f"rank{r} {name}: {'ok' if ok else 'FAIL'}", "" if ok else (got.cpu(), want), flush=True)
+
+
 for dt in (torch.float32, torch.bfloat16, torch.int64):
     x = (torch.arange(4) + r).to(dt).to(dev)
     dist.all_reduce(x); chk(f"all_reduce sum {dt}", x, sum((torch.arange(4) + i) for i in range(w)).to(dt))
@@ -76,6 +83,5 @@ objs = [None] * w
 dist.all_gather_object(objs, {"rank": r})
 chk("all_gather_object", torch.tensor([o["rank"] for o in objs]), torch.arange(w))
 dist.barrier()
-import torch.distributed._functional_collectives as fc
 y = fc.all_reduce(torch.ones(3, device=dev), "sum", dist.group.WORLD); chk("functional", y, torch.full((3,), float(w)))
 dist.destroy_process_group()
