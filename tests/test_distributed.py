@@ -122,6 +122,30 @@ def test_trnsim_run_merges_rank_traces(tmp_path):
     assert report.returncode == 0 and "rank 0 (server 0, chip 0, core 0)" in report.stdout
 
 
+def test_a_slow_rank_delays_the_collective_and_async_ones_overlap_compute(tmp_path):
+    trace = tmp_path / "overlap.json"
+    r = _run([sys.executable, "-m", "trnsim.cli", "run", "--nproc", "2", "--trace", str(trace),
+              str(JOBS / "overlap.py")])
+    assert r.returncode == 0, r.stderr[-4000:]
+    import trnsim.trace as tt
+
+    job = tt.load(trace)
+    ops = [[s for s in t.slices if s.track == "ops"] for t in job.ranks]
+    coll = [job.collectives(rank) for rank in range(2)]
+    # the first all-reduce starts together, after the slow rank's last matmul
+    assert coll[0][0].start_ns == coll[1][0].start_ns
+    slow_matmuls = [s for s in ops[1] if s.name.startswith("mm") and s.end_ns <= coll[1][0].start_ns]
+    assert len(slow_matmuls) == 5
+    fast_matmuls = [s for s in ops[0] if s.name.startswith("mm") and s.end_ns <= coll[0][0].start_ns]
+    assert len(fast_matmuls) == 1 and fast_matmuls[0].end_ns < coll[0][0].start_ns
+    for rank in range(2):
+        second = coll[rank][1]
+        mm = [s for s in ops[rank] if s.name.startswith("mm") and s.start_ns >= coll[rank][0].end_ns]
+        add = [s for s in ops[rank] if s.name.startswith("add") and s.start_ns >= coll[rank][0].end_ns]
+        assert mm and mm[0].start_ns < second.end_ns           # the matmul ran during the all-reduce
+        assert add and add[-1].start_ns >= second.end_ns - 1e-6   # the add waited for it (ns, float sums)
+
+
 def test_timing_fidelity_job_is_deterministic(tmp_path):
     times = []
     for n in range(2):
