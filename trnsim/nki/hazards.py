@@ -96,6 +96,8 @@ class RegionList:
     box are found by bisection: those starting before the box ends, and no further
     back than the longest region."""
 
+    __slots__ = ("items", "_keys", "_longest")
+
     def __init__(self) -> None:
         self.items: list[tuple[Region, object]] = []
         self._keys: list[int] = []   # each item's first byte, for bisecting
@@ -135,8 +137,9 @@ class RegionList:
 
     def add(self, region: Region, value: object) -> None:
         b0 = region[2]
-        i = bisect_right(self._keys, b0)
-        self._keys.insert(i, b0)
+        keys = self._keys
+        i = bisect_right(keys, b0)
+        keys.insert(i, b0)
         self.items.insert(i, (region, value))
         if region[3] - b0 > self._longest:
             self._longest = region[3] - b0
@@ -201,6 +204,8 @@ class RowIndexedRegionList(RegionList):
     blocks of one set of rows) or by rows (row tiles of the same columns): the pairs
     are also kept sorted by first row, and each query bisects whichever order leaves
     fewer candidates, so both patterns trace in linear time."""
+
+    __slots__ = ("_by_row", "_row_keys", "_tallest")
 
     def __init__(self) -> None:
         super().__init__()
@@ -296,9 +301,11 @@ class Hazards:
         acc = self._by_tensor.pop(id(t), None)
         if acc is None:
             return
-        last = {i for _, i in acc.writes.items}
-        last.update([i for _, i in acc.reads.items])
-        last.update(acc.inherited)
+        last = set(acc.inherited)
+        for _, i in acc.writes.items:
+            last.add(i)
+        for _, i in acc.reads.items:
+            last.add(i)
         if last:
             self._ghosts[t.memory].add(region_of_tensor(t), tuple(sorted(last)))
 
