@@ -328,11 +328,19 @@ class Hazards:
             t = v.tensor
             acc = by_tensor.get(id(t)) if check_written else by_tensor[id(t)]
             box = region_of(v)
-            hits = acc.writes.values_overlapping(box) if acc is not None and acc.writes.items else ()
-            if check_written and not hits and t.on_chip:
+            found = False
+            if acc is not None and acc.writes.items:
+                # values_overlapping written out: most instructions read a tile written once
+                written = acc.writes.items
+                if len(written) > _SCAN:
+                    written = acc.writes._candidates(box)
+                p0, p1, b0, b1 = box
+                for r, i in written:
+                    if r[0] < p1 and p0 < r[1] and r[2] < b1 and b0 < r[3]:
+                        deps.add(i)
+                        found = True
+            if check_written and not found and t.on_chip:
                 raise UnwrittenRead(v)
-            if hits:
-                deps.update(hits)
             if acc.inherited:
                 deps.update(acc.inherited)
             read_boxes.append((acc, box))
