@@ -38,6 +38,15 @@ class DmaPlan:
     fixed_ps: Picos     # issue latency, overlaps other transfers
 
 
+def plan_key(inst: DmaCopy) -> tuple:
+    """Everything :func:`plan_dma` reads of a DMA instruction: those with equal keys get
+    equal plans on one chip. It reads of each operand its contiguous run (from the dims
+    and whether the memory is on chip), its bytes (dims and dtype) and its memory."""
+    src, dst = inst.src, inst.dst
+    s, d = src.tensor, dst.tensor
+    return (src.dims, s.dtype, s.memory, dst.dims, d.dtype, d.memory)
+
+
 def plan_dma(chip: ChipSpec, inst: DmaCopy) -> DmaPlan:
     """Descriptors, bytes and durations of one DMA instruction on ``chip``."""
     d = chip.dma

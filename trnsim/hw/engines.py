@@ -19,6 +19,7 @@ from trnsim.isa import (Activation, ActivationFunc, AffineSelect, BnAggr, BnStat
 
 Cycles = float
 Picos = int
+CostKey = tuple
 
 _HALF = (dtypes.bfloat16, dtypes.float16)
 _FP8 = (dtypes.float8_e4m3, dtypes.float8_e5m2)
@@ -158,3 +159,38 @@ def cost_ps(chip: ChipSpec, inst: Instruction, *, dependent: bool = False, stati
     else:
         cycles = 0
     return cycles_to_ps(cycles, engine_clock_ghz(chip, engine))
+
+
+def operand_key(v: object) -> tuple | None:
+    """What the cost model reads of one operand: a View's dims, dtype and memory (its
+    free size, partitions and strides follow from the dims); None for a non-View."""
+    if isinstance(v, View):
+        t = v.tensor
+        return (v.dims, t.dtype, t.memory)
+    return None
+
+
+def cost_key(inst: Instruction, dependent: bool, stationary_free: int) -> CostKey:
+    """Everything :func:`cost_ps` reads of its arguments but the chip: instructions with
+    equal keys cost the same on one chip.
+
+    :func:`cost_ps` branches on the instruction's type and engine, reads ``func`` of an
+    Activation and ``op`` of a TensorReduce, and reads operands only through ``src``,
+    ``dst``, :meth:`~trnsim.isa.Instruction.reads` and
+    :meth:`~trnsim.isa.Instruction.writes`, all of which are fields named in
+    ``read_fields`` or ``write_fields`` (keyed here one by one, in order, by
+    :func:`operand_key`). ``stationary_free`` counts only for a multiply, ``dependent``
+    only on the vector and scalar engines; each is kept only where it counts."""
+    kind = type(inst)
+    engine = inst.engine
+    if kind is Activation:
+        extra: object = inst.func
+    elif kind is TensorReduce:
+        extra = inst.op
+    else:
+        extra = None
+    return (kind, engine, extra,
+            stationary_free if kind is MultiplyMoving else 0,
+            dependent and (engine is Engine.VECTOR or engine is Engine.SCALAR),
+            tuple([operand_key(getattr(inst, n)) for n in inst.read_fields]),
+            tuple([operand_key(getattr(inst, n)) for n in inst.write_fields]))

@@ -9,16 +9,16 @@ the same addresses.
 from __future__ import annotations
 
 from bisect import bisect_left
-from dataclasses import dataclass
+from typing import NamedTuple
 
 from trnsim.errors import AllocationError
 
 Bytes = int
 
 
-@dataclass(frozen=True)
-class Allocation:
-    """One live region: partitions [start, start + count) x bytes [offset, offset + nbytes)."""
+class Allocation(NamedTuple):
+    """One live region: partitions [start, start + count) x bytes [offset, offset + nbytes).
+    (A named tuple: one is made per tile a kernel traces, and tuples are cheap to make.)"""
 
     name: str
     start_partition: int
@@ -59,10 +59,9 @@ class OnChipAllocator:
 
     def allocate(self, name: str, start: int, count: int, nbytes: Bytes) -> Bytes:
         """Place ``nbytes`` per partition on partitions [start, start + count); returns the byte offset."""
-        label = self.memory.value.upper()
         if nbytes > self.partition_bytes:
             raise AllocationError(
-                f"{label} allocation {name!r} of {_kib(nbytes)} per partition exceeds the {_kib(self.partition_bytes)} "
+                f"{self.memory.value.upper()} allocation {name!r} of {_kib(nbytes)} per partition exceeds the {_kib(self.partition_bytes)} "
                 f"of each partition on {self.chip_name}; tile the free dimension")
         if self.bank_bytes is not None:
             if nbytes > self.bank_bytes and nbytes % self.bank_bytes:
@@ -70,12 +69,12 @@ class OnChipAllocator:
                     f"PSUM allocation {name!r} of {nbytes} bytes per partition is larger than one bank "
                     f"({self.bank_bytes} bytes) but not a whole number of banks; use at most {self.bank_bytes} bytes or whole banks")
         stop = start + count
-        busy = sorted([(a.offset, a.offset + a.nbytes) for a in self.live.values()
-                       if a.start_partition < stop and start < a.start_partition + a.partitions])
+        busy = [(a.offset, a.offset + a.nbytes) for a in self.live.values()
+                if a.start_partition < stop and start < a.start_partition + a.partitions]
         offset = self._place(busy, nbytes)
         if offset is None:
             raise AllocationError(
-                f"{label} allocation {name!r} of {_kib(nbytes)} per partition on partitions {start}..{start + count - 1} "
+                f"{self.memory.value.upper()} allocation {name!r} of {_kib(nbytes)} per partition on partitions {start}..{start + count - 1} "
                 f"does not fit on {self.chip_name}: {_kib(self.partition_bytes)} per partition, live there: "
                 f"{self.describe_live(start, count)}; free a tile or make this one smaller")
         self.live[name] = Allocation(name, start, count, offset, nbytes)
@@ -85,16 +84,31 @@ class OnChipAllocator:
         return offset
 
     def _place(self, busy: list[tuple[Bytes, Bytes]], nbytes: Bytes) -> Bytes | None:
-        """The offset for ``nbytes`` among the ``busy`` byte ranges, or None if none fits.
+        """The offset for ``nbytes`` among the ``busy`` byte ranges (in any order), or None
+        if none fits.
 
-        First fit looks from byte 0; next fit from where the last allocation ended,
-        wrapping around, so space freed a moment ago is taken last."""
-        candidates = [0] + [hi for _, hi in busy]
+        First fit tries from byte 0, then the end of each busy range in order of their
+        starts; next fit tries from where the last allocation ended, then the other
+        candidates in address order, wrapping around, so space freed a moment ago is
+        taken last."""
+        limit = self.partition_bytes
         if self.next_fit:
-            ordered = sorted(set(candidates) | {self.cursor})
+            # the cursor is next fit's first candidate: most tiles fit there, so try it
+            # before ordering the others
+            offset = self._fit(self.cursor, nbytes)
+            end = offset + nbytes
+            for lo, hi in busy:
+                if end > lo and offset < hi:
+                    break
+            else:
+                if end <= limit:
+                    return offset
+            ordered = sorted({0, self.cursor, *[hi for _, hi in busy]})
             i = bisect_left(ordered, self.cursor)
             candidates = ordered[i:] + ordered[:i]
-        limit = self.partition_bytes
+        else:
+            busy.sort()
+            candidates = [0] + [hi for _, hi in busy]
         for c in candidates:
             offset = self._fit(c, nbytes)
             end = offset + nbytes

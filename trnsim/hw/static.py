@@ -8,8 +8,8 @@ do not depend on when it runs, so :class:`StaticTiming` records them as
 
 from __future__ import annotations
 
-from trnsim.hw.dma import DmaPlan, plan_dma
-from trnsim.hw.engines import cost_ps
+from trnsim.hw.dma import DmaPlan, plan_dma, plan_key
+from trnsim.hw.engines import CostKey, cost_key, cost_ps
 from trnsim.hw.spec import ChipSpec
 from trnsim.isa import DmaCopy, Engine, Instruction, LoadStationary, MultiplyMoving, SemaphoreSignal, SemaphoreWait
 
@@ -27,6 +27,11 @@ class StaticTiming:
 
     The stationary loads get a track of their own (``tensor.load``) but stay in the
     tensor engine's group: no semaphore between a load and its multiply.
+
+    Costs and DMA plans are worked out once per operand signature (:func:`cost_key`,
+    :func:`plan_key`: all that decides them) and looked up after that, so a loop that
+    issues one shape of instruction many times costs it once. Plans are frozen, so
+    instructions sharing one share nothing that can change.
     """
 
     def __init__(self, chip: ChipSpec) -> None:
@@ -39,6 +44,8 @@ class StaticTiming:
         self.plans: dict[int, DmaPlan] = {}
         self._last_on_engine: dict[Engine, int] = {}
         self._stationary_free: list[int] = []
+        self._cost_of: dict[CostKey, Picos] = {}
+        self._plan_of: dict[tuple, DmaPlan] = {}
 
     def add(self, inst: Instruction) -> None:
         """Record ``inst``, the next instruction of the program."""
@@ -51,7 +58,11 @@ class StaticTiming:
         self.deps.append(inst.deps)
         previous = self._stationary_free[-1] if self._stationary_free else 0
         if kind == DMA:
-            self.plans[i] = plan_dma(self.chip, inst)
+            key = plan_key(inst)
+            plan = self._plan_of.get(key)
+            if plan is None:
+                plan = self._plan_of[key] = plan_dma(self.chip, inst)
+            self.plans[i] = plan
             self.costs.append(0)
             self._stationary_free.append(previous)
             return
@@ -59,7 +70,11 @@ class StaticTiming:
         self._stationary_free.append(stationary_free)
         dependent = self._last_on_engine.get(inst.engine, -1) in inst.deps
         self._last_on_engine[inst.engine] = i
-        self.costs.append(cost_ps(self.chip, inst, dependent=dependent, stationary_free=stationary_free))
+        key = cost_key(inst, dependent, stationary_free)
+        cost = self._cost_of.get(key)
+        if cost is None:
+            cost = self._cost_of[key] = cost_ps(self.chip, inst, dependent=dependent, stationary_free=stationary_free)
+        self.costs.append(cost)
 
     def pop(self) -> None:
         """Forget the last instruction recorded (its Program took it back)."""

@@ -57,11 +57,14 @@ def region_of(view: View) -> Region:
     dims = view.dims
     off = view.offset
     base = t.byte_offset
+    rest = 1  # _extent(dims[1:]) written out: this runs for every operand
+    for s, c in dims[1:]:
+        if c > 0:
+            rest += s * (c - 1)
     if t.on_chip:
         p0 = t.start_partition + off // row
         lo = off % row
-        return (p0, p0 + view.partitions, base + lo * size, base + (lo + _extent(dims[1:])) * size)
-    rest = _extent(dims[1:])
+        return (p0, p0 + view.partitions, base + lo * size, base + (lo + rest) * size)
     c0 = off % row
     if dims and dims[0][0] == row and c0 + rest <= row:
         p0 = off // row
@@ -93,6 +96,8 @@ class RegionList:
     box are found by bisection: those starting before the box ends, and no further
     back than the longest region."""
 
+    __slots__ = ("items", "_keys", "_longest")
+
     def __init__(self) -> None:
         self.items: list[tuple[Region, object]] = []
         self._keys: list[int] = []   # each item's first byte, for bisecting
@@ -110,29 +115,69 @@ class RegionList:
         hi = bisect_left(keys, box[3])
         return bisect_left(keys, box[2] - self._longest, 0, hi), hi
 
-    def overlapping(self, box: Region) -> list[tuple[Region, object]]:
+    def _candidates(self, box: Region) -> list[tuple[Region, object]]:
+        """The items that may overlap ``box``: all of a short list, else a bisected slice."""
         items = self.items
         if len(items) <= _SCAN:
-            return _hits(items, box)
+            return items
         lo, hi = self.span(box)
-        return _hits(items[lo:hi], box)
+        return items[lo:hi]
+
+    def overlapping(self, box: Region) -> list[tuple[Region, object]]:
+        """The items that overlap ``box``."""
+        return _hits(self._candidates(box), box)
+
+    def values_overlapping(self, box: Region) -> list[object]:
+        """The values of the items that overlap ``box`` (what the dependency analysis asks)."""
+        items = self.items
+        if len(items) > _SCAN:
+            items = self._candidates(box)
+        p0, p1, b0, b1 = box
+        return [v for r, v in items if r[0] < p1 and p0 < r[1] and r[2] < b1 and b0 < r[3]]
 
     def add(self, region: Region, value: object) -> None:
         b0 = region[2]
-        i = bisect_right(self._keys, b0)
-        self._keys.insert(i, b0)
+        keys = self._keys
+        i = bisect_right(keys, b0)
+        keys.insert(i, b0)
         self.items.insert(i, (region, value))
         if region[3] - b0 > self._longest:
             self._longest = region[3] - b0
 
-    def replace(self, box: Region, keep: list[tuple[Region, object]]) -> None:
-        """Put ``keep`` where the items that may overlap ``box`` were."""
-        lo, hi = self.span(box)
-        keep.sort(key=_first_byte)
-        self.items[lo:hi] = keep
-        self._keys[lo:hi] = [r[2] for r, _ in keep]
-        for r, _ in keep:
-            self._longest = max(self._longest, r[3] - r[2])
+    def take(self, box: Region) -> set:
+        """Give ``box`` to a new tenant: returns the values (tuples of instruction indices)
+        of the items that overlap it, and trims each item whose partitions ``box`` spans
+        to what sticks out of it (such items are cut along bytes only)."""
+        items = self.items
+        keys = self._keys
+        p0, p1, b0, b1 = box
+        hi = bisect_left(keys, b1)
+        lo = bisect_left(keys, b0 - self._longest, 0, hi)
+        taken: set[int] = set()
+        keep = []       # in first-byte order: left pieces keep their item's first byte
+        moved = []      # right pieces start at b1, so they are inserted afresh
+        for pair in items[lo:hi]:
+            region, idx = pair
+            r0, r1, rb0, rb1 = region
+            if not (r0 < p1 and p0 < r1 and rb0 < b1 and b0 < rb1):
+                keep.append(pair)
+                continue
+            taken.update(idx)
+            if p0 <= r0 and r1 <= p1:
+                if rb0 < b0:
+                    keep.append(((r0, r1, rb0, b0), idx))
+                if b1 < rb1:
+                    moved.append(((r0, r1, b1, rb1), idx))
+            else:
+                keep.append(pair)
+        if taken:
+            items[lo:hi] = keep
+            keys[lo:hi] = [r[2] for r, _ in keep]
+            for region, idx in moved:
+                i = bisect_right(keys, b1)
+                keys.insert(i, b1)
+                items.insert(i, (region, idx))
+        return taken
 
     def drop_covered(self, box: Region) -> list[tuple[Region, object]]:
         """Forget the items ``box`` covers wholly; returns them."""
@@ -154,15 +199,13 @@ def _first_row(g: tuple[Region, object]) -> int:
     return g[0][0]
 
 
-def _first_byte(g: tuple[Region, object]) -> int:
-    return g[0][2]
-
-
 class RowIndexedRegionList(RegionList):
     """A :class:`RegionList` for HBM, where accesses are disjoint by columns (column
     blocks of one set of rows) or by rows (row tiles of the same columns): the pairs
     are also kept sorted by first row, and each query bisects whichever order leaves
     fewer candidates, so both patterns trace in linear time."""
+
+    __slots__ = ("_by_row", "_row_keys", "_tallest")
 
     def __init__(self) -> None:
         super().__init__()
@@ -181,9 +224,6 @@ class RowIndexedRegionList(RegionList):
             return self._by_row[row_lo:row_hi]
         return self.items[lo:hi]
 
-    def overlapping(self, box: Region) -> list[tuple[Region, object]]:
-        return _hits(self._candidates(box), box)
-
     def add(self, region: Region, value: object) -> None:
         pair = (region, value)
         b0, p0 = region[2], region[0]
@@ -198,8 +238,8 @@ class RowIndexedRegionList(RegionList):
         if region[1] - p0 > self._tallest:
             self._tallest = region[1] - p0
 
-    def replace(self, box: Region, keep: list[tuple[Region, object]]) -> None:
-        raise NotImplementedError("HBM region lists are never replaced; only on-chip ghost lists are")
+    def take(self, box: Region) -> set:
+        raise NotImplementedError("HBM region lists are never taken over; only on-chip ghost lists are")
 
     def drop_covered(self, box: Region) -> list[tuple[Region, object]]:
         """Forget the items ``box`` covers wholly; returns them."""
@@ -248,42 +288,24 @@ class Hazards:
     def placed(self, t: Tensor) -> None:
         """A new on-chip tensor: it inherits what touched the space it now holds."""
         acc = _Accesses()
+        self._by_tensor[id(t)] = acc
         if t.on_chip:
             ghosts = self._ghosts[t.memory]
             if ghosts.items:
-                box = region_of_tensor(t)
-                p0, p1, b0, b1 = box
-                lo, hi = ghosts.span(box)
-                inherited: set[int] = set()
-                keep = []
-                for pair in ghosts.items[lo:hi]:
-                    region, idx = pair
-                    r0, r1, rb0, rb1 = region
-                    if not (r0 < p1 and p0 < r1 and rb0 < b1 and b0 < rb1):
-                        keep.append(pair)
-                        continue
-                    inherited.update(idx)
-                    # the new tenant now stands for the overlap; keep only what sticks out
-                    if p0 <= r0 and r1 <= p1:
-                        if rb0 < b0:
-                            keep.append(((r0, r1, rb0, b0), idx))
-                        if b1 < rb1:
-                            keep.append(((r0, r1, b1, rb1), idx))
-                    else:
-                        keep.append(pair)
+                inherited = ghosts.take(region_of_tensor(t))
                 if inherited:
-                    ghosts.replace(box, keep)
                     acc.inherited = tuple(sorted(inherited))
-        self._by_tensor[id(t)] = acc
 
     def freed(self, t: Tensor) -> None:
         """An on-chip tensor's space is given back; later tenants wait for its accesses."""
         acc = self._by_tensor.pop(id(t), None)
         if acc is None:
             return
-        last = {i for _, i in acc.writes.items}
-        last.update([i for _, i in acc.reads.items])
-        last.update(acc.inherited)
+        last = set(acc.inherited)
+        for _, i in acc.writes.items:
+            last.add(i)
+        for _, i in acc.reads.items:
+            last.add(i)
         if last:
             self._ghosts[t.memory].add(region_of_tensor(t), tuple(sorted(last)))
 
@@ -292,7 +314,7 @@ class Hazards:
         acc = self._by_tensor.get(id(view.tensor))
         if acc is None:
             return False
-        return bool(acc.writes.items) and bool(acc.writes.overlapping(region_of(view)))
+        return bool(acc.writes.items) and bool(acc.writes.values_overlapping(region_of(view)))
 
     def access(self, index: int, reads: tuple[View, ...], writes: tuple[View, ...], check_written: bool = False) -> set[int]:
         """Record instruction ``index``'s accesses; return the instructions it must wait for.
@@ -301,30 +323,42 @@ class Hazards:
         :class:`UnwrittenRead` before anything is recorded."""
         by_tensor = self._by_tensor
         deps: set[int] = set()
-        if check_written:
-            read_boxes = [(by_tensor.get(id(v.tensor)), region_of(v)) for v in reads]
-            for (acc, box), v in zip(read_boxes, reads):
-                if v.tensor.on_chip and (acc is None or not (acc.writes.items and acc.writes.overlapping(box))):
-                    raise UnwrittenRead(v)
-        else:
-            read_boxes = [(by_tensor[id(v.tensor)], region_of(v)) for v in reads]
-        write_boxes = [(by_tensor[id(v.tensor)], region_of(v), v) for v in writes]
-        for acc, box in read_boxes:
-            if acc.writes.items:
-                deps.update([i for _, i in acc.writes.overlapping(box)])
+        read_boxes = []
+        for v in reads:
+            t = v.tensor
+            acc = by_tensor.get(id(t)) if check_written else by_tensor[id(t)]
+            box = region_of(v)
+            found = False
+            if acc is not None and acc.writes.items:
+                # values_overlapping written out: most instructions read a tile written once
+                written = acc.writes.items
+                if len(written) > _SCAN:
+                    written = acc.writes._candidates(box)
+                p0, p1, b0, b1 = box
+                for r, i in written:
+                    if r[0] < p1 and p0 < r[1] and r[2] < b1 and b0 < r[3]:
+                        deps.add(i)
+                        found = True
+            if check_written and not found and t.on_chip:
+                raise UnwrittenRead(v)
             if acc.inherited:
                 deps.update(acc.inherited)
-        for acc, box, _ in write_boxes:
+            read_boxes.append((acc, box))
+        write_boxes = []
+        for v in writes:
+            acc = by_tensor[id(v.tensor)]
+            box = region_of(v)
             if acc.writes.items:
-                deps.update([i for _, i in acc.writes.overlapping(box)])
+                deps.update(acc.writes.values_overlapping(box))
             if acc.reads.items:
                 if acc.groups is None:
-                    deps.update([i for _, i in acc.reads.overlapping(box)])
+                    deps.update(acc.reads.values_overlapping(box))
                 else:
-                    for _, group in acc.reads.overlapping(box):
+                    for group in acc.reads.values_overlapping(box):
                         deps.update(group)
             if acc.inherited:
                 deps.update(acc.inherited)
+            write_boxes.append((acc, box, v))
         for acc, box in read_boxes:
             groups = acc.groups
             if groups is None:
