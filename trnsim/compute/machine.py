@@ -177,15 +177,31 @@ class Machine:
             rounded = self.backend.decode(bits, inst.dst.dtype)
             self._put(inst.reduce_dst, self.backend.reduce(rounded, inst.reduce_op))
 
+    def _alu(self, a: np.ndarray, b: np.ndarray, op: AluOp, width: np.dtype | None) -> np.ndarray:
+        """``backend.alu(a, b, op)``, a left shift wrapped to the integer type ``width`` (None: no wrap).
+
+        Integer shifts drop the bits shifted out of the operand's width, as C's ``<<`` and numpy's
+        ``np.left_shift`` on that dtype do (nki.language.left_shift/right_shift are documented as
+        numpy's: "Similar to numpy.left_shift", implementing the C/Python operators; right shifts
+        are arithmetic on signed dtypes, logical on unsigned ones, which the int64 shift already
+        gives). The result is wrapped, not saturated by the store into the destination dtype.
+        """
+        out = self.backend.alu(a, b, op)
+        if width is None or AluOp(op) is not AluOp.LEFT_SHIFT:
+            return out
+        return out.astype(np.int64).astype(width).astype(np.float64)
+
     def _tensor_tensor(self, inst: TensorTensor) -> None:
-        self._put(inst.dst, self.backend.alu(self._rows(inst.a), self._rows(inst.b), inst.op))
+        width = _int_width(inst.a, inst.b)
+        self._put(inst.dst, self._alu(self._rows(inst.a), self._rows(inst.b), inst.op, width))
 
     def _tensor_scalar(self, inst: TensorScalar) -> None:
         x = self._rows(inst.src)
+        width = _int_width(inst.src)
         operand0 = self._per_partition(inst.operand0, x.shape[0])
-        out = self.backend.alu(operand0, x, inst.op0) if inst.reverse0 else self.backend.alu(x, operand0, inst.op0)
+        out = self._alu(operand0, x, inst.op0, width) if inst.reverse0 else self._alu(x, operand0, inst.op0, width)
         if inst.op1 is not None:
-            out = self.backend.alu(out, self._per_partition(inst.operand1, x.shape[0]), inst.op1)
+            out = self._alu(out, self._per_partition(inst.operand1, x.shape[0]), inst.op1, width)
         self._put(inst.dst, out)
 
     def _tensor_reduce(self, inst: TensorReduce) -> None:
@@ -246,10 +262,12 @@ class Machine:
     def _scalar_tensor_tensor(self, inst: ScalarTensorTensor) -> None:
         x = self._rows(inst.src)
         operand0 = self._per_partition(inst.operand0, x.shape[0])
-        t = self.backend.alu(operand0, x, inst.op0) if inst.reverse0 else self.backend.alu(x, operand0, inst.op0)
+        width = _int_width(inst.src)
+        t = self._alu(operand0, x, inst.op0, width) if inst.reverse0 else self._alu(x, operand0, inst.op0, width)
         t = t.astype(np.float32).astype(np.float64)   # the engine computes in fp32
         b = self._rows(inst.b)
-        self._put(inst.dst, self.backend.alu(b, t, inst.op1) if inst.reverse1 else self.backend.alu(t, b, inst.op1))
+        width = _int_width(inst.src, inst.b)
+        self._put(inst.dst, self._alu(b, t, inst.op1, width) if inst.reverse1 else self._alu(t, b, inst.op1, width))
 
     def _local_gather(self, inst: LocalGather) -> None:
         src = self._rows(inst.src)
@@ -367,6 +385,13 @@ def rng_state_words(rng: np.random.Generator, count: int) -> np.ndarray:
 
 def _at(inst: Instruction) -> str:
     return f" ({inst.source})" if inst.source else ""
+
+
+def _int_width(*views: View) -> np.dtype | None:
+    """The integer type a shift of these operands wraps to: numpy's promotion of their integer
+    dtypes (int8 with int32 gives int32), or None when all are float."""
+    ints = [v.dtype.storage for v in views if not v.dtype.is_float]
+    return np.result_type(*ints) if ints else None
 
 
 def _no_data(inst: Instruction) -> None:
