@@ -274,14 +274,20 @@ class Machine:
         index = self._rows(inst.indices).astype(np.int64)
         out = np.empty((src.shape[0], inst.valid, inst.elems))
         offsets = np.arange(inst.elems)
+        last = src.shape[1] - inst.elems   # the largest index whose num_elem_per_idx elements fit
         for start in range(0, src.shape[0], GATHER_GROUP):
             group = slice(start, start + GATHER_GROUP)
-            flat = index[group].reshape(-1, order="F")[: inst.valid]
-            columns = flat[:, None] + offsets[None, :]
-            if columns.size and (columns.min() < 0 or columns.max() >= src.shape[1]):
-                raise ProgramError(f"local_gather index {int(columns.max())} is outside the {src.shape[1]} elements "
-                                   f"per partition of {inst.src!r}; keep each index + num_elem_per_idx inside")
-            out[group] = src[group][:, columns]
+            rows = index[group]
+            flat = rows.reshape(-1, order="F")[: inst.valid]
+            bad = np.flatnonzero((flat < 0) | (flat > last))
+            if bad.size:
+                k = int(bad[0])   # the k-th index of the group, read column by column
+                p, j = start + k % rows.shape[0], k // rows.shape[0]
+                raise ProgramError(f"{_where(inst)}local_gather index {int(flat[k])} (partition {p}, element {j} of "
+                                   f"{inst.indices!r}) is outside 0..{last}: each index and the "
+                                   f"{inst.elems} elements after it must lie in the {src.shape[1]} elements per "
+                                   f"partition of {inst.src!r}")
+            out[group] = src[group][:, flat[:, None] + offsets[None, :]]
         self._put(inst.dst, out)
 
     def _nonzero(self, inst: NonzeroWithCount) -> None:
@@ -297,9 +303,12 @@ class Machine:
     def _gather(self, inst: Gather) -> None:
         src = self._rows(inst.src)
         index = self._rows(inst.indices).astype(np.int64)
-        if index.size and (index.min() < 0 or index.max() >= src.shape[1]):
-            raise ProgramError(f"nc_n_gather index {int(index.max())} is outside the {src.shape[1]} elements per "
-                               f"partition of {inst.src!r}")
+        bad = np.argwhere((index < 0) | (index >= src.shape[1]))
+        if bad.size:
+            p, j = (int(x) for x in bad[0])
+            raise ProgramError(f"{_where(inst)}nc_n_gather index {int(index[p, j])} (partition {p}, element {j} of "
+                               f"{inst.indices!r}) is outside 0..{src.shape[1] - 1}, the {src.shape[1]} elements per "
+                               f"partition of {inst.src!r}; keep every index in that range")
         self._put(inst.dst, np.take_along_axis(src, index, axis=1))
 
     def _reciprocal(self, inst: Reciprocal) -> None:
@@ -385,6 +394,11 @@ def rng_state_words(rng: np.random.Generator, count: int) -> np.ndarray:
 
 def _at(inst: Instruction) -> str:
     return f" ({inst.source})" if inst.source else ""
+
+
+def _where(inst: Instruction) -> str:
+    """``file:line: `` of the kernel line that made ``inst`` (empty when unknown)."""
+    return f"{inst.source}: " if inst.source else ""
 
 
 def _int_width(*views: View) -> np.dtype | None:

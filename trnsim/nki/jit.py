@@ -281,7 +281,12 @@ def _run(kernel: Kernel, chip: Any, numerics: bool, trace: str | os.PathLike | N
         return traced, sim(program, None, fidelity="timing", trace=trace)
     written = written_inputs(program)
     program.outputs.extend(t for t in written if t not in program.outputs)
-    result = sim(program, traced.inputs, fidelity="instruction", trace=trace)
+    try:
+        result = sim(program, traced.inputs, fidelity="instruction", trace=trace)
+    except KernelError:
+        raise
+    except ProgramError as e:   # found only when values are known (a gather index): still the kernel's fault
+        raise KernelError(str(e)) from e
     arrays = named_arguments(kernel, args, kwargs)
     for t in written:
         dst = arrays.get(t.name)
