@@ -51,6 +51,18 @@ def test_shifts_wrap_to_the_dtype_as_numpy(dtype, name, ref):
     np.testing.assert_array_equal(_binary_kernel(getattr(nl, name))(a, s), ref(a, s))
 
 
+def test_left_shift_of_int8_by_an_int32_column_wraps_to_int32_as_numpy_promotes():
+    @nki.jit
+    def k(a, s):
+        out = nl.ndarray(a.shape, nl.int32, buffer=nl.shared_hbm)
+        nl.store(out, nl.left_shift(nl.load(a), nl.load(s), dtype=nl.int32))
+        return out
+
+    a = np.array([[100, -100, 5, 64]] * 2, np.int8)
+    s = np.array([[2], [26]], np.int32)
+    np.testing.assert_array_equal(k(a, s), np.left_shift(a, s))
+
+
 def test_nisa_tensor_scalar_left_shift_wraps_int8():
     @nki.jit
     def k(a):

@@ -197,7 +197,7 @@ class Machine:
 
     def _tensor_scalar(self, inst: TensorScalar) -> None:
         x = self._rows(inst.src)
-        width = _int_width(inst.src)
+        width = _int_width(inst.src, inst.operand0, inst.operand1)
         operand0 = self._per_partition(inst.operand0, x.shape[0])
         out = self._alu(operand0, x, inst.op0, width) if inst.reverse0 else self._alu(x, operand0, inst.op0, width)
         if inst.op1 is not None:
@@ -262,11 +262,11 @@ class Machine:
     def _scalar_tensor_tensor(self, inst: ScalarTensorTensor) -> None:
         x = self._rows(inst.src)
         operand0 = self._per_partition(inst.operand0, x.shape[0])
-        width = _int_width(inst.src)
+        width = _int_width(inst.src, inst.operand0)
         t = self._alu(operand0, x, inst.op0, width) if inst.reverse0 else self._alu(x, operand0, inst.op0, width)
         t = t.astype(np.float32).astype(np.float64)   # the engine computes in fp32
         b = self._rows(inst.b)
-        width = _int_width(inst.src, inst.b)
+        width = _int_width(inst.src, inst.operand0, inst.b)
         self._put(inst.dst, self._alu(b, t, inst.op1, width) if inst.reverse1 else self._alu(t, b, inst.op1, width))
 
     def _local_gather(self, inst: LocalGather) -> None:
@@ -401,10 +401,11 @@ def _where(inst: Instruction) -> str:
     return f"{inst.source}: " if inst.source else ""
 
 
-def _int_width(*views: View) -> np.dtype | None:
-    """The integer type a shift of these operands wraps to: numpy's promotion of their integer
-    dtypes (int8 with int32 gives int32), or None when all are float."""
-    ints = [v.dtype.storage for v in views if not v.dtype.is_float]
+def _int_width(*operands: float | View | None) -> np.dtype | None:
+    """The integer type a shift of these operands wraps to: numpy's promotion of the integer
+    dtypes of the Views among them (int8 with int32 gives int32), or None when none is an
+    integer View (numbers take the tile's type, as numpy's do)."""
+    ints = [v.dtype.storage for v in operands if isinstance(v, View) and not v.dtype.is_float]
     return np.result_type(*ints) if ints else None
 
 
