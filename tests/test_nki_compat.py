@@ -55,7 +55,9 @@ def test_both_namespaces_are_trnsims_modules():
     assert not hasattr(nl, "__path__")
 
 
-def test_torch_neuronx_is_found_as_hugging_face_looks_for_it():
+def test_torch_neuronx_is_found_as_hugging_face_looks_for_it(monkeypatch):
+    # as in a fresh process, even when an earlier test imported it
+    monkeypatch.delitem(sys.modules, "torch_neuronx", raising=False)
     spec = importlib.util.find_spec("torch_neuronx")
     assert spec is not None and spec.name == "torch_neuronx"
     import torch_neuronx
