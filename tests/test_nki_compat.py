@@ -55,7 +55,9 @@ def test_both_namespaces_are_trnsims_modules():
     assert not hasattr(nl, "__path__")
 
 
-def test_torch_neuronx_is_found_as_hugging_face_looks_for_it():
+def test_torch_neuronx_is_found_as_hugging_face_looks_for_it(monkeypatch):
+    # as in a fresh process, even when an earlier test imported it
+    monkeypatch.delitem(sys.modules, "torch_neuronx", raising=False)
     spec = importlib.util.find_spec("torch_neuronx")
     assert spec is not None and spec.name == "torch_neuronx"
     import torch_neuronx
@@ -176,6 +178,50 @@ def test_legacy_entry_points_give_the_same_numbers():
     np.testing.assert_array_equal(nki.baremetal()(add.fn)(A, B), expected)
     np.testing.assert_array_equal(nki.simulate(add)(A, B), expected)
     np.testing.assert_array_equal(nki.jit(add.fn, mode="simulation")(A, B), expected)
+
+
+def _rows_kernel(namespace):
+    """A kernel of a grid of 2: instance i adds its rows [64 i, 64 i + 64) of a and b."""
+    nl_ = namespace.language
+
+    def add_rows(a, b, out):
+        i = nl_.program_id(0)
+        rows = nl_.ds(i * 64, 64)
+        nl_.store(out[rows, :], nl_.add(nl_.load(a[rows, :]), nl_.load(b[rows, :])))
+
+    return add_rows
+
+
+@pytest.mark.parametrize("name", ["nki", "neuronxcc.nki"])
+def test_legacy_wrappers_take_a_launch_grid(name, tmp_path):
+    ns = importlib.import_module(name)
+    fn = _rows_kernel(ns)
+    expected = A + B
+
+    def run(wrapped):
+        out = np.zeros_like(A)
+        result = wrapped[2](A, B, out)
+        np.testing.assert_array_equal(out, expected)
+        return result
+
+    run(ns.baremetal(fn))
+    run(ns.baremetal()(fn))
+    run(ns.simulate(fn))
+    bench = ns.benchmark(warmup=2, iters=3)(fn)
+    result = run(bench)
+    launched = [ns.benchmark(ns.jit(fn)[g])(A, B, np.zeros_like(A)) for g in (1, 2)]
+    assert result.nc_latency.get_latency_percentile(50) == launched[1].latency_us
+    assert result.latency_ns > launched[0].latency_ns   # both instances ran
+    profiled = ns.profile(working_directory=tmp_path, profile_nth=2)(fn)
+    run(profiled[2])
+    assert list(tmp_path.iterdir()) == []
+    run(profiled[2])    # the second call of the wrapped kernel, through another subscript
+    assert json.loads((tmp_path / "profile_summary.json").read_text())["kernel"] == "add_rows"
+    out = np.zeros_like(A)
+    ns.simulate_kernel(ns.baremetal(fn)[2], A, B, out)
+    np.testing.assert_array_equal(out, expected)
+    with pytest.raises(KernelError, match="launch grid"):
+        ns.baremetal(fn)[0]
 
 
 def test_benchmark_percentiles_are_the_simulated_latency():

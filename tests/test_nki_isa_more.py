@@ -237,6 +237,21 @@ def test_partition_reduce_and_gathers():
     np.testing.assert_array_equal(got, expect)
 
 
+def test_gather_index_errors_name_the_bad_index_and_the_kernel_line():
+    idx = RNG.integers(0, 64, (128, 10)).astype(np.int32)
+    idx[7, 2], idx[90, 9] = -3, 64   # the first bad index in order is -3, though 64 is the largest
+    with pytest.raises(KernelError, match=r"test_nki_isa_more\.py:\d+: nc_n_gather index -3 \(partition 7, "
+                                          r"element 2 of .*\) is outside 0\.\.63, the 64 elements per partition"):
+        run(lambda x, i: nisa.nc_n_gather(data=x, indices=i), X, idx, shape=(128, 10))
+
+    src = RNG.standard_normal((128, 32, 4)).astype(np.float32)
+    index = np.zeros((128, 2), np.int32)
+    index[5, 0], index[3, 1] = 126, 200   # 126 is read first (indices are read column by column)
+    with pytest.raises(KernelError, match=r"test_nki_isa_more\.py:\d+: local_gather index 126 \(partition 5, "
+                                          r"element 0 of .*\) is outside 0\.\.124"):
+        run(lambda s, i: nisa.local_gather(s, i, 4, 20), src, index, shape=(128, 20, 4))
+
+
 def test_iota_and_affine_select_with_patterns():
     def body(x):
         out = nl.ndarray((128, 64), nl.int32, buffer=nl.sbuf)

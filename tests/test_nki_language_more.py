@@ -40,6 +40,40 @@ def test_shifts_int32(name, ref):
     np.testing.assert_array_equal(_binary_kernel(getattr(nl, name))(a, s), ref(a, s))
 
 
+@pytest.mark.parametrize("dtype", [np.int8, np.uint8, np.int16, np.uint16, np.int32, np.uint32])
+@pytest.mark.parametrize("name, ref", [("left_shift", np.left_shift), ("right_shift", np.right_shift)])
+def test_shifts_wrap_to_the_dtype_as_numpy(dtype, name, ref):
+    # Bits shifted out are dropped (two's-complement wrap), never saturated; shifts by the
+    # width or more give 0 (or -1 for a negative value shifted right), as numpy does.
+    info = np.iinfo(dtype)
+    a = np.array([[info.max, info.min, 1, info.max // 2 + 1, 3, 100, info.max, info.min]], dtype=dtype)
+    s = np.array([[1, 1, info.bits - 1, 1, info.bits, 2, info.bits + 3, 3]], dtype=dtype)
+    np.testing.assert_array_equal(_binary_kernel(getattr(nl, name))(a, s), ref(a, s))
+
+
+def test_left_shift_of_int8_by_an_int32_column_wraps_to_int32_as_numpy_promotes():
+    @nki.jit
+    def k(a, s):
+        out = nl.ndarray(a.shape, nl.int32, buffer=nl.shared_hbm)
+        nl.store(out, nl.left_shift(nl.load(a), nl.load(s), dtype=nl.int32))
+        return out
+
+    a = np.array([[100, -100, 5, 64]] * 2, np.int8)
+    s = np.array([[2], [26]], np.int32)
+    np.testing.assert_array_equal(k(a, s), np.left_shift(a, s))
+
+
+def test_nisa_tensor_scalar_left_shift_wraps_int8():
+    @nki.jit
+    def k(a):
+        out = nl.ndarray(a.shape, a.dtype, buffer=nl.shared_hbm)
+        nl.store(out, nisa.tensor_scalar(nl.load(a), op0=nl.left_shift, operand0=3))
+        return out
+
+    a = ints((8, 16), -128, 128, np.int8)
+    np.testing.assert_array_equal(k(a), np.left_shift(a, np.int8(3)))
+
+
 def test_bitwise_with_scalar_and_per_partition_tile():
     @nki.jit
     def k(a, m):

@@ -246,3 +246,50 @@ def test_an_nki_op_that_writes_its_argument_is_one_node_timed_by_its_kernel_when
     assert mine.cost.source == "kernel" and mine.info is not None
     assert mine.end_ps - mine.start_ps == _kernel_ps(scale_into, np.zeros((128, 64), np.float32),
                                                      np.zeros((128, 64), np.float32))
+
+
+# -- torch_neuronx.xla_impl.ops.nki_jit: the legacy PyTorch entry point ------------------
+
+def add_rows_into(a_input, b_input, c_output):
+    """c_output = a_input + b_input, destination passing, undecorated as legacy kernels are:
+    instance i of a grid of g adds rows [64 i, 64 i + 64) of [64 g, F] HBM tensors."""
+    import neuronxcc.nki.language as legacy_nl
+
+    rows = legacy_nl.ds(legacy_nl.program_id(0) * 64, 64)
+    legacy_nl.store(c_output[rows, :], value=legacy_nl.add(legacy_nl.load(a_input[rows, :]),
+                                                            legacy_nl.load(b_input[rows, :])))
+
+
+def test_nki_jit_runs_a_destination_passing_kernel_on_neuron_tensors():
+    import torch_neuronx
+    from torch_neuronx.xla_impl.ops import nki_jit
+
+    assert torch_neuronx.nki_jit is nki_jit
+    a, b = _inputs(shape=(128, 64))
+    x, y = a.to("neuron"), b.to("neuron")
+    c = torch.zeros((128, 64), device="neuron")
+    call = nki_jit()(add_rows_into)
+    torch.neuron.synchronize()
+    before, ops = state.clock.device, state.clock.ops
+    assert call[2](x, y, c) is None
+    torch.neuron.synchronize()
+    after, ops_after = state.clock.device, state.clock.ops
+    torch.testing.assert_close(c.cpu(), a + b, rtol=0, atol=0)
+    assert ops_after == ops + 1
+    own = _kernel_ps(nki.jit(add_rows_into)[2], a.numpy(), b.numpy(), np.zeros((128, 64), np.float32))
+    assert after - before == state.chip().runtime.op_launch_ps + own
+
+
+def test_nki_jit_as_a_decorator_on_cpu_tensors():
+    from torch_neuronx.xla_impl.ops import nki_jit
+
+    decorated = nki_jit(add_rows_into)
+    a, b = _inputs(shape=(64, 32))
+    c = torch.zeros((64, 32))
+    ops = state.clock.ops
+    decorated(a, b, c)
+    torch.testing.assert_close(c, a + b, rtol=0, atol=0)
+    assert state.clock.ops == ops
+    out = nki_jit(add_kernel)(a, b)   # a value-returning @nki.jit kernel returns its outputs
+    assert out.device.type == "cpu"
+    torch.testing.assert_close(out, a + b, rtol=0, atol=0)

@@ -177,15 +177,31 @@ class Machine:
             rounded = self.backend.decode(bits, inst.dst.dtype)
             self._put(inst.reduce_dst, self.backend.reduce(rounded, inst.reduce_op))
 
+    def _alu(self, a: np.ndarray, b: np.ndarray, op: AluOp, width: np.dtype | None) -> np.ndarray:
+        """``backend.alu(a, b, op)``, a left shift wrapped to the integer type ``width`` (None: no wrap).
+
+        Integer shifts drop the bits shifted out of the operand's width, as C's ``<<`` and numpy's
+        ``np.left_shift`` on that dtype do (nki.language.left_shift/right_shift are documented as
+        numpy's: "Similar to numpy.left_shift", implementing the C/Python operators; right shifts
+        are arithmetic on signed dtypes, logical on unsigned ones, which the int64 shift already
+        gives). The result is wrapped, not saturated by the store into the destination dtype.
+        """
+        out = self.backend.alu(a, b, op)
+        if width is None or AluOp(op) is not AluOp.LEFT_SHIFT:
+            return out
+        return out.astype(np.int64).astype(width).astype(np.float64)
+
     def _tensor_tensor(self, inst: TensorTensor) -> None:
-        self._put(inst.dst, self.backend.alu(self._rows(inst.a), self._rows(inst.b), inst.op))
+        width = _int_width(inst.a, inst.b)
+        self._put(inst.dst, self._alu(self._rows(inst.a), self._rows(inst.b), inst.op, width))
 
     def _tensor_scalar(self, inst: TensorScalar) -> None:
         x = self._rows(inst.src)
+        width = _int_width(inst.src, inst.operand0, inst.operand1)
         operand0 = self._per_partition(inst.operand0, x.shape[0])
-        out = self.backend.alu(operand0, x, inst.op0) if inst.reverse0 else self.backend.alu(x, operand0, inst.op0)
+        out = self._alu(operand0, x, inst.op0, width) if inst.reverse0 else self._alu(x, operand0, inst.op0, width)
         if inst.op1 is not None:
-            out = self.backend.alu(out, self._per_partition(inst.operand1, x.shape[0]), inst.op1)
+            out = self._alu(out, self._per_partition(inst.operand1, x.shape[0]), inst.op1, width)
         self._put(inst.dst, out)
 
     def _tensor_reduce(self, inst: TensorReduce) -> None:
@@ -246,24 +262,32 @@ class Machine:
     def _scalar_tensor_tensor(self, inst: ScalarTensorTensor) -> None:
         x = self._rows(inst.src)
         operand0 = self._per_partition(inst.operand0, x.shape[0])
-        t = self.backend.alu(operand0, x, inst.op0) if inst.reverse0 else self.backend.alu(x, operand0, inst.op0)
+        width = _int_width(inst.src, inst.operand0)
+        t = self._alu(operand0, x, inst.op0, width) if inst.reverse0 else self._alu(x, operand0, inst.op0, width)
         t = t.astype(np.float32).astype(np.float64)   # the engine computes in fp32
         b = self._rows(inst.b)
-        self._put(inst.dst, self.backend.alu(b, t, inst.op1) if inst.reverse1 else self.backend.alu(t, b, inst.op1))
+        width = _int_width(inst.src, inst.operand0, inst.b)
+        self._put(inst.dst, self._alu(b, t, inst.op1, width) if inst.reverse1 else self._alu(t, b, inst.op1, width))
 
     def _local_gather(self, inst: LocalGather) -> None:
         src = self._rows(inst.src)
         index = self._rows(inst.indices).astype(np.int64)
         out = np.empty((src.shape[0], inst.valid, inst.elems))
         offsets = np.arange(inst.elems)
+        last = src.shape[1] - inst.elems   # the largest index whose num_elem_per_idx elements fit
         for start in range(0, src.shape[0], GATHER_GROUP):
             group = slice(start, start + GATHER_GROUP)
-            flat = index[group].reshape(-1, order="F")[: inst.valid]
-            columns = flat[:, None] + offsets[None, :]
-            if columns.size and (columns.min() < 0 or columns.max() >= src.shape[1]):
-                raise ProgramError(f"local_gather index {int(columns.max())} is outside the {src.shape[1]} elements "
-                                   f"per partition of {inst.src!r}; keep each index + num_elem_per_idx inside")
-            out[group] = src[group][:, columns]
+            rows = index[group]
+            flat = rows.reshape(-1, order="F")[: inst.valid]
+            bad = np.flatnonzero((flat < 0) | (flat > last))
+            if bad.size:
+                k = int(bad[0])   # the k-th index of the group, read column by column
+                p, j = start + k % rows.shape[0], k // rows.shape[0]
+                raise ProgramError(f"{_where(inst)}local_gather index {int(flat[k])} (partition {p}, element {j} of "
+                                   f"{inst.indices!r}) is outside 0..{last}: each index and the "
+                                   f"{inst.elems} elements after it must lie in the {src.shape[1]} elements per "
+                                   f"partition of {inst.src!r}")
+            out[group] = src[group][:, flat[:, None] + offsets[None, :]]
         self._put(inst.dst, out)
 
     def _nonzero(self, inst: NonzeroWithCount) -> None:
@@ -279,9 +303,12 @@ class Machine:
     def _gather(self, inst: Gather) -> None:
         src = self._rows(inst.src)
         index = self._rows(inst.indices).astype(np.int64)
-        if index.size and (index.min() < 0 or index.max() >= src.shape[1]):
-            raise ProgramError(f"nc_n_gather index {int(index.max())} is outside the {src.shape[1]} elements per "
-                               f"partition of {inst.src!r}")
+        bad = np.argwhere((index < 0) | (index >= src.shape[1]))
+        if bad.size:
+            p, j = (int(x) for x in bad[0])
+            raise ProgramError(f"{_where(inst)}nc_n_gather index {int(index[p, j])} (partition {p}, element {j} of "
+                               f"{inst.indices!r}) is outside 0..{src.shape[1] - 1}, the {src.shape[1]} elements per "
+                               f"partition of {inst.src!r}; keep every index in that range")
         self._put(inst.dst, np.take_along_axis(src, index, axis=1))
 
     def _reciprocal(self, inst: Reciprocal) -> None:
@@ -367,6 +394,19 @@ def rng_state_words(rng: np.random.Generator, count: int) -> np.ndarray:
 
 def _at(inst: Instruction) -> str:
     return f" ({inst.source})" if inst.source else ""
+
+
+def _where(inst: Instruction) -> str:
+    """``file:line: `` of the kernel line that made ``inst`` (empty when unknown)."""
+    return f"{inst.source}: " if inst.source else ""
+
+
+def _int_width(*operands: float | View | None) -> np.dtype | None:
+    """The integer type a shift of these operands wraps to: numpy's promotion of the integer
+    dtypes of the Views among them (int8 with int32 gives int32), or None when none is an
+    integer View (numbers take the tile's type, as numpy's do)."""
+    ints = [v.dtype.storage for v in operands if isinstance(v, View) and not v.dtype.is_float]
+    return np.result_type(*ints) if ints else None
 
 
 def _no_data(inst: Instruction) -> None:

@@ -25,16 +25,16 @@ each instruction touches, so independent iterations overlap across engines.
 """
 
 from trnsim.nki import isa, language
-from trnsim.nki.jit import (Benchmark, BenchmarkResult, Kernel, NcLatency, Profile, baremetal, benchmark, jit, profile,
-                            simulate, simulate_kernel, trace_program, typed)
+from trnsim.nki.jit import (Benchmark, BenchmarkResult, Kernel, NcLatency, Profile, Simulated, baremetal, benchmark, jit,
+                            profile, simulate, simulate_kernel, trace_program, typed)
 from trnsim.nki.tiles import NkiTensor
 from trnsim.nki.tracer import KernelError
 
 tensor = NkiTensor   # the legacy namespace's name for the class of kernel tensors
 
-__all__ = ["Benchmark", "BenchmarkResult", "Kernel", "KernelError", "NcLatency", "NkiTensor", "Profile", "baremetal",
-           "benchmark", "isa", "jit", "language", "nki_op", "profile", "simulate", "simulate_kernel", "tensor",
-           "trace_program", "typed", "wrap_nki"]
+__all__ = ["Benchmark", "BenchmarkResult", "Kernel", "KernelError", "NcLatency", "NkiTensor", "Profile", "Simulated",
+           "baremetal", "benchmark", "isa", "jit", "language", "nki_op", "profile", "simulate", "simulate_kernel",
+           "tensor", "trace_program", "typed", "wrap_nki"]
 
 
 def __getattr__(name: str):

@@ -23,7 +23,7 @@ import json
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 import numpy as np
 
@@ -211,7 +211,7 @@ def jit(fn: Callable | None = None, mode: str = "auto", *, chip: Any = None, **_
         return lambda f: jit(f, mode, chip=chip)
     if mode == "benchmark":
         return benchmark(fn, chip=chip)
-    if isinstance(fn, (Benchmark, Profile)):   # nki.simulate(bench_func): the kernel it wraps
+    if isinstance(fn, (Benchmark, Profile, Simulated)):   # nki.simulate(bench_func): the kernel it wraps
         return fn.kernel
     if isinstance(fn, Kernel):
         return fn
@@ -252,27 +252,54 @@ def _results(traced: Traced, run: Any) -> Any:
     return values[0] if values else None
 
 
-def simulate(kernel: Callable, *, chip: Any = None, trace: str | os.PathLike | None = None) -> Callable:
-    """``nki.simulate(kernel)(*arrays)``: the kernel's outputs as numpy arrays, computed
-    instruction by instruction with the chip's numerics."""
-    kernel = jit(kernel)
+class Simulated:
+    """A kernel wrapped by :func:`simulate` (and :func:`baremetal`): each call runs it on
+    numpy arrays and returns its outputs as numpy arrays; ``wrapped[grid]`` launches a
+    grid, as ``kernel[grid]`` does."""
 
-    def run(*args: Any, **kwargs: Any) -> Any:
-        from trnsim.hw.core import simulate as sim
+    def __init__(self, kernel: Kernel, chip: Any, trace: str | os.PathLike | None) -> None:
+        self.kernel, self.chip, self.trace = kernel, chip, trace
+        functools.update_wrapper(self, kernel.fn)
 
-        traced = kernel.trace(*args, chip=_chip(chip, kernel), **kwargs)
-        program = traced.tracer.program
-        written = written_inputs(program)
-        program.outputs.extend(t for t in written if t not in program.outputs)
-        result = sim(program, traced.inputs, fidelity="instruction", trace=trace)
-        arrays = named_arguments(kernel, args, kwargs)
-        for t in written:   # destination passing: the arrays the kernel writes are written in place
-            dst = arrays.get(t.name)
-            if isinstance(dst, np.ndarray) and dst.flags.writeable:
-                dst[...] = np.asarray(result.outputs[t.name]).reshape(dst.shape).astype(dst.dtype, copy=False)
+    def __getitem__(self, grid: Any) -> Simulated:
+        return Simulated(self.kernel[grid], self.chip, self.trace)
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        traced, result = _run(self.kernel, self.chip, True, self.trace, args, kwargs)
         return _results(traced, result)
 
-    return run
+
+def _run(kernel: Kernel, chip: Any, numerics: bool, trace: str | os.PathLike | None,
+         args: tuple, kwargs: dict) -> tuple[Traced, Any]:
+    """Trace ``kernel`` for a call and simulate it (at instruction fidelity when ``numerics``,
+    writing the numpy arrays the kernel writes in place: destination passing)."""
+    from trnsim.hw.core import simulate as sim
+
+    traced = kernel.trace(*args, chip=_chip(chip, kernel), **kwargs)
+    program = traced.tracer.program
+    if not numerics:
+        return traced, sim(program, None, fidelity="timing", trace=trace)
+    written = written_inputs(program)
+    program.outputs.extend(t for t in written if t not in program.outputs)
+    try:
+        result = sim(program, traced.inputs, fidelity="instruction", trace=trace)
+    except KernelError:
+        raise
+    except ProgramError as e:   # found only when values are known (a gather index): still the kernel's fault
+        raise KernelError(str(e)) from e
+    arrays = named_arguments(kernel, args, kwargs)
+    for t in written:
+        dst = arrays.get(t.name)
+        if isinstance(dst, np.ndarray) and dst.flags.writeable:
+            dst[...] = np.asarray(result.outputs[t.name]).reshape(dst.shape).astype(dst.dtype, copy=False)
+    return traced, result
+
+
+def simulate(kernel: Callable, *, chip: Any = None, trace: str | os.PathLike | None = None) -> Simulated:
+    """``nki.simulate(kernel)(*arrays)``: the kernel's outputs as numpy arrays, computed
+    instruction by instruction with the chip's numerics; ``nki.simulate(kernel)[grid]``
+    launches a grid."""
+    return Simulated(jit(kernel), chip, trace)
 
 
 def written_inputs(program: Any) -> list[Any]:
@@ -407,12 +434,9 @@ class Benchmark:
         raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
 
     def __call__(self, *args: Any, **kwargs: Any) -> BenchmarkResult:
-        from trnsim.hw.core import simulate as sim
         from trnsim.trace import trace_from_run
 
-        traced = self.kernel.trace(*args, chip=_chip(self.chip, self.kernel), **kwargs)
-        result = sim(traced.tracer.program, traced.inputs if self.numerics else None,
-                     fidelity="instruction" if self.numerics else "timing", trace=self.trace)
+        traced, result = _run(self.kernel, self.chip, self.numerics, self.trace, args, kwargs)
         s = result.summary()
         self.benchmark_result = BenchmarkResult(
             outputs=_results(traced, result) if self.numerics else None, latency_ns=result.time_ns,
@@ -442,18 +466,25 @@ def benchmark(kernel: Callable | None = None, *, warmup: int = 10, iters: int = 
 
 class Profile:
     """A kernel wrapped by :func:`profile`: its ``profile_nth`` call writes the trace and a
-    summary into the working directory; every call returns the outputs as numpy arrays."""
+    summary into the working directory; every call returns the outputs as numpy arrays.
+    ``profiled[grid]`` launches a grid; its calls count toward ``profile_nth`` with the
+    wrapped kernel's."""
 
-    def __init__(self, kernel: Kernel, directory: Path, trace_name: str, overwrite: bool, nth: int, chip: Any) -> None:
+    def __init__(self, kernel: Kernel, directory: Path, trace_name: str, overwrite: bool, nth: int, chip: Any,
+                 calls: Iterator[int] | None = None) -> None:
         self.kernel, self.directory, self.overwrite, self.nth, self.chip = kernel, directory, overwrite, nth, chip
+        self.trace_name = trace_name
         self.trace_path = directory / trace_name
         self.summary_path = self.trace_path.with_name(self.trace_path.stem + "_summary.json")
-        self.calls = 0
+        self._calls = calls if calls is not None else itertools.count(1)
         functools.update_wrapper(self, kernel.fn)
 
+    def __getitem__(self, grid: Any) -> Profile:
+        return Profile(self.kernel[grid], self.directory, self.trace_name, self.overwrite, self.nth, self.chip,
+                       self._calls)
+
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        self.calls += 1
-        if self.calls != self.nth:
+        if next(self._calls) != self.nth:
             return simulate(self.kernel, chip=self.chip)(*args, **kwargs)
         if not self.overwrite:
             for path in (self.trace_path, self.summary_path):

@@ -4,8 +4,9 @@ It mirrors TorchNeuron's top level: the device functions of ``torch.neuron``
 (``is_available``, ``device_count``, ``synchronize``, the memory and RNG functions,
 ...), op tracking (:func:`get_executed_ops`, :func:`get_fallback_ops`,
 :func:`clear_op_tracking`), NKI kernels as PyTorch ops (:func:`nki_op`,
-:func:`wrap_nki`) and the submodules ``distributed`` and ``profiling``, which refuse
-by name what trnsim does not have yet.
+:func:`wrap_nki`, and the legacy :func:`nki_jit` of ``torch_neuronx.xla_impl.ops``) and
+the submodules ``distributed`` and ``profiling``, which refuse by name what trnsim does
+not have yet.
 
 Op tracking: every aten op on a ``neuron`` tensor computes on the host CPU in
 trnsim, so "fallback" cannot mean where the op ran. Here it means what the
@@ -27,7 +28,8 @@ from trnsim.backend.device import (  # noqa: F401  (the device functions, as tor
     initial_seed, is_available, is_bf16_supported, is_initialized, manual_seed, manual_seed_all,
     max_memory_allocated, max_memory_reserved, mem_get_info, memory_allocated, memory_reserved, memory_stats,
     reset_peak_memory_stats, seed, seed_all, set_device, set_rng_state, set_rng_state_all, stream, synchronize)
-from trnsim.compat.torch_neuronx import distributed, profiling
+from trnsim.compat.torch_neuronx import distributed, profiling, xla_impl
+from trnsim.compat.torch_neuronx.xla_impl.ops import nki_jit
 
 __version__ = trnsim.__version__
 
@@ -37,8 +39,8 @@ __all__ = [
     "get_device_properties", "get_executed_ops", "get_fallback_ops", "get_rng_state", "get_rng_state_all",
     "initial_seed", "is_available", "is_bf16_supported", "is_initialized", "manual_seed", "manual_seed_all",
     "max_memory_allocated", "max_memory_reserved", "mem_get_info", "memory_allocated", "memory_reserved",
-    "memory_stats", "nki_op", "profiling", "reset_peak_memory_stats", "seed", "seed_all", "set_device",
-    "set_rng_state", "set_rng_state_all", "stream", "synchronize", "wrap_nki",
+    "memory_stats", "nki_jit", "nki_op", "profiling", "reset_peak_memory_stats", "seed", "seed_all", "set_device",
+    "set_rng_state", "set_rng_state_all", "stream", "synchronize", "wrap_nki", "xla_impl",
 ]
 
 
