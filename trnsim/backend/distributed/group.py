@@ -432,6 +432,12 @@ class NeuronProcessGroup(dist.ProcessGroup):
         start, _ = self._meet("barrier", None, 0)
         return self._timed("barrier", start, 0, [])
 
+    def monitored_barrier(self, opts: Any = None, wait_all_ranks: bool = False) -> NeuronWork:
+        """A barrier whose failure names the lost ranks (every failure here does)."""
+        work = self.barrier(opts)
+        work.wait()
+        return work
+
     def send(self, tensors: list[torch.Tensor], dst: int, tag: int = 0) -> NeuronWork:
         ready = clocks.ready_ps()
         nbytes = _nbytes(tensors)
