@@ -57,6 +57,19 @@ def test_placement_across_servers():
     assert two.place(7).chip == 1
 
 
+def test_a_what_if_chip_file(tmp_path):
+    path = tmp_path / "mine.toml"
+    path.write_text('extends = "trn2"\n[fabric]\ncollective_fixed_ns = 0\n'
+                    '[[instance]]\nname = "wide"\nchips = 4\ntopology = "switch"\nshape = [4]\n'
+                    'link_bw_gbps = 2048\n')
+    f = Fabric(instance("wide", chip=path), 16)
+    assert f.estimate("send_recv", 2048, [0, 4]).duration_ns == HOP + 1.0
+    ring = tmp_path / "ring.toml"
+    ring.write_text('extends = "trn2"\n[[instance]]\nname = "r"\nchips = 2\ntopology = "ring"\nshape = [2]\n')
+    with pytest.raises(ConfigError, match=r"topology 'ring' and shape \[2\]; the fabric model knows single"):
+        Fabric(instance("r", chip=ring), 2)
+
+
 # -- exact times --------------------------------------------------------------------------
 
 def test_ring_all_reduce_over_four_chips(trn2):

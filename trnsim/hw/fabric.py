@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import difflib
 import math
+import os
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -72,11 +73,13 @@ def instances() -> dict[str, Instance]:
     return found
 
 
-def instance(name: str | Instance) -> Instance:
-    """The instance called ``name`` (``"trn2.48xlarge"``), from the shipped chip files."""
+def instance(name: str | Instance, chip: str | os.PathLike | ChipSpec | None = None) -> Instance:
+    """The instance called ``name`` (``"trn2.48xlarge"``): from the shipped chip files, or
+    from ``chip`` (a chip name, a what-if chip file, a ChipSpec) when given."""
     if isinstance(name, Instance):
         return name
-    known = instances()
+    known = instances() if chip is None else {i.name: Instance(spec, i) for spec in [load_chip(chip)]
+                                               for i in spec.instances}
     if not isinstance(name, str) or name not in known:
         close = difflib.get_close_matches(str(name), known, n=1)
         hint = f"did you mean {close[0]!r}? " if close else ""
@@ -149,9 +152,10 @@ class Fabric:
     def __init__(self, instance_name: str | Instance, world_size: int, *, nodes: int | None = None,
                  nproc_per_node: int | None = None) -> None:
         self.instance = inst = instance(instance_name)
-        if inst.spec.topology not in _TOPOLOGIES:
-            raise ConfigError(f"instance {inst.name} has topology {inst.spec.topology!r}; "
-                              f"the fabric model knows {', '.join(_TOPOLOGIES)}")
+        if inst.spec.topology not in _TOPOLOGIES or (inst.spec.topology in _TORI and len(inst.spec.shape) < 2):
+            raise ConfigError(f"instance {inst.name} has topology {inst.spec.topology!r} and shape "
+                              f"{list(inst.spec.shape)}; the fabric model knows {', '.join(_TOPOLOGIES)}, "
+                              "a torus with a shape of at least [rows, columns]")
         self.world_size = _count(world_size, "world size", "pass a whole number of ranks >= 1", 1)
         self.nodes = inst.spec.servers if nodes is None else _count(
             nodes, "nodes", "pass a whole number of servers >= 1", 1)
