@@ -136,6 +136,20 @@ def test_send_recv_intra_chip_inter_chip_inter_server_and_efa(trn2):
     assert link.bus_bw_gbps == pytest.approx(n / 4524.0, rel=1e-12)
 
 
+def test_groups_across_servers_run_hierarchically():
+    f = Fabric("trn2.48xlarge", 128, nodes=2)  # two servers joined by EFA (400 GB/s each way)
+    n = 128 * MiB
+    t = f.estimate("all_reduce", n, [0, 4, 64, 68])  # two chips on each server
+    inside = HOP + (n / 2) / 1024                    # a 2-rank ring step over one NeuronLink hop
+    between = 15000 + 2 * (n / 4) / 400              # both ranks' shards share the server's EFA
+    assert t.algorithm == "hierarchical:ring+ring+ring" and t.tier == "efa" and t.steps == 4
+    assert t.duration_ns == pytest.approx(FIXED + 2 * inside + 2 * between, rel=1e-12)
+    assert f.estimate("all_gather", 4 * MiB).algorithm == "hierarchical:mesh+rdh"  # between servers first
+    assert f.estimate("reduce_scatter", 4 * MiB).algorithm == "hierarchical:rdh+mesh"
+    assert f.estimate("all_reduce", n, [0, 4, 64]).algorithm == "ring"  # unequal servers: one flat ring
+    assert f.estimate("all_reduce", n, [0, 64]).algorithm == "ring"     # one rank per server: flat
+
+
 def test_all_to_all_with_unequal_splits(trn2):
     splits = [[0, 2 * MiB], [MiB, 0]]
     t = trn2.estimate("all_to_all", 2 * MiB, [0, 4], splits=splits)

@@ -270,35 +270,65 @@ class Fabric:
         """Algorithm, group, tier, per-step (repeat, latency, {link: busy ns}), wire bytes and
         the idle duration (fixed cost included) of one collective: the fastest candidate."""
         group, rows = self._check(kind, nbytes, ranks, root, splits)
-        plans = [(algorithm, *self._cost(kind, algorithm, nbytes, group, root, rows))
-                 for algorithm in algos.candidates(kind, nbytes, len(group), self.instance.chip.fabric)]
-        algorithm, tier, plan, wire, duration = min(plans, key=lambda p: p[-1])
+        names = ("hierarchical",) if self._servers(kind, group) else algos.candidates(
+            kind, nbytes, len(group), self.instance.chip.fabric)
+        algorithm, tier, plan, wire, duration = min(
+            (self._cost(kind, name, nbytes, group, root, rows) for name in names), key=lambda p: p[-1])
         return algorithm, group, tier, plan, wire, duration
 
+    def _servers(self, kind: str, group: tuple[int, ...]) -> list[list[int]]:
+        """The group's ranks server by server, where it runs hierarchically; else []."""
+        by_server: dict[int, list[int]] = {}
+        for rank in sorted(group):
+            by_server.setdefault(self._placements[rank].server, []).append(rank)
+        sizes = {len(ranks) for ranks in by_server.values()}
+        fits = kind in ("all_reduce", "all_gather", "reduce_scatter") and len(by_server) > 1
+        return list(by_server.values()) if fits and len(sizes) == 1 and sizes.pop() > 1 else []
+
     def _cost(self, kind: str, algorithm: str, nbytes: int, group: tuple[int, ...], root: int | None,
-              rows: tuple | None) -> tuple[str, list, float, float]:
+              rows: tuple | None) -> tuple[str, str, list, float, float]:
         key = (kind, algorithm, nbytes, group, root, rows)
         if key not in self._costs:
             if len(self._costs) >= _COST_CACHE:
                 self._costs.pop(next(iter(self._costs)))
-            self._costs[key] = self._steps_cost(kind, algorithm, nbytes, group, root, rows)
+            if algorithm == "hierarchical":
+                name, rank_steps = self._hierarchical(kind, nbytes, self._servers(kind, group))
+            else:
+                name, rank_steps = algorithm, self._rank_steps(kind, algorithm, nbytes, group, root, rows)
+            self._costs[key] = (name, *self._steps_cost(rank_steps))
         return self._costs[key]
 
-    def _steps_cost(self, kind: str, algorithm: str, nbytes: int, group: tuple[int, ...], root: int | None,
-                    rows: tuple | None) -> tuple[str, list, float, float]:
+    def _rank_steps(self, kind: str, algorithm: str, nbytes: float, group: Sequence[int], root: int | None,
+                    rows: tuple | None) -> list[algos.Step]:
+        """The algorithm's steps with positions turned into ranks (a ring in ring order)."""
         order = self._ring_order(group) if algorithm == "ring" else list(group)
         if rows is not None:
             rows = tuple(tuple(rows[group.index(a)][group.index(b)] for b in order) for a in order)
         at = order.index(root) if root is not None else 0
+        return [algos.Step(tuple((order[s], order[d], size) for s, d, size in step.transfers), step.repeat)
+                for step in algos.steps(kind, algorithm, nbytes, len(group), at, rows)]
+
+    def _hierarchical(self, kind: str, nbytes: int, servers: list[list[int]]) -> tuple[str, list[algos.Step]]:
+        """Stages inside servers and between them; parallel groups of a stage step together."""
+        names, merged = [], []
+        for stage_kind, where, size in algos.hierarchical_stages(kind, nbytes, len(servers[0])):
+            groups = servers if where == "local" else [list(g) for g in zip(*servers)]
+            (name,) = algos.candidates(stage_kind, size, len(groups[0]), self.instance.chip.fabric)
+            names.append(name)
+            per_group = [self._rank_steps(stage_kind, name, size, g, None, None) for g in groups]
+            merged += [algos.Step(sum((s.transfers for s in parallel), ()), parallel[0].repeat)
+                       for parallel in zip(*per_group)]
+        return f"hierarchical:{'+'.join(names)}", merged
+
+    def _steps_cost(self, rank_steps: list[algos.Step]) -> tuple[str, list, float, float]:
         tiers = ("none", "chip", "neuronlink", "ultraserver", "efa")
         tier, wire, duration, plan = "none", 0.0, 0.0, []
-        for step in algos.steps(kind, algorithm, nbytes, len(group), at, rows):
+        for step in rank_steps:
             latency, load = 0.0, {}
             for src, dst, size in step.transfers:
-                pair = (order[src], order[dst])
-                if pair not in self._routes:
-                    self._routes[pair] = self._route(self._placements[pair[0]], self._placements[pair[1]])
-                name, hop, links = self._routes[pair]
+                if (src, dst) not in self._routes:
+                    self._routes[src, dst] = self._route(self._placements[src], self._placements[dst])
+                name, hop, links = self._routes[src, dst]
                 tier = max(tier, name, key=tiers.index)
                 latency = max(latency, hop)
                 wire += size * step.repeat
