@@ -253,6 +253,8 @@ def test_bus_factors():
      r"nbytes is 8 but the largest rank's splits add up to 4; pass nbytes=4"),
     (lambda: Fabric("trn2.48xlarge", 8).estimate("all_gather", 8, splits=[[0]]), r"splits are for all_to_all"),
     (lambda: Fabric("trn2.48xlarge", 8).estimate("all_reduce", 8, start_ns=math.nan), r"start_ns nan is not a time"),
+    (lambda: Fabric("trn2.3xlarge", 2, nodes=2).estimate("send_recv", 8, [0, 1]),
+     r"instance trn2.3xlarge has no EFA .efa_bw_gbps = 0., so ranks 0 and 1 on different servers cannot talk"),
 ])
 def test_bad_input_names_the_value_and_the_fix(call, message):
     with pytest.raises(ConfigError, match=message):
