@@ -13,8 +13,9 @@ slowest hop latency among its transfers plus the time the busiest link needs for
 bytes. Links: a chip's internal path (ranks on one chip), a chip's NeuronLink ports
 (pooled, each direction; on a torus a transfer counts once per hop it travels), a chip's
 ports to other servers of its UltraServer, and a server's EFA. A collective adds
-``[fabric] collective_fixed_ns``. :meth:`Fabric.collective` books the links on a shared
-timeline, so collectives that overlap in simulated time share them
+``[fabric] collective_fixed_ns``. Groups spread evenly over several servers run
+hierarchically (inside servers, then between them). :meth:`Fabric.collective` books the
+links on a shared timeline, so collectives that overlap in simulated time share them
 (:mod:`trnsim.hw.fabric_links`); :meth:`Fabric.estimate` times one on an idle fabric.
 Times are nanoseconds, bandwidths GB/s (one byte per ns).
 """
@@ -23,6 +24,7 @@ from __future__ import annotations
 
 import difflib
 import math
+import operator
 import os
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -133,9 +135,14 @@ class CollectiveTiming:
 
 
 def _count(value: object, what: str, fix: str, low: int = 0) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < low:
+    """``value`` as an int (numpy integers too) if it is a whole number >= ``low``."""
+    try:
+        count = operator.index(value)  # type: ignore[call-overload]
+    except TypeError:
+        count = None
+    if isinstance(value, bool) or count is None or count < low:
         raise ConfigError(f"{what} is {value!r}; {fix}")
-    return value
+    return count
 
 
 def place(rank: int, world_size: int, instance_name: str | Instance = "trn2.48xlarge", *,
@@ -156,7 +163,7 @@ class Fabric:
             raise ConfigError(f"instance {inst.name} has topology {inst.spec.topology!r} and shape "
                               f"{list(inst.spec.shape)}; the fabric model knows {', '.join(_TOPOLOGIES)}, "
                               "a torus with a shape of at least [rows, columns]")
-        self.world_size = _count(world_size, "world size", "pass a whole number of ranks >= 1", 1)
+        self.world_size = world_size = _count(world_size, "world size", "pass a whole number of ranks >= 1", 1)
         self.nodes = inst.spec.servers if nodes is None else _count(
             nodes, "nodes", "pass a whole number of servers >= 1", 1)
         per_node = math.ceil(world_size / self.nodes) if nproc_per_node is None else _count(
@@ -231,12 +238,12 @@ class Fabric:
     # -- timing ------------------------------------------------------------------------------
 
     def _check(self, kind: str, nbytes: int, ranks: Sequence[int] | None, root: int | None,
-               splits: Sequence[Sequence[int]] | None) -> tuple[tuple[int, ...], tuple | None]:
+               splits: Sequence[Sequence[int]] | None) -> tuple[tuple[int, ...], int, tuple | None]:
         if kind not in algos.KINDS:
             close = difflib.get_close_matches(str(kind), algos.KINDS, n=1)
             hint = f"did you mean {close[0]!r}? " if close else ""
             raise ConfigError(f"unknown collective {str(kind)[:80]!r}; {hint}pass one of: {', '.join(algos.KINDS)}")
-        _count(nbytes, f"{kind} size nbytes", "pass a whole number of bytes >= 0")
+        nbytes = _count(nbytes, f"{kind} size nbytes", "pass a whole number of bytes >= 0")
         group = tuple(range(self.world_size)) if ranks is None else tuple(ranks)
         for rank in group:
             self._check_rank(rank)
@@ -250,31 +257,34 @@ class Fabric:
         elif root is not None:
             raise ConfigError(f"{kind} has no root (root={root!r}); leave root out")
         if splits is None:
-            return group, None
+            return group, nbytes, None
         if kind != "all_to_all":
             raise ConfigError(f"splits are for all_to_all, not {kind}; leave splits out")
-        rows = tuple(tuple(row) for row in splits)
         r = len(group)
-        if len(rows) != r or any(len(row) != r for row in rows) or any(
-                isinstance(b, bool) or not isinstance(b, int) or b < 0 for row in rows for b in row):
-            raise ConfigError(f"all_to_all splits must be {r} rows of {r} byte counts >= 0 (row i: the bytes rank i "
-                              f"sends to each rank); got {str(rows)[:120]}")
+        bad = ConfigError(f"all_to_all splits must be {r} rows of {r} byte counts >= 0 (row i: the bytes rank i "
+                          f"sends to each rank); got {str(splits)[:120]}")
+        try:
+            rows = tuple(tuple(_count(b, "", "") for b in row) for row in splits)
+        except (ConfigError, TypeError):
+            raise bad from None
+        if len(rows) != r or any(len(row) != r for row in rows):
+            raise bad
         largest = max(sum(row) for row in rows)
         if nbytes != largest:
             raise ConfigError(f"all_to_all nbytes is {nbytes} but the largest rank's splits add up to {largest}; "
                               f"pass nbytes={largest}")
-        return group, rows
+        return group, nbytes, rows
 
     def _plan(self, kind: str, nbytes: int, ranks: Sequence[int] | None, root: int | None,
-              splits: Sequence[Sequence[int]] | None) -> tuple[str, tuple[int, ...], str, list, float, float]:
-        """Algorithm, group, tier, per-step (repeat, latency, {link: busy ns}), wire bytes and
+              splits: Sequence[Sequence[int]] | None) -> tuple[str, tuple[int, ...], int, str, list, float, float]:
+        """Algorithm, group, byte count, tier, per-step (repeat, latency, {link: busy ns}), wire bytes and
         the idle duration (fixed cost included) of one collective: the fastest candidate."""
-        group, rows = self._check(kind, nbytes, ranks, root, splits)
+        group, nbytes, rows = self._check(kind, nbytes, ranks, root, splits)
         names = ("hierarchical",) if self._servers(kind, group) else algos.candidates(
             kind, nbytes, len(group), self.instance.chip.fabric)
         algorithm, tier, plan, wire, duration = min(
             (self._cost(kind, name, nbytes, group, root, rows) for name in names), key=lambda p: p[-1])
-        return algorithm, group, tier, plan, wire, duration
+        return algorithm, group, nbytes, tier, plan, wire, duration
 
     def _servers(self, kind: str, group: tuple[int, ...]) -> list[list[int]]:
         """The group's ranks server by server, where it runs hierarchically; else []."""
@@ -363,7 +373,7 @@ class Fabric:
         (then ``nbytes`` is the largest row's sum); ``start_ns``: when it starts, or each
         participant's clock (it starts when the last one arrives)."""
         start = self._start(start_ns)
-        algorithm, group, tier, plan, wire, duration = self._plan(kind, nbytes, ranks, root, splits)
+        algorithm, group, nbytes, tier, plan, wire, duration = self._plan(kind, nbytes, ranks, root, splits)
         return self._timing(kind, nbytes, group, algorithm, tier, plan, wire, start, start + duration)
 
     def collective(self, kind: str, nbytes: int, ranks: Sequence[int] | None = None, *, root: int | None = None,
@@ -373,7 +383,7 @@ class Fabric:
         that collectives booked before is shared: this one gets its free time, so it ends no
         earlier than on an idle fabric and later where the links are busy."""
         start = self._start(start_ns)
-        algorithm, group, tier, plan, wire, duration = self._plan(kind, nbytes, ranks, root, splits)
+        algorithm, group, nbytes, tier, plan, wire, duration = self._plan(kind, nbytes, ranks, root, splits)
         busy: dict[tuple[str, int], float] = {}
         for repeat, _, load in plan:
             for link, ns in load.items():
