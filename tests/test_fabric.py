@@ -57,6 +57,19 @@ def test_placement_across_servers():
     assert two.place(7).chip == 1
 
 
+def test_a_what_if_chip_file(tmp_path):
+    path = tmp_path / "mine.toml"
+    path.write_text('extends = "trn2"\n[fabric]\ncollective_fixed_ns = 0\n'
+                    '[[instance]]\nname = "wide"\nchips = 4\ntopology = "switch"\nshape = [4]\n'
+                    'link_bw_gbps = 2048\n')
+    f = Fabric(instance("wide", chip=path), 16)
+    assert f.estimate("send_recv", 2048, [0, 4]).duration_ns == HOP + 1.0
+    ring = tmp_path / "ring.toml"
+    ring.write_text('extends = "trn2"\n[[instance]]\nname = "r"\nchips = 2\ntopology = "ring"\nshape = [2]\n')
+    with pytest.raises(ConfigError, match=r"topology 'ring' and shape \[2\]; the fabric model knows single"):
+        Fabric(instance("r", chip=ring), 2)
+
+
 # -- exact times --------------------------------------------------------------------------
 
 def test_ring_all_reduce_over_four_chips(trn2):
@@ -121,6 +134,20 @@ def test_send_recv_intra_chip_inter_chip_inter_server_and_efa(trn2):
     assert efa.duration_ns == pytest.approx(FIXED + 15000 + n / 400, rel=1e-12)
     assert chip.duration_ns < link.duration_ns < ultra.duration_ns < efa.duration_ns
     assert link.bus_bw_gbps == pytest.approx(n / 4524.0, rel=1e-12)
+
+
+def test_groups_across_servers_run_hierarchically():
+    f = Fabric("trn2.48xlarge", 128, nodes=2)  # two servers joined by EFA (400 GB/s each way)
+    n = 128 * MiB
+    t = f.estimate("all_reduce", n, [0, 4, 64, 68])  # two chips on each server
+    inside = HOP + (n / 2) / 1024                    # a 2-rank ring step over one NeuronLink hop
+    between = 15000 + 2 * (n / 4) / 400              # both ranks' shards share the server's EFA
+    assert t.algorithm == "hierarchical:ring+ring+ring" and t.tier == "efa" and t.steps == 4
+    assert t.duration_ns == pytest.approx(FIXED + 2 * inside + 2 * between, rel=1e-12)
+    assert f.estimate("all_gather", 4 * MiB).algorithm == "hierarchical:mesh+rdh"  # between servers first
+    assert f.estimate("reduce_scatter", 4 * MiB).algorithm == "hierarchical:rdh+mesh"
+    assert f.estimate("all_reduce", n, [0, 4, 64]).algorithm == "ring"  # unequal servers: one flat ring
+    assert f.estimate("all_reduce", n, [0, 64]).algorithm == "ring"     # one rank per server: flat
 
 
 def test_all_to_all_with_unequal_splits(trn2):
@@ -226,6 +253,8 @@ def test_bus_factors():
      r"nbytes is 8 but the largest rank's splits add up to 4; pass nbytes=4"),
     (lambda: Fabric("trn2.48xlarge", 8).estimate("all_gather", 8, splits=[[0]]), r"splits are for all_to_all"),
     (lambda: Fabric("trn2.48xlarge", 8).estimate("all_reduce", 8, start_ns=math.nan), r"start_ns nan is not a time"),
+    (lambda: Fabric("trn2.3xlarge", 2, nodes=2).estimate("send_recv", 8, [0, 1]),
+     r"instance trn2.3xlarge has no EFA .efa_bw_gbps = 0., so ranks 0 and 1 on different servers cannot talk"),
 ])
 def test_bad_input_names_the_value_and_the_fix(call, message):
     with pytest.raises(ConfigError, match=message):

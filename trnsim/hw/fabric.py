@@ -13,8 +13,9 @@ slowest hop latency among its transfers plus the time the busiest link needs for
 bytes. Links: a chip's internal path (ranks on one chip), a chip's NeuronLink ports
 (pooled, each direction; on a torus a transfer counts once per hop it travels), a chip's
 ports to other servers of its UltraServer, and a server's EFA. A collective adds
-``[fabric] collective_fixed_ns``. :meth:`Fabric.collective` books the links on a shared
-timeline, so collectives that overlap in simulated time share them
+``[fabric] collective_fixed_ns``. Groups spread evenly over several servers run
+hierarchically (inside servers, then between them). :meth:`Fabric.collective` books the
+links on a shared timeline, so collectives that overlap in simulated time share them
 (:mod:`trnsim.hw.fabric_links`); :meth:`Fabric.estimate` times one on an idle fabric.
 Times are nanoseconds, bandwidths GB/s (one byte per ns).
 """
@@ -23,6 +24,8 @@ from __future__ import annotations
 
 import difflib
 import math
+import operator
+import os
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -72,11 +75,13 @@ def instances() -> dict[str, Instance]:
     return found
 
 
-def instance(name: str | Instance) -> Instance:
-    """The instance called ``name`` (``"trn2.48xlarge"``), from the shipped chip files."""
+def instance(name: str | Instance, chip: str | os.PathLike | ChipSpec | None = None) -> Instance:
+    """The instance called ``name`` (``"trn2.48xlarge"``): from the shipped chip files, or
+    from ``chip`` (a chip name, a what-if chip file, a ChipSpec) when given."""
     if isinstance(name, Instance):
         return name
-    known = instances()
+    known = instances() if chip is None else {i.name: Instance(spec, i) for spec in [load_chip(chip)]
+                                               for i in spec.instances}
     if not isinstance(name, str) or name not in known:
         close = difflib.get_close_matches(str(name), known, n=1)
         hint = f"did you mean {close[0]!r}? " if close else ""
@@ -130,9 +135,14 @@ class CollectiveTiming:
 
 
 def _count(value: object, what: str, fix: str, low: int = 0) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < low:
+    """``value`` as an int (numpy integers too) if it is a whole number >= ``low``."""
+    try:
+        count = operator.index(value)  # type: ignore[call-overload]
+    except TypeError:
+        count = None
+    if isinstance(value, bool) or count is None or count < low:
         raise ConfigError(f"{what} is {value!r}; {fix}")
-    return value
+    return count
 
 
 def place(rank: int, world_size: int, instance_name: str | Instance = "trn2.48xlarge", *,
@@ -149,10 +159,11 @@ class Fabric:
     def __init__(self, instance_name: str | Instance, world_size: int, *, nodes: int | None = None,
                  nproc_per_node: int | None = None) -> None:
         self.instance = inst = instance(instance_name)
-        if inst.spec.topology not in _TOPOLOGIES:
-            raise ConfigError(f"instance {inst.name} has topology {inst.spec.topology!r}; "
-                              f"the fabric model knows {', '.join(_TOPOLOGIES)}")
-        self.world_size = _count(world_size, "world size", "pass a whole number of ranks >= 1", 1)
+        if inst.spec.topology not in _TOPOLOGIES or (inst.spec.topology in _TORI and len(inst.spec.shape) < 2):
+            raise ConfigError(f"instance {inst.name} has topology {inst.spec.topology!r} and shape "
+                              f"{list(inst.spec.shape)}; the fabric model knows {', '.join(_TOPOLOGIES)}, "
+                              "a torus with a shape of at least [rows, columns]")
+        self.world_size = world_size = _count(world_size, "world size", "pass a whole number of ranks >= 1", 1)
         self.nodes = inst.spec.servers if nodes is None else _count(
             nodes, "nodes", "pass a whole number of servers >= 1", 1)
         per_node = math.ceil(world_size / self.nodes) if nproc_per_node is None else _count(
@@ -227,12 +238,12 @@ class Fabric:
     # -- timing ------------------------------------------------------------------------------
 
     def _check(self, kind: str, nbytes: int, ranks: Sequence[int] | None, root: int | None,
-               splits: Sequence[Sequence[int]] | None) -> tuple[tuple[int, ...], tuple | None]:
+               splits: Sequence[Sequence[int]] | None) -> tuple[tuple[int, ...], int, tuple | None]:
         if kind not in algos.KINDS:
             close = difflib.get_close_matches(str(kind), algos.KINDS, n=1)
             hint = f"did you mean {close[0]!r}? " if close else ""
             raise ConfigError(f"unknown collective {str(kind)[:80]!r}; {hint}pass one of: {', '.join(algos.KINDS)}")
-        _count(nbytes, f"{kind} size nbytes", "pass a whole number of bytes >= 0")
+        nbytes = _count(nbytes, f"{kind} size nbytes", "pass a whole number of bytes >= 0")
         group = tuple(range(self.world_size)) if ranks is None else tuple(ranks)
         for rank in group:
             self._check_rank(rank)
@@ -246,55 +257,88 @@ class Fabric:
         elif root is not None:
             raise ConfigError(f"{kind} has no root (root={root!r}); leave root out")
         if splits is None:
-            return group, None
+            return group, nbytes, None
         if kind != "all_to_all":
             raise ConfigError(f"splits are for all_to_all, not {kind}; leave splits out")
-        rows = tuple(tuple(row) for row in splits)
         r = len(group)
-        if len(rows) != r or any(len(row) != r for row in rows) or any(
-                isinstance(b, bool) or not isinstance(b, int) or b < 0 for row in rows for b in row):
-            raise ConfigError(f"all_to_all splits must be {r} rows of {r} byte counts >= 0 (row i: the bytes rank i "
-                              f"sends to each rank); got {str(rows)[:120]}")
+        bad = ConfigError(f"all_to_all splits must be {r} rows of {r} byte counts >= 0 (row i: the bytes rank i "
+                          f"sends to each rank); got {str(splits)[:120]}")
+        try:
+            rows = tuple(tuple(_count(b, "", "") for b in row) for row in splits)
+        except (ConfigError, TypeError):
+            raise bad from None
+        if len(rows) != r or any(len(row) != r for row in rows):
+            raise bad
         largest = max(sum(row) for row in rows)
         if nbytes != largest:
             raise ConfigError(f"all_to_all nbytes is {nbytes} but the largest rank's splits add up to {largest}; "
                               f"pass nbytes={largest}")
-        return group, rows
+        return group, nbytes, rows
 
     def _plan(self, kind: str, nbytes: int, ranks: Sequence[int] | None, root: int | None,
-              splits: Sequence[Sequence[int]] | None) -> tuple[str, tuple[int, ...], str, list, float, float]:
-        """Algorithm, group, tier, per-step (repeat, latency, {link: busy ns}), wire bytes and
+              splits: Sequence[Sequence[int]] | None) -> tuple[str, tuple[int, ...], int, str, list, float, float]:
+        """Algorithm, group, byte count, tier, per-step (repeat, latency, {link: busy ns}), wire bytes and
         the idle duration (fixed cost included) of one collective: the fastest candidate."""
-        group, rows = self._check(kind, nbytes, ranks, root, splits)
-        plans = [(algorithm, *self._cost(kind, algorithm, nbytes, group, root, rows))
-                 for algorithm in algos.candidates(kind, nbytes, len(group), self.instance.chip.fabric)]
-        algorithm, tier, plan, wire, duration = min(plans, key=lambda p: p[-1])
-        return algorithm, group, tier, plan, wire, duration
+        group, nbytes, rows = self._check(kind, nbytes, ranks, root, splits)
+        names = ("hierarchical",) if self._servers(kind, group) else algos.candidates(
+            kind, nbytes, len(group), self.instance.chip.fabric)
+        algorithm, tier, plan, wire, duration = min(
+            (self._cost(kind, name, nbytes, group, root, rows) for name in names), key=lambda p: p[-1])
+        return algorithm, group, nbytes, tier, plan, wire, duration
+
+    def _servers(self, kind: str, group: tuple[int, ...]) -> list[list[int]]:
+        """The group's ranks server by server, where it runs hierarchically; else []."""
+        by_server: dict[int, list[int]] = {}
+        for rank in sorted(group):
+            by_server.setdefault(self._placements[rank].server, []).append(rank)
+        sizes = {len(ranks) for ranks in by_server.values()}
+        fits = kind in ("all_reduce", "all_gather", "reduce_scatter") and len(by_server) > 1
+        return list(by_server.values()) if fits and len(sizes) == 1 and sizes.pop() > 1 else []
 
     def _cost(self, kind: str, algorithm: str, nbytes: int, group: tuple[int, ...], root: int | None,
-              rows: tuple | None) -> tuple[str, list, float, float]:
+              rows: tuple | None) -> tuple[str, str, list, float, float]:
         key = (kind, algorithm, nbytes, group, root, rows)
         if key not in self._costs:
             if len(self._costs) >= _COST_CACHE:
                 self._costs.pop(next(iter(self._costs)))
-            self._costs[key] = self._steps_cost(kind, algorithm, nbytes, group, root, rows)
+            if algorithm == "hierarchical":
+                name, rank_steps = self._hierarchical(kind, nbytes, self._servers(kind, group))
+            else:
+                name, rank_steps = algorithm, self._rank_steps(kind, algorithm, nbytes, group, root, rows)
+            self._costs[key] = (name, *self._steps_cost(rank_steps))
         return self._costs[key]
 
-    def _steps_cost(self, kind: str, algorithm: str, nbytes: int, group: tuple[int, ...], root: int | None,
-                    rows: tuple | None) -> tuple[str, list, float, float]:
+    def _rank_steps(self, kind: str, algorithm: str, nbytes: float, group: Sequence[int], root: int | None,
+                    rows: tuple | None) -> list[algos.Step]:
+        """The algorithm's steps with positions turned into ranks (a ring in ring order)."""
         order = self._ring_order(group) if algorithm == "ring" else list(group)
         if rows is not None:
             rows = tuple(tuple(rows[group.index(a)][group.index(b)] for b in order) for a in order)
         at = order.index(root) if root is not None else 0
+        return [algos.Step(tuple((order[s], order[d], size) for s, d, size in step.transfers), step.repeat)
+                for step in algos.steps(kind, algorithm, nbytes, len(group), at, rows)]
+
+    def _hierarchical(self, kind: str, nbytes: int, servers: list[list[int]]) -> tuple[str, list[algos.Step]]:
+        """Stages inside servers and between them; parallel groups of a stage step together."""
+        names, merged = [], []
+        for stage_kind, where, size in algos.hierarchical_stages(kind, nbytes, len(servers[0])):
+            groups = servers if where == "local" else [list(g) for g in zip(*servers)]
+            (name,) = algos.candidates(stage_kind, size, len(groups[0]), self.instance.chip.fabric)
+            names.append(name)
+            per_group = [self._rank_steps(stage_kind, name, size, g, None, None) for g in groups]
+            merged += [algos.Step(sum((s.transfers for s in parallel), ()), parallel[0].repeat)
+                       for parallel in zip(*per_group)]
+        return f"hierarchical:{'+'.join(names)}", merged
+
+    def _steps_cost(self, rank_steps: list[algos.Step]) -> tuple[str, list, float, float]:
         tiers = ("none", "chip", "neuronlink", "ultraserver", "efa")
         tier, wire, duration, plan = "none", 0.0, 0.0, []
-        for step in algos.steps(kind, algorithm, nbytes, len(group), at, rows):
+        for step in rank_steps:
             latency, load = 0.0, {}
             for src, dst, size in step.transfers:
-                pair = (order[src], order[dst])
-                if pair not in self._routes:
-                    self._routes[pair] = self._route(self._placements[pair[0]], self._placements[pair[1]])
-                name, hop, links = self._routes[pair]
+                if (src, dst) not in self._routes:
+                    self._routes[src, dst] = self._route(self._placements[src], self._placements[dst])
+                name, hop, links = self._routes[src, dst]
                 tier = max(tier, name, key=tiers.index)
                 latency = max(latency, hop)
                 wire += size * step.repeat
@@ -329,7 +373,7 @@ class Fabric:
         (then ``nbytes`` is the largest row's sum); ``start_ns``: when it starts, or each
         participant's clock (it starts when the last one arrives)."""
         start = self._start(start_ns)
-        algorithm, group, tier, plan, wire, duration = self._plan(kind, nbytes, ranks, root, splits)
+        algorithm, group, nbytes, tier, plan, wire, duration = self._plan(kind, nbytes, ranks, root, splits)
         return self._timing(kind, nbytes, group, algorithm, tier, plan, wire, start, start + duration)
 
     def collective(self, kind: str, nbytes: int, ranks: Sequence[int] | None = None, *, root: int | None = None,
@@ -339,7 +383,7 @@ class Fabric:
         that collectives booked before is shared: this one gets its free time, so it ends no
         earlier than on an idle fabric and later where the links are busy."""
         start = self._start(start_ns)
-        algorithm, group, tier, plan, wire, duration = self._plan(kind, nbytes, ranks, root, splits)
+        algorithm, group, nbytes, tier, plan, wire, duration = self._plan(kind, nbytes, ranks, root, splits)
         busy: dict[tuple[str, int], float] = {}
         for repeat, _, load in plan:
             for link, ns in load.items():

@@ -16,6 +16,12 @@ figures of the chip file (``[fabric] mesh_max_kib``, ``rdh_max_kib``). RDH needs
 of a power-of-two size; other groups use a ring. All-to-all, gather and scatter always run
 as a mesh; broadcast and reduce as a mesh or a ring, whichever the model times faster
 (assumption: the guide does not say).
+
+A group with the same number of ranks (more than one) on each of several servers runs
+hierarchically, as Neuron's inter-node guide describes: all-reduce as a reduce-scatter
+inside each server, an all-reduce of the 1/Y shards between servers, an all-gather inside
+each server; all-gather between servers first, reduce-scatter inside servers first (the
+stage between servers moves the least data). Each stage picks its own algorithm.
 """
 
 from __future__ import annotations
@@ -55,7 +61,7 @@ def bus_factor(kind: str, r: int) -> float:
     return 2 * share if kind == "all_reduce" else share
 
 
-def candidates(kind: str, nbytes: int, r: int, spec: FabricSpec) -> tuple[str, ...]:
+def candidates(kind: str, nbytes: float, r: int, spec: FabricSpec) -> tuple[str, ...]:
     """The algorithms Neuron's collective library would pick among for ``kind`` of
     ``nbytes`` over ``r`` ranks (one, except broadcast and reduce): ``local`` (one rank),
     ``p2p``, ``mesh``, ``rdh`` or ``ring``."""
@@ -70,6 +76,16 @@ def candidates(kind: str, nbytes: int, r: int, spec: FabricSpec) -> tuple[str, .
     if nbytes <= spec.rdh_max_kib * 1024 and r & (r - 1) == 0:
         return ("rdh",)
     return ("ring",)
+
+
+def hierarchical_stages(kind: str, nbytes: float, per_server: int) -> list[tuple[str, str, float]]:
+    """The stages of ``kind`` run hierarchically with ``per_server`` ranks on each server:
+    (kind, ``"local"`` inside each server or ``"inter"`` between servers, nbytes)."""
+    shard = nbytes / per_server
+    return {"all_reduce": [("reduce_scatter", "local", nbytes), ("all_reduce", "inter", shard),
+                           ("all_gather", "local", nbytes)],
+            "all_gather": [("all_gather", "inter", shard), ("all_gather", "local", nbytes)],
+            "reduce_scatter": [("reduce_scatter", "local", nbytes), ("reduce_scatter", "inter", shard)]}[kind]
 
 
 def _ring(chunk: float, r: int, repeat: int) -> Step:
@@ -93,7 +109,7 @@ def _to_root(chunk: float, r: int, root: int, inward: bool) -> Step:
     return Step(tuple((j, root, chunk) if inward else (root, j, chunk) for j in range(r) if j != root))
 
 
-def steps(kind: str, algorithm: str, nbytes: int, r: int, root: int = 0,
+def steps(kind: str, algorithm: str, nbytes: float, r: int, root: int = 0,
           splits: tuple[tuple[int, ...], ...] | None = None) -> list[Step]:
     """The steps of ``kind`` run as ``algorithm`` over ``r`` positions (``root`` is a
     position; ``splits[i][j]`` the bytes position i sends to position j in an all-to-all)."""
