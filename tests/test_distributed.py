@@ -27,6 +27,14 @@ def _env(**extra: str) -> dict[str, str]:
     return env
 
 
+def _kill(proc: subprocess.Popen) -> None:
+    """Kill ``proc``'s whole session (a launcher and its ranks), if anything is left."""
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+
+
 def _run(cmd: list[str], timeout: float = 240, **env: str) -> subprocess.CompletedProcess:
     """Run ``cmd`` in a new session; on timeout kill the session and fail."""
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=_env(**env),
@@ -38,10 +46,7 @@ def _run(cmd: list[str], timeout: float = 240, **env: str) -> subprocess.Complet
         out, err = proc.communicate()
         pytest.fail(f"{' '.join(cmd)} ran past {timeout} s\n{out[-3000:]}\n{err[-3000:]}")
     finally:
-        try:
-            os.killpg(proc.pid, signal.SIGKILL)   # anything the job left behind
-        except ProcessLookupError:
-            pass
+        _kill(proc)   # anything the job left behind
     return subprocess.CompletedProcess(cmd, proc.returncode, out, err)
 
 
@@ -75,10 +80,7 @@ def _ranks(script: str, world: int, *args: str, timeout: float = 120) -> list[tu
             results.append((p.returncode, err, time.monotonic() - start))
     finally:
         for p in procs:
-            try:
-                os.killpg(p.pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
+            _kill(p)
             p.wait()
     return results
 
@@ -192,9 +194,6 @@ def test_two_torchrun_launchers_make_one_job(tmp_path):
         outs = [p.communicate(timeout=180) for p in procs]
     finally:
         for p in procs:
-            try:
-                os.killpg(p.pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
+            _kill(p)
     assert all(p.returncode == 0 for p in procs), [o[1][-2000:] for o in outs]
     assert any("allreduce_step: 2 ranks agree" in o[0] for o in outs)

@@ -107,3 +107,43 @@ def test_fp8_matmul_peak_counts_the_fast_fp8_path():
              p.sbuf([128, 512], dtypes.float8_e4m3, "m"))
     s = simulate(p).summary()
     assert s.peak_flops == 2 * p.chip.tensor_engine.peak_flops() and s.pct_of_peak <= 100
+
+
+def _rank_trace(origin_ps, slices):
+    from trnsim.trace import Trace
+
+    return Trace(process="r", slices=[Slice(track, name, start, dur, {}) for track, name, start, dur in slices],
+                 meta={"origin_ps": origin_ps})
+
+
+def test_merge_puts_ranks_on_the_shared_clock_and_reads_back(tmp_path):
+    from trnsim.trace import JobTrace, merge, save_job
+
+    a = _rank_trace(10_000, [("ops", "mm", 0.0, 5.0), ("collectives", "all_reduce", 20.0, 4.0)])
+    b = _rank_trace(14_000, [("ops", "mm", 0.0, 5.0), ("collectives", "all_reduce", 16.0, 4.0)])
+    job = merge([a, b])
+    # rank 1's trace starts 4,000 ps later on the shared clock: its slices move by 4 ns,
+    # and the all-reduce the ranks meet at starts at the same time on both
+    assert [s.start_ns for s in job.collectives(0)] == [20.0]
+    assert [s.start_ns for s in job.collectives(1)] == [20.0]
+    assert [s.start_ns for s in job.ranks[1].slices if s.track == "ops"] == [4.0]
+    path = save_job(job, tmp_path / "job.json")
+    back = load(path)
+    assert isinstance(back, JobTrace) and back.world_size == 2
+    assert [(s.track, s.name, s.start_ns, s.dur_ns) for s in back.ranks[1].slices] == \
+        [(s.track, s.name, s.start_ns, s.dur_ns) for s in job.ranks[1].slices]
+    data = json.loads(path.read_text())
+    assert {e["pid"] for e in data["traceEvents"]} == {1, 2}
+
+
+def test_a_damaged_job_trace_is_refused_by_name(tmp_path):
+    from trnsim.trace import merge, save_job
+
+    path = save_job(merge([_rank_trace(0, [("ops", "mm", 0.0, 1.0)])]), tmp_path / "job.json")
+    with pytest.raises(TrnSimError, match="already a merged job trace"):
+        merge([path])
+    data = json.loads(path.read_text())
+    next(e for e in data["traceEvents"] if e["ph"] == "X")["pid"] = 7
+    path.write_text(json.dumps(data))
+    with pytest.raises(TrnSimError, match="pid=7, which names no rank"):
+        load(path)

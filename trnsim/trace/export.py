@@ -26,20 +26,27 @@ def _us(ns: float) -> float:
     return round(ns / 1000, 6)
 
 
-def to_chrome(trace: Trace) -> dict[str, Any]:
-    """The trace as a Chrome trace-event JSON object."""
+def process_events(trace: Trace, pid: int) -> tuple[list[dict[str, Any]], list[str]]:
+    """The events of ``trace`` as process ``pid`` of a Chrome trace, and its track names
+    (track ``n`` of the list is thread ``n + 1``)."""
     tracks = trace.tracks()
     tids = {t: n + 1 for n, t in enumerate(tracks)}
-    events: list[dict[str, Any]] = [{"ph": "M", "pid": PID, "name": "process_name", "args": {"name": trace.process}}]
+    events: list[dict[str, Any]] = [{"ph": "M", "pid": pid, "name": "process_name", "args": {"name": trace.process}}]
     for track, tid in tids.items():
-        events.append({"ph": "M", "pid": PID, "tid": tid, "name": "thread_name", "args": {"name": track_label(track)}})
-        events.append({"ph": "M", "pid": PID, "tid": tid, "name": "thread_sort_index", "args": {"sort_index": tid}})
+        events.append({"ph": "M", "pid": pid, "tid": tid, "name": "thread_name", "args": {"name": track_label(track)}})
+        events.append({"ph": "M", "pid": pid, "tid": tid, "name": "thread_sort_index", "args": {"sort_index": tid}})
     for s in sorted(trace.slices, key=lambda s: (s.start_ns, tids[s.track])):
-        events.append({"ph": "X", "pid": PID, "tid": tids[s.track], "name": s.name, "cat": s.track,
+        events.append({"ph": "X", "pid": pid, "tid": tids[s.track], "name": s.name, "cat": s.track,
                        "ts": _us(s.start_ns), "dur": _us(s.dur_ns), "args": s.args})
     for c in trace.counters:
         for t, value in c.points:
-            events.append({"ph": "C", "pid": PID, "name": f"{c.name} ({c.unit})", "ts": _us(t), "args": {"value": value}})
+            events.append({"ph": "C", "pid": pid, "name": f"{c.name} ({c.unit})", "ts": _us(t), "args": {"value": value}})
+    return events, tracks
+
+
+def to_chrome(trace: Trace) -> dict[str, Any]:
+    """The trace as a Chrome trace-event JSON object."""
+    events, tracks = process_events(trace, PID)
     return {"traceEvents": events, "displayTimeUnit": "ns",
             "otherData": {"format": FORMAT, "process": trace.process, "tracks": tracks, **trace.meta}}
 

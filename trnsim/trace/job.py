@@ -21,7 +21,7 @@ from typing import Any
 
 from trnsim.atomic import write_atomic
 from trnsim.errors import TraceFileError
-from trnsim.trace.events import Counter, Slice, Trace, track_label
+from trnsim.trace.events import Counter, Slice, Trace
 
 JOB_FORMAT = "trnsim-job/1"
 
@@ -75,30 +75,17 @@ def merge(traces: list[Trace | str | os.PathLike], meta: dict[str, Any] | None =
     return JobTrace(ranks, {"origin_ps": base, **(meta or {})})
 
 
-def _us(ns: float) -> float:
-    return round(ns / 1000, 6)
-
-
 def to_chrome(job: JobTrace) -> dict[str, Any]:
     """The merged trace as one Chrome trace-event JSON object (a process per rank)."""
+    from trnsim.trace.export import process_events
+
     events: list[dict[str, Any]] = []
     ranks_meta = []
     for rank, t in enumerate(job.ranks):
         pid = rank + 1
-        tracks = t.tracks()
-        tids = {name: n + 1 for n, name in enumerate(tracks)}
-        events.append({"ph": "M", "pid": pid, "name": "process_name", "args": {"name": t.process}})
-        events.append({"ph": "M", "pid": pid, "name": "process_sort_index", "args": {"sort_index": pid}})
-        for track, tid in tids.items():
-            events.append({"ph": "M", "pid": pid, "tid": tid, "name": "thread_name", "args": {"name": track_label(track)}})
-            events.append({"ph": "M", "pid": pid, "tid": tid, "name": "thread_sort_index", "args": {"sort_index": tid}})
-        for s in sorted(t.slices, key=lambda s: (s.start_ns, tids[s.track])):
-            events.append({"ph": "X", "pid": pid, "tid": tids[s.track], "name": s.name, "cat": s.track,
-                           "ts": _us(s.start_ns), "dur": _us(s.dur_ns), "args": s.args})
-        for c in t.counters:
-            for at, value in c.points:
-                events.append({"ph": "C", "pid": pid, "name": f"{c.name} ({c.unit})", "ts": _us(at),
-                               "args": {"value": value}})
+        rank_events, tracks = process_events(t, pid)
+        rank_events.insert(1, {"ph": "M", "pid": pid, "name": "process_sort_index", "args": {"sort_index": pid}})
+        events += rank_events
         ranks_meta.append({"process": t.process, "tracks": tracks, "meta": t.meta})
     return {"traceEvents": events, "displayTimeUnit": "ns",
             "otherData": {"format": JOB_FORMAT, "ranks": ranks_meta, **job.meta}}
