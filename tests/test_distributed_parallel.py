@@ -72,6 +72,10 @@ def test_fsdp2_trains_as_one_process_with_sharded_memory():
     check_job("fsdp2.py", 2)
 
 
+def test_compiled_blocks_in_fsdp2_and_compiled_ddp_train_as_one_process():
+    check_job("compiled_parallel.py", 2)
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("script", ["tensor_parallel.py", "ddp.py", "fsdp2.py"])
 def test_training_on_4_ranks(script):

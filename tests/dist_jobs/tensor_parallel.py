@@ -12,6 +12,7 @@ import copy
 import torch
 import torch.distributed as dist
 import torch.nn.functional as F
+from torch._dynamo.utils import counters
 from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import checkpoint_wrapper
 from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.tensor import Replicate, Shard
@@ -107,6 +108,10 @@ def main():
     compiled = torch.compile(model, backend="neuron")(x)
     if not torch.allclose(compiled.cpu(), eager.cpu(), rtol=1e-5, atol=1e-5):
         raise SystemExit(f"rank {dist.get_rank()}: compiled TP differs by {(compiled - eager).abs().max().item()}")
+    # the graph holds TP's all-gathers and reduce-scatters as functional collectives
+    graphs = counters["neuron"]
+    if graphs["compiled_graphs"] != 1 or graphs["graphs_with_collectives"] != 1:
+        raise SystemExit(f"rank {dist.get_rank()}: compile counters {dict(graphs)}; wanted one graph, with collectives")
     dist.barrier()
     print(f"rank {dist.get_rank()}: tensor_parallel ok {want}", flush=True)
     dist.destroy_process_group()

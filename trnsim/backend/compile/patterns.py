@@ -66,6 +66,13 @@ def tensors_in(x: Any) -> list[torch.Tensor]:
     return []
 
 
+def collective(node: fx.Node) -> bool:
+    """Whether ``node`` is a functional collective or its wait (``_c10d_functional``): DTensor,
+    tensor parallel and FSDP2 put them in compiled graphs. The process group times them
+    on the collectives queue when the graph runs, so no compute kernel is charged."""
+    return isinstance(node.target, torch._ops.OpOverload) and node.target.namespace == "_c10d_functional"
+
+
 def on_host(node: fx.Node, vals: dict[fx.Node, Any]) -> bool:
     """Whether ``node`` only reads and makes CPU tensors (work the host does, not the chip)."""
     made = tensors_in(vals.get(node))

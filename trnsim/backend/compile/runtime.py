@@ -26,6 +26,7 @@ import torch.fx as fx
 from trnsim.backend import state, timeline
 from trnsim.backend.compile.lower import Kernel, lower
 from trnsim.backend.compile.partition import Group, partition
+from trnsim.backend.compile.patterns import collective
 
 
 def _fits(recipe: Any, rows: tuple[int, int], itemsizes: list[int]) -> bool:
@@ -93,6 +94,7 @@ class CompiledGraph:
         self.event = event
         self.inputs = inputs
         self.nodes = sum(1 for n in gm.graph.nodes if n.op == "call_function")
+        self.has_collectives = any(collective(n) for n in gm.graph.nodes)
         self.shapes: dict[tuple, Lowered] = {}
         self.lowered = None if _symbolic(gm) else lower_graph(gm, name)
 
@@ -120,7 +122,8 @@ class CompiledGraph:
 
                 previous = next(reversed(self.shapes))
                 reason = self._change(previous, key) if self.kind != "backward" else None
-                metrics.finish(metrics.respecialize(self.event, reason), nodes=self.nodes, kind=self.kind)
+                metrics.finish(metrics.respecialize(self.event, reason), nodes=self.nodes, kind=self.kind,
+                               has_collectives=self.has_collectives)
             self.shapes[key] = lowered
         return lowered
 
