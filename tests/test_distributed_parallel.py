@@ -4,12 +4,13 @@ Each job checks itself against one process and exits non-zero when a check fails
 here it runs under ``torchrun --standalone`` with a bounded time, in its own session,
 killed whole (launcher and ranks) when it overruns, so no process outlives its test.
 The 2-rank jobs and the 4-rank mesh job (the 2-D mesh needs 4 ranks) run by default;
-the 4-rank training jobs are behind ``-m slow``.
+the 4-rank training jobs (and FSDP2 with TP on a 2 x 2 mesh) are behind ``-m slow``.
 """
 
 from __future__ import annotations
 
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -46,9 +47,9 @@ def torchrun(script: str, nproc: int) -> subprocess.CompletedProcess:
 
 def check_job(script: str, nproc: int) -> str:
     """Run the job and check every rank finished its checks; returns its stdout."""
-    done = f"{script.removesuffix('.py')} ok"
     r = torchrun(script, nproc)
-    finished = sorted(int(line.split()[1].rstrip(":")) for line in r.stdout.splitlines() if done in line)
+    # ranks print concurrently: one rank's line may run into another's
+    finished = sorted(int(x) for x in re.findall(rf"rank (\d+): {script.removesuffix('.py')} ok", r.stdout))
     assert r.returncode == 0 and finished == list(range(nproc)), (
         f"{script} on {nproc} ranks: exit {r.returncode}, ranks finished {finished}\n"
         f"{r.stdout[-4000:]}\n{r.stderr[-6000:]}")
@@ -77,6 +78,6 @@ def test_compiled_blocks_in_fsdp2_and_compiled_ddp_train_as_one_process():
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("script", ["tensor_parallel.py", "ddp.py", "fsdp2.py"])
+@pytest.mark.parametrize("script", ["tensor_parallel.py", "ddp.py", "fsdp2.py", "fsdp_tp_2d.py"])
 def test_training_on_4_ranks(script):
     check_job(script, 4)
