@@ -6,6 +6,7 @@ and every rank ends with the same weights.
 """
 
 import copy
+import os
 
 import torch
 import torch.distributed as dist
@@ -29,23 +30,28 @@ def step(model, opt, x, y):
 
 
 def main():
+    # written as for any accelerator: one device per local rank
+    local_rank = int(os.environ["LOCAL_RANK"])
+    torch.neuron.set_device(local_rank)
+    device = torch.device("neuron", local_rank)
     dist.init_process_group("neuron")
     rank, world = dist.get_rank(), dist.get_world_size()
     torch.manual_seed(0)
     base = torch.nn.Sequential(torch.nn.Linear(D, H), torch.nn.Tanh(), torch.nn.Linear(H, H), torch.nn.Tanh(),
-                               torch.nn.Linear(H, 1)).to("neuron")
+                               torch.nn.Linear(H, 1)).to(device)
     data = batches()
 
     ref = copy.deepcopy(base)
     ref_opt = torch.optim.AdamW(ref.parameters(), lr=1e-2)
-    want = [step(ref, ref_opt, x.to("neuron"), y.to("neuron")).item() for x, y in data]
+    want = [step(ref, ref_opt, x.to(device), y.to(device)).item() for x, y in data]
 
-    # the bucket size splits the gradients into several buckets
+    # the bucket size splits the gradients into several buckets; no device_ids: the
+    # module's one device is the process's one device (PyTorch numbers it neuron:0)
     ddp = DDP(copy.deepcopy(base), bucket_cap_mb=0.001)
     opt = torch.optim.AdamW(ddp.parameters(), lr=1e-2)
     got = []
     for x, y in data:
-        local = step(ddp, opt, x.chunk(world)[rank].to("neuron"), y.chunk(world)[rank].to("neuron")).detach()
+        local = step(ddp, opt, x.chunk(world)[rank].to(device), y.chunk(world)[rank].to(device)).detach()
         dist.all_reduce(local, op=dist.ReduceOp.AVG)
         got.append(local.item())
     if any(abs(a - b) > 1e-5 for a, b in zip(got, want)):
