@@ -19,6 +19,8 @@ from torch.distributed.tensor import Replicate, Shard
 from torch.distributed.tensor.parallel import (ColwiseParallel, RowwiseParallel, SequenceParallel,
                                                parallelize_module)
 
+import trnsim
+
 D, FF, B, S, STEPS = 16, 64, 2, 8, 5
 
 
@@ -105,9 +107,16 @@ def main():
     model = parallelize_module(copy.deepcopy(base), mesh, plan())
     x = batches[0][0]
     eager = model(x)
-    compiled = torch.compile(model, backend="neuron")(x)
+    compiled_model = torch.compile(model, backend="neuron")
+    compiled_model(x)
+    with trnsim.profile() as prof:
+        compiled = compiled_model(x)
     if not torch.allclose(compiled.cpu(), eager.cpu(), rtol=1e-5, atol=1e-5):
         raise SystemExit(f"rank {dist.get_rank()}: compiled TP differs by {(compiled - eager).abs().max().item()}")
+    # the graph's first all-gather waits for the kernels computing its input
+    first = min((r for r in prof.records if r.name.startswith("c10d::")), key=lambda r: r.start_ps)
+    if not any(r.end_ps <= first.start_ps for r in prof.records if not r.name.startswith("c10d::")):
+        raise SystemExit(f"rank {dist.get_rank()}: the compiled graph's {first.name} starts before its kernels")
     # the graph holds TP's all-gathers and reduce-scatters as functional collectives
     graphs = counters["neuron"]
     if graphs["compiled_graphs"] != 1 or graphs["graphs_with_collectives"] != 1:

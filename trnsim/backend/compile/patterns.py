@@ -67,10 +67,13 @@ def tensors_in(x: Any) -> list[torch.Tensor]:
 
 
 def collective(node: fx.Node) -> bool:
-    """Whether ``node`` is a functional collective or its wait (``_c10d_functional``): DTensor,
-    tensor parallel and FSDP2 put them in compiled graphs. The process group times them
-    on the collectives queue when the graph runs, so no compute kernel is charged."""
-    return isinstance(node.target, torch._ops.OpOverload) and node.target.namespace == "_c10d_functional"
+    """Whether ``node`` is a functional collective or its wait (``_c10d_functional``), or
+    DTensor's shard-to-shard all-to-all: DTensor and tensor parallel put them in compiled
+    graphs. The process group times them on the collectives queue when the graph runs,
+    so no compute kernel is charged."""
+    t = node.target
+    return isinstance(t, torch._ops.OpOverload) and (t.namespace == "_c10d_functional"
+                                                     or t.name() == "_dtensor::shard_dim_alltoall")
 
 
 def on_host(node: fx.Node, vals: dict[fx.Node, Any]) -> bool:
