@@ -257,6 +257,28 @@ def test_a_fusion_that_would_outgrow_the_sbuf_is_split():
     assert [len(g.steps) for g in split] == [2, 2, 1]
 
 
+def test_functional_collectives_in_a_graph_are_left_to_the_process_group():
+    from trnsim.backend.compile.runtime import lower_graph
+
+    c10d = torch.ops._c10d_functional
+    g = torch.fx.Graph()
+    x = g.placeholder("x")
+    y = g.call_function(torch.ops.aten.exp.default, (x,))
+    gathered = g.call_function(c10d.all_gather_into_tensor.default, (y, 2, "0"))
+    waited = g.call_function(c10d.wait_tensor.default, (gathered,))
+    z = g.call_function(torch.ops.aten.mul.Tensor, (waited, 2.0))
+    g.output(z)
+    gm = torch.fx.GraphModule(torch.nn.Module(), g)
+    small, big = torch.ones(4, 8, device="neuron"), torch.ones(8, 8, device="neuron")
+    vals = {x: small, y: small, gathered: big, waited: big, z: big}
+    groups = partition(gm, lambda r, rows, sizes: True, vals)
+    kinds = {n.target: grp.kind for grp in groups for n in grp.nodes}
+    assert kinds[c10d.all_gather_into_tensor.default] == kinds[c10d.wait_tensor.default] == "free"
+    assert kinds[torch.ops.aten.exp.default] == kinds[torch.ops.aten.mul.Tensor] == "rows"
+    names = [r[0] for r in lower_graph(gm, "g", vals).records]
+    assert names and not any("c10d" in name for name in names)
+
+
 def test_softmax_fuses_whole_or_runs_alone_when_its_rows_do_not_fit():
     gm = _aten_graph(lambda x: torch.softmax(x, -1) * 2.0, torch.randn(4, 32, device="neuron"))
     fused = [g for g in partition(gm, lambda r, rows, sizes: True) if g.kind != "free"]

@@ -181,11 +181,19 @@ def charge(op: Any, info: Any, args: tuple, kwargs: dict, flat: list, out: Any) 
             r.append(rec)
 
 
-def charge_graph(kernels: list[tuple[str, OpCost, tuple, tuple, Any]]) -> None:
+def charge_graph(kernels: list[tuple[str, OpCost, tuple, tuple, Any]], launch: bool = True) -> None:
     """Put one compiled graph on the timeline: one launch, then its kernels
-    ``(name, cost, shapes, dtypes, info)`` back to back."""
+    ``(name, cost, shapes, dtypes, info)`` back to back. ``launch=False`` continues a
+    graph already launched (its kernels after a collective inside it): they start when
+    the device is free."""
     executed.update((name, cost.source) for name, cost, _, _, _ in kernels)
-    start = _launch(sum(c.ps for _, c, _, _, _ in kernels))
+    ps = sum(c.ps for _, c, _, _, _ in kernels)
+    if launch:
+        start = _launch(ps)
+    else:
+        with _clock_lock:
+            start = state.clock.device
+            state.clock.device = start + ps
     recorders = _recorders()
     if recorders:
         t = start

@@ -84,7 +84,7 @@ def neuron_backend(gm: fx.GraphModule, example_inputs: list, mode: str | None = 
     def compiler(kind: str):
         def compile_graph(graph: fx.GraphModule, example: list) -> CompiledGraph:
             compiled = CompiledGraph(graph, f"{name} {kind}", kind, event, inputs if kind != "backward" else None)
-            metrics.finish(event, nodes=compiled.nodes, kind=kind)
+            metrics.finish(event, nodes=compiled.nodes, kind=kind, has_collectives=compiled.has_collectives)
             return compiled
         return make_boxed_compiler(compile_graph)
 

@@ -12,7 +12,8 @@ Nodes are taken in graph order and grouped into :class:`Group` s, each one kerne
 - ``"op"``: any other op, run as its eager kernel (attention goes to the flash-attention
   kernels this way; an op without a kernel gets the eager bandwidth estimate);
 - ``"free"``: views and other ops without device work, and ops on CPU tensors (a
-  compiled graph may hold some, or be all CPU work): they run on the host, uncharged.
+  compiled graph may hold some, or be all CPU work): they run on the host, uncharged;
+  functional collectives, which the process group times on the collectives queue.
 
 Groups run one after another in the order listed, which is a valid schedule: a node
 that does not depend on the fusion being grown (a view, an op that cannot be fused) is
@@ -33,8 +34,8 @@ import torch
 import torch.fx as fx
 
 from trnsim.backend.compile.patterns import (ATTENTION, CHIP_FLOATS, FREE, MATMULS, REDUCE, RESHAPES, aten, chip_float,
-                                             composite, elementwise, mutates, on_host, op_name, reduction, repeated_heads,
-                                             rows_of, tensor_of)
+                                             collective, composite, elementwise, mutates, on_host, op_name, reduction,
+                                             repeated_heads, rows_of, tensor_of)
 from trnsim.kernels.fused import Recipe, Ref, Step
 
 Fits = Callable[[Recipe, tuple[int, int], list[int]], bool]
@@ -147,7 +148,7 @@ class Partitioner:
         # a node may go before the open fusion when it reads none of its values and writes
         # nothing (a write to an input the fusion reads must stay after it)
         independent = g is not None and not mutates(node) and not any(a in g.value for a in node.all_input_nodes)
-        if node.target in FREE or node in self.elided or on_host(node, self.vals):
+        if node.target in FREE or node in self.elided or collective(node) or on_host(node, self.vals):
             self.place(Group("free", [node]), independent)
             return
         if independent and not self.fusable(node, out):

@@ -66,6 +66,16 @@ def tensors_in(x: Any) -> list[torch.Tensor]:
     return []
 
 
+def collective(node: fx.Node) -> bool:
+    """Whether ``node`` is a functional collective or its wait (``_c10d_functional``), or
+    DTensor's shard-to-shard all-to-all: DTensor and tensor parallel put them in compiled
+    graphs. The process group times them on the collectives queue when the graph runs,
+    so no compute kernel is charged."""
+    t = node.target
+    return isinstance(t, torch._ops.OpOverload) and (t.namespace == "_c10d_functional"
+                                                     or t.name() == "_dtensor::shard_dim_alltoall")
+
+
 def on_host(node: fx.Node, vals: dict[fx.Node, Any]) -> bool:
     """Whether ``node`` only reads and makes CPU tensors (work the host does, not the chip)."""
     made = tensors_in(vals.get(node))

@@ -26,6 +26,7 @@ import torch.fx as fx
 from trnsim.backend import state, timeline
 from trnsim.backend.compile.lower import Kernel, lower
 from trnsim.backend.compile.partition import Group, partition
+from trnsim.backend.compile.patterns import collective
 
 
 def _fits(recipe: Any, rows: tuple[int, int], itemsizes: list[int]) -> bool:
@@ -77,6 +78,33 @@ def _symbolic(gm: fx.GraphModule) -> bool:
     return False
 
 
+class _CollectivesInOrder(fx.Interpreter):
+    """Runs a graph that holds functional collectives: the kernels scheduled before each
+    collective are put on the timeline before it runs, so the process group starts it
+    once its inputs are computed, between the graph's kernels as on the chip (the graph
+    is launched once). After ``run``, ``pending`` holds the records still to charge."""
+
+    def __init__(self, gm: fx.GraphModule, lowered: Lowered) -> None:
+        super().__init__(gm)
+        records = {id(k.group): r for k, r in zip(lowered.kernels, lowered.records)}
+        self.before: dict[fx.Node, list] = {}
+        self.pending: list = []
+        self.launched = False
+        for g in lowered.groups:
+            if id(g) in records:
+                self.pending.append(records[id(g)])
+            elif g.kind == "free" and collective(g.nodes[0]) and self.pending:
+                self.before[g.nodes[0]] = self.pending
+                self.pending = []
+
+    def run_node(self, n: fx.Node) -> Any:
+        ahead = self.before.get(n)
+        if ahead:
+            timeline.charge_graph(ahead, launch=not self.launched)
+            self.launched = True
+        return super().run_node(n)
+
+
 class CompiledGraph:
     """One AOT graph (``kind``: forward, backward or inference) compiled for ``neuron``.
 
@@ -93,6 +121,7 @@ class CompiledGraph:
         self.event = event
         self.inputs = inputs
         self.nodes = sum(1 for n in gm.graph.nodes if n.op == "call_function")
+        self.has_collectives = any(collective(n) for n in gm.graph.nodes)
         self.shapes: dict[tuple, Lowered] = {}
         self.lowered = None if _symbolic(gm) else lower_graph(gm, name)
 
@@ -102,6 +131,13 @@ class CompiledGraph:
             from trnsim.backend.compile.instruction import run
 
             outs = run(self.gm, lowered, list(args))
+        elif self.has_collectives:
+            run = _CollectivesInOrder(self.gm, lowered)
+            with timeline.graph_execution():
+                outs = run.run(*args)
+            if run.pending:
+                timeline.charge_graph(run.pending, launch=not run.launched)
+            return outs
         else:
             with timeline.graph_execution():
                 outs = self.gm(*args)
@@ -120,7 +156,8 @@ class CompiledGraph:
 
                 previous = next(reversed(self.shapes))
                 reason = self._change(previous, key) if self.kind != "backward" else None
-                metrics.finish(metrics.respecialize(self.event, reason), nodes=self.nodes, kind=self.kind)
+                metrics.finish(metrics.respecialize(self.event, reason), nodes=self.nodes, kind=self.kind,
+                               has_collectives=self.has_collectives)
             self.shapes[key] = lowered
         return lowered
 
