@@ -5,6 +5,8 @@ import argparse
 import importlib.util
 import os
 import pathlib
+import subprocess
+import sys
 
 import pytest
 
@@ -49,6 +51,17 @@ def test_transformers_and_accelerate_find_neuron():
     with accelerator.autocast():
         x = torch.ones(4, 4, device="neuron")
         assert (x @ x).dtype == torch.bfloat16
+
+
+def test_a_script_that_never_names_trnsim_gets_neuron():
+    # PyTorch's backend autoload imports trnsim, which puts torch_neuronx where transformers looks
+    script = ("from transformers import TrainingArguments; import sys; "
+              "args = TrainingArguments(output_dir='unused', bf16=True, report_to=[]); "
+              "print(args.device, args.bf16, 'trnsim' in sys.modules)")
+    env = {k: v for k, v in os.environ.items() if k not in DEVICE_FLAGS}
+    out = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=240)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.split()[-3:] == ["neuron:0", "True", "True"]
 
 
 def test_every_torch_neuron_function_hf_calls_exists():
@@ -103,6 +116,17 @@ def test_device_map_auto_plans_for_the_device_hbm(tmp_path):
         assert torch.allclose(split(probe).logits.cpu(), on_cpu, atol=1e-6)
 
 
+def test_static_cache_generation_auto_compiles_with_the_neuron_backend():
+    model = load_example("hf_trainer").tiny_llama().eval()
+    prompt = torch.arange(8).reshape(1, 8)
+    on_cpu = model.generate(prompt, max_new_tokens=6, do_sample=False, cache_implementation="static")
+    torch.neuron.reset_dynamo_metrics()
+    on_device = model.to("neuron").generate(prompt.to("neuron"), max_new_tokens=6, do_sample=False,
+                                            cache_implementation="static")
+    assert on_device.cpu().tolist() == on_cpu.tolist()
+    assert len(torch.neuron.get_dynamo_metrics()) == 1   # the decode step, compiled once
+
+
 def test_trainer_example_trains_evaluates_and_saves_a_cpu_loadable_checkpoint(tmp_path):
     result = load_example("hf_trainer").main(str(tmp_path))
     assert (result["device"], result["steps"]) == ("neuron:0", 3)
@@ -141,7 +165,6 @@ def test_trl_sft_with_lora_pads_to_128_and_matches_the_cpu(tmp_path):
     assert result["logit_gap"] == 0.0
 
 
-@pytest.mark.slow
 def test_trl_dpo_trains_with_a_reference_model_on_the_device(tmp_path):
     result = load_example("trl_dpo").main(str(tmp_path))
     assert (result["device"], result["ref_device"], result["steps"]) == ("neuron:0", "neuron:0", 3)
