@@ -2,12 +2,13 @@
 
 TRL's standard configuration on ``neuron`` (bf16, and padding to a multiple of 128 to
 avoid recompiles) with a tiny Llama and a word-level tokenizer built offline. The
-padded batch gives the CPU's loss, and the saved adapter, loaded on the CPU, gives the
+padded batch gives the CPU's loss (and the unpadded batch's), and the saved adapter, loaded on the CPU, gives the
 trained model's logits on the device.
 
     python examples/trl_sft.py [output_dir]
 """
 
+import dataclasses
 import os
 import sys
 import tempfile
@@ -53,12 +54,15 @@ def main(output_dir: str) -> dict:
     lora = LoraConfig(r=8, lora_alpha=16, target_modules=["q_proj", "v_proj"], task_type="CAUSAL_LM")
     trainer = SFTTrainer(model=tiny_llama(tokenizer), args=args, processing_class=tokenizer, peft_config=lora,
                          train_dataset=Dataset.from_dict({"text": sentences(16, 1)}))
-    batch = trainer.data_collator([trainer.train_dataset[i] for i in range(4)])
+    rows = [trainer.train_dataset[i] for i in range(4)]
+    batch = trainer.data_collator(rows)
+    unpadded = dataclasses.replace(trainer.data_collator, pad_to_multiple_of=None)(rows)
     result = trainer.train()
     model = trainer.accelerator.unwrap_model(trainer.model, keep_fp32_wrapper=False).eval()
 
     with torch.no_grad():
         loss_device = model(**{k: v.to("neuron") for k, v in batch.items()}).loss.item()
+        loss_unpadded = model(**{k: v.to("neuron") for k, v in unpadded.items()}).loss.item()
         logits_device = model(batch["input_ids"].to("neuron")).logits.cpu()
         model.to("cpu")
         loss_cpu = model(**batch).loss.item()
@@ -69,10 +73,11 @@ def main(output_dir: str) -> dict:
     gap = (logits_device - logits_cpu).abs().max().item()
     print(f"device {args.device}, bf16 {args.bf16}, pad_to_multiple_of {args.pad_to_multiple_of}: "
           f"{result.global_step} steps, loss {result.training_loss:.4f}")
-    print(f"padded batch {tuple(batch['input_ids'].shape)}: loss on neuron {loss_device:.6f}, on cpu {loss_cpu:.6f}")
+    print(f"padded batch {tuple(batch['input_ids'].shape)}: loss on neuron {loss_device:.6f}, on cpu {loss_cpu:.6f}; "
+          f"unpadded {tuple(unpadded['input_ids'].shape)} on neuron {loss_unpadded:.6f}")
     print(f"adapter {adapter_dir} on a cpu base model: max logit difference to neuron {gap:.2e}")
     return {"device": str(args.device), "bf16": args.bf16, "steps": result.global_step,
-            "padded_shape": tuple(batch["input_ids"].shape), "loss_device": loss_device, "loss_cpu": loss_cpu,
+            "padded_shape": tuple(batch["input_ids"].shape), "loss_device": loss_device, "loss_cpu": loss_cpu, "loss_unpadded": loss_unpadded,
             "logit_gap": gap}
 
 

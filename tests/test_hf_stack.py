@@ -162,6 +162,7 @@ def test_trl_sft_with_lora_pads_to_128_and_matches_the_cpu(tmp_path):
     assert (result["device"], result["bf16"], result["steps"]) == ("neuron:0", True, 3)
     assert result["padded_shape"] == (4, 128)
     assert result["loss_device"] == pytest.approx(result["loss_cpu"], abs=1e-6)
+    assert result["loss_device"] == pytest.approx(result["loss_unpadded"], abs=1e-5)
     assert result["logit_gap"] == 0.0
 
 
