@@ -128,8 +128,15 @@ def test_static_cache_generation_auto_compiles_with_the_neuron_backend():
 
 
 def test_trainer_example_trains_evaluates_and_saves_a_cpu_loadable_checkpoint(tmp_path):
-    result = load_example("hf_trainer").main(str(tmp_path))
+    import trnsim
+
+    with trnsim.profile() as prof:
+        result = load_example("hf_trainer").main(str(tmp_path))
     assert (result["device"], result["steps"]) == ("neuron:0", 3)
+    timed_by = {row.name: row.kernel for row in prof.summary()}
+    # the default optimizer is one fused kernel per step on the device, attention the flash kernels
+    assert timed_by["aten::_fused_adamw_"].startswith("fused_adamw_kernel")
+    assert timed_by["aten::_scaled_dot_product_fused_attention_overrideable_backward"] == "flash_attention_bwd"
     assert result["eval_loss"] == pytest.approx(4.86, abs=0.05)
     weights = load_file(os.path.join(result["checkpoint"], "model.safetensors"), device="cpu")
     assert {t.device.type for t in weights.values()} == {"cpu"}
