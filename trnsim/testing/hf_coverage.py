@@ -277,15 +277,26 @@ def _child(arch: str, steps: tuple[str, ...], conn) -> None:
     conn.close()
 
 
+def _warm() -> None:
+    """Run a tiny Llama on ``neuron`` once in this process, so the forked children
+    inherit the imports and the simulator's compiled hot loops instead of each paying
+    for them (a minute on 2 cores). One intra-op thread: a child forked after an
+    OpenMP pool started could hang."""
+    import torch
+
+    torch.set_num_threads(1)
+    model = _build("llama").to("neuron")
+    ids = torch.randint(3, 200, (1, PROMPT)).to("neuron")
+    _logits(model, ids)
+    _generate(model, ids, do_sample=False)
+
+
 def sweep(archs: list[str] | None = None, steps: tuple[str, ...] = STEPS, timeout_s: float = 120.0,
           jobs: int = 1, on_result=None) -> list[Result]:
     """:func:`check` each of ``archs`` (default: :func:`architectures`) in a forked child
     with ``timeout_s`` seconds, ``jobs`` at a time; ``on_result`` is called with each
     :class:`Result` as it arrives. Results come back in ``archs``' order."""
-    import transformers  # noqa: F401 - imported once here, shared by every forked child
-
-    import trnsim.backend  # noqa: F401
-
+    _warm()
     archs = list(archs if archs is not None else architectures())
     ctx = multiprocessing.get_context("fork")
     pending = list(archs)
@@ -333,4 +344,5 @@ def row(r: Result) -> str:
     """One line of the table: architecture, status, each step, seconds, cause."""
     steps = " ".join(f"{s}={r.steps.get(s, '-')}" for s in STEPS)
     cause = r.reason + (f" [op {r.op}]" if r.op else "") + (f" [in {r.where}]" if r.where else "")
+    cause = "; ".join(x for x in (cause, *r.notes) if x)
     return f"{r.arch:28} {r.status:7} {steps:60} {r.seconds:6.1f}s  {cause}"
