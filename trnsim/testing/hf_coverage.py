@@ -51,11 +51,15 @@ _SHRINK: dict[str, Any] = {
     "expert_layer_period": 2, "expert_layer_offset": 1, "first_k_dense_replace": 1,
     "state_size": 8, "ssm_state_size": 8, "mamba_d_state": 8, "time_step_rank": 8,
     "mamba_n_heads": 8, "mamba_d_head": 16, "mamba_n_groups": 1,
+    "num_expert_group": 1, "num_experts_per_token": 2, "layer_group_size": 2, "linear_num_heads": 4,
+    "linear_head_dim": 16, "qk_head_dim": 16,
 }
 
 # Per-architecture sizes where the generic ones do not fit the model's shape rules.
 _ARCH: dict[str, dict[str, Any]] = {
     "mamba2": {"num_heads": 8, "head_dim": 16, "n_groups": 1, "expand": 2},
+    "deepseek_v2": {"num_experts_per_tok": 2},
+    "bamba": {"attn_layer_indices": [1]},
 }
 
 _TOKEN_IDS = ("bos_token_id", "eos_token_id", "pad_token_id", "decoder_start_token_id", "sep_token_id",
@@ -98,8 +102,12 @@ def tiny_config(arch: str):
 
 def _shrunk(cls, defaults: dict, arch: str):
     config = cls(**_sizes(cls, defaults, arch))
-    if isinstance(getattr(config, "layer_types", None), list) and len(config.layer_types) != _layers(config):
-        config.layer_types = config.layer_types[:_layers(config)]
+    for k, v in defaults.items():
+        got = getattr(config, k, None)
+        if k.endswith("layer_types") and isinstance(got, list) and len(got) > _layers(config) > 0:
+            setattr(config, k, got[:_layers(config)])
+        elif k.endswith("layer_types") and got is None and isinstance(v, list):
+            setattr(config, k, v[:_layers(config)])
     config._attn_implementation = "eager"
     return config
 
@@ -119,8 +127,15 @@ def _sizes(cls, defaults: dict, arch: str) -> dict:
         d = defaults.get(key)
         if isinstance(d, dict) and hasattr(sub, "model_type"):
             sizes[key] = {**d, **_sizes(sub, d, arch)}
-    if isinstance(defaults.get("layer_types"), list):
-        sizes["layer_types"] = None
+    if "kv_lora_rank" in defaults:   # multi-head latent attention: a key per query head
+        sizes.update({k: sizes["num_attention_heads"] for k in ("num_key_value_heads",) if k in sizes})
+    if "qk_rope_head_dim" in defaults and "head_dim" in sizes:
+        sizes["head_dim"] = sizes["qk_rope_head_dim"]   # the rotary part of the query-key head
+    for k, v in defaults.items():
+        if isinstance(v, list) and k.endswith("layer_types"):
+            sizes[k] = None   # derived again from the layer count, or cut to it after
+        elif isinstance(v, list) and k.endswith("layer_indices"):
+            sizes[k] = [1]    # a hybrid's attention layers: the second of two
     return sizes
 
 
