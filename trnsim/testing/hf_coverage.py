@@ -52,7 +52,7 @@ _SHRINK: dict[str, Any] = {
     "state_size": 8, "ssm_state_size": 8, "mamba_d_state": 8, "time_step_rank": 8,
     "mamba_n_heads": 8, "mamba_d_head": 16, "mamba_n_groups": 1,
     "num_expert_group": 1, "num_experts_per_token": 2, "layer_group_size": 2, "linear_num_heads": 4,
-    "linear_head_dim": 16, "qk_head_dim": 16,
+    "linear_head_dim": 16, "qk_head_dim": 16, "rotary_dim": 8, "num_kv_shared_layers": 0, "mamba_d_ssm": 128,
 }
 
 # Per-architecture sizes where the generic ones do not fit the model's shape rules.
@@ -115,6 +115,9 @@ def _shrunk(cls, defaults: dict, arch: str):
 def _sizes(cls, defaults: dict, arch: str) -> dict:
     """The keyword arguments that shrink ``cls``'s ``defaults``: sizes, token ids, sub-configs."""
     sizes = {k: v for k, v in _SHRINK.items() if k in defaults and _same_kind(defaults[k], v)}
+    layers = sizes.get("num_hidden_layers", 2)
+    sizes.update({k: [v] * layers for k, v in _SHRINK.items()
+                  if isinstance(defaults.get(k), list) and all(_same_kind(x, v) for x in defaults[k])})
     sizes.update(_ARCH.get(arch, {}))
     vocab = sizes.get("vocab_size", defaults.get("vocab_size")) or 256
     for i, k in enumerate(_TOKEN_IDS):
@@ -134,6 +137,8 @@ def _sizes(cls, defaults: dict, arch: str) -> dict:
     for k, v in defaults.items():
         if isinstance(v, list) and k.endswith("layer_types"):
             sizes[k] = None   # derived again from the layer count, or cut to it after
+        elif isinstance(v, dict) and k == "per_layer_config":
+            sizes[k] = None   # overrides of layers past the first two
         elif isinstance(v, list) and k.endswith("layer_indices"):
             sizes[k] = [1]    # a hybrid's attention layers: the second of two
     return sizes
