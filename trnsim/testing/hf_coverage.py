@@ -120,7 +120,8 @@ def _sizes(cls, defaults: dict, arch: str) -> dict:
                   if isinstance(defaults.get(k), list) and all(_same_kind(x, v) for x in defaults[k])})
     sizes.update(_ARCH.get(arch, {}))
     vocab = sizes.get("vocab_size", defaults.get("vocab_size")) or 256
-    for i, k in enumerate(_TOKEN_IDS):
+    ids = [k for k in defaults if k.endswith(("token_id", "token_index")) and k not in _TOKEN_IDS]
+    for i, k in enumerate((*_TOKEN_IDS, *ids)):
         v = defaults.get(k)
         if isinstance(v, int) and v >= vocab:
             sizes[k] = vocab - 1 - i
@@ -128,6 +129,10 @@ def _sizes(cls, defaults: dict, arch: str) -> dict:
             sizes[k] = [t if t < vocab else vocab - 1 - i for t in v]
     for key, sub in getattr(cls, "sub_configs", {}).items():
         d = defaults.get(key)
+        if isinstance(d, dict) and not hasattr(sub, "model_type") and d.get("model_type"):
+            from transformers import AutoConfig
+
+            sub = type(AutoConfig.for_model(d["model_type"]))   # an AutoConfig slot: the dict names the class
         if isinstance(d, dict) and hasattr(sub, "model_type"):
             sizes[key] = {**d, **_sizes(sub, d, arch)}
     if "kv_lora_rank" in defaults:   # multi-head latent attention: a key per query head
