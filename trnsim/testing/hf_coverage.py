@@ -135,8 +135,8 @@ def _sizes(cls, defaults: dict, arch: str) -> dict:
             sub = type(AutoConfig.for_model(d["model_type"]))   # an AutoConfig slot: the dict names the class
         if isinstance(d, dict) and hasattr(sub, "model_type"):
             sizes[key] = {**d, **_sizes(sub, d, arch)}
-    if "kv_lora_rank" in defaults:   # multi-head latent attention: a key per query head
-        sizes.update({k: sizes["num_attention_heads"] for k in ("num_key_value_heads",) if k in sizes})
+    if "kv_lora_rank" in defaults and "num_key_value_heads" in sizes:
+        sizes["num_key_value_heads"] = sizes["num_attention_heads"]   # latent attention: a key per query head
     if "qk_rope_head_dim" in defaults and "head_dim" in sizes:
         sizes["head_dim"] = sizes["qk_rope_head_dim"]   # the rotary part of the query-key head
     for k, v in defaults.items():
