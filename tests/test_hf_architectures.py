@@ -117,7 +117,7 @@ def test_grouped_matmul_refuses_bad_rows():
 
 @pytest.mark.slow
 def test_every_architecture_matches_cpu():
-    """The whole sweep (about an hour on 2 cores): every architecture buildable from a
+    """The whole sweep (about 9 minutes on 2 cores): every architecture buildable from a
     tiny config passes."""
     results = hf_coverage.sweep(jobs=2)
     failed = [hf_coverage.row(r) for r in results if r.status not in ("pass", "skip")]
