@@ -605,6 +605,8 @@ _SPECIAL: dict[str, Callable] = {
     "aten::is_pinned": _no_time,
     "aten::is_set_to": _no_time,
     "aten::_efficientzerotensor": edge_ops.efficient_zeros,
+    "aten::histc": edge_ops.histc,
+    "aten::histc.out": edge_ops.histc,
     "aten::_to_sparse": sparse.to_sparse,
     "aten::_to_sparse.sparse_dim": sparse.to_sparse,
 }
@@ -670,7 +672,9 @@ _OVERRIDES = ("convolution_overrideable", "convolution_backward_overrideable",
               # the composite one would ask the device for pinned memory for non_blocking copies to the CPU
               "_to_copy",
               # the composite one would ask the device for an allocator (copy-on-write storage)
-              "_lazy_clone")
+              "_lazy_clone",
+              # the composite one is one ``mm.out`` per group; a device runs one grouped kernel
+              "_grouped_mm")
 
 
 def register_overrides(lib: torch.library.Library) -> None:

@@ -183,6 +183,45 @@ def _mv(call: Call) -> OpCost:
     return _matmul(1, a.shape[0], a.shape[1], 1, a.dtype)
 
 
+def _grouped_mm(call: Call) -> OpCost | None:
+    """``_grouped_mm``: a batch of matmuls ([B, M, K] x [B, K, N]) as ``bmm``; tokens
+    sorted by expert ([M, K] x [G, K, N] with ``offs``, the end row of each group) as one
+    :func:`trnsim.kernels.grouped.grouped_matmul`, with each group's row count read from
+    ``offs`` (an even split in timing fidelity, where the device holds no values)."""
+    from trnsim.kernels.grouped import grouped_matmul
+
+    a, b = call.arg(0, "self"), call.arg(1, "mat2")
+    offs = call.arg(2, "offs")
+    if a.dim() == 3 and b.dim() == 3:
+        return _matmul(a.shape[0], a.shape[1], a.shape[2], b.shape[2], a.dtype)
+    if a.dim() != 2 or b.dim() != 3 or offs is None:
+        return None   # offsets that group K (a weight gradient): the estimate times it
+    (m, k), (groups, n) = a.shape, (b.shape[0], b.shape[2])
+    ends = _group_ends(offs, m, groups)
+    rows = tuple(e - s for s, e in zip((0,) + ends[:-1], ends))
+    if _lnc() > 1:
+        n = _split(n)   # the physical cores take half the columns of every group each
+    mults = sum(math.ceil(r / 128) for r in rows) * math.ceil(n / 512) * math.ceil(k / 128)
+    scale = 1
+    if mults > MAX_MULTIPLIES and n > 512:
+        keep = max(512, (n * MAX_MULTIPLIES // mults) // 512 * 512)
+        scale, n = math.ceil(n / keep), keep
+    dtype = call.arg(4, "out_dtype") or a.dtype
+    return _run(grouped_matmul, "grouped_matmul", _ph((k, m), a.dtype), _ph((groups, k, n), b.dtype), rows=rows,
+                dtype=_chip_dtype(dtype), repeat=scale)
+
+
+def _group_ends(offs: torch.Tensor, m: int, groups: int) -> tuple[int, ...]:
+    """Each group's end row from ``offs``; an even split of ``m`` rows where the values
+    are not on the host (timing fidelity)."""
+    from trnsim.backend import storage
+
+    if offs.device.type == "neuron" and (state.fidelity() == "timing" or storage.block_of(offs).host is None):
+        return tuple(min(m, math.ceil(m * (g + 1) / groups)) for g in range(groups))
+    values = storage.host_alias(offs) if offs.device.type == "neuron" else offs
+    return tuple(min(m, max(0, int(v))) for v in values.tolist())
+
+
 # -- elementwise -------------------------------------------------------------
 
 _UNARY = {"exp": "exp", "log": "log", "sqrt": "sqrt", "rsqrt": "rsqrt", "reciprocal": "reciprocal",
@@ -627,6 +666,7 @@ def _register() -> dict[str, Callable]:
         table[f"aten::{n}"] = _bmm
     for n in ("mv", "mv.out", "addmv", "addmv_", "addmv.out"):
         table[f"aten::{n}"] = _mv
+    table["aten::_grouped_mm"] = _grouped_mm
     for u in _UNARY:
         for n in (u, f"{u}_", f"{u}.out"):
             table[f"aten::{n}"] = _unary
