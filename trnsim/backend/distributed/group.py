@@ -239,33 +239,29 @@ class NeuronProcessGroup(dist.ProcessGroup):
                 else:
                     v.host.copy_(torch.div(v.host, self.size(), rounding_mode="floor"))
 
-    def allreduce(self, tensors: list[torch.Tensor], opts: Any = None) -> NeuronWork:
-        opts = opts or c10d.AllreduceOptions()
+    def _all_reduce(self, tensors: list[torch.Tensor], opts: Any, coalesced: bool) -> NeuronWork:
+        """All-reduce ``tensors``: as one gloo call (one tensor per device), or one call
+        per tensor (``coalesced``: tensors of any sizes)."""
         kind, name = _reduction(opts)
         start, _ = self._meet("all_reduce", tensors[0].dtype, _nbytes(tensors), op=name)
         if self._moves_data:
             views = hostdata.in_place(tensors)
             for v in views:
                 self._premultiply(opts, v.host, in_place=True)
-            self._run(lambda: self._gloo.allreduce([v.host for v in views], self._gloo_opts(c10d.AllreduceOptions, kind)))
+            for group in ([[v] for v in views] if coalesced else [views]):
+                self._run(lambda g=group: self._gloo.allreduce([v.host for v in g],
+                                                               self._gloo_opts(c10d.AllreduceOptions, kind)))
             self._average(views, kind)
             for v in views:
                 v.finish()
-        return self._timed("all_reduce", start, _nbytes(tensors), tensors, {"reduction": name})
+        extra = {"reduction": name, "coalesced": len(tensors)} if coalesced else {"reduction": name}
+        return self._timed("all_reduce", start, _nbytes(tensors), tensors, extra)
+
+    def allreduce(self, tensors: list[torch.Tensor], opts: Any = None) -> NeuronWork:
+        return self._all_reduce(tensors, opts or c10d.AllreduceOptions(), coalesced=False)
 
     def allreduce_coalesced(self, tensors: list[torch.Tensor], opts: Any = None) -> NeuronWork:
-        opts = opts or c10d.AllreduceCoalescedOptions()
-        kind, name = _reduction(opts)
-        start, _ = self._meet("all_reduce", tensors[0].dtype, _nbytes(tensors), op=name)
-        if self._moves_data:
-            views = hostdata.in_place(tensors)
-            for v in views:
-                self._premultiply(opts, v.host, in_place=True)
-                self._run(lambda v=v: self._gloo.allreduce([v.host], self._gloo_opts(c10d.AllreduceOptions, kind)))
-            self._average(views, kind)
-            for v in views:
-                v.finish()
-        return self._timed("all_reduce", start, _nbytes(tensors), tensors, {"reduction": name, "coalesced": len(tensors)})
+        return self._all_reduce(tensors, opts or c10d.AllreduceCoalescedOptions(), coalesced=True)
 
     def reduce(self, tensors: list[torch.Tensor], opts: Any = None) -> NeuronWork:
         opts = opts or c10d.ReduceOptions()
