@@ -15,6 +15,9 @@ from trnsim.kernels.conv import conv2d_kernel
 from trnsim.kernels.elementwise import (
     binary_kernel,
     cast_kernel,
+    clamp_kernel,
+    cumsum_kernel,
+    fill_kernel,
     fused_adamw_kernel,
     scalar_kernel,
     unary_kernel,
@@ -249,6 +252,67 @@ def test_fused_adamw(shape, dtype):
     outs = assert_kernel_matches(fused_adamw_kernel, adamw_reference, p, g, m, v, 1e-2, 0.9, 0.999, 1e-8, 0.1, 3)
     for out in outs:
         assert_dtype(out, dtype)
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+@pytest.mark.parametrize("shape", RAGGED + [(3, 5, 7)])
+def test_fill(shape, dtype):
+    out = np.asarray(torch.as_tensor(fill_kernel(shape, -2.5, dtype)).float())
+    np.testing.assert_array_equal(out, np.full(shape, -2.5, np.float32))
+    assert [i.opcode for i in nki.trace_program(fill_kernel, (256, 4096), 0.0, "float32")].count("memset") == 1
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=IDS)
+@pytest.mark.parametrize("low, high", [(-0.5, 0.5), (-0.25, None), (None, 0.75)])
+@pytest.mark.parametrize("shape", RAGGED)
+def test_clamp(shape, low, high, dtype):
+    (x,) = arrays(35, dtype, shape)
+    out = assert_kernel_matches(clamp_kernel, lambda a, lo, hi: np.clip(a, lo, hi), x, low, high)
+    assert_dtype(out, dtype)
+
+
+def test_clamp_without_bounds_is_refused():
+    with pytest.raises(KernelError, match="give low, high or both"):
+        clamp_kernel(np.zeros((2, 2), np.float32))
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=IDS)
+@pytest.mark.parametrize("shape", [(130, 70), (1, 1), (3, 5, 7), (300, 17)])
+def test_cumsum(shape, dtype):
+    (x,) = arrays(36, dtype, shape)
+    out = assert_kernel_matches(cumsum_kernel, lambda a: np.cumsum(a, axis=-1), x)
+    assert_dtype(out, dtype)
+
+
+def test_cumsum_refuses_rows_longer_than_a_tile():
+    with pytest.raises(KernelError, match="longer than 4096"):
+        nki.trace_program(cumsum_kernel, placeholder(2, 5000))
+
+
+@pytest.mark.parametrize("call, kernel", [
+    (lambda x: x.clamp(-0.5, 0.5), "clamp_kernel"), (lambda x: x.clamp_min(0.1), "clamp_kernel"),
+    (lambda x: torch.isnan(x), "binary_kernel[not_equal]"), (lambda x: x.cumsum(-1), "cumsum_kernel"),
+    (lambda x: x.zero_(), "fill_kernel"), (lambda x: torch.full((9, 9), 3.0, device="neuron"), "fill_kernel"),
+    (lambda x: torch._foreach_norm([x, x[:3]]), "reduce_kernel[sum] x2"),
+    (lambda x: torch.linalg.vector_norm(x, 2, dim=1), "reduce_kernel[sum]")])
+def test_trainer_ops_are_timed_by_kernels(call, kernel):
+    import trnsim
+
+    x = torch.randn(64, 300).to("neuron")
+    with trnsim.profile() as prof:
+        call(x)
+    (row,) = [r for r in prof.summary() if r.source != "none"]
+    assert (row.source, row.kernel) == ("kernel", kernel)
+
+
+def test_cumsum_along_another_axis_is_estimated():
+    import trnsim
+
+    x = torch.randn(64, 300).to("neuron")
+    with trnsim.profile() as prof:
+        y = x.cumsum(0)
+    assert [r.source for r in prof.summary()] == ["estimate"]
+    torch.testing.assert_close(y.cpu(), x.cpu().cumsum(0))
 
 
 # -- reductions and norms --------------------------------------------------------

@@ -311,7 +311,7 @@ def _reduce(call: Call) -> OpCost:
     op = {"sum": "sum", "mean": "mean", "amax": "max", "amin": "min", "max": "max", "min": "min",
           "argmax": "max", "argmin": "min", "norm": "sum", "linalg_vector_norm": "sum", "var": "mean",
           "std": "mean", "prod": "sum", "logsumexp": "sum", "any": "max", "all": "min"}[base]
-    dims = call.arg(1, "dim")
+    dims = call.arg(2, "dim") if base in ("norm", "linalg_vector_norm") else call.arg(1, "dim")   # after ord/p
     if isinstance(dims, bool) or not isinstance(dims, (int, list, tuple, type(None))):
         dims = None
     rows, d = _rows_cols(x, dims)
@@ -658,6 +658,66 @@ def _foreach(call: Call) -> OpCost:
     return OpCost(ps=ps, source="kernel", kernel=f"{base} x{len(first)}")
 
 
+def _fill(call: Call) -> OpCost | None:
+    """``fill_``, ``zero_``, ``full``: a memset tile stored over the result."""
+    from trnsim.kernels.elementwise import fill_kernel
+
+    out = call.out
+    if not isinstance(out, torch.Tensor) or out.device.type != "neuron":
+        return None
+    return _run(fill_kernel, "fill_kernel", _per_core(out.shape), value=0.0, dtype=_chip_dtype(out.dtype))
+
+
+def _clamp(call: Call) -> OpCost | None:
+    """``clamp`` with number bounds (tensor bounds take the binary kernels' estimate)."""
+    from trnsim.kernels.elementwise import clamp_kernel
+
+    x = call.args[0]
+    base = _base(call.name)
+    if base == "clamp_min":
+        low, high = call.arg(1, "min"), None
+    elif base == "clamp_max":
+        low, high = None, call.arg(1, "max")
+    else:
+        low, high = call.arg(1, "min"), call.arg(2, "max")
+    if any(isinstance(b, torch.Tensor) for b in (low, high)) or (low is None and high is None):
+        return None
+    dtype = x.dtype if x.dtype.is_floating_point else torch.float32
+    return _run(clamp_kernel, "clamp_kernel", _ph(_per_core(x.shape), dtype), low=low, high=high)
+
+
+def _isnan(call: Call) -> OpCost:
+    """``isnan(x)`` is ``x != x``: one vector comparison per tile."""
+    from trnsim.kernels.elementwise import binary_kernel
+
+    x = call.args[0]
+    part = _per_core(x.shape)
+    return _run(binary_kernel, "binary_kernel[not_equal]", _ph(part, x.dtype), _ph(part, x.dtype), op="not_equal")
+
+
+def _cumsum(call: Call) -> OpCost | None:
+    """``cumsum`` along the last axis (other axes take the estimate)."""
+    from trnsim.kernels.elementwise import cumsum_kernel
+
+    x = call.args[0]
+    if x.dim() == 0 or call.arg(1, "dim") % x.dim() != x.dim() - 1:
+        return None
+    d = x.shape[-1]
+    dtype = x.dtype if x.dtype.is_floating_point else torch.float32
+    return _run(cumsum_kernel, "cumsum_kernel", _ph((_split(max(x.numel() // max(d, 1), 1)), d), dtype))
+
+
+def _foreach_norm(call: Call) -> OpCost | None:
+    """``_foreach_norm``: one whole-tensor norm (a reduction) per tensor."""
+    from trnsim.backend.timeline import cost_of
+
+    tensors = call.args[0] if call.args and isinstance(call.args[0], (list, tuple)) else []
+    if not tensors:
+        return None
+    ps = sum(cost_of("aten::linalg_vector_norm", (t,), {}, None).ps for t in tensors)
+    return OpCost(ps=ps, source="kernel", kernel=f"reduce_kernel[sum] x{len(tensors)}")
+
+
 def _register() -> dict[str, Callable]:
     table: dict[str, Callable] = {}
     for n in ("mm", "mm.out", "addmm", "addmm.out", "addmm_", "_addmm_activation"):
@@ -719,6 +779,17 @@ def _register() -> dict[str, Callable]:
         for ov in ("", ".List", ".Scalar", ".ScalarList", ".Tensor"):
             table[f"aten::_foreach_{op}{ov}"] = _foreach
             table[f"aten::_foreach_{op}_{ov}"] = _foreach
+    for n in ("fill_.Scalar", "fill.Scalar", "zero_", "full", "full.out"):
+        table[f"aten::{n}"] = _fill
+    for n in ("clamp", "clamp_", "clamp.out", "clamp_min", "clamp_min_", "clamp_min.out", "clamp_max", "clamp_max_",
+              "clamp_max.out"):
+        table[f"aten::{n}"] = _clamp
+    for n in ("isnan", "isnan.out"):
+        table[f"aten::{n}"] = _isnan
+    for n in ("cumsum", "cumsum_", "cumsum.out"):
+        table[f"aten::{n}"] = _cumsum
+    for n in ("_foreach_norm.Scalar", "_foreach_norm.Scalar_out"):
+        table[f"aten::{n}"] = _foreach_norm
     return table
 
 

@@ -16,6 +16,9 @@ last ``numel % 128`` go in one extra one-partition tile). Each tile is at most
 - ``cast_kernel``: a dtype conversion through SBUF, or an HBM-to-HBM DMA when the
   dtype stays.
 - ``fused_adamw_kernel``: one AdamW step (torch's ``_fused_adamw_``) over four tensors.
+- ``fill_kernel``: a new tensor of one value (``fill_``, ``zero_``, ``full``).
+- ``clamp_kernel``: ``min(max(x, low), high)`` in one vector instruction per tile.
+- ``cumsum_kernel``: running sums along the last axis (a ``tensor_tensor_scan``).
 """
 
 import math
@@ -275,3 +278,92 @@ def fused_adamw_kernel(param, grad, exp_avg, exp_avg_sq, lr=1e-3, beta1=0.9, bet
         p_new = nisa.tensor_tensor(decayed, step_t, op=nl.add, dtype=new_p.dtype)
         nl.store(p_out, value=p_new)
     return new_p, new_m, new_v
+
+
+@nki.jit
+def fill_kernel(shape, value=0.0, dtype="float32"):
+    """A new HBM tensor of ``shape`` holding ``value`` everywhere (torch's ``fill_``,
+    ``zero_`` and ``full``).
+
+    Args:
+        shape: of the result (a tuple of ints).
+        value: the number written.
+        dtype: of the result (an ``nl`` dtype or its name).
+
+    Returns:
+        ``shape`` in HBM, of ``dtype``.
+
+    Memories: one [128, <= 4096] SBUF tile is set by a ``memset`` on the vector engine
+    (a [1, r] tile more for a ragged tail) and stored to every block of the result.
+    PSUM is not used.
+    """
+    out = nl.ndarray(tuple(shape), dtype, buffer=nl.shared_hbm)
+    tiles = {}
+    for dst in flat_views(out, FREE_MAX):
+        key = tuple(dst.shape)
+        if key not in tiles:
+            tiles[key] = nisa.memset(key, value=float(value), dtype=out.dtype)
+        nl.store(dst, value=tiles[key])
+    return out
+
+
+@nki.jit
+def clamp_kernel(x, low=None, high=None, dtype=None):
+    """``x`` limited to ``[low, high]`` elementwise (torch's ``clamp``; either bound may
+    be None), one ``tensor_scalar`` with two operations per tile on the vector engine.
+
+    Args:
+        x: any shape in HBM, any chip float dtype.
+        low: the lower bound, or None for none.
+        high: the upper bound, or None for none.
+        dtype: of the result; ``x``'s by default.
+
+    Returns:
+        ``x``'s shape in HBM.
+
+    Memories: each [128, <= 4096] block is loaded into SBUF, clamped by one vector
+    instruction and stored. PSUM is not used.
+    """
+    if low is None and high is None:
+        raise nki.KernelError("clamp_kernel: give low, high or both (a clamp without bounds is a copy)")
+    ops = [(nl.maximum, float(low))] if low is not None else []
+    ops += [(nl.minimum, float(high))] if high is not None else []
+    out = _new_like(x, dtype)
+    for src, dst in zip(flat_views(x, FREE_MAX), flat_views(out, FREE_MAX)):
+        (op0, v0), (op1, v1) = ops[0], (ops[1] if len(ops) > 1 else (None, None))
+        res = nisa.tensor_scalar(nl.load(src), op0=op0, operand0=v0, op1=op1, operand1=v1, dtype=out.dtype)
+        nl.store(dst, value=res)
+    return out
+
+
+@nki.jit
+def cumsum_kernel(x, dtype=None):
+    """Running sums along the last axis of ``x`` (torch's ``cumsum(x, -1)``).
+
+    Args:
+        x: [..., D] in HBM, any chip float dtype; D at most 4096.
+        dtype: of the result; ``x``'s by default.
+
+    Returns:
+        ``x``'s shape in HBM.
+
+    Memories: rows go 128 to a [128, D] SBUF tile; one ``tensor_tensor_scan`` on the
+    vector engine (fp32 math) adds each element to the running sum of its row, and the
+    tile is stored. A zero [128, D] tile (one memset) is the scan's second operand.
+    PSUM is not used.
+    """
+    d = x.shape[-1] if len(x.shape) else 1
+    if d > FREE_MAX:
+        raise nki.KernelError(f"cumsum_kernel: rows of {d} elements are longer than {FREE_MAX}; "
+                              f"scan them in blocks carrying the running sum")
+    rows = math.prod(x.shape) // d
+    src = x.reshape((rows, d))
+    out = _new_like(x, dtype)
+    dst = out.reshape((rows, d))
+    zeros = nisa.memset((TILE_P, d), value=0.0, dtype=nl.float32)
+    for r0 in range(0, rows, TILE_P):
+        p = min(TILE_P, rows - r0)
+        res = nisa.tensor_tensor_scan(nl.load(src[r0:r0 + p, :]), zeros[0:p, :], initial=0.0, op0=nl.add,
+                                      op1=nl.add, dtype=out.dtype)
+        nl.store(dst[r0:r0 + p, :], value=res)
+    return out
