@@ -214,3 +214,44 @@ def test_sparse_ops_leave_cached_dense_aliases_as_they_were():
     s = d.to(DEV).to_sparse_csr()
     _same(s @ w, d.to_sparse_csr() @ b)
     assert not storage.host_alias(w).requires_grad
+
+
+# -- recurrent layers: fused cells that only CUDA has kernels for ------------------
+
+@pytest.mark.parametrize("bias", [True, False], ids=["bias", "no-bias"])
+@pytest.mark.parametrize("make", [lambda b: torch.nn.LSTM(8, 16, num_layers=2, batch_first=True, bias=b),
+                                  lambda b: torch.nn.GRU(8, 16, num_layers=2, batch_first=True, bias=b),
+                                  lambda b: torch.nn.LSTMCell(8, 16, bias=b), lambda b: torch.nn.GRUCell(8, 16, bias=b)],
+                         ids=["LSTM", "GRU", "LSTMCell", "GRUCell"])
+def test_recurrent_layers_and_their_gradients_match_the_cpu(make, bias):
+    torch.manual_seed(0)
+    cpu = make(bias)
+    dev = make(bias)
+    dev.load_state_dict(cpu.state_dict())
+    dev.to(DEV)
+    x = torch.randn(3, 5, 8) if isinstance(cpu, torch.nn.RNNBase) else torch.randn(3, 8)
+    xc, xd = x.clone().requires_grad_(), x.to(DEV).requires_grad_()
+    outs = []
+    for model, inp in ((cpu, xc), (dev, xd)):
+        y = model(inp)
+        y = y[0] if isinstance(y, tuple) else y
+        (y.square().sum() + y.sum()).backward()
+        outs.append(y)
+    torch.testing.assert_close(outs[1].cpu(), outs[0], rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(xd.grad.cpu(), xc.grad, rtol=1e-5, atol=1e-6)
+    for (name, p), q in zip(cpu.named_parameters(), dev.parameters()):
+        torch.testing.assert_close(q.grad.cpu(), p.grad, rtol=1e-5, atol=1e-6, msg=name)
+
+
+def test_recurrent_layers_in_timing_fidelity():
+    from trnsim.backend import state
+
+    before = state.fidelity()
+    trnsim.set_fidelity("timing")
+    try:
+        for layer in (torch.nn.LSTM(8, 16), torch.nn.GRU(8, 16)):
+            y = layer.to(DEV)(torch.empty(5, 3, 8, device=DEV))[0]
+            y.sum().backward()
+            assert y.shape == (5, 3, 16) and layer.weight_hh_l0.grad.shape == layer.weight_hh_l0.shape
+    finally:
+        trnsim.set_fidelity(before)

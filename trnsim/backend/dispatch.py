@@ -225,7 +225,7 @@ def _compute(op, info: _OpInfo, args: tuple, kwargs: dict, host_op=None, growabl
         from trnsim.backend import nodata
 
         flat, spec = tree_flatten((args, kwargs))
-        return nodata.run(op, info, flat, spec, to_device)
+        return nodata.run(op, info, flat, spec, to_device, host_op)
     host = _Host(info, args, kwargs, growable)
     h_args, h_kwargs = host.args, host.kwargs
     if state.fidelity() == "instruction" and host.seen is not None:
@@ -607,6 +607,7 @@ _SPECIAL: dict[str, Callable] = {
     "aten::_efficientzerotensor": edge_ops.efficient_zeros,
     "aten::histc": edge_ops.histc,
     "aten::histc.out": edge_ops.histc,
+    **{f"aten::{name}": edge_ops.rnn_cell for name in edge_ops._RNN_CELLS},
     "aten::_to_sparse": sparse.to_sparse,
     "aten::_to_sparse.sparse_dim": sparse.to_sparse,
 }

@@ -7,6 +7,10 @@ the neuron fallback (entries of ``dispatch._SPECIAL``).
 - ``histc`` of an integer tensor: the CPU has only floating-point histograms, CUDA has
   integer ones too (transformers' mixture-of-experts layers count tokens per expert
   with it), so neuron computes them as CUDA does: :func:`integer_histc`.
+- ``_thnn_fused_lstm_cell``, ``_thnn_fused_gru_cell`` and their backwards: PyTorch's
+  recurrent layers take these fused cells on every accelerator but the CPU, and only
+  CUDA has kernels for them, so neuron computes them from plain ops, with CUDA's
+  gate order and workspace layout (:func:`rnn_cell`).
 
 And a repair of the arguments of a CPU call: :func:`wrap_numbers`, for the Python
 numbers that PyTorch hands the fallback in ``Tensor`` arguments.
@@ -112,3 +116,65 @@ def wrap_numbers(op, args: tuple, kwargs: dict) -> tuple[tuple, dict] | None:
         holder[key] = t
         found = True
     return (tuple(args), kwargs) if found else None
+
+
+def rnn_cell(op, info, args: tuple, kwargs: dict):
+    """A fused LSTM or GRU cell op on neuron: its host version from :data:`_RNN_CELLS`."""
+    from trnsim.backend import dispatch
+
+    return dispatch._compute(op, info, args, kwargs, host_op=_RNN_CELLS[op.name().removeprefix("aten::")])
+
+
+def _gates(input_gates: torch.Tensor, hidden_gates: torch.Tensor, input_bias, hidden_bias, chunks: int):
+    i = input_gates if input_bias is None else input_gates + input_bias
+    h = hidden_gates if hidden_bias is None else hidden_gates + hidden_bias
+    return i.chunk(chunks, 1), h.chunk(chunks, 1)
+
+
+def lstm_cell(input_gates, hidden_gates, cx, input_bias=None, hidden_bias=None):
+    """``(hy, cy, workspace)`` of one LSTM step from the gate pre-activations [B, 4H]
+    (input, forget, cell, output); the workspace holds the four activated gates."""
+    (i, f, g, o), (hi, hf, hg, ho) = _gates(input_gates, hidden_gates, input_bias, hidden_bias, 4)
+    i, f, g, o = (i + hi).sigmoid(), (f + hf).sigmoid(), (g + hg).tanh(), (o + ho).sigmoid()
+    cy = f * cx + i * g
+    return o * cy.tanh(), cy, torch.cat([i, f, g, o], 1)
+
+
+def lstm_cell_backward(grad_hy, grad_cy, cx, cy, workspace, has_bias):
+    """``(grad_gates, grad_cx, grad_bias)`` of :func:`lstm_cell` (the bias gradient is
+    the gates' summed over the batch, and empty without a bias)."""
+    i, f, g, o = workspace.chunk(4, 1)
+    go = torch.zeros_like(cy) if grad_hy is None else grad_hy
+    gc = torch.zeros_like(cy) if grad_cy is None else grad_cy
+    tanh_cy = cy.tanh()
+    gcx = go * o * (1 - tanh_cy * tanh_cy) + gc
+    gates = torch.cat([gcx * g * (1 - i) * i, gcx * cx * (1 - f) * f, gcx * i * (1 - g * g),
+                       go * tanh_cy * (1 - o) * o], 1)
+    return gates, gcx * f, gates.sum(0) if has_bias else torch.empty(0, dtype=gates.dtype)
+
+
+def gru_cell(input_gates, hidden_gates, hx, input_bias=None, hidden_bias=None):
+    """``(hy, workspace)`` of one GRU step from the gate pre-activations [B, 3H] (reset,
+    update, new); the workspace holds reset, update, new, hx and the hidden new gate."""
+    (ir, iz, in_), (hr, hz, hn) = _gates(input_gates, hidden_gates, input_bias, hidden_bias, 3)
+    r, z = (ir + hr).sigmoid(), (iz + hz).sigmoid()
+    n = (in_ + r * hn).tanh()
+    return n + z * (hx - n), torch.cat([r, z, n, hx, hn], 1)
+
+
+def gru_cell_backward(grad_hy, workspace, has_bias):
+    """``(grad_input_gates, grad_hidden_gates, grad_hx, grad_input_bias,
+    grad_hidden_bias)`` of :func:`gru_cell`."""
+    r, z, n, hx, hn = workspace.chunk(5, 1)
+    gz = grad_hy * (hx - n) * (1 - z) * z
+    gn = grad_hy * (1 - z) * (1 - n * n)
+    gr = gn * hn * (1 - r) * r
+    gi, gh = torch.cat([gr, gz, gn], 1), torch.cat([gr, gz, gn * r], 1)
+    empty = torch.empty(0, dtype=gi.dtype)
+    return gi, gh, grad_hy * z, gi.sum(0) if has_bias else empty, gh.sum(0) if has_bias else empty
+
+
+_RNN_CELLS = {
+    "_thnn_fused_lstm_cell": lstm_cell, "_thnn_fused_lstm_cell_backward_impl": lstm_cell_backward,
+    "_thnn_fused_gru_cell": gru_cell, "_thnn_fused_gru_cell_backward": gru_cell_backward,
+}

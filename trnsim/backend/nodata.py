@@ -40,8 +40,18 @@ def _check_dim(op, args: tuple, kwargs: dict) -> None:
         raise IndexError(f"Dimension out of range (expected to be in range of [{-n}, {n - 1}], but got {dim})")
 
 
-def run(op, info, flat: list, spec, to_device: bool) -> Any:
-    """Run ``op`` on meta stand-ins of ``flat``; results become data-less neuron tensors."""
+def _shape_of(op, host_op, args: tuple, kwargs: dict) -> Any:
+    try:
+        return op(*args, **kwargs)
+    except NotImplementedError:
+        if host_op is None:
+            raise
+        return host_op(*args, **kwargs)
+
+
+def run(op, info, flat: list, spec, to_device: bool, host_op=None) -> Any:
+    """Run ``op`` on meta stand-ins of ``flat`` (``host_op``, the plain-op version of its
+    work, where ``op`` has no meta kernel); results become data-less neuron tensors."""
     metas = []
     back: dict[int, torch.Tensor] = {}
     for x in flat:
@@ -63,7 +73,7 @@ def run(op, info, flat: list, spec, to_device: bool) -> Any:
     if info.name in _UNCHECKED_DIM:
         _check_dim(op, args, kwargs)
     try:
-        result = op(*args, **kwargs)
+        result = _shape_of(op, host_op, args, kwargs)
     except NotImplementedError as e:
         raise NotImplementedError(
             f"{info.name} cannot run under TRNSIM_FIDELITY=timing: it has no shape function (meta kernel) "
