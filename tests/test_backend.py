@@ -435,3 +435,25 @@ def test_foreach_ops_are_one_device_op_each_and_match_the_cpu():
     assert rows["aten::_foreach_sqrt"].calls == 1 and rows["aten::_foreach_sqrt"].kernel == "sqrt x4"
     assert rows["aten::_foreach_mul_.Scalar"].source == "kernel"
     assert not any(n in rows for n in ("aten::mul.out", "aten::sqrt", "aten::addcmul_"))
+
+
+def test_torch_accelerator_generic_calls_answer_for_neuron():
+    """Device-generic code (accelerate, transformers) calls torch.accelerator, which asks
+    the device's C++ allocator and guard: neuron answers as torch.neuron does."""
+    torch.accelerator.synchronize()
+    torch.accelerator.memory.empty_cache()
+    before = torch.accelerator.memory_allocated()
+    x = torch.ones(1000, device="neuron")
+    assert torch.accelerator.memory_allocated() == before + 4000 == torch.neuron.memory_allocated()
+    assert torch.accelerator.max_memory_allocated() >= before + 4000
+    stats = torch.accelerator.memory_stats()
+    assert stats["allocated_bytes.all.current"] == torch.neuron.memory_stats()["allocated_bytes.all.current"]
+    free, total = torch.accelerator.get_memory_info()
+    assert (free, total) == torch.neuron.mem_get_info()
+    del x
+    torch.accelerator.reset_peak_memory_stats()
+    assert torch.accelerator.max_memory_allocated() == torch.accelerator.memory_allocated() == before
+    torch.accelerator.reset_accumulated_memory_stats()
+    assert torch.accelerator.memory_stats()["allocation.all.allocated"] == 0
+    with pytest.raises(Exception, match="neuron"):
+        torch.accelerator.memory_allocated(3)

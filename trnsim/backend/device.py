@@ -125,6 +125,14 @@ def reset_peak_memory_stats(dev: Any = None) -> None:
     state.memory.peak = state.memory.allocated
 
 
+def reset_accumulated_memory_stats(dev: Any = None) -> None:
+    """Zero the running totals of :func:`memory_stats` (bytes and blocks allocated and
+    freed, out-of-memory errors); current and peak figures stay."""
+    _index(dev)
+    m = state.memory
+    m.total_allocated = m.total_freed = m.allocations = m.frees = m.ooms = 0
+
+
 def mem_get_info(dev: Any = None) -> tuple[int, int]:
     """(free, total) bytes of the device's HBM."""
     _index(dev)

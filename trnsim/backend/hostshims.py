@@ -13,6 +13,12 @@ storage instead. Saved files are plain PyTorch checkpoints.
 Storages made directly on the device (``torch.UntypedStorage(n, device="neuron")``,
 which ``storage.to(device=...)`` and ``storage.clone()`` use) would also ask for the
 allocator; they are made through ``torch.empty`` instead, so their HBM is accounted.
+``torch.accelerator``'s device-generic calls (``synchronize``, ``memory_allocated``,
+``memory_stats``, ``reset_peak_memory_stats``, ``empty_cache``, ``get_memory_info``) ask
+the device's C++ guard and allocator, which a pure-Python device has not; while
+``neuron`` is the current accelerator they are answered by ``torch.neuron``'s functions,
+as on a device with C++ hooks (:func:`install_accelerator`).
+
 Resizing a neuron storage in place (``UntypedStorage.resize_``, which FSDP2 uses to
 free and bring back parameters) would need the device's C++ hooks; trnsim swaps a new
 HBM block's memory into the storage instead (:func:`trnsim.backend.storage.resize_in_place`).
@@ -74,6 +80,53 @@ def install() -> None:
     _lib.impl("is_pinned", _is_pinned, "CPU")
     install_serialization()
     install_storage()
+    install_accelerator()
+
+
+def _neuron_current() -> bool:
+    acc = torch._C._accelerator_getAccelerator()
+    return acc is not None and acc.type == "neuron"
+
+
+def _nested(flat: dict[str, int]) -> dict:
+    """``{"a.b.c": 1}`` as ``{"a": {"b": {"c": 1}}}``: the C++ allocator's stats form."""
+    out: dict = {}
+    for key, value in flat.items():
+        *path, last = key.split(".")
+        node = out
+        for part in path:
+            node = node.setdefault(part, {})
+        node[last] = value
+    return out
+
+
+def _accelerator_calls() -> dict:
+    from trnsim.backend import device
+
+    return {
+        "_accelerator_synchronizeDevice": lambda index=None: device.synchronize(index),
+        "_accelerator_isAllocatorInitialized": lambda: True,
+        "_accelerator_getDeviceStats": lambda index=None: _nested(device.memory_stats(index)),
+        "_accelerator_resetAccumulatedStats": lambda index=None: device.reset_accumulated_memory_stats(index),
+        "_accelerator_resetPeakStats": lambda index=None: device.reset_peak_memory_stats(index),
+        "_accelerator_emptyCache": lambda: device.empty_cache(),
+        "_accelerator_getMemoryInfo": lambda index=None: device.mem_get_info(index),
+    }
+
+
+def install_accelerator() -> None:
+    """Answer ``torch.accelerator``'s C++ calls with ``torch.neuron``'s while neuron is the
+    current accelerator; other accelerators keep PyTorch's."""
+    for name, ours in _accelerator_calls().items():
+        original = getattr(torch._C, name, None)
+        if original is None or getattr(original, "_trnsim", False):
+            continue
+
+        def call(*args, _ours=ours, _original=original):
+            return _ours(*args) if _neuron_current() else _original(*args)
+
+        call._trnsim = True
+        setattr(torch._C, name, call)
 
 
 _storage_new = torch.UntypedStorage.__new__
