@@ -171,6 +171,8 @@ def test_profile_tables_classify_a_large_matmul_and_an_elementwise_add():
     for track in {s.track for s in engine_slices(trace)}:
         covered = sum(r[track] * (r["end_ns"] - r["start_ns"]) for r in utilisation(trace))
         assert covered == pytest.approx(busy_ns([s for s in trace.slices if s.track == track]))
+    by_rank = ops(merge([trace, trace]))
+    assert by_rank.columns[:2] == ["rank", "op"] and by_rank.where(rank=1)["bound"] == table["bound"]
 
 
 def mm_kernel(trace):

@@ -4,8 +4,8 @@ Every instruction slice of a trace from :func:`trnsim.trace.trace_from_run` carr
 ``wait`` argument (:mod:`trnsim.trace.waits`): what set its start. The critical path
 starts at the last instruction to finish and follows those causes back to the
 launch; each step says what it waited on. A ``trnsim.profile`` trace runs its ops one
-after another, so its path is every op in order, each waiting on the op before it
-(``busy``) or on the host (``host``: the device was idle until the host issued it),
+after another, so its path is every op (and collective) in order, each waiting on
+the one before it (``busy``) or on the host (``host``: the device was idle until the host issued it),
 with the critical path through the kernel of each op under it.
 """
 
@@ -71,7 +71,8 @@ def _instruction_path(slices: list[Slice], op: str | None) -> list[dict[str, Any
 
 
 def _op_path(trace: Trace) -> list[dict[str, Any]]:
-    ops = sorted((s for s in trace.slices if s.track == "ops"), key=lambda s: (s.start_ns, s.end_ns))
+    # collectives run on the device's stream between the ops
+    ops = sorted((s for s in trace.slices if s.track in ("ops", "collectives")), key=lambda s: (s.start_ns, s.end_ns))
     engines = sorted(engine_slices(trace), key=lambda s: s.start_ns)
     path: list[dict[str, Any]] = []
     before: Slice | None = None
@@ -82,7 +83,7 @@ def _op_path(trace: Trace) -> list[dict[str, Any]]:
         else:
             idle = op.start_ns - before.end_ns
             kind = "busy" if idle <= 0 else "host"
-        path.append({"op": op.name, "index": None, "track": "ops", "name": op.name, "start_ns": op.start_ns,
+        path.append({"op": op.name, "index": None, "track": op.track, "name": op.name, "start_ns": op.start_ns,
                      "end_ns": op.end_ns, "dur_ns": op.dur_ns, "waited_on": kind,
                      "on": before.name if kind == "busy" and before is not None else None, "sem": None,
                      "idle_ns": max(idle, 0.0)})

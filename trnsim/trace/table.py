@@ -57,23 +57,26 @@ class Table:
     def __iter__(self) -> Iterator[Row]:
         return iter(self.rows)
 
+    def _check(self, column: str) -> None:
+        if column not in self.columns:
+            raise KeyError(f"table has no column {column!r}; its columns: {', '.join(self.columns)}")
+
     def __getitem__(self, key: int | str) -> Any:
         if isinstance(key, str):
-            if key not in self.columns:
-                raise KeyError(f"table has no column {key!r}; its columns: {', '.join(self.columns)}")
+            self._check(key)
             return [r[key] for r in self.rows]
         return self.rows[key]
 
     def sort(self, column: str, *, descending: bool = True) -> Table:
         """A copy sorted by ``column`` (largest first unless ``descending=False``)."""
-        self[column]
+        self._check(column)
         return Table(self.columns, sorted(self.rows, key=lambda r: r[column], reverse=descending))
 
     def where(self, test: Callable[[Row], bool] | None = None, **equal: Any) -> Table:
         """A copy holding the rows that pass ``test`` and whose columns equal ``equal``
         (``table.where(bound="memory")``)."""
         for column in equal:
-            self[column]
+            self._check(column)
         return Table(self.columns, [r for r in self.rows
                                     if all(r[c] == v for c, v in equal.items()) and (test is None or test(r))])
 

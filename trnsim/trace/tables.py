@@ -127,8 +127,9 @@ def _grouped(roof: Roofline, slices: list[Slice], key: Any, keys: list[str], tot
 
 def _table(trace: Any, what: str, keys: list[str], build: Any) -> Table:
     rows: list[tuple[int | None, dict[str, Any]]] = []
-    roof = roofline(trace)
-    for rank, t in ranks_of(trace, what):
+    pairs = ranks_of(trace, what)
+    roof = roofline(pairs[0][1])
+    for rank, t in pairs:
         rows += [(rank, r) for r in build(roof, t)]
     columns, out = with_rank(rows, [*keys, "dtype", *ROOF_COLUMNS])
     return Table(columns, out)
@@ -138,7 +139,8 @@ def ops(trace: Any) -> Table:
     """The PyTorch ops of a ``trnsim.profile`` trace, grouped by name, largest time first:
     columns ``op``, ``timed_by`` (``kernel``, ``estimate``, ``none``), ``dtype`` and
     the roofline columns (``share`` is of all ops' time). Takes a Trace, a saved
-    trace's path, or a JobTrace (adding a ``rank`` column)."""
+    trace's path, or a JobTrace (adding a ``rank`` column); a trace without ops (a
+    Program's) gives an empty table."""
     def build(roof: Roofline, t: Trace) -> list[dict[str, Any]]:
         slices = [s for s in t.slices if s.track == "ops"]
         total = sum(s.dur_ns for s in slices)
