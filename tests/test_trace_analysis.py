@@ -7,8 +7,8 @@ import pytest
 from trnsim import Program, TrnSimError, dtypes, simulate
 from trnsim.isa import (Activation, ActivationFunc, AluOp, Engine, Memset, SemaphoreSignal, SemaphoreWait,
                         TensorScalar)
-from trnsim.trace import (JobTrace, Table, busy_ns, critical_path, instructions, kernels, load, merge, ops, roofline,
-                          save, save_job, trace_from_run, utilisation, waits)
+from trnsim.trace import (JobTrace, Slice, Table, Trace, busy_ns, critical_path, instructions, kernels, load, merge,
+                          ops, roofline, save, save_job, trace_from_run, utilisation, waits)
 from trnsim.trace.critical import engine_slices
 
 
@@ -208,3 +208,27 @@ def test_a_table_sorts_filters_and_writes_csv(tmp_path):
         Table(["a", "b"], [{"a": 1}])
     pandas = pytest.importorskip("pandas")
     assert isinstance(table.to_pandas(), pandas.DataFrame) and list(table.to_pandas()["ns"]) == [2.0, 5.5, 1]
+
+
+def test_a_compiled_graph_is_a_kernels_row_and_a_collective_is_a_step_of_the_op_path():
+    # a profile's trace as torch.compile and a collective write it: two fused kernels of
+    # graph0, then an all-reduce issued 500 ns after the graph ended
+    meta = {"chip": "trn2", "eager": True, "hbm_bw_gbps": 725.0}
+    fused = {"timed_by": "kernel", "kernel": "fused_matmul_kernel", "graph": "graph0", "dtypes": ["bfloat16"]}
+    trace = Trace(meta=meta, slices=[
+        Slice("graphs", "graph0", 0.0, 3000.0, {"kernels": 2}),
+        Slice("ops", "fused[addmm+gelu]", 0.0, 2000.0, {**fused, "index": 0, "flops": 4e9, "hbm_bytes": 1e7}),
+        Slice("ops", "fused[addmm]", 2000.0, 1000.0, {**fused, "index": 1, "flops": 2e9, "hbm_bytes": 2e6}),
+        Slice("collectives", "all_reduce", 3500.0, 500.0, {"bytes": 1024}),
+    ])
+    rows = {r["kind"]: r for r in kernels(trace)}
+    assert set(rows) == {"fused", "graph"}
+    graph = rows["graph"]
+    assert (graph["kernel"], graph["calls"], graph["time_ns"], graph["flops"], graph["bytes"]) == \
+        ("graph0", 1, 3000.0, 6e9, 1.2e7)
+    assert graph["intensity"] == 500.0 and graph["bound"] == "compute" and graph["share"] == 0.75
+    assert rows["fused"]["calls"] == 2 and rows["fused"]["flops_per_s"] == pytest.approx(6e9 / 3e-6)
+    path = critical_path(trace)
+    assert path["name"] == ["fused[addmm+gelu]", "fused[addmm]", "all_reduce"]
+    assert path["waited_on"] == ["launch", "busy", "host"] and path["on"] == [None, "fused[addmm+gelu]", None]
+    assert path["idle_ns"] == [0.0, 0.0, 500.0]

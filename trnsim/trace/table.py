@@ -106,8 +106,8 @@ class Table:
     def __str__(self) -> str:
         cells = [[_cell(r[c]) for c in self.columns] for r in self.rows]
         widths = [max([len(c)] + [len(row[k]) for row in cells]) for k, c in enumerate(self.columns)]
-        numeric = [all(isinstance(r[c], (int, float)) and not isinstance(r[c], bool) for r in self.rows if r[c] is not None)
-                   for c in self.columns]
+        numeric = [all(isinstance(r[c], (int, float)) and not isinstance(r[c], bool)
+                       for r in self.rows if r[c] is not None) for c in self.columns]
 
         def line(values: list[str]) -> str:
             return "  ".join(v.rjust(w) if n else v.ljust(w) for v, w, n in zip(values, widths, numeric)).rstrip()

@@ -60,7 +60,8 @@ class Roofline:
     def __str__(self) -> str:
         lines = [f"roofline of {self.chip}: HBM {self.hbm_bytes_per_s / 1e9:,.1f} GB/s"]
         for cls, peak in self.peak_flops.items():
-            lines.append(f"  {cls:5} peak {peak / 1e12:8.2f} TFLOP/s  ridge {peak / self.hbm_bytes_per_s:8.1f} FLOP/byte")
+            ridge = peak / self.hbm_bytes_per_s
+            lines.append(f"  {cls:5} peak {peak / 1e12:8.2f} TFLOP/s  ridge {ridge:8.1f} FLOP/byte")
         return "\n".join(lines)
 
 
