@@ -168,22 +168,17 @@ def kernels(trace: Any) -> Table:
         with_kernel = [s for s in ops if s.args.get("kernel")]
         rows = _grouped(roof, with_kernel, lambda s: ("fused" if "graph" in s.args else "kernel",
                                                          s.args["kernel"]), ["kind", "kernel"], t.total_ns)
+        runs: dict[str, list[tuple[Slice, list[Slice]]]] = {}   # each compiled graph's runs and their kernels
         for g in (s for s in t.slices if s.track == "graphs"):
             inside = [s for s in ops if s.args.get("graph") == g.name and g.start_ns <= s.start_ns < g.end_ns]
-            row = {"kind": "graph", "kernel": g.name, "dtype": next((_dtype(s.args) for s in inside), None)}
-            rows.append({**row, **_row(roof, t.total_ns, g.dur_ns, 1, _sum(s.args.get("flops") for s in inside),
-                                       _sum(s.args.get("hbm_bytes") for s in inside), row["dtype"])})
-        merged: dict[tuple, dict[str, Any]] = {}
-        for r in rows:
-            k = (r["kind"], r["kernel"])
-            if k in merged and r["kind"] == "graph":
-                m = merged[k]
-                time_ns = m["time_ns"] + r["time_ns"]
-                m.update(_row(roof, t.total_ns, time_ns, m["calls"] + 1, _sum([m["flops"], r["flops"]]),
-                              _sum([m["bytes"], r["bytes"]]), m["dtype"]))
-            else:
-                merged[k] = r
-        return sorted(merged.values(), key=lambda r: -r["time_ns"])
+            runs.setdefault(g.name, []).append((g, inside))
+        for name, each in runs.items():
+            inside = [s for _, ks in each for s in ks]
+            dtype = next((_dtype(s.args) for s in inside), None)
+            flops, hbm = _sum(s.args.get("flops") for s in inside), _sum(s.args.get("hbm_bytes") for s in inside)
+            rows.append({"kind": "graph", "kernel": name, "dtype": dtype,
+                         **_row(roof, t.total_ns, sum(g.dur_ns for g, _ in each), len(each), flops, hbm, dtype)})
+        return sorted(rows, key=lambda r: -r["time_ns"])
 
     return _table(trace, "kernels", ["kind", "kernel"], build)
 
