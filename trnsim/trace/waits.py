@@ -44,10 +44,12 @@ def wait_causes(result: Any) -> list[dict[str, Any]]:
     sem_to_dma_ps = round(chip.dma.semaphore_to_start_ns * 1000)
     tracks, groups, kinds = result.tracks, static.groups, static.kinds
     starts, ends = result.starts, result.ends
-    signals: dict[str, list[int]] = {}
+    signals: dict[str, list[int]] = {}   # each semaphore's signals, in the order they ended
     for i, kind in enumerate(kinds):
         if kind == SIGNAL:
             signals.setdefault(program.instructions[i].sem, []).append(i)
+    for sem in signals:
+        signals[sem].sort(key=lambda s: (ends[s], s))
     previous: dict[str, int] = {}      # the latest instruction on each track
     last_multiply = last_load = last_hold = -1   # tensor engine state, in program order
     causes = []
@@ -59,7 +61,7 @@ def wait_causes(result: Any) -> list[dict[str, Any]]:
         for d in static.deps[i]:
             candidates.append((ends[d] + (latency if groups[d] != group else 0), _kind(tracks, track, d), d, None))
         if kind == WAIT:
-            done = sorted(signals.get(inst.sem, []), key=lambda s: (ends[s], s))
+            done = signals.get(inst.sem, [])
             if len(done) >= inst.count:
                 s = done[inst.count - 1]
                 candidates.append((ends[s] + sem_ps, "semaphore", s, inst.sem))
