@@ -146,7 +146,7 @@ def test_nki_kernel_tables_put_matmuls_on_the_compute_side_and_dmas_on_the_memor
     assert len(each) == len(trace.slices) and each["index"][0] == 0
 
 
-def test_profile_tables_classify_a_large_matmul_and_an_elementwise_add():
+def test_profile_tables_classify_a_large_matmul_and_an_elementwise_add(tmp_path):
     torch = pytest.importorskip("torch")
     import trnsim
 
@@ -166,6 +166,7 @@ def test_profile_tables_classify_a_large_matmul_and_an_elementwise_add():
     ks = kernels(trace)
     assert set(ks["kind"]) == {"kernel"} and ks.where(bound="compute")["kernel"] == [mm_kernel(trace)]
     path = critical_path(trace)
+    assert_same_path(critical_path(save(trace, tmp_path / "p.json")), path)
     assert [r["op"] for r in path if r["track"] == "ops"] == ["mm", "add.Tensor", "sum.dim_IntList"]
     assert path[0]["waited_on"] == "launch" and path.where(track="ops")["waited_on"][1:] == ["busy", "busy"]
     for track in {s.track for s in engine_slices(trace)}:

@@ -18,6 +18,8 @@ from trnsim.trace.analysis import busy_ns
 from trnsim.trace.events import Slice, Trace, as_trace, track_sort_key
 from trnsim.trace.job import JobTrace
 
+# a saved trace keeps times in microseconds to 6 places: closer than this is the same time
+PICO = 1e-3
 # tracks that are not an engine or a DMA queue
 OVERVIEW_TRACKS = ("ops", "graphs", "host", "compile", "collectives")
 
@@ -63,7 +65,9 @@ def _instruction_path(slices: list[Slice], op: str | None) -> list[dict[str, Any
     by_index = {s.args["index"]: s for s in timed}
     at: Slice | None = max(timed, key=lambda s: (s.end_ns, s.args["index"]))
     path = []
-    while at is not None:
+    seen: set[int] = set()   # a damaged trace's causes could loop
+    while at is not None and at.args["index"] not in seen:
+        seen.add(at.args["index"])
         path.append(_step(at, op))
         on = at.args["wait"]["on"]
         at = by_index.get(on) if on is not None else None
@@ -79,14 +83,14 @@ def _op_path(trace: Trace) -> list[dict[str, Any]]:
     k = 0
     for op in ops:
         if before is None:
-            kind, idle = ("launch" if op.start_ns == 0 else "host"), op.start_ns
+            kind, idle = ("launch" if op.start_ns < PICO else "host"), op.start_ns
         else:
             idle = op.start_ns - before.end_ns
-            kind = "busy" if idle <= 0 else "host"
+            kind = "busy" if idle < PICO else "host"
         path.append({"op": op.name, "index": None, "track": op.track, "name": op.name, "start_ns": op.start_ns,
                      "end_ns": op.end_ns, "dur_ns": op.dur_ns, "waited_on": kind,
                      "on": before.name if kind == "busy" and before is not None else None, "sem": None,
-                     "idle_ns": max(idle, 0.0)})
+                     "idle_ns": idle if kind == "host" else 0.0})
         mine = []
         while k < len(engines) and engines[k].start_ns < op.end_ns:
             if engines[k].start_ns >= op.start_ns:
@@ -154,9 +158,9 @@ def waits(trace_or_run: Any) -> Any:
                     entry[0] += 1
                     entry[1] += wait["idle_ns"]
             unexplained = last - busy_ns(slices) - sum(v[1] for v in spent.values())
-            if unexplained > 1e-6:
+            if unexplained > PICO:
                 spent["between_ops"] = [0, unexplained]
-            if total - last > 1e-6:
+            if total - last > PICO:
                 spent["finished"] = [0, total - last]
             for kind, (count, ns) in sorted(spent.items(), key=lambda kv: -kv[1][1]):
                 rows.append((rank, {"track": track, "waited_on": kind, "count": count, "wait_ns": ns,
