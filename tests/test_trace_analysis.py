@@ -94,9 +94,11 @@ def test_a_semaphore_wait_on_the_path_names_its_semaphore_and_signal():
 
 
 def test_waits_account_for_every_idle_nanosecond_of_each_track():
+    import trnsim.trace
+
     run = simulate(known_path_program())
     trace = trace_from_run(run)
-    table = waits(trace)
+    table = trnsim.trace.waits(trace)   # still the function once tracing has imported its helpers
     scalar = {r["waited_on"]: r["wait_ns"] for r in table.where(track="scalar")}
     assert scalar == {"engine": 2599.496, "finished": pytest.approx(6271.832 - 3008.067)}
     for track in {s.track for s in engine_slices(trace)}:

@@ -167,7 +167,7 @@ def trace_from_run(result: Any) -> Trace:
         "peak_flops": _effective_peak(program),
         "hbm_bw_gbps": chip.hbm_bw_per_core_gbps,
     })
-    from trnsim.trace.waits import wait_causes
+    from trnsim.trace.causes import wait_causes
 
     causes = wait_causes(result)
     matmul_flops = {inst.index: (f, inst.src.dtype.name) for f, inst in program.matmuls()}
