@@ -14,7 +14,7 @@ from trnsim.trace.job import JobTrace, merge, save_job
 from trnsim.trace.plot import plot_busy, plot_timeline
 from trnsim.trace.table import Table
 from trnsim.trace.tables import Roofline, instructions, kernels, ops, roofline
-from trnsim.trace.utilisation import utilisation
+from trnsim.trace.usage import utilisation
 
 __all__ = ["Counter", "JobTrace", "Roofline", "Slice", "Summary", "Table", "Trace", "busy_ns", "critical_path",
            "instructions", "kernels", "load", "merge", "ops", "plot_busy", "plot_timeline", "roofline", "save",

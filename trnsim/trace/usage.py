@@ -1,4 +1,4 @@
-"""How busy each engine and DMA queue was over time."""
+"""How busy each engine and DMA queue was over time (:func:`utilisation`)."""
 
 from __future__ import annotations
 
