@@ -191,6 +191,12 @@ class profile:
             args = {"shapes": [list(s) for s in r.shapes], "dtypes": list(r.dtypes), "timed_by": r.cost.source}
             if r.cost.kernel:
                 args["kernel"] = r.cost.kernel
+            if r.cost.run is not None:   # the op's work: its Program's, times the share it covers
+                share = r.cost.scale * r.cost.cores
+                args["flops"] = r.cost.run.program.flops() * share
+                args["hbm_bytes"] = sum(p.hbm_bytes for p in r.cost.run.dma_plans.values()) * share
+            elif r.cost.source == "none":
+                args["flops"] = args["hbm_bytes"] = 0
             if r.info is not None:   # a kernel of a compiled graph
                 args.update(r.info)
                 if r.info["index"] == 0:

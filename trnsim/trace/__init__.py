@@ -1,4 +1,4 @@
-"""Traces: the event model, Chrome/Perfetto export and loading, summaries and plots."""
+"""Traces: the event model, Chrome/Perfetto export and loading, summaries, analysis tables and plots."""
 
 from __future__ import annotations
 
@@ -7,13 +7,18 @@ from pathlib import Path
 from typing import Any
 
 from trnsim.trace.analysis import Summary, busy_ns, summarize
+from trnsim.trace.critical import critical_path, waits
 from trnsim.trace.events import Counter, Slice, Trace, trace_from_run
 from trnsim.trace.export import load, save, to_chrome
 from trnsim.trace.job import JobTrace, merge, save_job
 from trnsim.trace.plot import plot_busy, plot_timeline
+from trnsim.trace.table import Table
+from trnsim.trace.tables import Roofline, instructions, kernels, ops, roofline
+from trnsim.trace.usage import utilisation
 
-__all__ = ["Counter", "JobTrace", "Slice", "Summary", "Trace", "busy_ns", "load", "merge", "plot_busy", "plot_timeline",
-           "save", "save_job", "summarize", "to_chrome", "trace_from_run", "write_trace"]
+__all__ = ["Counter", "JobTrace", "Roofline", "Slice", "Summary", "Table", "Trace", "busy_ns", "critical_path",
+           "instructions", "kernels", "load", "merge", "ops", "plot_busy", "plot_timeline", "roofline", "save",
+           "save_job", "summarize", "to_chrome", "trace_from_run", "utilisation", "waits", "write_trace"]
 
 
 def write_trace(result: Any, path: str | os.PathLike) -> Path:

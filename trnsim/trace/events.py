@@ -167,6 +167,10 @@ def trace_from_run(result: Any) -> Trace:
         "peak_flops": _effective_peak(program),
         "hbm_bw_gbps": chip.hbm_bw_per_core_gbps,
     })
+    from trnsim.trace.causes import wait_causes
+
+    causes = wait_causes(result)
+    matmul_flops = {inst.index: (f, inst.src.dtype.name) for f, inst in program.matmuls()}
     hbm_spans = []
     live: dict[str, list[float]] = {}
     sizes: dict[str, tuple[str, int]] = {}
@@ -176,6 +180,9 @@ def trace_from_run(result: Any) -> Trace:
         args: dict[str, Any] = {"index": i, "opcode": inst.opcode, "operands": inst.describe(), "deps": list(inst.deps)}
         if inst.source:
             args["source"] = inst.source
+        args["wait"] = causes[i]
+        if i in matmul_flops:
+            args["flops"], args["dtype"] = matmul_flops[i]
         views = inst.reads() + inst.writes()
         args["bytes"] = sum(v.nbytes for v in views)
         plan = result.dma_plans.get(i)
