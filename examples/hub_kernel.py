@@ -25,7 +25,6 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
-import sys
 import tempfile
 from pathlib import Path
 from typing import Iterator
@@ -148,4 +147,3 @@ def main() -> dict:
 
 if __name__ == "__main__":
     main()
-    sys.exit(0)
