@@ -29,10 +29,11 @@ def nki_swiglu_mlp(x, w_gate, w_up, w_down):
 
     The weights are read once per call, row-contiguous, and transposed on the tensor
     engine (through PSUM) so that the contracted axis lies on the partitions. For each
-    tile of 128 rows, x is read and transposed likewise ([H, rows]); the gate and up projections are computed transposed
-    ([I, rows], 128 rows of I at a time, accumulated over H in PSUM), SiLU runs on the
-    scalar engine straight from PSUM, the product on the vector engine, and the down
-    projection accumulates over I in PSUM. Only x, the weights and the result cross HBM.
+    tile of 128 rows, x is read and transposed likewise ([H, rows]); the gate and up
+    projections are computed transposed ([I, rows], 128 rows of I at a time,
+    accumulated over H in PSUM), SiLU runs on the scalar engine straight from PSUM, the
+    product on the vector engine, and the down projection accumulates over I in PSUM.
+    Only x, the weights and the result cross HBM.
     """
     n, h = x.shape
     inter = w_gate.shape[0]
