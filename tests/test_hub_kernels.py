@@ -81,9 +81,13 @@ def test_ops_match_torch_on_neuron():
     assert norm.device.type == "neuron" and norm.shape == x.shape
     torch.testing.assert_close(norm.cpu(), ref_norm, rtol=1e-5, atol=1e-5)
     torch.testing.assert_close(mlp.cpu(), ref_mlp, rtol=1e-4, atol=1e-4)
-    half = module.rms_norm(dev[0].bfloat16(), dev[1].bfloat16(), 1e-6)
-    assert half.dtype == torch.bfloat16
-    torch.testing.assert_close(half.cpu().float(), ref_norm, rtol=2e-2, atol=2e-2)
+    half = [t.bfloat16() for t in dev]
+    norm_bf16, mlp_bf16 = module.rms_norm(half[0], half[1], 1e-6), module.swiglu_mlp(half[0], *half[2:])
+    assert norm_bf16.dtype == mlp_bf16.dtype == torch.bfloat16
+    torch.testing.assert_close(norm_bf16.cpu().float(), ref_norm, rtol=2e-2, atol=2e-2)
+    xr, wgr, wur, wdr = (t.bfloat16().float() for t in (x, wg, wu, wd))   # the inputs as the kernel reads them
+    ref_mlp_bf16 = (torch.nn.functional.silu(xr @ wgr.T) * (xr @ wur.T)) @ wdr.T
+    torch.testing.assert_close(mlp_bf16.cpu().float(), ref_mlp_bf16, rtol=2e-2, atol=2e-2)
 
 
 def test_kernelize_replaces_rmsnorm_and_mlp_with_equal_outputs():
