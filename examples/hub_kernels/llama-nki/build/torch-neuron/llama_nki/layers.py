@@ -19,7 +19,9 @@ from ._ops import rms_norm, swiglu_mlp
 
 
 class RMSNorm(nn.Module):
-    """``forward`` of Llama's RMSNorm by the ``nki_rms_norm`` kernel."""
+    """``forward`` of Llama's RMSNorm by the ``nki_rms_norm`` kernel. The result has the
+    input's dtype; Llama's has the promoted dtype of weight and input, the same when the
+    model is in one dtype."""
 
     can_torch_compile = True
     has_backward = False
