@@ -167,6 +167,9 @@ class profile:
             "flops": flops,
             "peak_flops": flops / ideal_s if ideal_s else 0.0,
             "hbm_bw_gbps": chip.hbm_bw_per_core_gbps * chip.logical_core_size,
+            "fidelity": state.fidelity(),
+            "cores": chip.logical_core_size,
+            "device_peak_flops": chip.tensor_engine.peak_flops() * chip.logical_core_size,
         })
         origin = min((r.start_ps for r in self.records), default=0)
         graph_start = 0.0
@@ -191,6 +194,11 @@ class profile:
             args = {"shapes": [list(s) for s in r.shapes], "dtypes": list(r.dtypes), "timed_by": r.cost.source}
             if r.cost.kernel:
                 args["kernel"] = r.cost.kernel
+            flops, hbm = r.cost.flops(), r.cost.hbm_moved()
+            if flops:
+                args["flops"] = flops
+            if hbm is not None:
+                args["hbm_bytes"] = hbm
             if r.info is not None:   # a kernel of a compiled graph
                 args.update(r.info)
                 if r.info["index"] == 0:

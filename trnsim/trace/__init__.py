@@ -1,4 +1,4 @@
-"""Traces: the event model, Chrome/Perfetto export and loading, summaries and plots."""
+"""Traces: the event model, Chrome/Perfetto export and loading, summaries, reports, comparisons and plots."""
 
 from __future__ import annotations
 
@@ -7,13 +7,16 @@ from pathlib import Path
 from typing import Any
 
 from trnsim.trace.analysis import Summary, busy_ns, summarize
+from trnsim.trace.compare import Comparison, compare
 from trnsim.trace.events import Counter, Slice, Trace, trace_from_run
 from trnsim.trace.export import load, save, to_chrome
 from trnsim.trace.job import JobTrace, merge, save_job
 from trnsim.trace.plot import plot_busy, plot_timeline
+from trnsim.trace.report import Report, report
 
-__all__ = ["Counter", "JobTrace", "Slice", "Summary", "Trace", "busy_ns", "load", "merge", "plot_busy", "plot_timeline",
-           "save", "save_job", "summarize", "to_chrome", "trace_from_run", "write_trace"]
+__all__ = ["Comparison", "Counter", "JobTrace", "Report", "Slice", "Summary", "Trace", "busy_ns", "compare", "load", "merge",
+           "plot_busy", "plot_timeline", "report", "save", "save_job", "summarize", "to_chrome", "trace_from_run",
+           "write_trace"]
 
 
 def write_trace(result: Any, path: str | os.PathLike) -> Path:
