@@ -172,13 +172,14 @@ def _run(args: argparse.Namespace) -> int:
     import runpy
 
     import trnsim
+    from trnsim.backend.nkicall import array_kernels_on_timeline
     from trnsim.backend.progress import Progress
     from trnsim.trace import load, report
 
     sys.argv = [str(script), *args.args]
     sys.path.insert(0, str(script.resolve().parent))
     code: int | str | None = 0
-    with trnsim.profile(trace) as prof, Progress():
+    with trnsim.profile(trace) as prof, array_kernels_on_timeline(), Progress():
         try:
             runpy.run_path(str(script), run_name="__main__")
         except SystemExit as e:   # the script's own exit: summarise what ran, then exit as it did
