@@ -111,13 +111,15 @@ class Report:
 
     def __str__(self) -> str:
         where = f"{self.chip}, {self.world_size} ranks" if self.world_size > 1 else self.chip
-        lines = [f"program        {self.program} on {where} (fidelity {self.fidelity})",
+        fidelity = f" (fidelity {self.fidelity})" if self.fidelity != "?" else ""
+        lines = [f"program        {self.program} on {where}{fidelity}",
                  f"simulated time {self.total_ns / 1000:,.3f} us"]
         if self.ops:
             share = 100 * self.op_ns / (self.total_ns * self.world_size) if self.total_ns else 0.0
             calls = sum(o.calls for o in self.ops)
+            waits = "for the host or in collectives" if self.ranks else "for the host"
             lines.append(f"ops            {calls:,} calls, {self.op_ns / 1000:,.3f} us ({share:.1f}% of the simulated "
-                         "time; the rest the device waits for the host)")
+                         f"time; the rest the device waits {waits})")
             width = max([40] + [len(o.name) for o in self.ops[:self.top]])
             lines.append(f"  {'top ops and fused kernels':{width}} {'calls':>6} {'total us':>12} {'share':>6}  timed by")
             for o in self.ops[:self.top]:
