@@ -6,6 +6,9 @@ name, shapes, dtypes and simulated start and end; as with PyTorch's profiler, ot
 threads' ops are theirs to record. The trace has an
 "ops" track of op slices above the engine and DMA-queue slices of each op's kernel
 Program, placed at the op's start (ops timed by an estimate have no engine slices).
+Each op slice carries the op's matmul FLOPs and HBM bytes, and the trace's metadata the
+device's peak FLOP/s and HBM bandwidth, so that :func:`trnsim.trace.report` can sum a
+run up from the trace alone (the fields: traces/README.md).
 
 ``torch.compile`` compilations this thread makes while a profile records are kept too
 (:attr:`profile.compilations`): the summary prints them below the ops, with their
