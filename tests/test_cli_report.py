@@ -222,10 +222,14 @@ def test_exposed_communication_is_collective_time_no_op_overlapped():
 
     t = tt.Trace(process="rank 0", slices=[
         tt.Slice("ops", "mm", 0, 10), tt.Slice("ops", "mm", 20, 10), tt.Slice("ops", "add", 22, 2),
-        tt.Slice("collectives", "all_reduce", 5, 20), tt.Slice("collectives", "all_reduce", 40, 5)])
+        tt.Slice("collectives", "all_reduce", 5, 20), tt.Slice("collectives", "all_reduce", 40, 5),
+        tt.Slice("tensor", "matmul", 1, 4.5)])
     row = rank_time(t)
     # collectives cover 5..25 and 40..45 (25 ns); ops overlap 5..10 and 20..25
     assert (row.collective_ns, row.exposed_ns, row.busy_ns, row.collectives) == (25, 15, 35, 2)
     rep = tt.report(tt.JobTrace([t]))
     assert rep.total_ns == 45 and rep.ranks == (row,) and rep.op_ns == 22
     assert [(o.name, o.calls, o.total_ns) for o in rep.ops] == [("mm", 2, 20), ("add", 1, 2)]
+    # the first mm has engine slices, the other ops none: their 12 ns are not in the busy shares
+    assert rep.engine_busy_pct == {"tensor": 10.0} and rep.unseen_op_ns == 12
+    assert "not counted: ops without engine slices, 54.5% of op time" in str(rep)

@@ -13,7 +13,9 @@ Definitions (ns of simulated time; a job sums its ranks unless said otherwise):
 - op time: the ``ops`` track's slices, grouped by name; an op's share is of all op time;
   the kernels of compiled graphs are ops too, their fused kernels named ``fused[...]``;
 - engine busy: time with at least one slice on the engine's track over simulated time
-  (a job: averaged over ranks); DMA queues are summed up as their mean and busiest;
+  (a job: averaged over ranks); DMA queues are summed up as their mean and busiest.
+  Ops without engine slices (bandwidth estimates, grouped ``_foreach`` and optimizer
+  kernels) are not counted; their share of op time is printed;
 - HBM traffic: the ``hbm_bytes`` of the op slices (of the DMA slices for a kernel's
   trace); bandwidth is that over simulated time, against the devices' HBM bandwidth;
 - model FLOPs: the matmul FLOPs of the ops the model ran, forward and backward as the
@@ -25,6 +27,7 @@ Definitions (ns of simulated time; a job sums its ranks unless said otherwise):
 
 from __future__ import annotations
 
+import bisect
 import os
 from dataclasses import dataclass, field
 from typing import Callable
@@ -90,6 +93,7 @@ class Report:
     hbm_peak_gbps: float
     flops: int
     peak_flops: float
+    unseen_op_ns: float = 0.0
     ranks: tuple[RankTime, ...] = ()
     compilations: tuple[Compilation, ...] = ()
     top: int = field(default=10, compare=False)
@@ -128,6 +132,9 @@ class Report:
                 rest = self.ops[self.top:]
                 lines.append(f"  ... {len(rest)} more, {sum(o.total_ns for o in rest) / 1000:,.3f} us")
         lines.append("engines        busy share of the simulated time" + (" (mean over ranks)" if self.world_size > 1 else ""))
+        if self.unseen_op_ns:
+            lines.append(f"  not counted: ops without engine slices, {100 * self.unseen_op_ns / self.op_ns:.1f}% of op time "
+                         "(bandwidth estimates, grouped kernels)")
         dma = [pct for track, pct in self.engine_busy_pct.items() if track.startswith("dma.q")]
         for track, pct in self.engine_busy_pct.items():
             if not track.startswith("dma.q"):
@@ -209,6 +216,15 @@ def _timed_by(s: Slice) -> str:
     return str(a.get("timed_by", "?"))
 
 
+def _main_timing(slices: list[Slice]) -> str:
+    """How the calls of one op name were timed: the way that timed most of their time."""
+    by: dict[str, float] = {}
+    for s in slices:
+        how = _timed_by(s)
+        by[how] = by.get(how, 0.0) + s.dur_ns
+    return max(by, key=lambda how: (by[how], how))
+
+
 def op_times(traces: list[Trace], key: Callable[[Slice], str] | None = None) -> list[OpTime]:
     """The ``ops`` track of ``traces`` grouped by name (or by ``key`` of each slice),
     largest total first."""
@@ -218,10 +234,23 @@ def op_times(traces: list[Trace], key: Callable[[Slice], str] | None = None) -> 
             if s.track == "ops":
                 groups.setdefault(key(s) if key else s.name, []).append(s)
     total = sum(s.dur_ns for ss in groups.values() for s in ss) or 1.0
-    rows = [OpTime(name, len(ss), sum(s.dur_ns for s in ss), 100 * sum(s.dur_ns for s in ss) / total, _timed_by(ss[0]))
+    rows = [OpTime(name, len(ss), sum(s.dur_ns for s in ss), 100 * sum(s.dur_ns for s in ss) / total, _main_timing(ss))
             for name, ss in groups.items()]
     rows.sort(key=lambda r: (-r.total_ns, r.name))
     return rows
+
+
+def unseen_op_ns(trace: Trace) -> float:
+    """Op time of the ops with no engine slice starting inside them (timed by an estimate,
+    or a group of kernels the trace does not draw): engine busy shares leave them out."""
+    starts = sorted(s.start_ns for s in trace.slices if s.track not in NOT_ENGINES)
+    total = 0.0
+    for s in trace.slices:
+        if s.track == "ops":
+            i = bisect.bisect_left(starts, s.start_ns)
+            if i == len(starts) or starts[i] >= s.end_ns:
+                total += s.dur_ns
+    return total
 
 
 def _compilations(traces: list[Trace]) -> tuple[Compilation, ...]:
@@ -277,6 +306,7 @@ def report(trace: Trace | JobTrace | str | os.PathLike, *, top: int = 10) -> Rep
         total_ns=total,
         op_ns=sum(o.total_ns for o in ops),
         ops=tuple(ops),
+        unseen_op_ns=sum(unseen_op_ns(t) for t in traces),
         engine_busy_pct=dict(sorted(engines.items(), key=lambda kv: track_sort_key(kv[0]))),
         hbm_bytes=sum(hbm_bytes(t) for t in traces),
         hbm_peak_gbps=sum(float(m.get("hbm_bw_gbps", 0.0)) for m in metas),
