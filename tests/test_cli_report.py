@@ -218,7 +218,7 @@ def test_two_rank_job_reports_collectives_and_exposed_communication(tmp_path, ca
 
 
 def test_exposed_communication_is_collective_time_no_op_overlapped():
-    from trnsim.trace.report import rank_time
+    from trnsim.trace.reporting import rank_time
 
     t = tt.Trace(process="rank 0", slices=[
         tt.Slice("ops", "mm", 0, 10), tt.Slice("ops", "mm", 20, 10), tt.Slice("ops", "add", 22, 2),

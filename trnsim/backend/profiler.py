@@ -197,9 +197,9 @@ class profile:
             args = {"shapes": [list(s) for s in r.shapes], "dtypes": list(r.dtypes), "timed_by": r.cost.source}
             if r.cost.kernel:
                 args["kernel"] = r.cost.kernel
-            flops, hbm = r.cost.flops(), r.cost.hbm_moved()
-            if flops:
-                args["flops"] = flops
+            if r.cost.run is not None:   # the op's work: its Program's, times the share it covers
+                args["flops"] = r.cost.flops()
+            hbm = r.cost.hbm_moved()   # also known for estimates and groups of kernels
             if hbm is not None:
                 args["hbm_bytes"] = hbm
             if r.info is not None:   # a kernel of a compiled graph

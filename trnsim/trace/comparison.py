@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 from trnsim.trace.events import Slice, Trace
 from trnsim.trace.job import JobTrace
-from trnsim.trace.report import Report, op_times, rank_traces, report
+from trnsim.trace.reporting import Report, op_times, rank_traces, report
 
 
 @dataclass(frozen=True)
