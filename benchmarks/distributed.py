@@ -79,7 +79,7 @@ def _pss_kib(pid: int) -> int:
 def job(nproc: int, instance: str) -> tuple[float, float]:
     """Host seconds and peak MiB of an ``nproc``-rank timing job."""
     cmd = [sys.executable, "-m", "trnsim.cli", "run", "--nproc", str(nproc), "--fidelity", "timing",
-           "--instance", instance, str(REPO / "tests" / "dist_jobs" / "timing_step.py")]
+           "--instance", instance, "--no-trace", str(REPO / "tests" / "dist_jobs" / "timing_step.py")]
     env = dict(os.environ, TRNSIM_DIST_TIMEOUT="1800", PYTHONPATH=str(REPO))
     start = time.monotonic()
     proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)

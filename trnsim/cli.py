@@ -1,4 +1,4 @@
-"""The ``trnsim`` command: ``demo``, ``chips``, ``report``, ``coverage`` and ``doctor``."""
+"""The ``trnsim`` command: ``demo``, ``chips``, ``run``, ``report``, ``diff``, ``coverage`` and ``doctor``."""
 
 from __future__ import annotations
 
@@ -122,28 +122,33 @@ def _demo_compile(args: argparse.Namespace) -> int:
 
 
 def _report(args: argparse.Namespace) -> int:
-    from trnsim.trace import load, plot_timeline, summarize
+    from trnsim.trace import load, plot_timeline, report
+    from trnsim.trace.job import JobTrace
     from trnsim.trace.plot import image_format
 
     if args.plot is not None:   # an empty --plot is refused by name, not skipped
         image_format(args.plot)
         check_writable(args.plot)
     trace = load(args.trace)
-    from trnsim.trace.job import JobTrace
-
-    if isinstance(trace, JobTrace):
-        from trnsim.backend.distributed.launch import format_summary, summarize_job
-
-        print(format_summary(summarize_job(trace), trace.total_ns))
-        if args.plot is not None:
-            raise TrnSimError(f"{args.trace} is a merged job trace; --plot draws one rank's trace: "
-                              "plot a rank's own trace instead")
-        return 0
-    print(summarize(trace))
+    if isinstance(trace, JobTrace) and args.plot is not None:
+        raise TrnSimError(f"{args.trace} is a merged job trace; --plot draws one rank's trace: "
+                          "plot a rank's own trace instead")
+    print(report(trace, top=args.top))
     if args.plot is not None:
         plot_timeline(trace, args.plot)
         print(f"timeline       {args.plot}")
     return 0
+
+
+def _diff(args: argparse.Namespace) -> int:
+    from trnsim.trace import compare
+
+    print(compare(args.a, args.b, top=args.top))
+    return 0
+
+
+def _default_trace(script: Path, nproc: int) -> str:
+    return f"traces/{script.stem}{'.job' if nproc > 1 else ''}.json"
 
 
 def _run(args: argparse.Namespace) -> int:
@@ -152,29 +157,41 @@ def _run(args: argparse.Namespace) -> int:
         raise TrnSimError(f"script {args.script!r} does not exist; give the path of a Python script to run")
     if args.nproc < 1:
         raise TrnSimError(f"--nproc {args.nproc}: give 1 or more ranks")
-    if args.trace:
-        check_writable(args.trace)
+    trace = None if args.no_trace else args.trace or _default_trace(script, args.nproc * args.nnodes)
+    if trace:
+        check_writable(trace)
     if args.nproc > 1 or args.nnodes > 1:
         from trnsim.backend.distributed.launch import run_job
 
-        return run_job(str(script), args.args, args.nproc, args.trace, instance=args.instance, chip=args.chip,
+        return run_job(str(script), args.args, args.nproc, trace, instance=args.instance, chip=args.chip,
                        fidelity=args.fidelity, timeout_s=args.timeout, nnodes=args.nnodes, node_rank=args.node_rank,
-                       rdzv_endpoint=args.rdzv_endpoint)
+                       rdzv_endpoint=args.rdzv_endpoint, top=args.top)
     for key, value in (("TRNSIM_INSTANCE", args.instance), ("TRNSIM_CHIP", args.chip), ("TRNSIM_FIDELITY", args.fidelity)):
         if value:
             os.environ[key] = value
     import runpy
 
     import trnsim
+    from trnsim.backend.nkicall import array_kernels_on_timeline
+    from trnsim.backend.progress import Progress
+    from trnsim.trace import load, report
 
     sys.argv = [str(script), *args.args]
     sys.path.insert(0, str(script.resolve().parent))
-    with trnsim.profile(args.trace) as prof:
-        runpy.run_path(str(script), run_name="__main__")
-    print(prof.summary())
-    if args.trace:
-        print(f"trace          {args.trace}")
-    return 0
+    code: int | str | None = 0
+    with trnsim.profile(trace) as prof, array_kernels_on_timeline(), Progress():
+        try:
+            runpy.run_path(str(script), run_name="__main__")
+        except SystemExit as e:   # the script's own exit: summarise what ran, then exit as it did
+            code = e.code
+    # the summary of the trace file as written, so `trnsim report` on it prints the same
+    print(report(load(trace) if trace else prof.trace(), top=args.top))
+    if trace:
+        print(f"trace          {trace}")
+    if code is None or isinstance(code, int):
+        return code or 0
+    print(code, file=sys.stderr)
+    return 1
 
 
 def _coverage(args: argparse.Namespace) -> int:
@@ -252,10 +269,19 @@ def build_parser() -> argparse.ArgumentParser:
     chips.add_argument("--chip", action="append", help="also show this chip TOML (repeatable)")
     chips.set_defaults(func=_chips)
 
-    report = sub.add_parser("report", help="print the summary of a saved trace")
-    report.add_argument("trace", help="a trace written by trnsim")
+    report = sub.add_parser("report", help="print the summary of a saved trace (a run's or a job's), as trnsim run "
+                                           "printed it")
+    report.add_argument("trace", help="a trace written by trnsim (trnsim run, trnsim.profile, a merged job trace)")
+    report.add_argument("--top", type=int, default=10, help="ops and fused kernels listed (default 10)")
     report.add_argument("--plot", metavar="PNG", help="also draw the timeline, one row per engine and DMA queue, to this image")
     report.set_defaults(func=_report)
+
+    diff = sub.add_parser("diff", help="compare two traces op by op (say eager and compiled): the simulated time "
+                                       "the second saves, by op, largest first")
+    diff.add_argument("a", help="the first trace (the baseline)")
+    diff.add_argument("b", help="the second trace")
+    diff.add_argument("--top", type=int, default=20, help="rows listed (default 20; the rest summed in one row)")
+    diff.set_defaults(func=_diff)
 
     run = sub.add_parser("run", help="run a PyTorch or NKI script on the simulated device, print where the time went "
                                      "and write a trace; --nproc N runs it on N ranks with torchrun")
@@ -265,7 +291,10 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--chip", default=None, help="chip name or TOML (default $TRNSIM_CHIP or trn2)")
     run.add_argument("--fidelity", default=None, choices=("op", "instruction", "timing"),
                      help="default $TRNSIM_FIDELITY")
-    run.add_argument("--trace", default=None, help="write the trace here (the merged trace of all ranks with --nproc)")
+    run.add_argument("--trace", default=None, help="write the trace here (the merged trace of all ranks with --nproc); "
+                                                   "default traces/SCRIPT.json (traces/SCRIPT.job.json with --nproc)")
+    run.add_argument("--no-trace", action="store_true", help="write no trace")
+    run.add_argument("--top", type=int, default=10, help="ops and fused kernels listed in the summary (default 10)")
     run.add_argument("--timeout", type=float, default=None, help="give up on the job after this many seconds")
     run.add_argument("--nnodes", type=int, default=1, help="servers of a multi-node job (torchrun's --nnodes)")
     run.add_argument("--node-rank", type=int, default=0, help="this server's rank in a multi-node job")

@@ -43,7 +43,7 @@ def estimate(nbytes: int) -> OpCost:
     chip = state.chip()
     bw = chip.hbm_bw_per_core_gbps * chip.logical_core_size  # GB/s == bytes/ns
     ns = chip.dma.fixed_ns + nbytes / bw
-    return OpCost(ps=math.ceil(ns * 1000), source="estimate")
+    return OpCost(ps=math.ceil(ns * 1000), source="estimate", hbm_bytes=nbytes)
 
 
 def op_cost(name: str, args: tuple, kwargs: dict, flat: list, out: Any) -> OpCost:

@@ -173,6 +173,29 @@ def _call(kernel: Any, args: tuple, kwargs: dict) -> Any:
     return _structured(traced.outputs, results)
 
 
+def _charge_array_run(name: str, run: Any, args: tuple) -> None:
+    arrays = [a for a in args if isinstance(a, np.ndarray)]
+    timeline.charge_kernel(name, OpCost(ps=run.total_ps, source="kernel", kernel=name, run=run),
+                           tuple(a.shape for a in arrays), tuple(str(a.dtype) for a in arrays))
+
+
+class array_kernels_on_timeline:
+    """While active, every NKI kernel run on numpy arrays (``nki.simulate``, ``baremetal``,
+    ``benchmark``, a jit kernel called on arrays) is also charged to the device's timeline
+    as one op named after the kernel, as a kernel on ``neuron`` tensors is: ``trnsim run``
+    uses it so that an NKI script's summary has its kernels."""
+
+    def __enter__(self) -> None:
+        from trnsim.nki.jit import RUN_HOOKS
+
+        RUN_HOOKS.append(_charge_array_run)
+
+    def __exit__(self, *exc: Any) -> None:
+        from trnsim.nki.jit import RUN_HOOKS
+
+        RUN_HOOKS.remove(_charge_array_run)
+
+
 def _result(t: Any, values: Any, where: str) -> torch.Tensor:
     dtype = _TO_TORCH[t.dtype.name]
     if values is None:

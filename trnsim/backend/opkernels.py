@@ -448,7 +448,7 @@ def _with_mask(cost: OpCost, mask: torch.Tensor | None) -> OpCost:
     if mask is None:
         return cost
     return OpCost(ps=cost.ps + estimate(tensor_bytes(mask)).ps, source="kernel", kernel=f"{cost.kernel} + mask",
-                  run=cost.run, scale=cost.scale)
+                  run=cost.run, scale=cost.scale, hbm_bytes=(cost.hbm_moved() or 0) + tensor_bytes(mask))
 
 
 def _attention(call: Call) -> OpCost:
@@ -616,12 +616,13 @@ def _adamw(call: Call) -> OpCost:
     n = len(params) // 4 if len(params) >= 4 else 0
     if not n:
         return None
-    ps = total = 0
+    ps = total = hbm = 0
     for p in params[:n]:
         c = _cost_cached(fused_adamw_kernel, "fused_adamw_kernel", p)
         ps += c.ps
+        hbm += (c.hbm_moved() or 0) * p.numel() // max(1, math.prod(_per_core(p.shape)))  # c is one core's share
         total += 1
-    return OpCost(ps=ps, source="kernel", kernel=f"fused_adamw_kernel x{total}")
+    return OpCost(ps=ps, source="kernel", kernel=f"fused_adamw_kernel x{total}", hbm_bytes=hbm)
 
 
 _adam_memo: dict = {}
@@ -652,10 +653,12 @@ def _foreach(call: Call) -> OpCost:
     second = call.args[1] if len(call.args) > 1 else None
     others = second if isinstance(second, (list, tuple)) and second and isinstance(second[0], torch.Tensor) \
         else [1.0] * len(first)   # a list of tensors, or numbers: the scalar form
-    ps = 0
+    ps = hbm = 0
     for t, o in zip(first, others):
-        ps += cost_of(name, (t, o) if base in _BINARY else (t,), {}, t).ps
-    return OpCost(ps=ps, source="kernel", kernel=f"{base} x{len(first)}")
+        c = cost_of(name, (t, o) if base in _BINARY else (t,), {}, t)
+        ps += c.ps
+        hbm += c.hbm_moved() or 0
+    return OpCost(ps=ps, source="kernel", kernel=f"{base} x{len(first)}", hbm_bytes=hbm)
 
 
 def _fill(call: Call) -> OpCost | None:

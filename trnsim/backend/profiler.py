@@ -6,6 +6,9 @@ name, shapes, dtypes and simulated start and end; as with PyTorch's profiler, ot
 threads' ops are theirs to record. The trace has an
 "ops" track of op slices above the engine and DMA-queue slices of each op's kernel
 Program, placed at the op's start (ops timed by an estimate have no engine slices).
+Each op slice carries the op's matmul FLOPs and HBM bytes, and the trace's metadata the
+device's peak FLOP/s and HBM bandwidth, so that :func:`trnsim.trace.report` can sum a
+run up from the trace alone (the fields: traces/README.md).
 
 ``torch.compile`` compilations this thread makes while a profile records are kept too
 (:attr:`profile.compilations`): the summary prints them below the ops, with their
@@ -167,6 +170,9 @@ class profile:
             "flops": flops,
             "peak_flops": flops / ideal_s if ideal_s else 0.0,
             "hbm_bw_gbps": chip.hbm_bw_per_core_gbps * chip.logical_core_size,
+            "fidelity": state.fidelity(),
+            "cores": chip.logical_core_size,
+            "device_peak_flops": chip.tensor_engine.peak_flops() * chip.logical_core_size,
         })
         origin = min((r.start_ps for r in self.records), default=0)
         graph_start = 0.0
@@ -192,11 +198,12 @@ class profile:
             if r.cost.kernel:
                 args["kernel"] = r.cost.kernel
             if r.cost.run is not None:   # the op's work: its Program's, times the share it covers
-                share = r.cost.scale * r.cost.cores
-                args["flops"] = r.cost.run.program.flops() * share
-                args["hbm_bytes"] = sum(p.hbm_bytes for p in r.cost.run.dma_plans.values()) * share
-            elif r.cost.source == "none":
+                args["flops"] = r.cost.flops()
+            hbm = r.cost.hbm_moved()   # also known for estimates and groups of kernels
+            if r.cost.source == "none":
                 args["flops"] = args["hbm_bytes"] = 0
+            elif hbm is not None:
+                args["hbm_bytes"] = hbm
             if r.info is not None:   # a kernel of a compiled graph
                 args.update(r.info)
                 if r.info["index"] == 0:

@@ -34,7 +34,9 @@ class OpCost:
 
     ``source`` is ``"kernel"`` (a Program from trnsim.kernels was simulated; ``run`` is
     its RunResult and ``kernel`` its name), ``"estimate"`` (bytes moved over HBM
-    bandwidth) or ``"none"`` (no device work, such as allocation).
+    bandwidth) or ``"none"`` (no device work, such as allocation). ``hbm_bytes`` is the
+    HBM traffic of an op whose time has no one Program to count it from (an estimate,
+    a group of kernels); None where ``run``'s DMAs count it (:meth:`hbm_moved`).
     """
 
     ps: int
@@ -43,6 +45,19 @@ class OpCost:
     run: Any = field(default=None, repr=False, compare=False)
     scale: int = 1     # the kernel's Program covered 1/scale of the op, repeated
     cores: float = 1.0  # the op's work over the Program's (scale aside): the physical cores' shares
+    hbm_bytes: int | None = None
+
+    def hbm_moved(self) -> int | None:
+        """Bytes the op moves to and from HBM on all its cores, or None where unknown."""
+        if self.hbm_bytes is not None:
+            return self.hbm_bytes
+        if self.run is None:
+            return None
+        return round(sum(p.hbm_bytes for p in self.run.dma_plans.values()) * self.scale * self.cores)
+
+    def flops(self) -> int:
+        """Matmul FLOPs of the op on all its cores (2 per MAC; 0 without a Program)."""
+        return round(self.run.program.flops() * self.scale * self.cores) if self.run is not None else 0
 
 
 @dataclass(frozen=True)

@@ -269,10 +269,24 @@ class Simulated:
         return _results(traced, result)
 
 
+#: Called as ``hook(kernel_name, run, args)`` after each run of a kernel on numpy arrays
+#: (``nki.simulate``, ``baremetal``, ``benchmark``, a jit kernel called on arrays):
+#: ``trnsim run`` puts such runs on the device's timeline, so its summary covers them.
+RUN_HOOKS: list[Callable[[str, Any, tuple], None]] = []
+
+
 def _run(kernel: Kernel, chip: Any, numerics: bool, trace: str | os.PathLike | None,
          args: tuple, kwargs: dict) -> tuple[Traced, Any]:
     """Trace ``kernel`` for a call and simulate it (at instruction fidelity when ``numerics``,
     writing the numpy arrays the kernel writes in place: destination passing)."""
+    traced, result = _simulate_call(kernel, chip, numerics, trace, args, kwargs)
+    for hook in RUN_HOOKS:
+        hook(kernel.fn.__name__, result, args)
+    return traced, result
+
+
+def _simulate_call(kernel: Kernel, chip: Any, numerics: bool, trace: str | os.PathLike | None,
+                   args: tuple, kwargs: dict) -> tuple[Traced, Any]:
     from trnsim.hw.core import simulate as sim
 
     traced = kernel.trace(*args, chip=_chip(chip, kernel), **kwargs)

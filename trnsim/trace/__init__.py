@@ -1,4 +1,5 @@
-"""Traces: the event model, Chrome/Perfetto export and loading, summaries, analysis tables and plots."""
+"""Traces: the event model, Chrome/Perfetto export and loading, summaries, reports,
+comparisons, analysis tables and plots."""
 
 from __future__ import annotations
 
@@ -7,18 +8,21 @@ from pathlib import Path
 from typing import Any
 
 from trnsim.trace.analysis import Summary, busy_ns, summarize
+from trnsim.trace.comparison import Comparison, compare
 from trnsim.trace.critical import critical_path, waits
 from trnsim.trace.events import Counter, Slice, Trace, trace_from_run
 from trnsim.trace.export import load, save, to_chrome
 from trnsim.trace.job import JobTrace, merge, save_job
 from trnsim.trace.plot import plot_busy, plot_timeline
+from trnsim.trace.reporting import Report, report
 from trnsim.trace.table import Table
 from trnsim.trace.tables import Roofline, instructions, kernels, ops, roofline
 from trnsim.trace.usage import utilisation
 
-__all__ = ["Counter", "JobTrace", "Roofline", "Slice", "Summary", "Table", "Trace", "busy_ns", "critical_path",
-           "instructions", "kernels", "load", "merge", "ops", "plot_busy", "plot_timeline", "roofline", "save",
-           "save_job", "summarize", "to_chrome", "trace_from_run", "utilisation", "waits", "write_trace"]
+__all__ = ["Comparison", "Counter", "JobTrace", "Report", "Roofline", "Slice", "Summary", "Table", "Trace", "busy_ns",
+           "compare", "critical_path", "instructions", "kernels", "load", "merge", "ops", "plot_busy", "plot_timeline",
+           "report", "roofline", "save", "save_job", "summarize", "to_chrome", "trace_from_run", "utilisation", "waits",
+           "write_trace"]
 
 
 def write_trace(result: Any, path: str | os.PathLike) -> Path:

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from trnsim.errors import TrnSimError
-from trnsim.trace.events import Slice, as_trace, track_label, track_sort_key
+from trnsim.trace.events import Slice, Trace, as_trace, track_label, track_sort_key
 
 
 def busy_ns(slices: list[Slice]) -> float:
@@ -21,6 +21,13 @@ def busy_ns(slices: list[Slice]) -> float:
         total += s.end_ns - max(s.start_ns, end)
         end = s.end_ns
     return total
+
+
+def hbm_bytes(trace: Trace) -> int:
+    """HBM bytes of a trace: its op slices' own counts where it has them (a profile's,
+    which count each op once, engine DMAs and all), else its DMA slices' (a kernel's)."""
+    ops = [s for s in trace.slices if s.track == "ops" and "hbm_bytes" in s.args]
+    return int(sum(s.args.get("hbm_bytes", 0) for s in (ops or trace.slices)))
 
 
 @dataclass(frozen=True)
@@ -70,7 +77,7 @@ def summarize(run_or_trace: Any) -> Summary:
     for s in trace.slices:
         by_track.setdefault(s.track, []).append(s)
     busy = {t: (100.0 * busy_ns(by_track[t]) / total if total else 0.0) for t in sorted(by_track, key=track_sort_key)}
-    hbm = int(sum(s.args.get("hbm_bytes", 0) for s in trace.slices))
+    hbm = hbm_bytes(trace)
     meta = trace.meta
     return Summary(
         program=str(meta.get("program", "?")),

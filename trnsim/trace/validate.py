@@ -27,7 +27,7 @@ PHASES = ("M", "X", "C")
 # damage (and would overflow to inf once turned into nanoseconds and summed).
 MAX_US = 1e15
 # Run metadata that the summary reads as numbers.
-_NUMERIC_META = ("instructions", "flops", "peak_flops", "hbm_bw_gbps", "total_ns")
+_NUMERIC_META = ("instructions", "flops", "peak_flops", "hbm_bw_gbps", "total_ns", "device_peak_flops")
 
 
 def _is_number(x: Any) -> bool:

@@ -1,0 +1,235 @@
+"""``trnsim run``, ``trnsim report`` and ``trnsim diff``: one report, from the trace; progress on a terminal only."""
+
+import io
+import os
+import pty
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import trnsim.trace as tt
+from trnsim.cli import main
+from trnsim.errors import TrnSimError
+
+ROOT = Path(__file__).resolve().parents[1]
+MLP = ROOT / "examples" / "train_mlp.py"
+JOBS = Path(__file__).parent / "dist_jobs"
+SECTIONS = ("program        eager PyTorch", "simulated time ", "top ops and fused kernels", "engines        busy share",
+            "TensorE (matmul)", "HBM traffic    ", "FLOPs          ", "MFU            ")
+
+
+def _env() -> dict:
+    return {**os.environ, "PYTHONPATH": str(ROOT), "TRNSIM_CHIP": "trn2", "TRNSIM_FIDELITY": "op"}
+
+
+def _trnsim(*args: str, **kw) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "trnsim.cli", *args], capture_output=True, text=True, env=_env(),
+                          timeout=300, **kw)
+
+
+def _figures(stdout: str) -> str:
+    """The summary of a `trnsim run`'s output: from its first line to the trace's path."""
+    lines = stdout.splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith("program "))
+    return "\n".join(line for line in lines[start:] if not line.startswith(("trace ", "merged trace of")))
+
+
+@pytest.fixture(scope="module")
+def mlp_traces(tmp_path_factory):
+    """An eager and a compiled run of examples/train_mlp.py: (eager trace, compiled trace, eager run's stdout)."""
+    d = tmp_path_factory.mktemp("mlp")
+    eager, compiled = d / "eager.json", d / "compiled.json"
+    r = _trnsim("run", "--trace", str(eager), str(MLP), "--steps", "2", "--hidden", "256")
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert "ops simulated" not in r.stderr and "\x1b[K" not in r.stderr   # piped: no progress
+    c = _trnsim("run", "--trace", str(compiled), str(MLP), "--steps", "2", "--hidden", "256", "--compile")
+    assert c.returncode == 0, c.stderr[-3000:]
+    return eager, compiled, r.stdout, c.stdout
+
+
+def test_run_prints_every_section_and_report_prints_the_same_figures(mlp_traces, capsys):
+    eager, compiled, out, out_compiled = mlp_traces
+    assert "step 1: loss" in out and f"trace          {eager}" in out
+    for section in SECTIONS:
+        assert section in out, section
+    assert "mm " in out and "matmul_general" in out and "compilations" not in out
+    assert main(["report", str(eager)]) == 0
+    assert capsys.readouterr().out.rstrip("\n") == _figures(out)
+    assert main(["report", str(compiled)]) == 0
+    assert capsys.readouterr().out.rstrip("\n") == _figures(out_compiled)
+    # the compiled run: its fused kernels and its compilations, with their causes
+    assert "fused[addmm+gelu]" in out_compiled and "fused in graph0 forward" in out_compiled
+    assert "compilations   2 graphs (0 from recompiles)" in out_compiled
+    assert "(forward, backward): first compile" in out_compiled
+
+
+def test_report_figures_follow_from_the_trace(mlp_traces):
+    eager = tt.report(mlp_traces[0])
+    trace = tt.load(mlp_traces[0])
+    ops = [s for s in trace.slices if s.track == "ops"]
+    assert eager.op_ns == pytest.approx(sum(s.dur_ns for s in ops))
+    assert eager.total_ns == pytest.approx(max(s.end_ns for s in ops))
+    assert eager.hbm_bytes == sum(s.args["hbm_bytes"] for s in ops) > 0
+    # model FLOPs: the matmuls of forward (3 addmm) and backward (2 mm per layer, one for the first), as run
+    batch, hidden, steps = 64, 256, 2
+    layers = [(256, hidden), (hidden, hidden), (hidden, 10)]
+    per_step = sum(2 * batch * k * n for k, n in layers) * 2 + sum(2 * batch * k * n for k, n in layers[1:])
+    assert eager.flops == sum(s.args.get("flops", 0) for s in ops)
+    assert eager.flops == pytest.approx(steps * per_step, rel=1e-5)   # as run: a kernel's padding adds a few
+    assert eager.peak_flops == trace.meta["device_peak_flops"] > 0
+    assert eager.mfu == pytest.approx(eager.flops / (eager.total_ns * 1e-9) / eager.peak_flops)
+    assert sum(o.pct for o in eager.ops) == pytest.approx(100)
+    assert [o.total_ns for o in eager.ops] == sorted((o.total_ns for o in eager.ops), reverse=True)
+
+
+def test_diff_of_eager_and_compiled_shows_the_time_saved(mlp_traces, capsys):
+    eager, compiled, _, _ = mlp_traces
+    cmp = tt.compare(eager, compiled)
+    rows = {r.name: r for r in cmp.rows}
+    # addmm of the last layer stays one op (fused[addmm], compared as addmm); the others fuse with their gelu
+    assert rows["addmm"].calls_a == 6 and rows["addmm"].calls_b == 2 and rows["addmm"].saved_ns > 0
+    assert rows["gelu"].calls_b == 0 and rows["gelu"].saved_ns == rows["gelu"].a_ns > 0
+    assert rows["fused[addmm+gelu]"].calls_a == 0 and rows["fused[addmm+gelu]"].saved_ns < 0
+    assert rows["mm"].calls_a == rows["mm"].calls_b   # backward matmuls: one op each either way
+    assert cmp.saved_ns == cmp.a.total_ns - cmp.b.total_ns > 0
+    assert [abs(r.saved_ns) for r in cmp.rows] == sorted((abs(r.saved_ns) for r in cmp.rows), reverse=True)
+    assert main(["diff", str(eager), str(compiled)]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[0] == f"a: {eager}" and out[1] == f"b: {compiled}"
+    assert out[-1].startswith("simulated time") and out[-2].startswith("all ops")
+    assert f"{cmp.saved_ns / 1e3:12.3f}" in out[-1]
+
+
+def test_bad_traces_are_named(tmp_path, capsys):
+    bad = tmp_path / "notes.json"
+    bad.write_text("{}")
+    assert main(["report", str(bad)]) == 2
+    err = capsys.readouterr().err
+    assert str(bad) in err and "trnsim: error:" in err
+    assert main(["diff", str(tmp_path / "missing.json"), str(bad)]) == 2
+    assert f"cannot read trace {tmp_path / 'missing.json'}" in capsys.readouterr().err
+    with pytest.raises(TrnSimError, match="top=-1"):
+        tt.report(tt.Trace(), top=-1)
+
+
+def test_progress_shows_on_a_terminal_only():
+    from trnsim.backend.progress import Progress
+
+    class Tty(io.StringIO):
+        def isatty(self) -> bool:
+            return True
+
+    piped = io.StringIO()
+    with Progress(piped, interval_s=0.001) as p:
+        assert not p.active
+    assert piped.getvalue() == "" and p.shown == 0
+    tty = Tty()
+    p = Progress(tty)
+    with p:
+        p.update()
+    assert p.active and p.shown >= 1
+    text = tty.getvalue()
+    assert text.startswith("\r\x1b[K") and "ops simulated" in text and text.endswith("\r\x1b[K")
+
+
+def test_progress_on_a_pty_and_its_absence_in_a_pipe(tmp_path):
+    script = tmp_path / "slow.py"
+    script.write_text("import time, torch\n"
+                      "x = torch.ones(1024, device='neuron') + 1\n"
+                      "time.sleep(1.0)\n"   # host time only: the line is refreshed meanwhile
+                      "print((x * 2).sum().item())\n")
+    leader, follower = pty.openpty()
+    proc = subprocess.Popen([sys.executable, "-m", "trnsim.cli", "run", "--no-trace", str(script)], env=_env(),
+                            stdout=subprocess.PIPE, stderr=follower, text=True)
+    os.close(follower)
+    out = proc.communicate(timeout=300)[0]
+    err = b""
+    while True:
+        try:
+            chunk = os.read(leader, 4096)
+        except OSError:   # the pty closes when the process ends
+            break
+        if not chunk:
+            break
+        err += chunk
+    os.close(leader)
+    assert proc.returncode == 0, err[-2000:]
+    assert b"ops simulated" in err and b"us of simulated time" in err
+    assert err.endswith(b"\r\x1b[K")   # the line is cleared at the end
+    assert "4096.0" in out and "ops simulated" not in out
+
+
+def test_nki_script_is_summarised(tmp_path):
+    script = tmp_path / "nki_gelu.py"
+    script.write_text('''
+import numpy as np
+import nki
+import nki.isa as nisa
+import nki.language as nl
+
+
+@nki.jit
+def gelu_rows(x):
+    out = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.shared_hbm)
+    for t in nl.affine_range(x.shape[0] // 128):
+        tile = nl.ndarray((128, x.shape[1]), dtype=x.dtype, buffer=nl.sbuf)
+        nisa.dma_copy(dst=tile, src=x[t * 128:(t + 1) * 128, :])
+        y = nl.ndarray((128, x.shape[1]), dtype=x.dtype, buffer=nl.sbuf)
+        nisa.activation(dst=y, op=nl.gelu, data=tile)
+        nisa.dma_copy(dst=out[t * 128:(t + 1) * 128, :], src=y)
+    return out
+
+
+print(gelu_rows(np.ones((256, 128), np.float32)).shape)
+''')
+    trace = tmp_path / "nki.json"
+    r = _trnsim("run", "--trace", str(trace), str(script))
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert "(256, 128)" in r.stdout and "gelu_rows" in r.stdout and "ScalarE" in r.stdout
+    rep = tt.report(trace)
+    assert [(o.name, o.calls) for o in rep.ops] == [("gelu_rows", 1)]
+    assert rep.hbm_bytes == 2 * 256 * 128 * 4   # read once, written once
+
+
+def test_script_exit_code_is_kept_after_the_summary(tmp_path):
+    script = tmp_path / "exits.py"
+    script.write_text("import sys, torch\ntorch.ones(8, device='neuron').sum().item()\nsys.exit(3)\n")
+    r = _trnsim("run", "--no-trace", str(script))
+    assert r.returncode == 3 and "simulated time" in r.stdout and "trace " not in r.stdout
+
+
+def test_two_rank_job_reports_collectives_and_exposed_communication(tmp_path, capsys):
+    trace = tmp_path / "job.json"
+    r = _trnsim("run", "--nproc", "2", "--trace", str(trace), str(JOBS / "overlap.py"))
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert "collective us" in r.stdout and "exposed us" in r.stdout and "2 ranks" in r.stdout
+    job = tt.load(trace)
+    rep = tt.report(job)
+    assert rep.world_size == 2 and len(rep.ranks) == 2
+    for rank, row in enumerate(rep.ranks):
+        coll = tt.busy_ns(job.collectives(rank))
+        assert row.collectives == 2 and row.collective_ns == pytest.approx(coll)
+        # the async all-reduce runs under a matmul: part of the collective time is hidden
+        assert 0 < row.exposed_ns < row.collective_ns
+    assert main(["report", str(trace)]) == 0
+    assert capsys.readouterr().out.rstrip("\n") == _figures(r.stdout)
+
+
+def test_exposed_communication_is_collective_time_no_op_overlapped():
+    from trnsim.trace.reporting import rank_time
+
+    t = tt.Trace(process="rank 0", slices=[
+        tt.Slice("ops", "mm", 0, 10), tt.Slice("ops", "mm", 20, 10), tt.Slice("ops", "add", 22, 2),
+        tt.Slice("collectives", "all_reduce", 5, 20), tt.Slice("collectives", "all_reduce", 40, 5),
+        tt.Slice("tensor", "matmul", 1, 4.5)])
+    row = rank_time(t)
+    # collectives cover 5..25 and 40..45 (25 ns); ops overlap 5..10 and 20..25
+    assert (row.collective_ns, row.exposed_ns, row.busy_ns, row.collectives) == (25, 15, 35, 2)
+    rep = tt.report(tt.JobTrace([t]))
+    assert rep.total_ns == 45 and rep.ranks == (row,) and rep.op_ns == 22
+    assert [(o.name, o.calls, o.total_ns) for o in rep.ops] == [("mm", 2, 20), ("add", 1, 2)]
+    # the first mm has engine slices, the other ops none: their 12 ns are not in the busy shares
+    assert rep.engine_busy_pct == {"tensor": 10.0} and rep.unseen_op_ns == 12
+    assert "not counted: ops without engine slices, 54.5% of op time" in str(rep)
