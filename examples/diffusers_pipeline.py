@@ -124,9 +124,9 @@ def main(pipeline: str = "flux", compile_denoiser: bool = False, steps: int = 4)
         from diffusers import ParallelConfig, TensorParallelConfig
 
         dist.init_process_group(backend="neuron")
+        # shards the planned Linears from the CPU weights straight onto the device; .to() moves the rest
         denoiser.enable_parallelism(config=ParallelConfig(tensor_parallel_config=TensorParallelConfig(tp_degree=world)))
-    else:
-        denoiser.to("neuron")
+    denoiser.to("neuron")
     pipe.vae.to("neuron")
     if compile_denoiser:
         setattr(pipe, name, torch.compile(denoiser, backend="neuron"))
