@@ -63,6 +63,15 @@ def tiny_vae(**flux_latents) -> AutoencoderKL:
                          latent_channels=4, norm_num_groups=4, sample_size=32, **flux_latents)
 
 
+def evaluation(pipe):
+    """The pipeline with its models in eval mode, as ``from_pretrained`` leaves them (T5's
+    dropout would otherwise make every call different)."""
+    for model in pipe.components.values():
+        if isinstance(model, torch.nn.Module):
+            model.eval()
+    return pipe
+
+
 def tiny_flux_pipeline(seed: int = 0) -> FluxPipeline:
     """A FLUX.1-style pipeline with random weights: one double-stream and one single-stream
     block of 2 heads x 16, 16 latent channels packed from a 4-channel VAE."""
@@ -73,9 +82,9 @@ def tiny_flux_pipeline(seed: int = 0) -> FluxPipeline:
     t5 = T5EncoderModel(T5Config(vocab_size=60, d_model=32, d_kv=8, d_ff=64, num_layers=2, num_heads=4,
                                  relative_attention_num_buckets=8))
     vae = tiny_vae(use_quant_conv=False, use_post_quant_conv=False, shift_factor=0.0609, scaling_factor=1.5035)
-    return FluxPipeline(scheduler=FlowMatchEulerDiscreteScheduler(), vae=vae, text_encoder=clip_text_encoder(),
-                        tokenizer=clip_tokenizer(), text_encoder_2=t5, tokenizer_2=t5_tokenizer(),
-                        transformer=transformer)
+    return evaluation(FluxPipeline(scheduler=FlowMatchEulerDiscreteScheduler(), vae=vae,
+                                   text_encoder=clip_text_encoder(), tokenizer=clip_tokenizer(), text_encoder_2=t5,
+                                   tokenizer_2=t5_tokenizer(), transformer=transformer))
 
 
 def tiny_sd_pipeline(seed: int = 0) -> StableDiffusionPipeline:
@@ -88,9 +97,10 @@ def tiny_sd_pipeline(seed: int = 0) -> StableDiffusionPipeline:
                                 norm_num_groups=4, attention_head_dim=4)
     scheduler = DDIMScheduler(beta_schedule="scaled_linear", beta_start=0.00085, beta_end=0.012, clip_sample=False,
                               set_alpha_to_one=False, steps_offset=1)
-    return StableDiffusionPipeline(vae=tiny_vae(), text_encoder=clip_text_encoder(), tokenizer=clip_tokenizer(),
-                                   unet=unet, scheduler=scheduler, safety_checker=None, feature_extractor=None,
-                                   requires_safety_checker=False)
+    return evaluation(StableDiffusionPipeline(vae=tiny_vae(), text_encoder=clip_text_encoder(),
+                                              tokenizer=clip_tokenizer(), unet=unet, scheduler=scheduler,
+                                              safety_checker=None, feature_extractor=None,
+                                              requires_safety_checker=False))
 
 
 def generate(pipe, steps: int = 4, size: int = 32, seed: int = 0):
