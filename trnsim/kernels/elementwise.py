@@ -13,6 +13,7 @@ last ``numel % 128`` go in one extra one-partition tile). Each tile is at most
   count, or is a row [D] broadcast over the rows of ``x`` [..., D], or a column
   [N, 1] broadcast along the rows of ``x`` [N, D].
 - ``scalar_kernel``: ``op(x, value)`` (or ``op(value, x)``) on the vector engine.
+- ``clamp_kernel``: ``min(max(x, lo), hi)`` in one vector instruction per tile.
 - ``cast_kernel``: a dtype conversion through SBUF, or an HBM-to-HBM DMA when the
   dtype stays.
 - ``fused_adamw_kernel``: one AdamW step (torch's ``_fused_adamw_``) over four tensors.
@@ -189,6 +190,34 @@ def scalar_kernel(x, op="multiply", value=1.0, reverse=False, dtype=None):
     out = _new_like(x, dtype)
     for src, dst in zip(flat_views(x, FREE_MAX), flat_views(out, FREE_MAX)):
         res = nisa.tensor_scalar(nl.load(src), op0=op, operand0=float(value), reverse0=bool(reverse), dtype=out.dtype)
+        nl.store(dst, value=res)
+    return out
+
+
+@nki.jit
+def clamp_kernel(x, lo=None, hi=None):
+    """``x`` clamped to [``lo``, ``hi``] elementwise (torch's ``clamp``, ``clamp_min``,
+    ``clamp_max``, ``hardtanh``): ``min(max(x, lo), hi)``, one bound may be None.
+
+    Args:
+        x: any shape in HBM, any chip float dtype.
+        lo, hi: the bounds (numbers); at least one is given.
+
+    Returns:
+        ``x``'s shape in HBM, of ``x``'s dtype.
+
+    Memories: each [128, <= 4096] block is loaded into SBUF, goes through one vector
+    ``tensor_scalar`` (maximum then minimum) and is stored to HBM. PSUM is not used.
+    """
+    bounds = [(nl.maximum, lo), (nl.minimum, hi)]
+    ops = [(op, float(v)) for op, v in bounds if v is not None]
+    if not ops:
+        raise nki.KernelError("clamp_kernel needs a lower or an upper bound (lo= or hi=)")
+    out = _new_like(x, None)
+    second = ops[1] if len(ops) > 1 else (None, None)
+    for src, dst in zip(flat_views(x, FREE_MAX), flat_views(out, FREE_MAX)):
+        res = nisa.tensor_scalar(nl.load(src), op0=ops[0][0], operand0=ops[0][1], op1=second[0], operand1=second[1],
+                                 dtype=out.dtype)
         nl.store(dst, value=res)
     return out
 
