@@ -126,6 +126,9 @@ def checksum(image) -> str:
 def main(pipeline: str = "flux", compile_denoiser: bool = False, steps: int = 4) -> dict:
     build = {"flux": tiny_flux_pipeline, "sd": tiny_sd_pipeline}[pipeline]
     world = int(os.environ.get("WORLD_SIZE", "1"))
+    if world > 1 and pipeline != "flux":
+        raise SystemExit(f"{world} ranks: diffusers has a tensor-parallel plan for the FLUX transformer, not the UNet; "
+                         "run --pipeline sd on one process")
     reference = generate(build(), steps)   # the same pipeline, all on the CPU
     pipe = build()
     name = "transformer" if pipeline == "flux" else "unet"
