@@ -72,7 +72,7 @@ def test_pipeline_on_neuron_gives_the_cpus_image_eager_and_compiled(example, kin
 
 
 def test_example_main_reports_the_image(example, capsys):
-    result = example.main("flux", steps=STEPS)
+    result = example.main("flux", steps=1)
     out = capsys.readouterr().out
     assert "FluxPipeline: transformer on neuron:0 (eager), VAE on neuron:0, text encoder on cpu" in out
     assert f"sha256 {example.checksum(result['reference'])}" in out
