@@ -71,6 +71,20 @@ def test_pipeline_on_neuron_gives_the_cpus_image_eager_and_compiled(example, kin
     assert compiled_prof.device_ps < eager_prof.device_ps   # fusion keeps intermediates in SBUF
 
 
+def test_a_bfloat16_flux_pipeline_gives_the_cpus_bfloat16_image(example):
+    def bf16():
+        pipe = example.tiny_flux_pipeline()
+        pipe.to(torch.bfloat16)   # every model; the text encoders stay on the CPU
+        return pipe
+
+    cpu = example.generate(bf16(), STEPS)
+    pipe = bf16()
+    pipe.transformer.to("neuron")
+    pipe.vae.to("neuron")
+    assert pipe.transformer.dtype == torch.bfloat16
+    assert abs(example.generate(pipe, STEPS) - cpu).max() == 0   # op fidelity: the CPU's bf16 kernels
+
+
 def test_example_main_reports_the_image(example, capsys):
     result = example.main("flux", steps=1)
     out = capsys.readouterr().out
