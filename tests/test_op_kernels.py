@@ -25,7 +25,7 @@ from trnsim.kernels.elementwise import (
 from trnsim.kernels.gather import embedding_backward_kernel, embedding_kernel
 from trnsim.kernels.gemm import matmul_general
 from trnsim.kernels.loss import nll_loss_backward_kernel, nll_loss_kernel
-from trnsim.kernels.movement import concat_kernel
+from trnsim.kernels.movement import concat_kernel, upsample_nearest2d_kernel
 from trnsim.kernels.norms import groupnorm_kernel
 from trnsim.kernels.reduce import log_softmax_kernel, reduce_kernel
 from trnsim.nki import KernelError
@@ -260,20 +260,6 @@ def test_fill(shape, dtype):
     out = np.asarray(torch.as_tensor(fill_kernel(shape, -2.5, dtype)).float())
     np.testing.assert_array_equal(out, np.full(shape, -2.5, np.float32))
     assert [i.opcode for i in nki.trace_program(fill_kernel, (256, 4096), 0.0, "float32")].count("memset") == 1
-
-
-@pytest.mark.parametrize("dtype", DTYPES, ids=IDS)
-@pytest.mark.parametrize("low, high", [(-0.5, 0.5), (-0.25, None), (None, 0.75)])
-@pytest.mark.parametrize("shape", RAGGED)
-def test_clamp(shape, low, high, dtype):
-    (x,) = arrays(35, dtype, shape)
-    out = assert_kernel_matches(clamp_kernel, lambda a, lo, hi: np.clip(a, lo, hi), x, low, high)
-    assert_dtype(out, dtype)
-
-
-def test_clamp_without_bounds_is_refused():
-    with pytest.raises(KernelError, match="give low, high or both"):
-        clamp_kernel(np.zeros((2, 2), np.float32))
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=IDS)
@@ -542,6 +528,34 @@ def test_concat_refuses_mismatched_inputs():
         nki.trace_program(concat_kernel, a, b, axis=0)
 
 
+@pytest.mark.parametrize("dtype", DTYPES, ids=IDS)
+@pytest.mark.parametrize("shape, scales", [((1, 3, 5, 7), (2, 2)), ((2, 70, 3, 4), (3, 2)), ((1, 1, 2, 5000), (1, 2))])
+def test_upsample_nearest2d(shape, scales, dtype):
+    (x,) = arrays(64, dtype, shape)
+    out = nki.simulate(upsample_nearest2d_kernel)(x, *scales)
+    want = torch.nn.functional.interpolate(torch.as_tensor(x).float(), scale_factor=scales, mode="nearest")
+    np.testing.assert_array_equal(out, want.numpy())
+
+
+def test_upsample_nearest2d_refuses_fractional_scales():
+    with pytest.raises(KernelError, match=r"scales \(1.5, 2\) must be whole numbers"):
+        nki.trace_program(upsample_nearest2d_kernel, placeholder(1, 2, 4, 4), 1.5, 2)
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=IDS)
+@pytest.mark.parametrize("lo, hi", [(-0.5, 0.3), (None, 0.3), (0.1, None)])
+def test_clamp(lo, hi, dtype):
+    (x,) = arrays(65, dtype, (257, 300))
+    out = nki.simulate(clamp_kernel)(x, lo=lo, hi=hi)
+    want = torch.as_tensor(x).float().clamp(lo, hi).to(dtype).float()   # a bound rounds to the dtype too
+    np.testing.assert_array_equal(out, want.numpy())
+
+
+def test_clamp_needs_a_bound():
+    with pytest.raises(KernelError, match="a lower or an upper bound"):
+        nki.trace_program(clamp_kernel, placeholder(4, 4))
+
+
 # -- HBM hazards: the gathers' one-row DMAs and row tiles trace in linear time ------
 
 def test_row_indexed_region_lists_find_what_a_full_scan_finds():
@@ -610,6 +624,9 @@ TRACES = {
     "conv2d": (conv2d_kernel, lambda: (_bf16(64, 56, 56), _bf16(64, 64, 3, 3), 1, 1),
                11 + 3 + 7 * (9 * 2 + 1) + 1),  # weights, padded input, 7 pieces of 8 rows x 9 taps, store
     "concat": (concat_kernel, lambda: (placeholder(130, 700), placeholder(257, 700)), 2),
+    "upsample": (upsample_nearest2d_kernel, lambda: (placeholder(1, 16, 16, 16), 2, 2),
+                 2 * (1 + 2 + 2)),  # 2 tiles of 128 rows: load, 2 column copies, 2 row stores
+    "clamp": (clamp_kernel, lambda: (placeholder(257, 300), 0.0, 1.0), 3 * 2),  # 2 blocks and a 1-partition rest
 }
 
 
@@ -710,3 +727,25 @@ def test_a_physical_cores_share_of_an_elementwise_op_is_never_slower_than_the_wh
         torch.neuron.set_chip(before)
     assert all(t2 <= t1 for t1, t2 in zip(one_core, two_cores))
     assert two_cores[-3] < one_core[-3] / 1.5   # [300, 700] exp: the share is about half
+
+
+def test_the_device_times_nearest_upsampling_and_clamp_by_their_kernels():
+    import trnsim
+
+    x = torch.randn(2, 8, 16, 16, generator=torch.Generator().manual_seed(66))
+    d = x.to("neuron")
+    with trnsim.profile() as prof:
+        up = torch.nn.functional.interpolate(d, scale_factor=2.0, mode="nearest")
+        clamped = up.clamp(-0.5, 0.5)
+        low = torch.clamp_min(d, 0.0)
+        uneven = torch.nn.functional.interpolate(d, size=(24, 24), mode="nearest")
+    torch.testing.assert_close(up.cpu(), torch.nn.functional.interpolate(x, scale_factor=2.0, mode="nearest"),
+                               rtol=0, atol=0)
+    torch.testing.assert_close(clamped.cpu(), up.cpu().clamp(-0.5, 0.5), rtol=0, atol=0)
+    torch.testing.assert_close(low.cpu(), x.clamp_min(0.0), rtol=0, atol=0)
+    torch.testing.assert_close(uneven.cpu(), torch.nn.functional.interpolate(x, size=(24, 24), mode="nearest"),
+                               rtol=0, atol=0)
+    timed = [(r.name, r.cost.source, r.cost.kernel) for r in prof.records]
+    assert timed == [("aten::upsample_nearest2d", "kernel", "upsample_nearest2d_kernel"),
+                     ("aten::clamp", "kernel", "clamp_kernel"), ("aten::clamp_min", "kernel", "clamp_kernel"),
+                     ("aten::upsample_nearest2d", "estimate", "")]   # a 1.5x scale picks rows unevenly

@@ -607,6 +607,40 @@ def _cat(call: Call) -> OpCost:
     return _run(concat_kernel, "concat_kernel", *[_ph(t.shape, t.dtype) for t in ts], axis=dim)
 
 
+def _upsample_nearest(call: Call) -> OpCost | None:
+    """``upsample_nearest2d`` by whole factors (the VAE's and UNet's ``Upsample2D``)."""
+    from trnsim.kernels.movement import upsample_nearest2d_kernel
+
+    x, out = _tensors(call.flat)[0], call.out
+    if x.dim() != 4 or not isinstance(out, torch.Tensor) or out.dim() != 4 or not x.numel():
+        return None
+    (h, w), (oh, ow) = x.shape[2:], out.shape[2:]
+    if oh % h or ow % w:
+        return None   # a fractional scale picks rows unevenly: the estimate times it
+    images = _split(x.shape[0] * x.shape[1])   # the physical cores take a share of the images x channels
+    return _run(upsample_nearest2d_kernel, "upsample_nearest2d_kernel", _ph((1, images, h, w), x.dtype),
+                scale_h=oh // h, scale_w=ow // w)
+
+
+def _clamp(call: Call) -> OpCost | None:
+    """``clamp`` (``clamp_min``, ``clamp_max``, ``hardtanh``) with number bounds."""
+    from trnsim.kernels.elementwise import clamp_kernel
+
+    x = _tensors(call.flat)[0]
+    base = _base(call.name)
+    if base == "clamp_min":
+        lo, hi = call.arg(1, "min"), None
+    elif base == "clamp_max":
+        lo, hi = None, call.arg(1, "max")
+    elif base == "hardtanh":
+        lo, hi = call.arg(1, "min_val", -1.0), call.arg(2, "max_val", 1.0)
+    else:
+        lo, hi = call.arg(1, "min"), call.arg(2, "max")
+    if isinstance(lo, torch.Tensor) or isinstance(hi, torch.Tensor) or (lo is None and hi is None):
+        return None   # tensor bounds are a binary maximum and minimum: the estimate times them
+    return _run(clamp_kernel, "clamp_kernel", _ph(_per_core(x.shape), x.dtype), lo=lo, hi=hi)
+
+
 def _adamw(call: Call) -> OpCost:
     flat, out = call.flat, call.out
     from trnsim.kernels.elementwise import fused_adamw_kernel
@@ -669,24 +703,6 @@ def _fill(call: Call) -> OpCost | None:
     if not isinstance(out, torch.Tensor) or out.device.type != "neuron":
         return None
     return _run(fill_kernel, "fill_kernel", _per_core(out.shape), value=0.0, dtype=_chip_dtype(out.dtype))
-
-
-def _clamp(call: Call) -> OpCost | None:
-    """``clamp`` with number bounds (tensor bounds take the binary kernels' estimate)."""
-    from trnsim.kernels.elementwise import clamp_kernel
-
-    x = call.args[0]
-    base = _base(call.name)
-    if base == "clamp_min":
-        low, high = call.arg(1, "min"), None
-    elif base == "clamp_max":
-        low, high = None, call.arg(1, "max")
-    else:
-        low, high = call.arg(1, "min"), call.arg(2, "max")
-    if any(isinstance(b, torch.Tensor) for b in (low, high)) or (low is None and high is None):
-        return None
-    dtype = x.dtype if x.dtype.is_floating_point else torch.float32
-    return _run(clamp_kernel, "clamp_kernel", _ph(_per_core(x.shape), dtype), low=low, high=high)
 
 
 def _isnan(call: Call) -> OpCost:
@@ -775,6 +791,11 @@ def _register() -> dict[str, Callable]:
         table[f"aten::{n}"] = _conv
     for n in ("cat", "cat.out", "_cat"):
         table[f"aten::{n}"] = _cat
+    for n in ("upsample_nearest2d", "upsample_nearest2d.vec", "upsample_nearest2d.out"):
+        table[f"aten::{n}"] = _upsample_nearest
+    for n in ("clamp", "clamp_", "clamp.out", "clamp_min", "clamp_min_", "clamp_min.out", "clamp_max", "clamp_max_",
+              "clamp_max.out", "hardtanh", "hardtanh_", "hardtanh.out"):
+        table[f"aten::{n}"] = _clamp
     for n in ("_fused_adamw_", "_fused_adamw_.tensor_lr", "_fused_adam_", "_fused_adam_.tensor_lr"):
         table[f"aten::{n}"] = _adamw
     for op in ("add", "sub", "mul", "div", "maximum", "minimum", "pow", "exp", "sqrt", "neg", "reciprocal", "abs",
@@ -784,9 +805,6 @@ def _register() -> dict[str, Callable]:
             table[f"aten::_foreach_{op}_{ov}"] = _foreach
     for n in ("fill_.Scalar", "fill.Scalar", "zero_", "full", "full.out"):
         table[f"aten::{n}"] = _fill
-    for n in ("clamp", "clamp_", "clamp.out", "clamp_min", "clamp_min_", "clamp_min.out", "clamp_max", "clamp_max_",
-              "clamp_max.out"):
-        table[f"aten::{n}"] = _clamp
     for n in ("isnan", "isnan.out"):
         table[f"aten::{n}"] = _isnan
     for n in ("cumsum", "cumsum_", "cumsum.out"):

@@ -13,11 +13,11 @@ last ``numel % 128`` go in one extra one-partition tile). Each tile is at most
   count, or is a row [D] broadcast over the rows of ``x`` [..., D], or a column
   [N, 1] broadcast along the rows of ``x`` [N, D].
 - ``scalar_kernel``: ``op(x, value)`` (or ``op(value, x)``) on the vector engine.
+- ``clamp_kernel``: ``min(max(x, lo), hi)`` in one vector instruction per tile.
 - ``cast_kernel``: a dtype conversion through SBUF, or an HBM-to-HBM DMA when the
   dtype stays.
 - ``fused_adamw_kernel``: one AdamW step (torch's ``_fused_adamw_``) over four tensors.
 - ``fill_kernel``: a new tensor of one value (``fill_``, ``zero_``, ``full``).
-- ``clamp_kernel``: ``min(max(x, low), high)`` in one vector instruction per tile.
 - ``cumsum_kernel``: running sums along the last axis (a ``tensor_tensor_scan``).
 """
 
@@ -197,6 +197,34 @@ def scalar_kernel(x, op="multiply", value=1.0, reverse=False, dtype=None):
 
 
 @nki.jit
+def clamp_kernel(x, lo=None, hi=None):
+    """``x`` clamped to [``lo``, ``hi``] elementwise (torch's ``clamp``, ``clamp_min``,
+    ``clamp_max``, ``hardtanh``): ``min(max(x, lo), hi)``, one bound may be None.
+
+    Args:
+        x: any shape in HBM, any chip float dtype.
+        lo, hi: the bounds (numbers); at least one is given.
+
+    Returns:
+        ``x``'s shape in HBM, of ``x``'s dtype.
+
+    Memories: each [128, <= 4096] block is loaded into SBUF, goes through one vector
+    ``tensor_scalar`` (maximum then minimum) and is stored to HBM. PSUM is not used.
+    """
+    bounds = [(nl.maximum, lo), (nl.minimum, hi)]
+    ops = [(op, float(v)) for op, v in bounds if v is not None]
+    if not ops:
+        raise nki.KernelError("clamp_kernel needs a lower or an upper bound (lo= or hi=)")
+    out = _new_like(x, None)
+    second = ops[1] if len(ops) > 1 else (None, None)
+    for src, dst in zip(flat_views(x, FREE_MAX), flat_views(out, FREE_MAX)):
+        res = nisa.tensor_scalar(nl.load(src), op0=ops[0][0], operand0=ops[0][1], op1=second[0], operand1=second[1],
+                                 dtype=out.dtype)
+        nl.store(dst, value=res)
+    return out
+
+
+@nki.jit
 def cast_kernel(x, dtype):
     """``x`` converted to ``dtype`` (round to nearest even), or copied when ``dtype`` is
     ``x``'s.
@@ -304,35 +332,6 @@ def fill_kernel(shape, value=0.0, dtype="float32"):
         if key not in tiles:
             tiles[key] = nisa.memset(key, value=float(value), dtype=out.dtype)
         nl.store(dst, value=tiles[key])
-    return out
-
-
-@nki.jit
-def clamp_kernel(x, low=None, high=None, dtype=None):
-    """``x`` limited to ``[low, high]`` elementwise (torch's ``clamp``; either bound may
-    be None), one ``tensor_scalar`` with two operations per tile on the vector engine.
-
-    Args:
-        x: any shape in HBM, any chip float dtype.
-        low: the lower bound, or None for none.
-        high: the upper bound, or None for none.
-        dtype: of the result; ``x``'s by default.
-
-    Returns:
-        ``x``'s shape in HBM.
-
-    Memories: each [128, <= 4096] block is loaded into SBUF, clamped by one vector
-    instruction and stored. PSUM is not used.
-    """
-    if low is None and high is None:
-        raise nki.KernelError("clamp_kernel: give low, high or both (a clamp without bounds is a copy)")
-    ops = [(nl.maximum, float(low))] if low is not None else []
-    ops += [(nl.minimum, float(high))] if high is not None else []
-    out = _new_like(x, dtype)
-    for src, dst in zip(flat_views(x, FREE_MAX), flat_views(out, FREE_MAX)):
-        (op0, v0), (op1, v1) = ops[0], (ops[1] if len(ops) > 1 else (None, None))
-        res = nisa.tensor_scalar(nl.load(src), op0=op0, operand0=v0, op1=op1, operand1=v1, dtype=out.dtype)
-        nl.store(dst, value=res)
     return out
 
 

@@ -1,4 +1,4 @@
-"""Data movement without compute: concatenation (and so stack and copies).
+"""Data movement: concatenation (and so stack and copies), nearest-neighbour upsampling.
 
 ``concat_kernel`` moves each input with one HBM-to-HBM DMA into its slice of the
 output; no engine and no on-chip memory is involved, as the Neuron compiler does
@@ -6,6 +6,10 @@ for a concatenation it cannot fuse away. The DMA engines cut each copy into
 descriptors along its contiguous runs, so joining along axis 0 (whole inputs are
 contiguous in the output) costs little more than moving the bytes, while joining
 along a later axis moves one run per outer row of each input.
+
+``upsample_nearest2d_kernel`` repeats each pixel through SBUF: a block of image rows
+is loaded once, widened by engine copies into every ``scale_w``-th column, and the
+wide rows are stored ``scale_h`` times, each store one contiguous run per row.
 """
 
 import math
@@ -13,6 +17,10 @@ import math
 import trnsim.nki as nki
 import trnsim.nki.isa as nisa
 import trnsim.nki.language as nl
+
+TILE_P = 128          # nl.tile_size.pmax
+FREE_MAX = 4096       # output columns per SBUF tile: 16 KiB per partition in fp32
+ENGINES = (nisa.vector_engine, nisa.scalar_engine)  # both copy; alternate them
 
 
 @nki.jit
@@ -55,4 +63,47 @@ def concat_kernel(*xs, axis=0):
         width = x.shape[ax] * inner
         nisa.dma_copy(dst=rows[:, col:col + width], src=x.reshape((outer, width)))
         col += width
+    return out
+
+
+@nki.jit
+def upsample_nearest2d_kernel(x, scale_h=2, scale_w=2):
+    """Nearest-neighbour upsampling by whole factors (torch's ``upsample_nearest2d`` and
+    ``F.interpolate(mode="nearest")`` with integer scales): ``out[n, c, i, j] =
+    x[n, c, i // scale_h, j // scale_w]``.
+
+    Args:
+        x: [N, C, H, W] in HBM, any chip dtype.
+        scale_h, scale_w: positive whole factors.
+
+    Returns:
+        [N, C, H * scale_h, W * scale_w] in HBM, of ``x``'s dtype.
+
+    Memories: the N*C*H image rows go 128 to a tile onto the SBUF partitions (columns in
+    blocks of at most 4096 output columns); each block is loaded once, copied into every
+    ``scale_w``-th column of a wide SBUF tile by ``scale_w`` copies (alternately on the
+    vector and scalar engines) and stored ``scale_h`` times. PSUM is not used.
+    """
+    if len(x.shape) != 4:
+        raise nki.KernelError(f"upsample_nearest2d_kernel takes [N, C, H, W]; got {list(x.shape)}")
+    sh, sw = int(scale_h), int(scale_w)
+    if sh < 1 or sw < 1 or sh != scale_h or sw != scale_w:
+        raise nki.KernelError(f"upsample_nearest2d_kernel: scales ({scale_h}, {scale_w}) must be whole numbers >= 1")
+    n, c, h, w = x.shape
+    rows = n * c * h
+    out = nl.ndarray((n, c, h * sh, w * sw), x.dtype, buffer=nl.shared_hbm)
+    src = x.reshape((rows, w))
+    dst = out.reshape((rows, sh * w * sw))   # input row r becomes output rows r*sh .. r*sh+sh-1, back to back
+    block = max(1, FREE_MAX // sw)           # input columns per tile
+    for r0 in nl.affine_range(0, rows, TILE_P):
+        p = min(TILE_P, rows - r0)
+        for c0 in nl.affine_range(0, w, block):
+            cw = min(block, w - c0)
+            narrow = nl.load(src[r0:r0 + p, c0:c0 + cw])
+            wide = nl.ndarray((p, cw * sw), x.dtype, buffer=nl.sbuf)
+            for j in range(sw):
+                nisa.tensor_copy(dst=wide[:, j::sw], src=narrow, engine=ENGINES[j % 2])
+            for i in range(sh):
+                start = i * w * sw + c0 * sw
+                nl.store(dst[r0:r0 + p, start:start + cw * sw], value=wide)
     return out
