@@ -147,3 +147,24 @@ def test_a_damaged_job_trace_is_refused_by_name(tmp_path):
     path.write_text(json.dumps(data))
     with pytest.raises(TrnSimError, match="pid=7, which names no rank"):
         load(path)
+
+
+def test_the_sample_trace_is_what_the_demo_writes_now(tmp_path):
+    """traces/sample.json (the trace a reader opens first) stays true: the demo writes it
+    again byte for byte, wherever trnsim is installed, and it loads as documented."""
+    import pathlib
+    import subprocess
+    import sys
+
+    sample = pathlib.Path(__file__).resolve().parent.parent / "traces" / "sample.json"
+    fresh = tmp_path / "demo.json"
+    cli = pathlib.Path(sys.executable).with_name("trnsim")
+    r = subprocess.run([str(cli), "demo", "--trace", str(fresh)], capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    assert fresh.read_bytes() == sample.read_bytes(), "regenerate it: trnsim demo --trace traces/sample.json"
+    trace = load(sample)
+    assert (trace.meta["program"], trace.meta["chip"], trace.meta["instructions"]) == ("matmul_optimized", "trn2", 304)
+    assert trace.meta["chip_source"] == "trnsim/hw/chips/trn2.toml"
+    assert trace.total_ns == 50827.263
+    assert {(c.name, c.unit) for c in trace.counters} == {("HBM traffic", "bytes/s"), ("SBUF occupancy", "bytes"),
+                                                          ("PSUM occupancy", "bytes")}

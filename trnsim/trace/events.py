@@ -150,6 +150,18 @@ def as_trace(value: Any, what: str) -> Trace:
                       "pass its .trace()")
 
 
+_PACKAGE_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))) + os.sep
+
+
+def portable(path: str | None) -> str | None:
+    """``path`` (a file, or ``file:line``) relative to the install for trnsim's own files
+    (``trnsim/kernels/matmul.py:58``), so a trace does not depend on where trnsim is
+    installed; any other path as it is."""
+    if path and path.startswith(_PACKAGE_ROOT + "trnsim" + os.sep):
+        return path[len(_PACKAGE_ROOT):].replace(os.sep, "/")
+    return path
+
+
 def trace_from_run(result: Any) -> Trace:
     """A Trace of a :class:`trnsim.hw.core.RunResult`: one slice per instruction, an HBM
     traffic counter, and SBUF/PSUM occupancy counters (a tensor occupies its bytes from
@@ -159,7 +171,7 @@ def trace_from_run(result: Any) -> Trace:
     trace = Trace(meta={
         "program": program.name,
         "chip": chip.name,
-        "chip_source": chip.source,
+        "chip_source": portable(chip.source),
         "fidelity": result.fidelity,
         "instructions": len(program.instructions),
         "total_ns": result.total_ps / 1000,
@@ -179,7 +191,7 @@ def trace_from_run(result: Any) -> Trace:
         start, end = result.starts[i] / 1000, result.ends[i] / 1000
         args: dict[str, Any] = {"index": i, "opcode": inst.opcode, "operands": inst.describe(), "deps": list(inst.deps)}
         if inst.source:
-            args["source"] = inst.source
+            args["source"] = portable(inst.source)
         args["wait"] = causes[i]
         if i in matmul_flops:
             args["flops"], args["dtype"] = matmul_flops[i]
