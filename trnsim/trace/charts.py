@@ -72,8 +72,8 @@ def plot_roofline(trace: Any, path: str | os.PathLike | None = None, *, by: str 
         ax.hlines(peak / 1e12, peak / bw, x_hi, color="black" if bold else "grey", linewidth=1.8 if bold else 0.9,
                   linestyle="-" if bold else ":", label=f"TensorE {cls} {peak / 1e12:,.1f} TFLOP/s")
     ax.axvline(ridge, color="black", linestyle="--", linewidth=0.8)
-    ax.annotate(f"ridge {ridge:,.0f} FLOP/B ({chosen})", (ridge, roof.peak_flops[chosen] / 1e12),
-                xytext=(5, -14), textcoords="offset points", fontsize=8)
+    ax.text(ridge * 1.1, 0.03, f"ridge {ridge:,.0f} FLOP/B ({chosen})", transform=ax.get_xaxis_transform(),
+            rotation=90, va="bottom", fontsize=8)
     edge = x_hi / 1.6   # where a row with FLOPs and no HBM bytes (intensity infinite) sits
 
     def at(r: dict[str, Any]) -> tuple[float, float]:
@@ -89,9 +89,10 @@ def plot_roofline(trace: Any, path: str | os.PathLike | None = None, *, by: str 
                            color=colour, alpha=0.75, edgecolors="black", linewidths=0.5, label=label, zorder=3)
     for r in sorted(rows, key=lambda r: -r["time_ns"])[:_LABELLED]:
         x, y = at(r)
+        away = (30 + 900 * r["share"]) ** 0.5 / 1.7 + 2   # the marker's radius in points, and a gap
         near_edge = x > x_hi / 8
-        ax.annotate(f"{_point_name(r, by)} ({100 * r['share']:.0f}%)", (x, y), xytext=(-9 if near_edge else 9, 5),
-                    textcoords="offset points", ha="right" if near_edge else "left", fontsize=8)
+        ax.annotate(f"{_point_name(r, by)} ({100 * r['share']:.0f}%)", (x, y), xytext=(-away if near_edge else away, 0),
+                    textcoords="offset points", ha="right" if near_edge else "left", va="center", fontsize=8)
     ax.set_xscale("log")
     ax.set_yscale("log")
     ax.set_xlim(x_lo, x_hi)
@@ -246,7 +247,7 @@ def plot_comparison(a: Any, b: Any, path: str | os.PathLike | None = None, *,
     ax.set_xlabel(f"simulated time ({unit}){' per op' if what_a == 'ops' else ', busy per engine and opcode'}")
     ax.grid(axis="x", alpha=0.3)
     ax.legend(loc="lower right")
-    ratio = f", {total_a / total_b:.2f}x" if total_b else ""
+    ratio = f", {labels[1]}/{labels[0]} {total_b / total_a:.2f}x" if total_a else ""
     ax.set_title(f"{labels[0]}: {fmt_ns(total_a)} vs {labels[1]}: {fmt_ns(total_b)}{ratio} "
                  f"({'time in ops' if what_a == 'ops' else 'run time'}); top {len(names)} {what_a}")
     return finish(fig, path)

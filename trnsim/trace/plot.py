@@ -103,7 +103,8 @@ def plot_timeline(trace: Any, path: str | os.PathLike | None = None, *, start_ns
     rows for its PyTorch ops (named where wide enough), compiled graphs and collectives;
     a JobTrace draws each rank's rows, labelled ``rank N`` on the right, with its
     collectives shaded across them (``ranks`` picks some). ``start_ns``/``end_ns`` zoom
-    to a window; ``op`` (``"aten::mm"``, or an index in time order) zooms to its first run.
+    to a window; ``op`` (``"aten::mm"``, or an index in time order) zooms to its first run;
+    a zoomed view keeps the rows with work in it.
     The x axis is in ns, us or ms by the window's span. Returns the Figure."""
     pairs = traces_of(trace, "plot_timeline")
     if ranks is not None:
@@ -121,6 +122,9 @@ def plot_timeline(trace: Any, path: str | os.PathLike | None = None, *, start_ns
         if start_ns is not None or end_ns is not None:
             zoom = "window"
     rows = _rows(pairs)
+    if zoom:   # a zoomed view keeps the rows with work in its window
+        used = {(rank, s.track) for rank, t in pairs for s in t.slices if s.end_ns > lo and s.start_ns < hi}
+        rows = [row for row in rows if row in used] or rows
     scale, unit = time_unit(hi - lo)
     fig, (ax,) = new_figure(width, max(2.6, _ROW_IN * len(rows) + 1.9))
     y, entries = _draw_rows(ax, pairs, rows, lo, hi, scale, width)
@@ -251,7 +255,7 @@ def plot_utilisation(trace: Any, path: str | os.PathLike | None = None, *, bucke
     engines = [c for c in tracks if not c.startswith("dma.q")]
     queues = [c for c in tracks if c.startswith("dma.q")]
     scale, unit = time_unit(total)
-    fig, axes = new_figure(width, 0.6 + 2.3 * len(pairs), len(pairs))
+    fig, axes = new_figure(width, 1.1 + 2.3 * len(pairs), len(pairs))
     for ax, (rank, _) in zip(axes, pairs):
         rows = [r for r in table if r.get("rank") == rank]
         edges = [r["start_ns"] / scale for r in rows] + [rows[-1]["end_ns"] / scale] if rows else [0.0, 1.0]
