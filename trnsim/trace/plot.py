@@ -107,6 +107,8 @@ def plot_timeline(trace: Any, path: str | os.PathLike | None = None, *, start_ns
     a zoomed view keeps the rows with work in it.
     The x axis is in ns, us or ms by the window's span. Returns the Figure."""
     pairs = traces_of(trace, "plot_timeline")
+    if not (_number(width) and 4 <= width <= 100):
+        raise TrnSimError(f"plot_timeline width={width!r}: give the figure's width in inches, 4 to 100")
     if ranks is not None:
         pairs = _pick(pairs, ranks)
     total = total_of(pairs)
@@ -138,7 +140,8 @@ def plot_timeline(trace: Any, path: str | os.PathLike | None = None, *, start_ns
         _rank_labels(ax, rows, y)
     title = plot_title(pairs, "Timeline")
     if zoom:
-        title += f"; {zoom} {lo / scale:,.2f}-{hi / scale:,.2f} {unit}"
+        digits = 0 if unit == "ns" else 2
+        title += f"; {zoom} {lo / scale:,.{digits}f}-{hi / scale:,.{digits}f} {unit}"
     ax.set_title(title)
     _legend(fig, entries)
     return finish(fig, path)
@@ -268,7 +271,7 @@ def plot_utilisation(trace: Any, path: str | os.PathLike | None = None, *, bucke
                 ax.stairs(values, edges, label=label, linewidth=1.4, color=f"C{k}",
                           linestyle="--" if label.startswith("DMA") else "-")
         ax.set_ylim(0, 105)
-        ax.set_xlim(edges[0], edges[-1])
+        ax.set_xlim(edges[0], max(edges[-1], edges[0] + 1.0))   # an empty trace: a 1 ns axis
         ax.set_ylabel("busy (%)")
         ax.grid(alpha=0.3)
         if rank is not None:
@@ -297,7 +300,7 @@ def plot_busy(trace: Any, path: str | os.PathLike | None = None) -> Any:
     fig, (ax,) = new_figure(8.0, 0.9 + 0.22 * max(len(labels), 3))
     ax.barh(range(len(labels)), values, color="#1f77b4")
     ax.set_yticks(range(len(labels)), labels)
-    ax.set_ylim(len(labels) - 0.5, -0.5)
+    ax.set_ylim(max(len(labels), 1) - 0.5, -0.5)
     ax.set_xlim(0, 100)
     ax.set_xlabel("busy (% of simulated time)")
     ax.grid(axis="x", alpha=0.3)
