@@ -146,6 +146,7 @@ def test_timeline_of_a_job_groups_each_ranks_rows(job: Path, tmp_path: Path) -> 
     ({"start_ns": 5e9}, ["start_ns=5000000000.0", "start_ns below"]),
     ({"op": "gelu", "start_ns": 0}, ["op='gelu'", "one or the other"]),
     ({"ranks": [0]}, ["ranks=[0]", "leave ranks out"]),
+    ({"width": 0}, ["width=0", "inches"]),
 ])
 def test_timeline_refuses_what_it_cannot_zoom_to(eager: T.Trace, kwargs: dict, fragments: list[str]) -> None:
     with pytest.raises(TrnSimError) as err:
@@ -214,6 +215,7 @@ def test_roofline_of_a_kernel_by_kernel_and_by_instruction(kernel: T.Trace) -> N
         T.plot_roofline(kernel, by="op")
     with pytest.raises(TrnSimError, match="dtype='int4'.*bf16"):
         T.plot_roofline(kernel, dtype="int4")
+    assert any(t.get_text().endswith("(bf16)") for t in T.plot_roofline(kernel, dtype=torch.bfloat16).axes[0].texts)
 
 
 # -- memory ------------------------------------------------------------------------------
