@@ -20,8 +20,8 @@ from typing import Any
 from trnsim.errors import TrnSimError
 from trnsim.trace.charts import plot_comparison, plot_memory, plot_roofline
 from trnsim.trace.events import Trace, track_label, track_sort_key
-from trnsim.trace.figure import (colour_of, finish, fmt_ns, image_format, new_figure, plot_title, save_figure,
-                                  time_unit, total_of, traces_of)
+from trnsim.trace.figure import (KIND_COLOURS, colour_of, finish, fmt_ns, image_format, new_figure, plot_title,
+                                  save_figure, time_unit, total_of, traces_of)
 from trnsim.trace.usage import utilisation
 
 __all__ = ["image_format", "plot_busy", "plot_comparison", "plot_memory", "plot_roofline", "plot_timeline",
@@ -218,8 +218,6 @@ def _legend(fig: Any, entries: dict[str, str]) -> None:
     """The legend below the axes: the overview rows' entries, then instruction kinds in
     a fixed order (those no fixed colour names after, by name)."""
     from matplotlib.patches import Patch
-
-    from trnsim.trace.figure import KIND_COLOURS
 
     fixed = [label for label, _ in _OVERVIEW.values()] + list(KIND_COLOURS)
     labels = sorted(entries, key=lambda label: (fixed.index(label) if label in fixed else len(fixed), label))
