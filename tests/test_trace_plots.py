@@ -111,6 +111,9 @@ def test_timeline_of_a_profile_has_its_ops_on_top_and_zooms_to_an_op(eager: T.Tr
         assert ax.get_xlim() == pytest.approx((gelu.start_ns / 1000, gelu.end_ns / 1000))
         assert ax.get_xlabel() == "simulated time (us)"
         assert "gelu" in ax.get_title()
+    total = next(s for s in _ops(eager) if s.name == "sum.dim_IntList")
+    assert T.plot_timeline(eager, op="aten::sum").axes[0].get_xlim() == pytest.approx((total.start_ns / 1000,
+                                                                                        total.end_ns / 1000))
 
 
 def test_timeline_of_many_slices_draws_a_collection_per_row_and_kind() -> None:

@@ -57,7 +57,8 @@ def _window(total: float, start_ns: Any, end_ns: Any) -> tuple[float, float]:
 
 def _op_window(pairs: list[tuple[int | None, Trace]], op: Any) -> tuple[float, float, str]:
     """The window of the first run of ``op`` (a name, with or without ``aten::``, or an
-    index into the ops in time order) in the first rank that ran it."""
+    index into the ops in time order) in the first rank that ran it. A name no op has
+    exactly finds its overloads and underscored twins (``aten::sum``: ``sum.dim_IntList``)."""
     ops = [sorted((s for s in t.slices if s.track == "ops"), key=lambda s: s.start_ns) for _, t in pairs]
     if not any(ops):
         raise TrnSimError(f"op={op!r}: this trace has no PyTorch ops (it is not a trnsim.profile trace); zoom with "
@@ -72,10 +73,13 @@ def _op_window(pairs: list[tuple[int | None, Trace]], op: Any) -> tuple[float, f
     if not isinstance(op, str):
         raise TrnSimError(f"op={op!r:.60} must be an op's name (such as 'aten::mm') or its index in time order")
     name = op.removeprefix("aten::")
-    for each in ops:
-        for s in each:
-            if s.name == name:
-                return s.start_ns, s.end_ns, f"op {s.name}"
+    base = name.split(".")[0].lstrip("_")
+    # the exact name first; then its overloads and private twins (sum: sum.dim_IntList; softmax: _softmax)
+    for same in (lambda n: n == name, lambda n: n.split(".")[0].lstrip("_") == base):
+        for each in ops:
+            for s in each:
+                if same(s.name):
+                    return s.start_ns, s.end_ns, f"op {s.name}"
     names = sorted({s.name for each in ops for s in each})
     raise TrnSimError(f"op={op!r}: no op of that name ran in this trace; give one of {', '.join(names[:12])}"
                       f"{', ...' if len(names) > 12 else ''} (with or without 'aten::'), or an op index")
