@@ -123,18 +123,17 @@ def _demo_compile(args: argparse.Namespace) -> int:
 
 def _report(args: argparse.Namespace) -> int:
     from trnsim.trace import load, plot_timeline, report
-    from trnsim.trace.job import JobTrace
     from trnsim.trace.plot import image_format
 
     if args.plot is not None:   # an empty --plot is refused by name, not skipped
         image_format(args.plot)
         check_writable(args.plot)
     trace = load(args.trace)
-    if isinstance(trace, JobTrace) and args.plot is not None:
-        raise TrnSimError(f"{args.trace} is a merged job trace; --plot draws one rank's trace: "
-                          "plot a rank's own trace instead")
     print(report(trace, top=args.top))
     if args.plot is not None:
+        import matplotlib
+
+        matplotlib.use("Agg")   # a file, not a window
         plot_timeline(trace, args.plot)
         print(f"timeline       {args.plot}")
     return 0
@@ -273,7 +272,8 @@ def build_parser() -> argparse.ArgumentParser:
                                            "printed it")
     report.add_argument("trace", help="a trace written by trnsim (trnsim run, trnsim.profile, a merged job trace)")
     report.add_argument("--top", type=int, default=10, help="ops and fused kernels listed (default 10)")
-    report.add_argument("--plot", metavar="PNG", help="also draw the timeline, one row per engine and DMA queue, to this image")
+    report.add_argument("--plot", metavar="PNG", help="also draw the timeline, one row per engine and DMA queue "
+                                                       "(each rank's, for a job trace), to this image")
     report.set_defaults(func=_report)
 
     diff = sub.add_parser("diff", help="compare two traces op by op (say eager and compiled): the simulated time "
