@@ -8,8 +8,8 @@
 ``sft`` (TRL's ``SFTTrainer``) or ``trainer`` (``Trainer``) loads DIR/base with
 ``from_pretrained(..., distributed_config=DistributedConfig(tp_size, fsdp_size))`` when
 given ``--tp``/``--fsdp``, trains 3 steps in fp32, saves the model with ``save_model``
-and writes ``result.json`` beside it: the logged losses and the trained model's logits on
-a probe batch. ``cpu`` loads a saved model with plain ``from_pretrained`` on the CPU and
+and writes ``result.json`` beside it: the logged losses, each step's simulated time and
+the trained model's logits on a probe batch. ``cpu`` loads a saved model with plain ``from_pretrained`` on the CPU and
 writes its logits on the same probe to ``cpu.json``.
 """
 
@@ -39,7 +39,9 @@ def prepare(root: str) -> None:
     from transformers import LlamaConfig, LlamaForCausalLM
 
     tok = tokenizer()
-    config = LlamaConfig(vocab_size=len(tok), hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+    # the vocabulary (19 words) padded to 32 rows, as real models pad theirs: transformers 5.24 cannot
+    # load a weight whose rows leave a rank of the grid an empty shard (19 rows over 8 ranks)
+    config = LlamaConfig(vocab_size=32, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
                          num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=256,
                          pad_token_id=tok.pad_token_id, eos_token_id=tok.eos_token_id)
     torch.manual_seed(0)
@@ -57,6 +59,27 @@ def dataset(kind: str):
     lengths = torch.randint(4, 12, (32,), generator=g)
     return Dataset.from_dict({"text": [" ".join(WORDS[int(i)] for i in torch.randint(0, len(WORDS), (int(n),), generator=g))
                                        for n in lengths]})
+
+
+def step_clock():
+    """A callback that times each optimizer step on the device's (simulated) clock."""
+    from transformers import TrainerCallback
+
+    class StepClock(TrainerCallback):
+        def __init__(self) -> None:
+            self.ms: list[float] = []
+
+        def on_step_begin(self, args, state, control, **kwargs):
+            self.start = torch.neuron.Event(enable_timing=True)
+            self.start.record()
+
+        def on_step_end(self, args, state, control, **kwargs):
+            end = torch.neuron.Event(enable_timing=True)
+            end.record()
+            end.synchronize()
+            self.ms.append(self.start.elapsed_time(end))
+
+    return StepClock()
 
 
 def train(kind: str, root: str, tp: int, fsdp: int, batch: int) -> None:
@@ -79,6 +102,8 @@ def train(kind: str, root: str, tp: int, fsdp: int, batch: int) -> None:
 
         trainer = SFTTrainer(model=model, args=SFTConfig(**common), processing_class=tokenizer(),
                              train_dataset=dataset(kind))
+    clock = step_clock()
+    trainer.add_callback(clock)
     trainer.train()
     trainer.save_model(out)
     model.eval()
@@ -87,7 +112,7 @@ def train(kind: str, root: str, tp: int, fsdp: int, batch: int) -> None:
     logits = logits.full_tensor() if hasattr(logits, "full_tensor") else logits
     if trainer.args.process_index == 0:
         result = {"losses": [h["loss"] for h in trainer.state.log_history if "loss" in h],
-                  "device": str(trainer.args.device), "world_size": trainer.args.world_size,
+                  "step_ms": clock.ms, "device": str(trainer.args.device), "world_size": trainer.args.world_size,
                   "model": type(model).__name__,
                   "param": type(next(model.parameters())).__name__, "logits": logits.cpu().tolist()}
         with open(os.path.join(out, "result.json"), "w") as f:
