@@ -87,9 +87,13 @@ def max_gap(a: list, b: list) -> float:
     return (torch.tensor(a) - torch.tensor(b)).abs().max().item()
 
 
-def check_grid(root: Path, kind: str, tp: int, fsdp: int) -> None:
-    out = run("-m", "trnsim.cli", "run", "--nproc", str(tp * fsdp), str(JOB), kind, str(root),
-              "--tp", str(tp), "--fsdp", str(fsdp), "--batch", "2")
+def check_grid(root: Path, kind: str, tp: int, fsdp: int, *options: str, timeout: float = TIMEOUT_S) -> dict:
+    """Train on the grid under ``trnsim run`` and check it against one process and the CPU;
+    returns the grid's ``result.json``."""
+    # many ranks on 2 cores wait long at a collective for the slowest: give the group more than its 60 s
+    env = {"TRNSIM_DIST_TIMEOUT": "900"} if tp * fsdp > 8 else {}
+    out = run("-m", "trnsim.cli", "run", "--nproc", str(tp * fsdp), *options, str(JOB), kind, str(root),
+              "--tp", str(tp), "--fsdp", str(fsdp), "--batch", "2", timeout=timeout, **env)
     finished = sorted(int(r) for r in re.findall(r"rank (\d+): hf_tp_fsdp ok", out))
     assert finished == list(range(tp * fsdp)), out[-3000:]
     got = result(root, kind, tp, fsdp, 2)
@@ -104,6 +108,7 @@ def check_grid(root: Path, kind: str, tp: int, fsdp: int) -> None:
     run(str(JOB), "cpu", str(model_dir), TORCH_DEVICE_BACKEND_AUTOLOAD="0")
     cpu = json.loads((model_dir / "cpu.json").read_text())
     assert cpu["device"] == "cpu" and max_gap(cpu["logits"], got["logits"]) < TOL
+    return got
 
 
 def test_sft_on_a_2x2_grid_trains_as_one_process_and_its_checkpoint_loads_on_cpu(root):
@@ -113,6 +118,14 @@ def test_sft_on_a_2x2_grid_trains_as_one_process_and_its_checkpoint_loads_on_cpu
 @pytest.mark.slow
 def test_sft_on_a_2x4_grid_trains_as_one_process_and_its_checkpoint_loads_on_cpu(root):
     check_grid(root, "sft", 2, 4)
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(1500)
+def test_sft_on_32_ranks_of_8_trn2_chips(root):
+    """The seed's size: 32 logical NeuronCores, 8 Trainium2 chips of a trn2.48xlarge."""
+    got = check_grid(root, "sft", 2, 16, "--instance", "trn2.48xlarge", timeout=1400)
+    assert len(got["step_ms"]) == 3 and all(ms > 0 for ms in got["step_ms"])
 
 
 @pytest.mark.slow

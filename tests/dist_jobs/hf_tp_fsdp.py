@@ -62,12 +62,14 @@ def dataset(kind: str):
 
 
 def step_clock():
-    """A callback that times each optimizer step on the device's (simulated) clock."""
+    """A callback that times each optimizer step on the device's (simulated) clock: its
+    length in milliseconds and its span on the rank's trace in nanoseconds."""
     from transformers import TrainerCallback
 
     class StepClock(TrainerCallback):
         def __init__(self) -> None:
             self.ms: list[float] = []
+            self.spans_ns: list[tuple[int, int]] = []
 
         def on_step_begin(self, args, state, control, **kwargs):
             self.start = torch.neuron.Event(enable_timing=True)
@@ -78,6 +80,7 @@ def step_clock():
             end.record()
             end.synchronize()
             self.ms.append(self.start.elapsed_time(end))
+            self.spans_ns.append((self.start.time_ps // 1000, end.time_ps // 1000))
 
     return StepClock()
 
@@ -112,7 +115,7 @@ def train(kind: str, root: str, tp: int, fsdp: int, batch: int) -> None:
     logits = logits.full_tensor() if hasattr(logits, "full_tensor") else logits
     if trainer.args.process_index == 0:
         result = {"losses": [h["loss"] for h in trainer.state.log_history if "loss" in h],
-                  "step_ms": clock.ms, "device": str(trainer.args.device), "world_size": trainer.args.world_size,
+                  "step_ms": clock.ms, "step_spans_ns": clock.spans_ns, "device": str(trainer.args.device), "world_size": trainer.args.world_size,
                   "model": type(model).__name__,
                   "param": type(next(model.parameters())).__name__, "logits": logits.cpu().tolist()}
         with open(os.path.join(out, "result.json"), "w") as f:
