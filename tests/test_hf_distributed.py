@@ -7,8 +7,8 @@ saves it, and records its losses and logits. The losses must be one process's on
 global batch, and the saved model, loaded with plain ``from_pretrained`` in a process with
 trnsim's autoload off, must give the trained model's logits on the CPU. The 2 x 4 grid
 (8 ranks, about 2 minutes on 2 cores) runs by default; the 2 x 2 grid, 32 ranks (2 x 16),
-``Trainer``'s runs and the example are behind ``-m slow``. Every job runs in its own session with a bounded time and is
-killed whole if it overruns.
+``Trainer``'s runs and the example are behind ``-m slow``. Every job runs in its own
+session with a bounded time and is killed whole if it overruns.
 """
 
 from __future__ import annotations
