@@ -73,6 +73,16 @@ def test_device_module_mirrors_torch_cuda():
     assert n.current_stream() is n.default_stream()
 
 
+def test_accelerator_current_stream_is_the_device_stream_and_takes_its_events():
+    # FSDP2's finalize_backward waits on an all-gather event through torch.accelerator
+    s = torch.neuron.Stream()
+    with torch.neuron.stream(s):
+        assert torch.accelerator.current_stream() is s
+    event = torch.neuron.current_stream().record_event()
+    torch.accelerator.current_stream().wait_event(event)
+    assert torch.accelerator.current_stream(0) is torch.neuron.default_stream()
+
+
 def test_device_name_and_properties_name_the_chip_and_its_memory():
     n = torch.neuron
     assert n.get_device_name() == n.get_device_name(torch.device("neuron:0")) == "neuron:0"

@@ -23,7 +23,7 @@ def register() -> None:
     if torch._C._get_privateuse1_backend_name() != "neuron":
         torch.utils.rename_privateuse1_backend("neuron")
     torch.utils.generate_methods_for_privateuse1_backend()
-    from trnsim.backend import autocast, device, dispatch, hostshims, mathbits, reductions, rng, sdpa, sparse
+    from trnsim.backend import autocast, device, dispatch, hostshims, mathbits, reductions, rng, sdpa, sparse, streams
 
     class _Hooks(torch._C._acc.PrivateUse1Hooks):
         def is_available(self) -> bool:
@@ -57,6 +57,7 @@ def register() -> None:
     reductions.install()
     hostshims.install()
     autocast.install()
+    streams.install()
     from trnsim.backend import distributed
 
     distributed.register()

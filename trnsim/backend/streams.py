@@ -3,6 +3,11 @@
 The device runs ops one after another whichever stream issued them (trnsim models
 one in-order queue per core), so streams order nothing beyond that; events read the
 simulated clock, and :meth:`Event.elapsed_time` is in simulated milliseconds.
+
+``torch.accelerator.current_stream()`` would return PyTorch's C++ stream, which a
+Python-registered device cannot back with events (FSDP2 calls its ``wait_event`` with
+an event of ``torch.neuron``'s streams); :func:`install` makes it return the stream
+``torch.neuron.current_stream()`` gives, as a real device's C++ stream would be.
 """
 
 from __future__ import annotations
@@ -85,6 +90,21 @@ def current_stream(device: Any = None) -> Stream:
     _index(device)
     return _current()[-1]
 
+
+_accelerator_current_stream = torch.accelerator.current_stream
+
+
+def _accelerator_stream(device: Any = None, /) -> Any:
+    """``torch.accelerator.current_stream`` that answers for ``neuron`` with its own stream."""
+    acc = torch.accelerator.current_accelerator()
+    if acc is not None and acc.type == "neuron":
+        return current_stream(device)
+    return _accelerator_current_stream(device)
+
+
+def install() -> None:
+    """Route ``torch.accelerator.current_stream`` to :func:`current_stream` on ``neuron``."""
+    torch.accelerator.current_stream = _accelerator_stream
 
 
 class stream:
