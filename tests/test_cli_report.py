@@ -163,27 +163,10 @@ def test_progress_on_a_pty_and_its_absence_in_a_pipe(tmp_path):
 
 def test_nki_script_is_summarised(tmp_path):
     script = tmp_path / "nki_gelu.py"
-    script.write_text('''
-import numpy as np
-import nki
-import nki.isa as nisa
-import nki.language as nl
-
-
-@nki.jit
-def gelu_rows(x):
-    out = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.shared_hbm)
-    for t in nl.affine_range(x.shape[0] // 128):
-        tile = nl.ndarray((128, x.shape[1]), dtype=x.dtype, buffer=nl.sbuf)
-        nisa.dma_copy(dst=tile, src=x[t * 128:(t + 1) * 128, :])
-        y = nl.ndarray((128, x.shape[1]), dtype=x.dtype, buffer=nl.sbuf)
-        nisa.activation(dst=y, op=nl.gelu, data=tile)
-        nisa.dma_copy(dst=out[t * 128:(t + 1) * 128, :], src=y)
-    return out
-
-
-print(gelu_rows(np.ones((256, 128), np.float32)).shape)
-''')
+    kernels = Path(__file__).resolve().parent / "nki_user"   # a TorchNeuron-style kernel file, reused
+    script.write_text(f"import sys\nimport numpy as np\nsys.path.insert(0, {str(kernels)!r})\n"
+                      "from test_torch_kernels import gelu_rows\n"
+                      "print(gelu_rows(np.ones((256, 128), np.float32)).shape)\n")
     trace = tmp_path / "nki.json"
     r = _trnsim("run", "--trace", str(trace), str(script))
     assert r.returncode == 0, r.stderr[-3000:]

@@ -6,7 +6,6 @@ ranks) if it overruns, so no process outlives its test.
 
 from __future__ import annotations
 
-import os
 import signal
 import socket
 import subprocess
@@ -16,38 +15,19 @@ from pathlib import Path
 
 import pytest
 
+from trnsim.testing.procs import kill_session, run_session, with_repo_on_path
+
 JOBS = Path(__file__).parent / "dist_jobs"
 REPO = Path(__file__).resolve().parents[1]
 
 
 def _env(**extra: str) -> dict[str, str]:
-    env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join([str(REPO), env.get("PYTHONPATH", "")])
-    env.update(extra)
-    return env
-
-
-def _kill(proc: subprocess.Popen) -> None:
-    """Kill ``proc``'s whole session (a launcher and its ranks), if anything is left."""
-    try:
-        os.killpg(proc.pid, signal.SIGKILL)
-    except ProcessLookupError:
-        pass
+    return with_repo_on_path(REPO, **extra)
 
 
 def _run(cmd: list[str], timeout: float = 240, **env: str) -> subprocess.CompletedProcess:
     """Run ``cmd`` in a new session; on timeout kill the session and fail."""
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=_env(**env),
-                            start_new_session=True, cwd=REPO)
-    try:
-        out, err = proc.communicate(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
-        out, err = proc.communicate()
-        pytest.fail(f"{' '.join(cmd)} ran past {timeout} s\n{out[-3000:]}\n{err[-3000:]}")
-    finally:
-        _kill(proc)   # anything the job left behind
-    return subprocess.CompletedProcess(cmd, proc.returncode, out, err)
+    return run_session(cmd, timeout=timeout, env=_env(**env), cwd=REPO)
 
 
 def torchrun(script: str, nproc: int, *args: str, timeout: float = 240, **env: str) -> subprocess.CompletedProcess:
@@ -80,7 +60,7 @@ def _ranks(script: str, world: int, *args: str, timeout: float = 120) -> list[tu
             results.append((p.returncode, err, time.monotonic() - start))
     finally:
         for p in procs:
-            _kill(p)
+            kill_session(p)
             p.wait()
     return results
 
@@ -194,6 +174,6 @@ def test_two_torchrun_launchers_make_one_job(tmp_path):
         outs = [p.communicate(timeout=180) for p in procs]
     finally:
         for p in procs:
-            _kill(p)
+            kill_session(p)
     assert all(p.returncode == 0 for p in procs), [o[1][-2000:] for o in outs]
     assert any("allreduce_step: 2 ranks agree" in o[0] for o in outs)

@@ -9,14 +9,14 @@ the 4-rank training jobs (and FSDP2 with TP on a 2 x 2 mesh) are behind ``-m slo
 
 from __future__ import annotations
 
-import os
 import re
-import signal
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+
+from trnsim.testing.procs import run_session, with_repo_on_path
 
 JOBS = Path(__file__).parent / "dist_jobs"
 REPO = Path(__file__).resolve().parents[1]
@@ -25,24 +25,9 @@ TIMEOUT_S = 280   # under pytest's own 300 s per test
 
 def torchrun(script: str, nproc: int) -> subprocess.CompletedProcess:
     """Run ``tests/dist_jobs/<script>`` on ``nproc`` ranks; fail the test if it overruns."""
-    env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join([str(REPO), env.get("PYTHONPATH", "")])
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={nproc}",
            str(JOBS / script)]
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
-                            start_new_session=True, cwd=REPO)
-    try:
-        out, err = proc.communicate(timeout=TIMEOUT_S)
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
-        out, err = proc.communicate()
-        pytest.fail(f"{script} on {nproc} ranks ran past {TIMEOUT_S} s\n{out[-3000:]}\n{err[-3000:]}")
-    finally:
-        try:
-            os.killpg(proc.pid, signal.SIGKILL)   # anything the job left behind
-        except ProcessLookupError:
-            pass
-    return subprocess.CompletedProcess(cmd, proc.returncode, out, err)
+    return run_session(cmd, timeout=TIMEOUT_S, env=with_repo_on_path(REPO), cwd=REPO)
 
 
 def check_job(script: str, nproc: int) -> str:

@@ -10,6 +10,8 @@ import sys
 
 import pytest
 
+from trnsim.testing.procs import run_session
+
 EXAMPLES = pathlib.Path(__file__).resolve().parent.parent / "examples"
 SCRIPTS = sorted(p.stem for p in EXAMPLES.glob("*.py"))
 # the libraries each example imports, and the ranks a distributed one needs
@@ -34,16 +36,7 @@ def _run(argv: list[str], tmp_path: pathlib.Path) -> subprocess.CompletedProcess
     env = dict(os.environ, HF_HUB_OFFLINE="1", MPLBACKEND="Agg")
     for flag in ("ACCELERATE_TORCH_DEVICE", "ACCELERATE_USE_CPU", "ACCELERATE_MIXED_PRECISION"):
         env.pop(flag, None)
-    # a new session, so that a timeout kills the launcher and everything it started
-    proc = subprocess.Popen(argv, cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            start_new_session=True)
-    try:
-        out, err = proc.communicate(timeout=TIMEOUT_S)
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, 9)
-        proc.communicate()
-        pytest.fail(f"{' '.join(argv)} ran past {TIMEOUT_S} s")
-    return subprocess.CompletedProcess(argv, proc.returncode, out, err)
+    return run_session(argv, timeout=TIMEOUT_S, env=env, cwd=tmp_path)
 
 
 def _trnsim() -> str:

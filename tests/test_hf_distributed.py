@@ -15,14 +15,13 @@ from __future__ import annotations
 
 import importlib.util
 import json
-import os
 import re
-import signal
-import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+
+from trnsim.testing.procs import run_session, with_repo_on_path
 
 REPO = Path(__file__).resolve().parents[1]
 JOB = REPO / "tests" / "dist_jobs" / "hf_tp_fsdp.py"
@@ -40,24 +39,10 @@ pytestmark = pytest.mark.skipif(
 
 def run(*args: str, timeout: float = TIMEOUT_S, **env: str) -> str:
     """Run ``python args`` in its own session; kill the session and fail on overrun or error."""
-    full_env = dict(os.environ, HF_HUB_OFFLINE="1", **env)
-    full_env["PYTHONPATH"] = os.pathsep.join([str(REPO), full_env.get("PYTHONPATH", "")])
     cmd = [sys.executable, *args]
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=full_env,
-                            start_new_session=True, cwd=REPO)
-    try:
-        out, err = proc.communicate(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
-        out, err = proc.communicate()
-        pytest.fail(f"{' '.join(cmd)} ran past {timeout} s\n{out[-3000:]}\n{err[-3000:]}")
-    finally:
-        try:
-            os.killpg(proc.pid, signal.SIGKILL)   # anything the job left behind
-        except ProcessLookupError:
-            pass
-    assert proc.returncode == 0, f"{' '.join(cmd)}: exit {proc.returncode}\n{out[-3000:]}\n{err[-6000:]}"
-    return out
+    r = run_session(cmd, timeout=timeout, env=with_repo_on_path(REPO, HF_HUB_OFFLINE="1", **env), cwd=REPO)
+    assert r.returncode == 0, f"{' '.join(cmd)}: exit {r.returncode}\n{r.stdout[-3000:]}\n{r.stderr[-6000:]}"
+    return r.stdout
 
 
 @pytest.fixture(scope="module")
