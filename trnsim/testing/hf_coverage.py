@@ -55,30 +55,47 @@ _SHRINK: dict[str, Any] = {
     "linear_head_dim": 16, "qk_head_dim": 16, "rotary_dim": 8, "num_kv_shared_layers": 0, "mamba_d_ssm": 128,
 }
 
-# Per-architecture sizes where the generic ones do not fit the model's shape rules.
+# Per-architecture sizes where the generic ones do not fit the model's shape rules; a dict
+# value for a sub-config key is merged into that shrunk sub-config.
 _ARCH: dict[str, dict[str, Any]] = {
     "mamba2": {"num_heads": 8, "head_dim": 16, "n_groups": 1, "expand": 2},
     "deepseek_v2": {"num_experts_per_tok": 2},
     "bamba": {"attn_layer_indices": [1]},
+    # the local encoder and decoder project from the global transformer's width; the hash embeddings are 500k rows
     "blt": {"encoder_config": {"hidden_size_global": 64}, "decoder_config": {"hidden_size_global": 64},
             "encoder_hash_byte_group_vocab": 256},
+    # rope per layer type; the default has none for "full_attention"
     "cohere_compass_text": {"rope_parameters": {"full_attention": {"rope_type": "default", "rope_theta": 10000.0}}},
+    # the attention reads rope_theta and clamps with clip_qkv, neither set by default
     "dbrx": {"attn_config": {"rope_theta": 10000.0, "clip_qkv": 8.0}},
+    # sizes whose defaults are None (derived from a checkpoint)
     "dots1": {"n_shared_experts": 1, "n_routed_experts": 4, "num_experts_per_tok": 2},
-    "gemma3n": {"text_config": {"activation_sparsity_pattern": [0.95, 0.0]}},
-    "gpt_neo": {"attention_types": [[["global", "local"], 1]]},
     "hunyuan_v1_dense": {"head_dim": 16},
     "hunyuan_v1_moe": {"head_dim": 16},
-    "lfm2_moe": {"layer_types": ["conv", "full_attention"], "num_dense_layers": 1},
     "ministral": {"head_dim": 16},
-    "musicgen": {"num_codebooks": 1},
-    "musicgen_melody": {"num_codebooks": 1},
     "nemotron": {"num_key_value_heads": 2},
-    "reformer": {"is_decoder": True, "axial_pos_shape": [8, 16], "axial_pos_embds_dim": [32, 32],
-                 "local_attn_chunk_length": 4, "lsh_attn_chunk_length": 4, "num_buckets": 4},
+    # one sparsity value per layer
+    "gemma3n": {"text_config": {"activation_sparsity_pattern": [0.95, 0.0]}},
+    # (pattern, repeats) expanded to one attention type per layer
+    "gpt_neo": {"attention_types": [[["global", "local"], 1]]},
+    # no default layer pattern; one dense layer, then experts
+    "lfm2_moe": {"layer_types": ["conv", "full_attention"], "num_dense_layers": 1},
+    # one codebook, so a (1, n) prompt is one sequence; generate starts from decoder_start_token_id
+    "musicgen": {"num_codebooks": 1, "decoder_start_token_id": 255},
+    "musicgen_melody": {"num_codebooks": 1, "decoder_start_token_id": 255},
+    # the default interval of 4 leaves two layers without attention, so the cache cannot be sized
+    **{a: {"layer_types": ["linear_attention", "full_attention"]}
+       for a in ("qwen3_5", "qwen3_5_text", "qwen3_5_moe", "qwen3_5_moe_text")},
+    # a decoder; the axial position factors multiply to the positions and sum to the width
+    "reformer": {"is_decoder": True, "attn_layers": ["local", "lsh"], "axial_pos_shape": [8, 16],
+                 "axial_pos_embds_dim": [32, 32], "local_attn_chunk_length": 4, "lsh_attn_chunk_length": 4,
+                 "num_buckets": 4},
+    # the language adapter to use for unlabelled input
     "xmod": {"default_language": "en_XX"},
+    # the layer pattern; Zamba ties its hybrid layers' shared transformer, so it needs two of them
     "zamba": {"num_hidden_layers": 3, "layers_block_type": ["linear_attention", "hybrid", "hybrid"]},
     "zamba2": {"layers_block_type": ["linear_attention", "hybrid"]},
+    # ZAYA supports one expert per token only
     "zaya": {"num_experts_per_tok": 1},
 }
 
@@ -260,6 +277,16 @@ def _generate(model, ids, **kwargs):
 _STEP_ARGS = {"greedy": {"do_sample": False}, "sample": {"do_sample": True, "top_k": 0},
               "static": {"do_sample": False, "cache_implementation": "static"}}
 
+# Generation arguments an architecture's own ``generate`` needs that its default
+# generation config leaves unset.
+_GENERATE_ARGS: dict[str, dict[str, Any]] = {"musicgen": {"num_return_sequences": 1}}
+
+
+def _step(model, ids, arch: str, step: str):
+    if step == "forward":
+        return _logits(model, ids)
+    return _generate(model, ids, **_STEP_ARGS[step], **_GENERATE_ARGS.get(arch, {}))
+
 
 def check(arch: str, steps: tuple[str, ...] = STEPS) -> Result:
     """Build ``arch`` tiny and run ``steps`` on the CPU and on ``neuron``; never raises."""
@@ -276,7 +303,7 @@ def check(arch: str, steps: tuple[str, ...] = STEPS) -> Result:
         want = {}
         for step in steps:
             try:
-                want[step] = _logits(cpu, ids) if step == "forward" else _generate(cpu, ids, **_STEP_ARGS[step])
+                want[step] = _step(cpu, ids, arch, step)
             except Exception as e:  # noqa: BLE001 - the CPU cannot run this step: the model has no such path
                 if step == "forward":
                     raise
@@ -294,7 +321,7 @@ def check(arch: str, steps: tuple[str, ...] = STEPS) -> Result:
         return res
     for step in want:
         try:
-            got = _logits(dev, ids_dev) if step == "forward" else _generate(dev, ids_dev, **_STEP_ARGS[step])
+            got = _step(dev, ids_dev, arch, step)
             _compare(step, want[step], got)
             res.steps[step] = "ok"
         except Exception as e:  # noqa: BLE001 - reported per step
