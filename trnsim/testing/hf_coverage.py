@@ -137,7 +137,9 @@ def architectures() -> list[str]:
 
 def tiny_config(arch: str):
     """The config of ``arch`` with its defaults shrunk to a tiny model (:data:`_SHRINK`,
-    sub-configs too), token ids inside the vocabulary and the eager attention."""
+    sub-configs too, then :data:`_ARCH`), token ids inside the vocabulary and the eager
+    attention. Where the causal-LM class is the text-only model of a composite config
+    (Qwen3.5's, Llama 4's, MusicGen's decoder), it is that class's sub-config."""
     from transformers import AutoConfig
 
     base = AutoConfig.for_model(arch)
