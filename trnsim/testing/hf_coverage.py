@@ -86,6 +86,10 @@ _ARCH: dict[str, dict[str, Any]] = {
     # the default interval of 4 leaves two layers without attention, so the cache cannot be sized
     **{a: {"layer_types": ["linear_attention", "full_attention"]}
        for a in ("qwen3_5", "qwen3_5_text", "qwen3_5_moe", "qwen3_5_moe_text")},
+    # the same, with Qwen4-Exp's indexed (sparse) attention: its indexer keeps 4 of the 8 prompt keys
+    **{a: {"layer_types": ["linear_attention", "indexed_attention"], "indexer_n_heads": 2, "indexer_kv_heads": 1,
+           "indexer_head_dim": 16, "indexer_budget": 4, "indexer_compress_ratio": 2}
+       for a in ("qwen4_exp", "qwen4_exp_text")},
     # a decoder; the axial position factors multiply to the positions and sum to the width
     "reformer": {"is_decoder": True, "attn_layers": ["local", "lsh"], "axial_pos_shape": [8, 16],
                  "axial_pos_embds_dim": [32, 32], "local_attn_chunk_length": 4, "lsh_attn_chunk_length": 4,
