@@ -85,7 +85,9 @@ _ARCH: dict[str, dict[str, Any]] = {
     "musicgen_melody": {"num_codebooks": 1, "decoder_start_token_id": 255},
     # the default pattern leaves two layers without attention, so the cache cannot be sized
     **{a: {"layer_types": ["linear_attention", "full_attention"]}
-       for a in ("qwen3_5", "qwen3_5_text", "qwen3_5_moe", "qwen3_5_moe_text", "granitemoehybrid", "kimi_linear")},
+       for a in ("qwen3_5", "qwen3_5_text", "qwen3_5_moe", "qwen3_5_moe_text", "qwen3_next", "granitemoehybrid",
+                 "kimi_linear")},
+    "recurrent_gemma": {"block_types": ["recurrent", "attention"]},
     # the same, with Qwen4-Exp's indexed (sparse) attention: its indexer keeps 4 of the 8 prompt keys
     **{a: {"layer_types": ["linear_attention", "indexed_attention"], "indexer_n_heads": 2, "indexer_kv_heads": 1,
            "indexer_head_dim": 16, "indexer_budget": 4, "indexer_compress_ratio": 2}
