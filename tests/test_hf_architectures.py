@@ -28,6 +28,7 @@ from trnsim.testing import hf_coverage  # noqa: E402
     ("mamba", ("forward", "greedy")),
     ("mistral", ("forward", "greedy")),
     ("jamba", ("forward", "greedy")),
+    ("zamba2", ("forward", "greedy")),
 ])
 def test_architecture_matches_cpu(arch, steps):
     result = hf_coverage.check(arch, steps)
@@ -39,6 +40,35 @@ def test_sliding_window_is_exercised():
     """The tiny Mistral's window is shorter than the prompt, so the mask cuts keys."""
     config = hf_coverage.tiny_config("mistral")
     assert config.sliding_window < hf_coverage.PROMPT
+
+
+@pytest.mark.parametrize("arch, config_class", [
+    ("qwen3_5", "Qwen3_5TextConfig"), ("llama4", "Llama4TextConfig"), ("musicgen", "MusicgenDecoderConfig"),
+])
+def test_text_only_causal_lm_of_a_composite_gets_its_text_config(arch, config_class):
+    assert type(hf_coverage.tiny_config(arch)).__name__ == config_class
+
+
+@pytest.mark.parametrize("arch, key, layers", [
+    ("zamba2", "layers_block_type", 2), ("zamba", "layers_block_type", 3), ("lfm2_moe", "layer_types", 2),
+    ("gpt_neo", "attention_layers", 2), ("llama4", "layer_types", 2), ("qwen3_5", "layer_types", 2),
+])
+def test_layer_patterns_match_the_layer_count(arch, key, layers):
+    config = hf_coverage.tiny_config(arch)
+    assert len(getattr(config, key)) == config.num_hidden_layers == layers
+
+
+def test_architecture_sizes_merge_into_sub_configs():
+    """A dict entry of ``_ARCH`` updates the shrunk sub-config instead of replacing it."""
+    attn = hf_coverage.tiny_config("dbrx").attn_config
+    assert (attn.clip_qkv, attn.rope_theta, attn.kv_n_heads) == (8.0, 10000.0, 1)
+    assert hf_coverage.tiny_config("blt").encoder_config.hidden_size_global == 64
+
+
+def test_a_drafter_is_skipped_with_its_reason():
+    result = hf_coverage.check("gemma4_assistant", ("forward",))
+    assert result.status == "skip"
+    assert "drafter" in result.reason and "shared key/value states" in result.reason
 
 
 def test_check_reports_the_op_of_a_failure(monkeypatch):

@@ -55,11 +55,61 @@ _SHRINK: dict[str, Any] = {
     "linear_head_dim": 16, "qk_head_dim": 16, "rotary_dim": 8, "num_kv_shared_layers": 0, "mamba_d_ssm": 128,
 }
 
-# Per-architecture sizes where the generic ones do not fit the model's shape rules.
+# Per-architecture sizes where the generic ones do not fit the model's shape rules; a dict
+# value for a sub-config key is merged into that shrunk sub-config.
 _ARCH: dict[str, dict[str, Any]] = {
     "mamba2": {"num_heads": 8, "head_dim": 16, "n_groups": 1, "expand": 2},
     "deepseek_v2": {"num_experts_per_tok": 2},
     "bamba": {"attn_layer_indices": [1]},
+    # the local encoder and decoder project from the global transformer's width; the hash embeddings are 500k rows
+    "blt": {"encoder_config": {"hidden_size_global": 64}, "decoder_config": {"hidden_size_global": 64},
+            "encoder_hash_byte_group_vocab": 256},
+    # rope per layer type; the default has none for "full_attention"
+    "cohere_compass_text": {"rope_parameters": {"full_attention": {"rope_type": "default", "rope_theta": 10000.0}}},
+    # the attention reads rope_theta and clamps with clip_qkv, neither set by default
+    "dbrx": {"attn_config": {"rope_theta": 10000.0, "clip_qkv": 8.0}},
+    # sizes whose defaults are None (derived from a checkpoint)
+    "dots1": {"n_shared_experts": 1, "n_routed_experts": 4, "num_experts_per_tok": 2},
+    "hunyuan_v1_dense": {"head_dim": 16},
+    "hunyuan_v1_moe": {"head_dim": 16},
+    "ministral": {"head_dim": 16},
+    "nemotron": {"num_key_value_heads": 2},
+    # one sparsity value per layer
+    "gemma3n": {"text_config": {"activation_sparsity_pattern": [0.95, 0.0]}},
+    # (pattern, repeats) expanded to one attention type per layer
+    "gpt_neo": {"attention_types": [[["global", "local"], 1]]},
+    # no default layer pattern; one dense layer, then experts
+    "lfm2_moe": {"layer_types": ["conv", "full_attention"], "num_dense_layers": 1},
+    # one codebook, so a (1, n) prompt is one sequence; generate starts from decoder_start_token_id
+    "musicgen": {"num_codebooks": 1, "decoder_start_token_id": 255},
+    "musicgen_melody": {"num_codebooks": 1, "decoder_start_token_id": 255},
+    # the default pattern leaves two layers without attention, so the cache cannot be sized
+    **{a: {"layer_types": ["linear_attention", "full_attention"]}
+       for a in ("qwen3_5", "qwen3_5_text", "qwen3_5_moe", "qwen3_5_moe_text", "qwen3_next", "granitemoehybrid",
+                 "kimi_linear")},
+    "recurrent_gemma": {"block_types": ["recurrent", "attention"]},
+    # the same, with Qwen4-Exp's indexed (sparse) attention: its indexer keeps 4 of the 8 prompt keys
+    **{a: {"layer_types": ["linear_attention", "indexed_attention"], "indexer_n_heads": 2, "indexer_kv_heads": 1,
+           "indexer_head_dim": 16, "indexer_budget": 4, "indexer_compress_ratio": 2}
+       for a in ("qwen4_exp", "qwen4_exp_text")},
+    # a decoder; the axial position factors multiply to the positions and sum to the width
+    "reformer": {"is_decoder": True, "attn_layers": ["local", "lsh"], "axial_pos_shape": [8, 16],
+                 "axial_pos_embds_dim": [32, 32], "local_attn_chunk_length": 4, "lsh_attn_chunk_length": 4,
+                 "num_buckets": 4},
+    # the language adapter to use for unlabelled input
+    "xmod": {"default_language": "en_XX"},
+    # the layer pattern; Zamba ties its hybrid layers' shared transformer, so it needs two of them
+    "zamba": {"num_hidden_layers": 3, "layers_block_type": ["linear_attention", "hybrid", "hybrid"]},
+    "zamba2": {"layers_block_type": ["linear_attention", "hybrid"]},
+    # ZAYA supports one expert per token only
+    "zaya": {"num_experts_per_tok": 1},
+}
+
+# Architectures whose causal-LM class cannot run alone from token ids, and why.
+_CANNOT: dict[str, str] = {
+    arch: "a speculative-decoding drafter: its forward takes the target Gemma 4 model's input embeddings and "
+          "shared key/value states, not token ids, so it cannot run without that model"
+    for arch in ("gemma4_assistant", "gemma4_unified_assistant")
 }
 
 _TOKEN_IDS = ("bos_token_id", "eos_token_id", "pad_token_id", "decoder_start_token_id", "sep_token_id",
@@ -93,11 +143,25 @@ def architectures() -> list[str]:
 
 def tiny_config(arch: str):
     """The config of ``arch`` with its defaults shrunk to a tiny model (:data:`_SHRINK`,
-    sub-configs too), token ids inside the vocabulary and the eager attention."""
+    sub-configs too, then :data:`_ARCH`), token ids inside the vocabulary and the eager
+    attention. Where the causal-LM class is the text-only model of a composite config
+    (Qwen3.5's, Llama 4's, MusicGen's decoder), it is that class's sub-config."""
     from transformers import AutoConfig
 
     base = AutoConfig.for_model(arch)
-    return _shrunk(type(base), base.to_dict(), arch)
+    cls, defaults = type(base), base.to_dict()
+    want = _causal_lm_class(arch).config_class
+    for key, sub in getattr(cls, "sub_configs", {}).items():
+        if sub is want and isinstance(defaults.get(key), dict):
+            cls, defaults = sub, defaults[key]   # a text-only causal LM of a composite: its text config
+    return _shrunk(cls, defaults, arch)
+
+
+def _causal_lm_class(arch: str):
+    import transformers
+    from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
+
+    return getattr(transformers, MODEL_FOR_CAUSAL_LM_MAPPING_NAMES[arch])
 
 
 def _shrunk(cls, defaults: dict, arch: str):
@@ -112,13 +176,13 @@ def _shrunk(cls, defaults: dict, arch: str):
     return config
 
 
-def _sizes(cls, defaults: dict, arch: str) -> dict:
-    """The keyword arguments that shrink ``cls``'s ``defaults``: sizes, token ids, sub-configs."""
+def _sizes(cls, defaults: dict, arch: str, top: bool = True) -> dict:
+    """The keyword arguments that shrink ``cls``'s ``defaults``: sizes, token ids, sub-configs;
+    ``arch``'s :data:`_ARCH` entries apply to the ``top`` config (a dict value to its sub-config)."""
     sizes = {k: v for k, v in _SHRINK.items() if k in defaults and _same_kind(defaults[k], v)}
     layers = sizes.get("num_hidden_layers", 2)
     sizes.update({k: [v] * layers for k, v in _SHRINK.items()
                   if isinstance(defaults.get(k), list) and all(_same_kind(x, v) for x in defaults[k])})
-    sizes.update(_ARCH.get(arch, {}))
     vocab = sizes.get("vocab_size", defaults.get("vocab_size")) or 256
     ids = [k for k in defaults if k.endswith(("token_id", "token_index")) and k not in _TOKEN_IDS]
     for i, k in enumerate((*_TOKEN_IDS, *ids)):
@@ -134,7 +198,7 @@ def _sizes(cls, defaults: dict, arch: str) -> dict:
 
             sub = type(AutoConfig.for_model(d["model_type"]))   # an AutoConfig slot: the dict names the class
         if isinstance(d, dict) and hasattr(sub, "model_type"):
-            sizes[key] = {**d, **_sizes(sub, d, arch)}
+            sizes[key] = {**d, **_sizes(sub, d, arch, top=False)}
     if "kv_lora_rank" in defaults and "num_key_value_heads" in sizes:
         sizes["num_key_value_heads"] = sizes["num_attention_heads"]   # latent attention: a key per query head
     if "qk_rope_head_dim" in defaults and "head_dim" in sizes:
@@ -146,6 +210,8 @@ def _sizes(cls, defaults: dict, arch: str) -> dict:
             sizes[k] = None   # overrides of layers past the first two
         elif isinstance(v, list) and k.endswith("layer_indices"):
             sizes[k] = [1]    # a hybrid's attention layers: the second of two
+    for k, v in (_ARCH.get(arch, {}) if top else {}).items():
+        sizes[k] = {**sizes[k], **v} if isinstance(v, dict) and isinstance(sizes.get(k), dict) else v
     return sizes
 
 
@@ -163,12 +229,9 @@ def _layers(config) -> int:
 
 def _build(arch: str):
     import torch
-    from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
-
-    import transformers
 
     config = tiny_config(arch)
-    cls = getattr(transformers, MODEL_FOR_CAUSAL_LM_MAPPING_NAMES[arch])
+    cls = _causal_lm_class(arch)
     torch.manual_seed(0)
     model = cls._from_config(config, attn_implementation="eager") if hasattr(cls, "_from_config") else cls(config)
     return model.float().eval()
@@ -178,6 +241,10 @@ def _vocab(model) -> int:
     emb = model.get_input_embeddings()
     n = getattr(emb, "num_embeddings", None) or getattr(model.config, "vocab_size", 256)
     return int(n)
+
+
+class _Unbuildable(Exception):
+    """The architecture cannot run from a tiny config and token ids alone (:data:`_CANNOT`)."""
 
 
 class _Differs(Exception):
@@ -218,6 +285,16 @@ def _generate(model, ids, **kwargs):
 _STEP_ARGS = {"greedy": {"do_sample": False}, "sample": {"do_sample": True, "top_k": 0},
               "static": {"do_sample": False, "cache_implementation": "static"}}
 
+# Generation arguments an architecture's own ``generate`` needs that its default
+# generation config leaves unset.
+_GENERATE_ARGS: dict[str, dict[str, Any]] = {"musicgen": {"num_return_sequences": 1}}
+
+
+def _step(model, ids, arch: str, step: str):
+    if step == "forward":
+        return _logits(model, ids)
+    return _generate(model, ids, **_STEP_ARGS[step], **_GENERATE_ARGS.get(arch, {}))
+
 
 def check(arch: str, steps: tuple[str, ...] = STEPS) -> Result:
     """Build ``arch`` tiny and run ``steps`` on the CPU and on ``neuron``; never raises."""
@@ -226,13 +303,15 @@ def check(arch: str, steps: tuple[str, ...] = STEPS) -> Result:
     t0 = time.perf_counter()
     res = Result(arch, "pass")
     try:
+        if arch in _CANNOT:
+            raise _Unbuildable(_CANNOT[arch])
         cpu = _build(arch)
         gen = torch.Generator().manual_seed(0)
         ids = torch.randint(3, min(_vocab(cpu), 256), (1, PROMPT), generator=gen)
         want = {}
         for step in steps:
             try:
-                want[step] = _logits(cpu, ids) if step == "forward" else _generate(cpu, ids, **_STEP_ARGS[step])
+                want[step] = _step(cpu, ids, arch, step)
             except Exception as e:  # noqa: BLE001 - the CPU cannot run this step: the model has no such path
                 if step == "forward":
                     raise
@@ -250,7 +329,7 @@ def check(arch: str, steps: tuple[str, ...] = STEPS) -> Result:
         return res
     for step in want:
         try:
-            got = _logits(dev, ids_dev) if step == "forward" else _generate(dev, ids_dev, **_STEP_ARGS[step])
+            got = _step(dev, ids_dev, arch, step)
             _compare(step, want[step], got)
             res.steps[step] = "ok"
         except Exception as e:  # noqa: BLE001 - reported per step
