@@ -126,6 +126,14 @@ def test_a_slow_rank_delays_the_collective_and_async_ones_overlap_compute(tmp_pa
         add = [s for s in ops[rank] if s.name.startswith("add") and s.start_ns >= coll[rank][0].end_ns]
         assert mm and mm[0].start_ns < second.end_ns           # the matmul ran during the all-reduce
         assert add and add[-1].start_ns >= second.end_ns - 1e-6   # the add waited for it (ns, float sums)
+    # each collective names the last rank to arrive and how long it kept this one
+    assert [coll[r][0].args["last_rank"] for r in range(2)] == [1, 1]
+    fast_ready = max(s.end_ns for s in ops[0] if s.end_ns <= coll[0][0].start_ns)
+    assert coll[1][0].args["waited_ns"] == 0.0 and coll[0][0].args["waited_ns"] >= coll[0][0].start_ns - fast_ready - 1e-3
+    # and rank 0's critical path says it waited on rank 1 there
+    path = tt.critical_path(job).where(rank=0, track="collectives")
+    assert (path[0]["waited_on"], path[0]["on"]) == ("rank", "rank 1")
+    assert path[0]["idle_ns"] == coll[0][0].args["waited_ns"]
 
 
 def test_timing_fidelity_job_is_deterministic(tmp_path):

@@ -87,10 +87,13 @@ def _op_path(trace: Trace) -> list[dict[str, Any]]:
         else:
             idle = op.start_ns - before.end_ns
             kind = "busy" if idle < PICO else "host"
+        on = before.name if kind == "busy" and before is not None else None
+        if op.track == "collectives" and op.args.get("waited_ns", 0.0) >= PICO:
+            kind, on = "rank", f"rank {op.args['last_rank']}"   # held until the last rank of the group arrived
+            idle = max(idle, op.args["waited_ns"])
         path.append({"op": op.name, "index": None, "track": op.track, "name": op.name, "start_ns": op.start_ns,
-                     "end_ns": op.end_ns, "dur_ns": op.dur_ns, "waited_on": kind,
-                     "on": before.name if kind == "busy" and before is not None else None, "sem": None,
-                     "idle_ns": idle if kind == "host" else 0.0})
+                     "end_ns": op.end_ns, "dur_ns": op.dur_ns, "waited_on": kind, "on": on, "sem": None,
+                     "idle_ns": idle if kind in ("host", "rank") else 0.0})
         mine = []
         while k < len(engines) and engines[k].start_ns < op.end_ns:
             if engines[k].start_ns >= op.start_ns:
@@ -109,7 +112,8 @@ def critical_path(trace_or_run: Any) -> Any:
     profiled op the step belongs to, or None); ``index`` (the instruction's index in
     its Program); ``track``; ``name``; ``start_ns``, ``end_ns``, ``dur_ns``;
     ``waited_on`` (``dma``, ``engine``, ``semaphore``, ``busy``, ``launch``, or for
-    ops ``host``); ``on`` (the index, or op name, it waited on); ``sem`` (the
+    ops ``host``, and for a collective that waited for a slower peer ``rank``);
+    ``on`` (the index, op name, or ``rank N`` it waited on); ``sem`` (the
     semaphore of a wait); ``idle_ns`` (how long its track sat idle before it).
     """
     from trnsim.trace.table import Table

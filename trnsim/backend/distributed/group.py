@@ -125,6 +125,7 @@ class NeuronProcessGroup(dist.ProcessGroup):
         global_ranks = list(options.global_ranks_in_group or [])
         self._global_ranks = tuple(global_ranks) if global_ranks else tuple(range(options.group_size))
         self._calls = 0
+        self._waited: tuple[int, float] | None = None   # the last arrival at this call's meeting, and our wait
         self._peers = faults.Peers(options.store, options.group_rank, options.group_size, self._global_ranks)
         self._timing = timing.GroupTiming(self._global_ranks)
 
@@ -172,7 +173,11 @@ class NeuronProcessGroup(dist.ProcessGroup):
                     f"rank {self._global_ranks[0]} called {_describe(first)} but rank {self._global_ranks[rank]} "
                     f"called {_describe(call)}; every rank of a group must make the same collective calls in "
                     "the same order, with the same dtype and sizes")
-        return max(call[0] for call in calls), calls
+        start = max(call[0] for call in calls)
+        last = max(range(len(calls)), key=lambda r: (calls[r][0], -r))
+        # who this rank waited for, kept for the collective's record (_timed)
+        self._waited = (self._global_ranks[last], (start - mine[0]) / 1000)
+        return start, calls
 
     def _run(self, start: Any) -> Any:
         """Start a gloo operation and wait for it, naming a lost peer if it fails."""
@@ -198,8 +203,12 @@ class NeuronProcessGroup(dist.ProcessGroup):
         # ends; the group ends together, at the latest
         end_ps = self._latest(start_ps + t.ps)
         clocks.occupy(start_ps, end_ps)
-        info = clocks.CollectiveRecord(kind, t.algorithm, nbytes, self._global_ranks, t.bus_gbps, self._name,
-                                       extra or {})
+        extra = dict(extra or {})
+        waited = self._waited
+        if waited is not None:   # set by the _meet of this call: the last rank to arrive, and how long it kept us
+            extra["last_rank"], extra["waited_ns"] = waited
+            self._waited = None
+        info = clocks.CollectiveRecord(kind, t.algorithm, nbytes, self._global_ranks, t.bus_gbps, self._name, extra)
         clocks.record(f"c10d::{kind}", start_ps, end_ps, tuple(tuple(x.shape) for x in tensors),
                       tuple(str(x.dtype).removeprefix("torch.") for x in tensors), info)
         return NeuronWork(tensors, end_ps)
