@@ -55,7 +55,8 @@ class OpTime:
 
 @dataclass(frozen=True)
 class RankTime:
-    """One rank's busy time, collective time and exposed communication (ns)."""
+    """One rank's busy time, collective time, exposed communication, and the time its
+    collectives waited for slower ranks of their groups (ns)."""
 
     rank: int
     name: str
@@ -63,6 +64,7 @@ class RankTime:
     collective_ns: float
     exposed_ns: float
     collectives: int
+    peer_wait_ns: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -157,11 +159,13 @@ class Report:
 
 def _rank_lines(ranks: tuple[RankTime, ...]) -> list[str]:
     width = max([10] + [len(r.name) for r in ranks])
-    lines = [f"{'rank':{width}} {'busy us':>12} {'collective us':>14} {'exposed us':>12} {'collectives':>12}"]
+    lines = [f"{'rank':{width}} {'busy us':>12} {'collective us':>14} {'exposed us':>12} {'collectives':>12} "
+             f"{'waited for ranks us':>20}"]
     for r in ranks:
         lines.append(f"{r.name:{width}} {r.busy_ns / 1e3:12.3f} {r.collective_ns / 1e3:14.3f} "
-                     f"{r.exposed_ns / 1e3:12.3f} {r.collectives:12d}")
-    lines.append("exposed: collective time on the rank that no op of it overlapped")
+                     f"{r.exposed_ns / 1e3:12.3f} {r.collectives:12d} {r.peer_wait_ns / 1e3:20.3f}")
+    lines.append("exposed: collective time on the rank that no op of it overlapped; waited for ranks: time its "
+                 "collectives were held until a slower rank of the group arrived")
     return lines
 
 
@@ -195,8 +199,9 @@ def rank_time(trace: Trace, rank: int = 0) -> RankTime:
     overlap = sum(max(0.0, min(b, d) - max(a, c)) for a, b in coll for c, d in ops)
     coll_ns = sum(b - a for a, b in coll)
     busy = sum(b - a for a, b in _union(ops + coll))
-    return RankTime(rank, trace.process, busy, coll_ns, coll_ns - overlap,
-                    sum(1 for s in trace.slices if s.track == "collectives"))
+    colls = [s for s in trace.slices if s.track == "collectives"]
+    return RankTime(rank, trace.process, busy, coll_ns, coll_ns - overlap, len(colls),
+                    sum(float(s.args.get("waited_ns", 0.0)) for s in colls))
 
 
 def device_span(traces: list[Trace]) -> tuple[float, float]:
