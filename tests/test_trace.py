@@ -93,10 +93,10 @@ def test_timeline_and_busy_plots(tmp_path, small_matmul):
     from trnsim.trace import plot_busy, plot_timeline
 
     trace = trace_from_run(simulate(small_matmul()))
-    ax = plot_timeline(trace, tmp_path / "t.png")
+    ax = plot_timeline(trace, tmp_path / "t.png").axes[0]
     assert [t.get_text() for t in ax.get_yticklabels()][:2] == ["TensorE (matmul)", "TensorE (load stationary)"]
     assert (tmp_path / "t.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
-    ax = plot_busy(trace, tmp_path / "b.png")
+    ax = plot_busy(trace, tmp_path / "b.png").axes[0]
     assert len(ax.patches) == len(trace.tracks())
     assert (tmp_path / "b.png").stat().st_size > 0
 

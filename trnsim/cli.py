@@ -135,12 +135,12 @@ def _report(args: argparse.Namespace) -> int:
         from trnsim.backend.distributed.launch import format_summary, summarize_job
 
         print(format_summary(summarize_job(trace), trace.total_ns))
-        if args.plot is not None:
-            raise TrnSimError(f"{args.trace} is a merged job trace; --plot draws one rank's trace: "
-                              "plot a rank's own trace instead")
-        return 0
-    print(summarize(trace))
+    else:
+        print(summarize(trace))
     if args.plot is not None:
+        import matplotlib
+
+        matplotlib.use("Agg")   # a file, not a window
         plot_timeline(trace, args.plot)
         print(f"timeline       {args.plot}")
     return 0
@@ -254,7 +254,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     report = sub.add_parser("report", help="print the summary of a saved trace")
     report.add_argument("trace", help="a trace written by trnsim")
-    report.add_argument("--plot", metavar="PNG", help="also draw the timeline, one row per engine and DMA queue, to this image")
+    report.add_argument("--plot", metavar="PNG", help="also draw the timeline, one row per engine and DMA queue "
+                                                      "(each rank's, for a job trace), to this image")
     report.set_defaults(func=_report)
 
     run = sub.add_parser("run", help="run a PyTorch or NKI script on the simulated device, print where the time went "

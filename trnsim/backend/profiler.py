@@ -147,7 +147,7 @@ class profile:
 
     def trace(self):
         """The recording as a :class:`trnsim.trace.Trace`."""
-        from trnsim.trace.events import Slice, Trace, _effective_peak, trace_from_run
+        from trnsim.trace.events import Counter, Slice, Trace, _effective_peak, _step_counter, trace_from_run
 
         chip = state.chip()
         runs = [r.cost for r in self.records if r.cost.run is not None]
@@ -182,12 +182,15 @@ class profile:
             at_ns = max(g.host_clock_ps - origin, 0) / 1000  # a compile before the first op marks the start
             tr.slices.append(Slice("compile", f"compile {g.graph_name}", at_ns, 0.0, args))
         tr.meta["origin_ps"] = origin   # the rank's clock at the trace's 0 (merging ranks aligns on it)
+        hbm_spans: list[tuple[float, float, float]] = []
+        occupancy: dict[str, list[tuple[float, float]]] = {"SBUF occupancy": [], "PSUM occupancy": []}
         for r in self.records:
             start_ns = (r.start_ps - origin) / 1000
             if r.cost.source == "collective":
                 tr.slices.append(Slice("collectives", r.name.removeprefix("c10d::"), start_ns,
                                        (r.end_ps - r.start_ps) / 1000, r.info.args()))
                 continue
+            end_ns = (r.end_ps - origin) / 1000
             args = {"shapes": [list(s) for s in r.shapes], "dtypes": list(r.dtypes), "timed_by": r.cost.source}
             if r.cost.kernel:
                 args["kernel"] = r.cost.kernel
@@ -202,17 +205,26 @@ class profile:
                 if r.info["index"] == 0:
                     graph_start = start_ns
                 if r.info["index"] == r.info["kernels"] - 1:
-                    end_ns = (r.end_ps - origin) / 1000
                     tr.slices.append(Slice("graphs", r.info["graph"], graph_start, end_ns - graph_start,
                                            {"kernels": r.info["kernels"]}))
             tr.slices.append(Slice("ops", r.name.removeprefix("aten::"), start_ns, (r.end_ps - r.start_ps) / 1000,
                                    args))
+            if args.get("hbm_bytes"):
+                hbm_spans.append((start_ns, end_ns, args["hbm_bytes"]))
             if self.engines and r.cost.run is not None:
-                for s in trace_from_run(r.cost.run).slices:
+                kernel = trace_from_run(r.cost.run)
+                for s in kernel.slices:
                     if s.start_ns * r.cost.scale <= (r.end_ps - r.start_ps) / 1000:
                         tr.slices.append(Slice(s.track, s.name, start_ns + s.start_ns, s.dur_ns, s.args))
+                for c in kernel.counters:   # one physical core's Program: its cores' shares hold as much each
+                    if c.name in occupancy:
+                        points = [(start_ns + at, v * r.cost.cores) for at, v in c.points if start_ns + at < end_ns]
+                        occupancy[c.name] += points + [(end_ns, 0.0)]
         for reason, t in self.syncs:
             tr.slices.append(Slice("host", reason, (t - origin) / 1000, 0.0, {}))
+        tr.counters.append(_step_counter("HBM traffic", "bytes/s", hbm_spans, per_second=True))
+        if self.engines:
+            tr.counters += [Counter(name, "bytes", points) for name, points in occupancy.items()]
         return tr
 
     def save(self, path: str | os.PathLike) -> Path:

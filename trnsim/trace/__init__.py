@@ -11,14 +11,15 @@ from trnsim.trace.critical import critical_path, waits
 from trnsim.trace.events import Counter, Slice, Trace, trace_from_run
 from trnsim.trace.export import load, save, to_chrome
 from trnsim.trace.job import JobTrace, merge, save_job
-from trnsim.trace.plot import plot_busy, plot_timeline
+from trnsim.trace.plot import (plot_busy, plot_comparison, plot_memory, plot_roofline, plot_timeline,
+                               plot_utilisation)
 from trnsim.trace.table import Table
 from trnsim.trace.tables import Roofline, instructions, kernels, ops, roofline
 from trnsim.trace.usage import utilisation
 
 __all__ = ["Counter", "JobTrace", "Roofline", "Slice", "Summary", "Table", "Trace", "busy_ns", "critical_path",
-           "instructions", "kernels", "load", "merge", "ops", "plot_busy", "plot_timeline", "roofline", "save",
-           "save_job", "summarize", "to_chrome", "trace_from_run", "utilisation", "waits", "write_trace"]
+           "instructions", "kernels", "load", "merge", "ops", "plot_busy", "plot_comparison", "plot_memory",
+           "plot_roofline", "plot_timeline", "plot_utilisation", "roofline", "save", "save_job", "summarize", "to_chrome", "trace_from_run", "utilisation", "waits", "write_trace"]
 
 
 def write_trace(result: Any, path: str | os.PathLike) -> Path:
