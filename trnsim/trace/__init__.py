@@ -19,7 +19,8 @@ from trnsim.trace.usage import utilisation
 
 __all__ = ["Counter", "JobTrace", "Roofline", "Slice", "Summary", "Table", "Trace", "busy_ns", "critical_path",
            "instructions", "kernels", "load", "merge", "ops", "plot_busy", "plot_comparison", "plot_memory",
-           "plot_roofline", "plot_timeline", "plot_utilisation", "roofline", "save", "save_job", "summarize", "to_chrome", "trace_from_run", "utilisation", "waits", "write_trace"]
+           "plot_roofline", "plot_timeline", "plot_utilisation", "roofline", "save", "save_job", "summarize",
+           "to_chrome", "trace_from_run", "utilisation", "waits", "write_trace"]
 
 
 def write_trace(result: Any, path: str | os.PathLike) -> Path:

@@ -7,9 +7,9 @@ import os
 from typing import Any
 
 from trnsim.errors import TrnSimError
-from trnsim.trace.critical import engine_slices, ranks_of
+from trnsim.trace.critical import engine_slices
 from trnsim.trace.events import Counter, Trace, _step_counter, as_trace, track_label
-from trnsim.trace.figure import finish, fmt_ns, new_figure, time_unit
+from trnsim.trace.figure import finish, fmt_ns, new_figure, plot_title, time_unit, total_of, traces_of
 from trnsim.trace.table import Table
 from trnsim.trace.tables import instructions, kernels, ops, roofline
 
@@ -18,15 +18,6 @@ _DTYPES = {"bf16": "bf16", "bfloat16": "bf16", "float16": "bf16", "fp16": "bf16"
            "fp8": "fp8", "float8_e4m3": "fp8", "float8_e5m2": "fp8"}
 _BOUND_COLOURS = {"compute": "#1f77b4", "memory": "#ff7f0e"}
 _LABELLED = 6    # points named on a roofline
-
-
-def _title(pairs: list[tuple[int | None, Trace]], what: str) -> str:
-    meta = pairs[0][1].meta
-    who = meta.get("program", pairs[0][1].process)
-    if pairs[0][0] is not None:
-        who = f"{len(pairs)} ranks, {who} each"
-    total = max((t.total_ns for _, t in pairs), default=0.0)
-    return f"{what}: {who} on {meta.get('chip', '?')}, {fmt_ns(total)}"
 
 
 def _point_name(row: dict[str, Any], by: str) -> str:
@@ -52,7 +43,7 @@ def plot_roofline(trace: Any, path: str | os.PathLike | None = None, *, by: str 
         raise TrnSimError(f"plot_roofline by={by!r}: give one of {', '.join(repr(b) for b in _BY)}")
     if dtype is not None and dtype.removeprefix("torch.") not in _DTYPES:
         raise TrnSimError(f"plot_roofline dtype={dtype!r}: give one of {', '.join(sorted(_DTYPES))}")
-    pairs = ranks_of(trace, "plot_roofline")
+    pairs = traces_of(trace, "plot_roofline")
     source = trace if pairs[0][0] is not None else pairs[0][1]
     roof = roofline(source)
     table: Table = {"ops": ops, "kernels": kernels, "instructions": instructions}[by](source)
@@ -81,8 +72,8 @@ def plot_roofline(trace: Any, path: str | os.PathLike | None = None, *, by: str 
         ax.hlines(peak / 1e12, peak / bw, x_hi, color="black" if bold else "grey", linewidth=1.8 if bold else 0.9,
                   linestyle="-" if bold else ":", label=f"TensorE {cls} {peak / 1e12:,.1f} TFLOP/s")
     ax.axvline(ridge, color="black", linestyle="--", linewidth=0.8)
-    ax.annotate(f"ridge {ridge:,.0f} FLOP/B ({chosen})", (ridge, roof.peak_flops[chosen] / 1e12),
-                xytext=(5, -14), textcoords="offset points", fontsize=8)
+    ax.text(ridge * 1.1, 0.03, f"ridge {ridge:,.0f} FLOP/B ({chosen})", transform=ax.get_xaxis_transform(),
+            rotation=90, va="bottom", fontsize=8)
     edge = x_hi / 1.6   # where a row with FLOPs and no HBM bytes (intensity infinite) sits
 
     def at(r: dict[str, Any]) -> tuple[float, float]:
@@ -98,9 +89,10 @@ def plot_roofline(trace: Any, path: str | os.PathLike | None = None, *, by: str 
                            color=colour, alpha=0.75, edgecolors="black", linewidths=0.5, label=label, zorder=3)
     for r in sorted(rows, key=lambda r: -r["time_ns"])[:_LABELLED]:
         x, y = at(r)
+        away = (30 + 900 * r["share"]) ** 0.5 / 1.7 + 2   # the marker's radius in points, and a gap
         near_edge = x > x_hi / 8
-        ax.annotate(f"{_point_name(r, by)} ({100 * r['share']:.0f}%)", (x, y), xytext=(-9 if near_edge else 9, 5),
-                    textcoords="offset points", ha="right" if near_edge else "left", fontsize=8)
+        ax.annotate(f"{_point_name(r, by)} ({100 * r['share']:.0f}%)", (x, y), xytext=(-away if near_edge else away, 0),
+                    textcoords="offset points", ha="right" if near_edge else "left", va="center", fontsize=8)
     ax.set_xscale("log")
     ax.set_yscale("log")
     ax.set_xlim(x_lo, x_hi)
@@ -113,7 +105,7 @@ def plot_roofline(trace: Any, path: str | os.PathLike | None = None, *, by: str 
     for handle in legend.legend_handles:
         if hasattr(handle, "set_sizes"):
             handle.set_sizes([40])
-    title = _title(pairs, f"Roofline of {roof.chip}, {by}")
+    title = plot_title(pairs, f"Roofline of {roof.chip}, {by}")
     if left_out:
         # instructions overlap in time, so their shares do not add up to a share of the run
         of = "" if by == "instructions" else f" ({100 * sum(r['share'] for r in left_out):.0f}% of the time)"
@@ -153,8 +145,8 @@ def plot_memory(trace: Any, path: str | os.PathLike | None = None, *, width: flo
     a line per rank. Returns the Figure."""
     from trnsim.hw.spec import load_chip
 
-    pairs = ranks_of(trace, "plot_memory")
-    total = max((t.total_ns for _, t in pairs), default=0.0)
+    pairs = traces_of(trace, "plot_memory")
+    total = total_of(pairs)
     scale, unit = time_unit(total)
     fig, (hbm_ax, chip_ax) = new_figure(width, 5.0, 2, ratios=[1.0, 1.0])
     meta = pairs[0][1].meta
@@ -195,7 +187,7 @@ def plot_memory(trace: Any, path: str | os.PathLike | None = None, *, width: flo
         ax.grid(alpha=0.3)
         if ax.get_legend_handles_labels()[0]:
             ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False)
-    fig.suptitle(_title(pairs, "Memory"))
+    fig.suptitle(plot_title(pairs, "Memory"))
     return finish(fig, path)
 
 
@@ -255,7 +247,7 @@ def plot_comparison(a: Any, b: Any, path: str | os.PathLike | None = None, *,
     ax.set_xlabel(f"simulated time ({unit}){' per op' if what_a == 'ops' else ', busy per engine and opcode'}")
     ax.grid(axis="x", alpha=0.3)
     ax.legend(loc="lower right")
-    ratio = f", {total_a / total_b:.2f}x" if total_b else ""
+    ratio = f", {labels[1]}/{labels[0]} {total_b / total_a:.2f}x" if total_a else ""
     ax.set_title(f"{labels[0]}: {fmt_ns(total_a)} vs {labels[1]}: {fmt_ns(total_b)}{ratio} "
                  f"({'time in ops' if what_a == 'ops' else 'run time'}); top {len(names)} {what_a}")
     return finish(fig, path)

@@ -32,6 +32,31 @@ def colour_of(kind: str, spares: dict[str, str]) -> str:
     return spares[kind]
 
 
+def traces_of(trace: Any, what: str) -> list[tuple[int | None, Any]]:
+    """(rank, Trace) pairs to plot: one per rank of a JobTrace; else one, rank None, of
+    anything :func:`trnsim.trace.events.as_trace` takes (``what`` names the caller)."""
+    from trnsim.trace.events import as_trace
+    from trnsim.trace.job import JobTrace
+
+    if isinstance(trace, JobTrace):
+        return list(enumerate(trace.ranks))
+    return [(None, as_trace(trace, what))]
+
+
+def total_of(pairs: list[tuple[int | None, Any]]) -> float:
+    """The run time of the traces ``pairs`` holds, in ns."""
+    return max((t.total_ns for _, t in pairs), default=0.0)
+
+
+def plot_title(pairs: list[tuple[int | None, Any]], what: str) -> str:
+    """``what: program on chip, run time`` (``N ranks, program each`` for a job)."""
+    meta = pairs[0][1].meta
+    who = meta.get("program", pairs[0][1].process)
+    if pairs[0][0] is not None:
+        who = f"{len(pairs)} ranks, {who} each"
+    return f"{what}: {who} on {meta.get('chip', '?')}, {fmt_ns(total_of(pairs))}"
+
+
 def new_figure(width: float, height: float, rows: int = 1, *, sharex: bool = True,
                ratios: list[float] | None = None) -> tuple[Any, list[Any]]:
     """A figure of ``rows`` axes stacked (sharing x), laid out by matplotlib's constrained
@@ -87,5 +112,9 @@ def save_figure(figure: Any, path: str | os.PathLike) -> None:
     fmt = image_format(path)
     if figure.get_layout_engine() is None:
         figure.tight_layout()
-    metadata = {"svg": {"Date": None}, "pdf": {"CreationDate": None}}.get(fmt)   # the same figure, the same bytes
-    write_atomic(path, lambda f: figure.savefig(f, format=fmt, dpi=100, metadata=metadata), binary=True)
+    import matplotlib
+
+    # the same figure, the same bytes: no date, and SVG ids hashed from a fixed salt
+    metadata = {"svg": {"Date": None}, "pdf": {"CreationDate": None}}.get(fmt)
+    with matplotlib.rc_context({"svg.hashsalt": "trnsim"}):
+        write_atomic(path, lambda f: figure.savefig(f, format=fmt, dpi=100, metadata=metadata), binary=True)

@@ -19,9 +19,9 @@ from typing import Any
 
 from trnsim.errors import TrnSimError
 from trnsim.trace.charts import plot_comparison, plot_memory, plot_roofline
-from trnsim.trace.critical import ranks_of
 from trnsim.trace.events import Trace, track_label, track_sort_key
-from trnsim.trace.figure import colour_of, finish, fmt_ns, image_format, new_figure, save_figure, time_unit
+from trnsim.trace.figure import (colour_of, finish, fmt_ns, image_format, new_figure, plot_title, save_figure,
+                                  time_unit, total_of, traces_of)
 from trnsim.trace.usage import utilisation
 
 __all__ = ["image_format", "plot_busy", "plot_comparison", "plot_memory", "plot_roofline", "plot_timeline",
@@ -35,28 +35,6 @@ _ROW_IN = 0.24          # inches per row
 _MAX_NAMES = 80         # op names written on a timeline at most
 
 
-def _pairs(trace: Any, what: str) -> list[tuple[int | None, Trace]]:
-    from trnsim.trace.job import JobTrace
-
-    if not isinstance(trace, (JobTrace, list)):
-        from trnsim.trace.events import as_trace
-
-        return [(None, as_trace(trace, what))]
-    return ranks_of(trace, what)
-
-
-def _total(pairs: list[tuple[int | None, Trace]]) -> float:
-    return max((t.total_ns for _, t in pairs), default=0.0)
-
-
-def _title(pairs: list[tuple[int | None, Trace]], what: str) -> str:
-    meta = pairs[0][1].meta
-    who = meta.get("program", pairs[0][1].process)
-    if pairs[0][0] is not None:
-        who = f"{len(pairs)} ranks, {who} each"
-    return f"{what}: {who} on {meta.get('chip', '?')}, {fmt_ns(_total(pairs))}"
-
-
 def _number(v: Any) -> bool:
     return isinstance(v, (int, float)) and not isinstance(v, bool)
 
@@ -68,12 +46,12 @@ def _window(total: float, start_ns: Any, end_ns: Any) -> tuple[float, float]:
         return 0.0, max(total, 1.0)      # an empty trace gets a 1 ns axis, not a singular one
     start = 0.0 if start_ns is None else start_ns
     end = max(total, 1.0) if end_ns is None else end_ns
+    if _number(start) and start >= max(total, 1.0):
+        raise TrnSimError(f"plot_timeline window start_ns={start_ns!r} starts after the trace ends at {total:g} ns; "
+                          f"give a start_ns below {total:g}")
     if not (_number(start) and _number(end)) or not 0 <= start < end < float("inf"):
         raise TrnSimError(f"plot_timeline window start_ns={start_ns!r} end_ns={end_ns!r}: give finite numbers "
                           f"with 0 <= start_ns < end_ns (the trace ends at {total:g} ns)")
-    if start >= max(total, 1.0):
-        raise TrnSimError(f"plot_timeline window start_ns={start_ns!r} starts after the trace ends at {total:g} ns; "
-                          f"give a start_ns below {total:g}")
     return float(start), float(end)
 
 
@@ -125,12 +103,13 @@ def plot_timeline(trace: Any, path: str | os.PathLike | None = None, *, start_ns
     rows for its PyTorch ops (named where wide enough), compiled graphs and collectives;
     a JobTrace draws each rank's rows, labelled ``rank N`` on the right, with its
     collectives shaded across them (``ranks`` picks some). ``start_ns``/``end_ns`` zoom
-    to a window; ``op`` (``"aten::mm"``, or an index in time order) zooms to its first run.
+    to a window; ``op`` (``"aten::mm"``, or an index in time order) zooms to its first run;
+    a zoomed view keeps the rows with work in it.
     The x axis is in ns, us or ms by the window's span. Returns the Figure."""
-    pairs = _pairs(trace, "plot_timeline")
+    pairs = traces_of(trace, "plot_timeline")
     if ranks is not None:
         pairs = _pick(pairs, ranks)
-    total = _total(pairs)
+    total = total_of(pairs)
     zoom = ""
     if op is not None:
         if start_ns is not None or end_ns is not None:
@@ -143,6 +122,9 @@ def plot_timeline(trace: Any, path: str | os.PathLike | None = None, *, start_ns
         if start_ns is not None or end_ns is not None:
             zoom = "window"
     rows = _rows(pairs)
+    if zoom:   # a zoomed view keeps the rows with work in its window
+        used = {(rank, s.track) for rank, t in pairs for s in t.slices if s.end_ns > lo and s.start_ns < hi}
+        rows = [row for row in rows if row in used] or rows
     scale, unit = time_unit(hi - lo)
     fig, (ax,) = new_figure(width, max(2.6, _ROW_IN * len(rows) + 1.9))
     y, entries = _draw_rows(ax, pairs, rows, lo, hi, scale, width)
@@ -154,7 +136,7 @@ def plot_timeline(trace: Any, path: str | os.PathLike | None = None, *, start_ns
     ax.set_axisbelow(True)
     if pairs[0][0] is not None:
         _rank_labels(ax, rows, y)
-    title = _title(pairs, "Timeline")
+    title = plot_title(pairs, "Timeline")
     if zoom:
         title += f"; {zoom} {lo / scale:,.2f}-{hi / scale:,.2f} {unit}"
     ax.set_title(title)
@@ -264,8 +246,8 @@ def plot_utilisation(trace: Any, path: str | os.PathLike | None = None, *, bucke
     """Each engine's busy share over time, in buckets ``bucket_ns`` wide (default: the
     run in 50), as steps from 0 to 100 %; the DMA queues as one line, their mean. A
     JobTrace gets an axes per rank. From :func:`trnsim.trace.utilisation`. Returns the Figure."""
-    pairs = _pairs(trace, "plot_utilisation")
-    total = _total(pairs)
+    pairs = traces_of(trace, "plot_utilisation")
+    total = total_of(pairs)
     if bucket_ns is None and total > 0:
         bucket_ns = total / 50
     table = utilisation(trace if pairs[0][0] is not None else pairs[0][1], bucket_ns)
@@ -273,7 +255,7 @@ def plot_utilisation(trace: Any, path: str | os.PathLike | None = None, *, bucke
     engines = [c for c in tracks if not c.startswith("dma.q")]
     queues = [c for c in tracks if c.startswith("dma.q")]
     scale, unit = time_unit(total)
-    fig, axes = new_figure(width, 0.6 + 2.3 * len(pairs), len(pairs))
+    fig, axes = new_figure(width, 1.1 + 2.3 * len(pairs), len(pairs))
     for ax, (rank, _) in zip(axes, pairs):
         rows = [r for r in table if r.get("rank") == rank]
         edges = [r["start_ns"] / scale for r in rows] + [rows[-1]["end_ns"] / scale] if rows else [0.0, 1.0]
@@ -295,15 +277,15 @@ def plot_utilisation(trace: Any, path: str | os.PathLike | None = None, *, bucke
             ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False)
     axes[-1].set_xlabel(f"simulated time ({unit})")
     width_ns = table[0]["end_ns"] - table[0]["start_ns"] if len(table) else total
-    fig.suptitle(_title(pairs, "Engine utilisation") + f"; buckets of {fmt_ns(width_ns)}")
+    fig.suptitle(plot_title(pairs, "Engine utilisation") + f"; buckets of {fmt_ns(width_ns)}")
     return finish(fig, path)
 
 
 def plot_busy(trace: Any, path: str | os.PathLike | None = None) -> Any:
     """A bar per engine and DMA queue (per rank, for a JobTrace): the share of the run
     it was busy. Returns the Figure."""
-    pairs = _pairs(trace, "plot_busy")
-    total = _total(pairs)
+    pairs = traces_of(trace, "plot_busy")
+    total = total_of(pairs)
     table = utilisation(trace if pairs[0][0] is not None else pairs[0][1], total or None)
     tracks = [c for c in table.columns if c not in ("rank", "start_ns", "end_ns")]
     labels, values = [], []
@@ -319,5 +301,5 @@ def plot_busy(trace: Any, path: str | os.PathLike | None = None) -> Any:
     ax.set_xlim(0, 100)
     ax.set_xlabel("busy (% of simulated time)")
     ax.grid(axis="x", alpha=0.3)
-    ax.set_title(_title(pairs, "Busy"))
+    ax.set_title(plot_title(pairs, "Busy"))
     return finish(fig, path)
