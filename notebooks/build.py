@@ -472,6 +472,23 @@ def execute(nb: nbformat.NotebookNode) -> None:
                    resources={"metadata": {"path": str(HERE)}}).execute()
 
 
+def join_streams(nb: nbformat.NotebookNode) -> None:
+    """Join each cell's consecutive outputs to one stream into one output: how a stream
+    is cut into messages depends on host timing, and a rebuild should change nothing."""
+    for cell in nb.cells:
+        if cell.cell_type != "code":
+            continue
+        joined: list = []
+        for out in cell.outputs:
+            last = joined[-1] if joined else None
+            if (out.output_type == "stream" and last is not None and last.output_type == "stream"
+                    and last.name == out.name):
+                last.text += out.text
+            else:
+                joined.append(out)
+        cell.outputs = joined
+
+
 def main(prefixes: list[str]) -> None:
     for name, cells in NOTEBOOKS.items():
         if prefixes and not any(name.startswith(p) for p in prefixes):
@@ -479,6 +496,7 @@ def main(prefixes: list[str]) -> None:
         nb = notebook(cells)
         start = time.perf_counter()
         execute(nb)
+        join_streams(nb)
         path = HERE / f"{name}.ipynb"
         nbformat.write(nb, path)
         print(f"{path.name}: executed in {time.perf_counter() - start:.0f} s, {path.stat().st_size / 1024:.0f} KiB")
