@@ -292,7 +292,8 @@ for name, r in steps.items():
           f"{r.hbm_bytes / 2**20:8.2f}")"""),
     ("md", """\
 Busy time per engine and opcode, the first step against the last: the same TensorE
-matmul time in both, and a tenth of the time on each DMA queue."""),
+matmul time in both, a tenth of the time on each DMA queue, and VectorE's additions of
+the partial sums into the SBUF output block, which steps 4 and 5 add."""),
     ("code", "tt.plot_comparison(steps[\"1 basic\"].trace, final.trace, labels=(\"1 basic\", \"5 tuned\"), top=14)"),
     ("md", """\
 ## The values
