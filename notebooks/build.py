@@ -22,15 +22,17 @@ from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook
 HERE = Path(__file__).resolve().parent
 CELL_TIMEOUT_S = 600
 
-SETUP = """\
-%matplotlib inline
+
+def setup(*modules: str) -> str:
+    """The first code cell: inline figures, ``modules`` imported, the traces' folder made."""
+    imports = "".join(f"import {m}\n" for m in modules)
+    return f"""%matplotlib inline
 from pathlib import Path
 
-import torch
-import trnsim
-from trnsim import trace as tt
+{imports}from trnsim import trace as tt
 
 Path("out").mkdir(exist_ok=True)"""
+
 
 QUICKSTART = [
     ("md", """\
@@ -40,7 +42,7 @@ trnsim adds a PyTorch device, `neuron`, whose ops run on a simulated NeuronCore 
 default). Every op computes its real values and gets a simulated time on the chip's
 engines (TensorE, VectorE, ScalarE, GpSimd) and DMA queues. `trnsim.profile` records
 those times as a trace; `trnsim.trace` reads it back as tables and plots."""),
-    ("code", SETUP),
+    ("code", setup("torch", "trnsim")),
     ("md", """\
 ## Run and record
 
@@ -110,7 +112,7 @@ LLAMA = [
 SwiGLU MLP; random weights) runs its forward pass on `neuron` twice: eagerly, one
 kernel launch per PyTorch op, and under `torch.compile(backend="neuron")`, where the
 graph's ops are fused into fewer kernels launched as one graph."""),
-    ("code", SETUP),
+    ("code", setup("torch", "trnsim")),
     ("code", """\
 from trnsim.tinyllama import TinyLlama
 
@@ -221,7 +223,7 @@ engine instructions, times them and reports the latency, the share of TensorE's 
 peak and the trace, whose timeline shows what bounds the step. The steps follow the
 NKI matmul tutorial: `matmul_basic` and `matmul_optimized` are
 `trnsim/kernels/matmul.py`, the two between are written here."""),
-    ("code", SETUP),
+    ("code", setup("torch")),
     ("code", MATMUL_KERNELS),
     ("code", """\
 K, M, N = 2048, 1024, 1024
@@ -319,7 +321,7 @@ its SwiGLU MLP, and `kernelize(model, device="neuron")` puts them into a transfo
 `LlamaForCausalLM` (a tiny one, random weights from a config: nothing is downloaded).
 Each kernel runs on the simulated NeuronCore as one op in place of the layer's
 several."""),
-    ("code", SETUP),
+    ("code", setup("torch", "trnsim")),
     ("code", """\
 import logging
 import os
@@ -397,7 +399,7 @@ before each block runs, gradients reduce-scattered after backward). `trnsim run
 --nproc 4` launches it with torchrun on four simulated NeuronCores of one trn2 chip;
 the collectives move real data and are timed on the simulated NeuronLink fabric, and
 every rank's trace is merged onto one clock."""),
-    ("code", SETUP),
+    ("code", setup()),
     ("code", "print(Path(\"tp_fsdp.py\").read_text())"),
     ("code", "!OMP_NUM_THREADS=1 trnsim run --nproc 4 --trace out/job.json tp_fsdp.py"),
     ("md", """\
