@@ -111,6 +111,9 @@ def test_timeline_of_a_profile_has_its_ops_on_top_and_zooms_to_an_op(eager: T.Tr
         assert ax.get_xlim() == pytest.approx((gelu.start_ns / 1000, gelu.end_ns / 1000))
         assert ax.get_xlabel() == "simulated time (us)"
         assert "gelu" in ax.get_title()
+    total = next(s for s in _ops(eager) if s.name == "sum.dim_IntList")
+    assert T.plot_timeline(eager, op="aten::sum").axes[0].get_xlim() == pytest.approx((total.start_ns / 1000,
+                                                                                        total.end_ns / 1000))
 
 
 def test_timeline_of_many_slices_draws_a_collection_per_row_and_kind() -> None:
@@ -146,6 +149,7 @@ def test_timeline_of_a_job_groups_each_ranks_rows(job: Path, tmp_path: Path) -> 
     ({"start_ns": 5e9}, ["start_ns=5000000000.0", "start_ns below"]),
     ({"op": "gelu", "start_ns": 0}, ["op='gelu'", "one or the other"]),
     ({"ranks": [0]}, ["ranks=[0]", "leave ranks out"]),
+    ({"width": 0}, ["width=0", "inches"]),
 ])
 def test_timeline_refuses_what_it_cannot_zoom_to(eager: T.Trace, kwargs: dict, fragments: list[str]) -> None:
     with pytest.raises(TrnSimError) as err:
@@ -214,6 +218,7 @@ def test_roofline_of_a_kernel_by_kernel_and_by_instruction(kernel: T.Trace) -> N
         T.plot_roofline(kernel, by="op")
     with pytest.raises(TrnSimError, match="dtype='int4'.*bf16"):
         T.plot_roofline(kernel, dtype="int4")
+    assert any(t.get_text().endswith("(bf16)") for t in T.plot_roofline(kernel, dtype=torch.bfloat16).axes[0].texts)
 
 
 # -- memory ------------------------------------------------------------------------------

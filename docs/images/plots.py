@@ -46,7 +46,7 @@ def main() -> None:
     eager = profile(model, x)
     compiled = profile(torch.compile(model, backend="neuron"), x)
     T.plot_timeline(eager, HERE / "timeline.png")
-    T.plot_timeline(eager, HERE / "timeline_op.png", op="aten::_softmax")
+    T.plot_timeline(eager, HERE / "timeline_op.png", op="aten::softmax")
     T.plot_utilisation(eager, HERE / "utilisation.png")
     T.plot_roofline(eager, HERE / "roofline.png")
     T.plot_memory(eager, HERE / "memory.png")

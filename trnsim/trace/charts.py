@@ -41,7 +41,7 @@ def plot_roofline(trace: Any, path: str | os.PathLike | None = None, *, by: str 
     A Program's trace (no ops) shows its kernel. Returns the Figure."""
     if by not in _BY:
         raise TrnSimError(f"plot_roofline by={by!r}: give one of {', '.join(repr(b) for b in _BY)}")
-    if dtype is not None and dtype.removeprefix("torch.") not in _DTYPES:
+    if dtype is not None and str(dtype).removeprefix("torch.") not in _DTYPES:
         raise TrnSimError(f"plot_roofline dtype={dtype!r}: give one of {', '.join(sorted(_DTYPES))}")
     pairs = traces_of(trace, "plot_roofline")
     source = trace if pairs[0][0] is not None else pairs[0][1]
@@ -49,7 +49,7 @@ def plot_roofline(trace: Any, path: str | os.PathLike | None = None, *, by: str 
     table: Table = {"ops": ops, "kernels": kernels, "instructions": instructions}[by](source)
     if by == "ops" and not len(table):
         by, table = "kernels", kernels(source)
-    rows = [r for r in table if r["flops"] and r["flops_per_s"]]
+    rows = [r for r in table if r["flops"] and r["flops_per_s"] and r["intensity"] is not None]
     left_out = [r for r in table if r not in rows]
     if dtype is None:
         time_by: dict[str, float] = {}
@@ -58,7 +58,7 @@ def plot_roofline(trace: Any, path: str | os.PathLike | None = None, *, by: str 
             time_by[cls] = time_by.get(cls, 0.0) + r["time_ns"]
         chosen = max(time_by, key=lambda c: time_by[c]) if time_by else "bf16"
     else:
-        chosen = _DTYPES[dtype.removeprefix("torch.")]
+        chosen = _DTYPES[str(dtype).removeprefix("torch.")]
     fig, (ax,) = new_figure(10.0, 5.2)
     finite = [r["intensity"] for r in rows if r["intensity"] != float("inf")]
     ridge = roof.peak_flops[chosen] / roof.hbm_bytes_per_s
@@ -150,7 +150,8 @@ def plot_memory(trace: Any, path: str | os.PathLike | None = None, *, width: flo
     scale, unit = time_unit(total)
     fig, (hbm_ax, chip_ax) = new_figure(width, 5.0, 2, ratios=[1.0, 1.0])
     meta = pairs[0][1].meta
-    chip = load_chip(meta["chip"]) if meta.get("chip") else None
+    source = meta.get("chip_source")
+    chip = load_chip(source if source and os.path.exists(source) else meta["chip"]) if meta.get("chip") else None
     cores = chip.logical_core_size if chip is not None and meta.get("eager") else 1
     capacity = {} if chip is None else {
         "SBUF": chip.sbuf.partitions * chip.sbuf.partition_bytes * cores,
@@ -243,10 +244,10 @@ def plot_comparison(a: Any, b: Any, path: str | os.PathLike | None = None, *,
         ax.barh([y + offset for y in ys], [times.get(n, 0.0) / scale for n in names], height=0.38, color=colour,
                 label=label)
     ax.set_yticks(list(ys), names)
-    ax.set_ylim(len(names) - 0.5, -0.5)
+    ax.set_ylim(max(len(names), 1) - 0.5, -0.5)
     ax.set_xlabel(f"simulated time ({unit}){' per op' if what_a == 'ops' else ', busy per engine and opcode'}")
     ax.grid(axis="x", alpha=0.3)
-    ax.legend(loc="lower right")
+    ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False)
     ratio = f", {labels[1]}/{labels[0]} {total_b / total_a:.2f}x" if total_a else ""
     ax.set_title(f"{labels[0]}: {fmt_ns(total_a)} vs {labels[1]}: {fmt_ns(total_b)}{ratio} "
                  f"({'time in ops' if what_a == 'ops' else 'run time'}); top {len(names)} {what_a}")

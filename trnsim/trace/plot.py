@@ -20,8 +20,8 @@ from typing import Any
 from trnsim.errors import TrnSimError
 from trnsim.trace.charts import plot_comparison, plot_memory, plot_roofline
 from trnsim.trace.events import Trace, track_label, track_sort_key
-from trnsim.trace.figure import (colour_of, finish, fmt_ns, image_format, new_figure, plot_title, save_figure,
-                                  time_unit, total_of, traces_of)
+from trnsim.trace.figure import (KIND_COLOURS, colour_of, finish, fmt_ns, image_format, new_figure, plot_title,
+                                  save_figure, time_unit, total_of, traces_of)
 from trnsim.trace.usage import utilisation
 
 __all__ = ["image_format", "plot_busy", "plot_comparison", "plot_memory", "plot_roofline", "plot_timeline",
@@ -57,7 +57,8 @@ def _window(total: float, start_ns: Any, end_ns: Any) -> tuple[float, float]:
 
 def _op_window(pairs: list[tuple[int | None, Trace]], op: Any) -> tuple[float, float, str]:
     """The window of the first run of ``op`` (a name, with or without ``aten::``, or an
-    index into the ops in time order) in the first rank that ran it."""
+    index into the ops in time order) in the first rank that ran it. A name no op has
+    exactly finds its overloads and underscored twins (``aten::sum``: ``sum.dim_IntList``)."""
     ops = [sorted((s for s in t.slices if s.track == "ops"), key=lambda s: s.start_ns) for _, t in pairs]
     if not any(ops):
         raise TrnSimError(f"op={op!r}: this trace has no PyTorch ops (it is not a trnsim.profile trace); zoom with "
@@ -72,10 +73,13 @@ def _op_window(pairs: list[tuple[int | None, Trace]], op: Any) -> tuple[float, f
     if not isinstance(op, str):
         raise TrnSimError(f"op={op!r:.60} must be an op's name (such as 'aten::mm') or its index in time order")
     name = op.removeprefix("aten::")
-    for each in ops:
-        for s in each:
-            if s.name == name:
-                return s.start_ns, s.end_ns, f"op {s.name}"
+    base = name.split(".")[0].lstrip("_")
+    # the exact name first; then its overloads and private twins (sum: sum.dim_IntList; softmax: _softmax)
+    for same in (lambda n: n == name, lambda n: n.split(".")[0].lstrip("_") == base):
+        for each in ops:
+            for s in each:
+                if same(s.name):
+                    return s.start_ns, s.end_ns, f"op {s.name}"
     names = sorted({s.name for each in ops for s in each})
     raise TrnSimError(f"op={op!r}: no op of that name ran in this trace; give one of {', '.join(names[:12])}"
                       f"{', ...' if len(names) > 12 else ''} (with or without 'aten::'), or an op index")
@@ -107,6 +111,8 @@ def plot_timeline(trace: Any, path: str | os.PathLike | None = None, *, start_ns
     a zoomed view keeps the rows with work in it.
     The x axis is in ns, us or ms by the window's span. Returns the Figure."""
     pairs = traces_of(trace, "plot_timeline")
+    if not (_number(width) and 4 <= width <= 100):
+        raise TrnSimError(f"plot_timeline width={width!r}: give the figure's width in inches, 4 to 100")
     if ranks is not None:
         pairs = _pick(pairs, ranks)
     total = total_of(pairs)
@@ -138,7 +144,8 @@ def plot_timeline(trace: Any, path: str | os.PathLike | None = None, *, start_ns
         _rank_labels(ax, rows, y)
     title = plot_title(pairs, "Timeline")
     if zoom:
-        title += f"; {zoom} {lo / scale:,.2f}-{hi / scale:,.2f} {unit}"
+        digits = 0 if unit == "ns" else 2
+        title += f"; {zoom} {lo / scale:,.{digits}f}-{hi / scale:,.{digits}f} {unit}"
     ax.set_title(title)
     _legend(fig, entries)
     return finish(fig, path)
@@ -216,8 +223,6 @@ def _legend(fig: Any, entries: dict[str, str]) -> None:
     a fixed order (those no fixed colour names after, by name)."""
     from matplotlib.patches import Patch
 
-    from trnsim.trace.figure import KIND_COLOURS
-
     fixed = [label for label, _ in _OVERVIEW.values()] + list(KIND_COLOURS)
     labels = sorted(entries, key=lambda label: (fixed.index(label) if label in fixed else len(fixed), label))
     if labels:
@@ -268,7 +273,7 @@ def plot_utilisation(trace: Any, path: str | os.PathLike | None = None, *, bucke
                 ax.stairs(values, edges, label=label, linewidth=1.4, color=f"C{k}",
                           linestyle="--" if label.startswith("DMA") else "-")
         ax.set_ylim(0, 105)
-        ax.set_xlim(edges[0], edges[-1])
+        ax.set_xlim(edges[0], max(edges[-1], edges[0] + 1.0))   # an empty trace: a 1 ns axis
         ax.set_ylabel("busy (%)")
         ax.grid(alpha=0.3)
         if rank is not None:
@@ -297,7 +302,7 @@ def plot_busy(trace: Any, path: str | os.PathLike | None = None) -> Any:
     fig, (ax,) = new_figure(8.0, 0.9 + 0.22 * max(len(labels), 3))
     ax.barh(range(len(labels)), values, color="#1f77b4")
     ax.set_yticks(range(len(labels)), labels)
-    ax.set_ylim(len(labels) - 0.5, -0.5)
+    ax.set_ylim(max(len(labels), 1) - 0.5, -0.5)
     ax.set_xlim(0, 100)
     ax.set_xlabel("busy (% of simulated time)")
     ax.grid(axis="x", alpha=0.3)
