@@ -1,6 +1,7 @@
 """Every notebook in notebooks/ runs to its end with nbclient, as committed, on a copy of
-the folder in a temporary directory (so its traces go there); and the committed
-notebooks hold the outputs of a run, figures included, at a size a repository page shows."""
+the folder in a temporary directory (so its traces go there), and prints what the
+committed notebook shows; the committed notebooks hold the outputs of a run, figures
+included, at a size a repository page shows. ``python notebooks/build.py`` writes them."""
 
 from __future__ import annotations
 
@@ -61,6 +62,7 @@ def test_notebook_runs(path, tmp_path, monkeypatch):
     monkeypatch.setenv("PYTHONPATH", os.pathsep.join(p for p in (str(REPO), os.environ.get("PYTHONPATH")) if p))
     monkeypatch.setenv("PATH", os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")]))
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    committed = nbformat.read(path, as_version=4)
     nb = nbformat.read(path, as_version=4)
     for cell in nb.cells:
         if cell.cell_type == "code":
@@ -69,3 +71,13 @@ def test_notebook_runs(path, tmp_path, monkeypatch):
     NotebookClient(nb, timeout=CELL_TIMEOUT_S, kernel_name="python3",
                    resources={"metadata": {"path": str(work)}}).execute()
     assert any("image/png" in o.get("data", {}) for c in nb.cells if c.cell_type == "code" for o in c.outputs)
+    # simulated times are deterministic: the committed text is what a run prints today
+    for i, (old, new) in enumerate(zip(committed.cells, nb.cells)):
+        if new.cell_type == "code" and _printed(old) != _printed(new):
+            pytest.fail(f"{path.name} cell {i} prints\n{_printed(new)}\nnot the committed\n{_printed(old)}\n"
+                        f"run `python notebooks/build.py {path.stem}`, check its text, and commit it")
+
+
+def _printed(cell) -> str:
+    """What a code cell printed to stdout, as one string (messages cut where the host's timing fell)."""
+    return "".join(o.text for o in cell.outputs if o.output_type == "stream" and o.name == "stdout")
