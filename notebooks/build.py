@@ -401,6 +401,10 @@ the collectives move real data and are timed on the simulated NeuronLink fabric,
 every rank's trace is merged onto one clock."""),
     ("code", setup()),
     ("code", "print(Path(\"tp_fsdp.py\").read_text())"),
+    ("md", """\
+Run it on four ranks, writing the merged trace to `out/job.json` (`OMP_NUM_THREADS=1`
+is torchrun's own default for each rank, set here so that torchrun does not print a
+notice about it):"""),
     ("code", "!OMP_NUM_THREADS=1 trnsim run --nproc 4 --trace out/job.json tp_fsdp.py"),
     ("md", """\
 Rank 0 prints the loss of each step. The table below it is per rank: the device's
