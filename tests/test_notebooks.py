@@ -33,7 +33,7 @@ def _missing(modules: tuple[str, ...]) -> str | None:
 
 
 def test_the_notebooks_are_there():
-    assert [p.stem for p in NOTEBOOKS] == EXPECTED
+    assert set(EXPECTED) <= {p.stem for p in NOTEBOOKS}
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
