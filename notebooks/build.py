@@ -405,11 +405,12 @@ every rank's trace is merged onto one clock."""),
 Run it on four ranks, writing the merged trace to `out/job.json` (`OMP_NUM_THREADS=1`
 is torchrun's own default for each rank, set here so that torchrun does not print a
 notice about it):"""),
-    ("code", "!OMP_NUM_THREADS=1 trnsim run --nproc 4 --trace out/job.json tp_fsdp.py"),
+    ("code", "!TRNSIM_PROGRESS=0 OMP_NUM_THREADS=1 trnsim run --nproc 4 --trace out/job.json tp_fsdp.py"),
     ("md", """\
-Rank 0 prints the loss of each step. The table below it is per rank: the device's
-busy time, the time in collectives and the part of that no op overlapped
-(`exposed`). Each rank's device is busy for 1,427 of the job's 2,752 simulated us;
+Rank 0 prints the loss of each step; then `trnsim run` prints the job's summary
+(`TRNSIM_PROGRESS=0` keeps its progress line out of the notebook). Its last table is
+per rank: the device's busy time, the time in collectives, the part of that no op
+overlapped (`exposed`) and the time collectives waited for a slower rank. Each rank's device is busy for 1,427 of the job's 2,752 simulated us;
 the rest it waits for the host to issue the next op, as eager PyTorch issues one op
 at a time. Its 30 collectives take 96 us, all exposed: the ops after a collective
 need its result. The merged trace loads as a `JobTrace`, one `Trace` per rank:"""),

@@ -134,6 +134,20 @@ def test_progress_shows_on_a_terminal_only():
     assert text.startswith("\r\x1b[K") and "ops simulated" in text and text.endswith("\r\x1b[K")
 
 
+def test_progress_can_be_turned_off_on_a_terminal(monkeypatch):
+    from trnsim.backend.progress import Progress
+
+    class Tty(io.StringIO):
+        def isatty(self) -> bool:
+            return True
+
+    monkeypatch.setenv("TRNSIM_PROGRESS", "0")
+    tty = Tty()
+    with Progress(tty, interval_s=0.001) as p:
+        assert not p.active
+    assert tty.getvalue() == "" and p.shown == 0
+
+
 def test_progress_on_a_pty_and_its_absence_in_a_pipe(tmp_path):
     script = tmp_path / "slow.py"
     script.write_text("import time, torch\n"

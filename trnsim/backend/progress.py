@@ -3,11 +3,14 @@
 ``with Progress():`` shows one status line on standard error, rewritten in place a few
 times a second (host time paces the updates, never the simulation), and clears it at
 the end. It shows nothing when standard error is not a terminal (piped, redirected,
-captured), so logs and pipes see only what the script itself prints.
+captured), so logs and pipes see only what the script itself prints, nor when
+``TRNSIM_PROGRESS=0`` is set (a terminal that records its output, such as a notebook's
+``!`` command, which runs in a pseudo-terminal).
 """
 
 from __future__ import annotations
 
+import os
 import sys
 import threading
 from typing import Any, TextIO
@@ -34,7 +37,10 @@ class Progress:
 
     @property
     def active(self) -> bool:
-        """Whether the line is shown: the stream is a terminal."""
+        """Whether the line is shown: the stream is a terminal and ``TRNSIM_PROGRESS``
+        is not ``0``."""
+        if os.environ.get("TRNSIM_PROGRESS", "1").strip() == "0":
+            return False
         isatty = getattr(self.stream, "isatty", None)
         return bool(isatty and isatty())
 
