@@ -15,6 +15,7 @@ from torch.distributed.fsdp import fully_shard
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 from trnsim.tinyllama import TinyLlama, causal_lm_loss
+from _check import close
 
 VOCAB, SEQ, GLOBAL_B, STEPS = 512, 16, 4, 3
 
@@ -37,11 +38,6 @@ def data_parallel_losses(model, data, rank, world):
     for loss in losses:
         dist.all_reduce(loss, op=dist.ReduceOp.AVG)
     return [x.item() for x in losses]
-
-
-def close(name, got, want):
-    if any(abs(a - b) > 1e-5 for a, b in zip(got, want)):
-        raise SystemExit(f"rank {dist.get_rank()}: {name}: {got} != one process {want}")
 
 
 def main():

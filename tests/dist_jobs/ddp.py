@@ -12,6 +12,7 @@ import torch
 import torch.distributed as dist
 import torch.nn.functional as F
 from torch.nn.parallel import DistributedDataParallel as DDP
+from _check import close
 
 D, H, GLOBAL_B, STEPS = 16, 32, 8, 5
 
@@ -54,8 +55,7 @@ def main():
         local = step(ddp, opt, x.chunk(world)[rank].to(device), y.chunk(world)[rank].to(device)).detach()
         dist.all_reduce(local, op=dist.ReduceOp.AVG)
         got.append(local.item())
-    if any(abs(a - b) > 1e-5 for a, b in zip(got, want)):
-        raise SystemExit(f"rank {rank}: DDP losses {got} != one process {want}")
+    close("DDP losses", got, want)
     for (name, p), q in zip(ddp.module.named_parameters(), ref.parameters()):
         if not torch.allclose(p.detach().cpu(), q.detach().cpu(), rtol=0, atol=1e-5):
             raise SystemExit(f"rank {rank}: parameter {name} differs from one process")

@@ -22,6 +22,7 @@ from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 
 from trnsim.tinyllama import TinyLlama, causal_lm_loss
+from _check import close
 
 VOCAB, SEQ, GLOBAL_B, STEPS = 512, 16, 4, 5
 
@@ -84,11 +85,6 @@ def check_memory(model, peak, one_peak, world):
     if one_peak - peak < 0.5 * (one_peak - one_peak / world):
         raise SystemExit(f"rank {dist.get_rank()}: FSDP2 peak HBM {peak} bytes saves less than half of the "
                          f"{world}-way sharding's saving on one process's {one_peak}")
-
-
-def close(name, got, want, tol):
-    if any(abs(a - b) > tol for a, b in zip(got, want)):
-        raise SystemExit(f"rank {dist.get_rank()}: {name}: {got} != one process {want}")
 
 
 def main():

@@ -16,6 +16,7 @@ from torch.distributed.fsdp import fully_shard
 from torch.distributed.tensor.parallel import parallelize_module
 
 from tensor_parallel import B, D, S, STEPS, Net, plan
+from _check import close
 
 
 def train(model, batches):
@@ -50,8 +51,7 @@ def main():
     for loss in losses:
         dist.all_reduce(loss, op=dist.ReduceOp.AVG, group=mesh["dp"].get_group())
     got = [x.item() for x in losses]
-    if any(abs(a - b) > 1e-5 for a, b in zip(got, want)):
-        raise SystemExit(f"rank {dist.get_rank()}: 2-D losses {got} != one process {want}")
+    close("2-D losses", got, want)
     dist.barrier()
     print(f"rank {dist.get_rank()}: fsdp_tp_2d ok {want}", flush=True)
     dist.destroy_process_group()

@@ -20,6 +20,7 @@ from torch.distributed.tensor.parallel import (ColwiseParallel, RowwiseParallel,
                                                parallelize_module)
 
 import trnsim
+from _check import close
 
 D, FF, B, S, STEPS = 16, 64, 2, 8, 5
 
@@ -79,11 +80,6 @@ def train(model, batches):
         opt.zero_grad()
         losses.append(loss.item())
     return losses
-
-
-def close(name, got, want, tol=1e-5):
-    if len(got) != len(want) or any(abs(a - b) > tol for a, b in zip(got, want)):
-        raise SystemExit(f"rank {dist.get_rank()}: {name}: {got} != one process {want}")
 
 
 def main():
