@@ -86,6 +86,30 @@ def test_check_reports_the_op_of_a_failure(monkeypatch):
     assert result.where.startswith("trnsim.backend.")
 
 
+@pytest.mark.parametrize("folder", ["/home/u/trnsim", "/srv/trnsim-main/src", "/opt/x"])
+def test_origin_names_modules_whatever_folder_holds_the_checkout(folder):
+    """The failing function is named by its module, not by its file's path: a test file
+    in a checkout folder called ``trnsim`` (the default clone folder) is not
+    ``trnsim.tests...``, and trnsim's own frames keep their module names."""
+    from trnsim.backend import edge_ops
+
+    code = compile("def broken(x):\n    return x.histc()\n", f"{folder}/tests/test_fake.py", "exec")
+    scope = {"__name__": "tests.test_fake"}
+    exec(code, scope)
+
+    def inner():
+        scope["broken"](None)
+
+    try:
+        inner()
+    except AttributeError as e:
+        assert hf_coverage._origin(e) == ("", "")
+    try:
+        edge_ops.integer_histc(None)
+    except Exception as e:  # noqa: BLE001 - whatever it raises, its origin is edge_ops
+        assert hf_coverage._origin(e)[1].startswith("trnsim.backend.edge_ops.")
+
+
 @pytest.mark.parametrize("dtype", [torch.int32, torch.int64, torch.uint8])
 @pytest.mark.parametrize("bins, lo, hi", [(4, 0, 3), (4, 0, 0), (3, 1, 2), (5, 0.5, 3.5), (2, 5, 5)])
 def test_integer_histc_counts_as_float_histc(dtype, bins, lo, hi):

@@ -357,10 +357,11 @@ def _origin(e: BaseException) -> tuple[str, str]:
     where ``e`` was raised, from its traceback."""
     op, where = "", ""
     for frame, _ in traceback.walk_tb(e.__traceback__):
-        code = frame.f_code
-        if "trnsim" in code.co_filename and "hf_coverage" not in code.co_filename:
-            mod = code.co_filename.split("trnsim", 1)[1].strip("/").removesuffix(".py").replace("/", ".")
-            where = f"trnsim.{mod}.{code.co_name}"
+        # The module's own name, not its file's path: a checkout or install folder
+        # may itself be called "trnsim" (the default clone folder is).
+        module = frame.f_globals.get("__name__", "")
+        if module.startswith("trnsim.") and module != __name__:
+            where = f"{module}.{frame.f_code.co_name}"
             info = frame.f_locals.get("info")
             name = getattr(info, "name", None)
             if isinstance(name, str):
