@@ -80,8 +80,9 @@ def check_grid(root: Path, kind: str, tp: int, fsdp: int, *options: str, timeout
     returns the grid's ``result.json``."""
     # many ranks on 2 cores wait long at a collective for the slowest: give the group more than its 60 s
     env = {"TRNSIM_DIST_TIMEOUT": "900"} if tp * fsdp > 8 else {}
-    out = run("-m", "trnsim.cli", "run", "--nproc", str(tp * fsdp), *options, str(JOB), kind, str(root),
-              "--tp", str(tp), "--fsdp", str(fsdp), "--batch", "2", timeout=timeout, **env)
+    trace = root / f"{kind}-tp{tp}-fsdp{fsdp}.job.json"   # under the test's folder, never the checkout's traces/
+    out = run("-m", "trnsim.cli", "run", "--nproc", str(tp * fsdp), "--trace", str(trace), *options, str(JOB), kind,
+              str(root), "--tp", str(tp), "--fsdp", str(fsdp), "--batch", "2", timeout=timeout, **env)
     finished = sorted(int(r) for r in re.findall(r"rank (\d+): hf_tp_fsdp ok", out))
     assert finished == list(range(tp * fsdp)), out[-3000:]
     got = result(root, kind, tp, fsdp, 2)
