@@ -2,8 +2,8 @@
 
 [4096, 8192] @ [8192, 8192] in bf16 (lhsT [8192, 4096], rhs [8192, 8192]). AWS
 publishes 51.80 ms for the basic tiled kernel (about 11% of peak) and 6.97 ms for
-the fully optimised one (about 85% of peak) (HARDWARE.md, "Published
-measurements"). This script traces both kernels of trnsim/kernels/matmul.py,
+the fully optimised one (about 85% of peak) (docs/hardware.md, "Published
+measurements trnsim is checked against"). This script traces both kernels of trnsim/kernels/matmul.py,
 times them on trn1 and prints the simulated latency, its ratio to the published
 figure and the fraction of the tensor engine's peak; also the host seconds each
 step took.

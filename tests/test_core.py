@@ -1,5 +1,5 @@
 """Timing: exact simulated times of small programs, worked out by hand from the cost
-model (HARDWARE.md) with trn1's figures (trnsim/hw/chips/trn1.toml).
+model (docs/hardware.md) with trn1's figures (trnsim/hw/chips/trn1.toml).
 
 trn1: PE 2.8 GHz, vector 1.12 GHz, scalar 1.4 GHz, GpSimd 1.4 GHz; semaphore wait
 190 ns, semaphore to DMA 1300 ns; DMA 16 engines x 17 B/ns, 600 ns per instruction,

@@ -42,7 +42,7 @@ def test_select_keeps_the_named_lines_and_marks_each_cut():
 
 def test_a_marker_without_its_block_is_refused(tmp_path):
     doc = tmp_path / "x.md"
-    with pytest.raises(SystemExit, match="x.md:1: an output marker must stand just before a fenced block"):
+    with pytest.raises(SystemExit, match=r"x\.md:1: an output marker must stand just before a fenced block"):
         build.blocks("<!-- output: trnsim demo -->\ntext\n", doc)
     with pytest.raises(SystemExit, match="needs a python block just above it"):
         build.blocks("text\n<!-- output: python (the block above) -->\n```\n```\n", doc)

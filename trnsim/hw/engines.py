@@ -1,7 +1,7 @@
 """Cost of each compute instruction on its engine, from the chip's figures.
 
 Costs are in cycles of the engine's own clock and follow the documented cost
-model (HARDWARE.md, "Documented cost model"); :func:`cost_ps` turns them into
+model (docs/hardware.md, with the source of each figure); :func:`cost_ps` turns them into
 integer picoseconds, the unit of simulated time. Every constant comes from the
 chip file; nothing here knows which chip it is.
 """
