@@ -10,6 +10,7 @@ command that prints it:
     <!-- output: trnsim run examples/train_mlp.py -->
     <!-- output[1-4,7-9]: trnsim demo -->          only those lines, "..." where cut
     <!-- output: python (the block above) -->      the python block just above
+    <!-- output: $ python a.py ;; $ trnsim run b.py -->  a session: each command, then its output
 
 The commands of one document run in order, through bash, in one temporary folder that
 holds links to the repository's ``examples``, ``trnsim`` and ``tests`` and an empty
@@ -143,14 +144,24 @@ class Workspace:
         self._python: subprocess.Popen | None = None
 
     def run(self, block: Block) -> str:
-        """What the block's command prints (stdout and stderr, as a terminal shows them)."""
+        """What the block's command prints on standard output (a python block: both
+        streams)."""
         if block.script is not None:
             return select(self._run_python(block.script), block.lines)
-        done = subprocess.run(["bash", "-o", "pipefail", "-c", block.command], cwd=self.path, env=self.env,
-                              text=True, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=TIMEOUT_S)
+        if not block.command.startswith("$ "):
+            return select(self._run_shell(block.command), block.lines)
+        # a session: each "$ command" shown, then what it printed
+        session = [f"{command}\n{self._run_shell(command.removeprefix('$ ').strip()).rstrip()}"
+                   for command in block.command.split(" ;; ")]
+        return select("\n\n".join(session), block.lines)
+
+    def _run_shell(self, command: str) -> str:
+        # standard output only: warnings and libraries' progress bars go to standard error
+        done = subprocess.run(["bash", "-o", "pipefail", "-c", command], cwd=self.path, env=self.env,
+                              text=True, capture_output=True, timeout=TIMEOUT_S)
         if done.returncode != 0:
-            raise RuntimeError(f"{block.command!r} exited with {done.returncode}:\n{done.stdout}")
-        return select(done.stdout, block.lines)
+            raise RuntimeError(f"{command!r} exited with {done.returncode}:\n{done.stdout}\n{done.stderr}")
+        return done.stdout
 
     def _run_python(self, script: str) -> str:
         if self._python is None:

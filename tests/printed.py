@@ -3,7 +3,8 @@
 Simulated times are deterministic, but some printed figures are not a property of
 trnsim: the last digits of a floating-point error against numpy or a CPU loss depend
 on the host's BLAS and vector units (one machine prints ``relative 7.2e-07`` where
-another prints ``8.3e-07``), and a host time is the host's alone. :func:`differences` compares the text exactly and every
+another prints ``8.3e-07``); a host time and a temporary folder's name are the run's
+alone. :func:`differences` compares the text exactly and every
 number within a tolerance far below any figure trnsim reports (a simulated time, a
 share, a count) and far above that rounding noise.
 """
@@ -12,6 +13,7 @@ from __future__ import annotations
 
 import math
 import re
+import tempfile
 
 # a number as trnsim prints it: sign, thousands separators, decimals, exponent
 NUMBER = re.compile(r"(?<![\w.])[-+]?\d[\d,]*(?:\.\d+)?(?:[eE][-+]?\d+)?(?![\w])")
@@ -20,13 +22,15 @@ REL_TOL = 1e-4
 ABS_TOL = 1e-3
 # figures of the host's own time, which no two runs share: "1 graph, 5.1 s on this host",
 # "trnsim host 1.48 s"; they are compared as text around a placeholder
+# a temporary folder a run made: /tmp/trl_sft_01y5zr84/adapter
+TEMP_PATH = re.compile(rf"(?:/tmp|{re.escape(tempfile.gettempdir())})/[\w.-]+")
 HOST_TIME = re.compile(r"[\d.,]+(?= s on this host)|(?<=trnsim host )[\d.,]+(?= s)")
 
 
 def _split(text: str) -> tuple[list[str], list[str]]:
     """The text between numbers (runs of blanks made one space, so a wider number does
     not shift a column into a mismatch) and the numbers."""
-    text = HOST_TIME.sub("<host>", text)
+    text = TEMP_PATH.sub("<tmp>", HOST_TIME.sub("<host>", text))
     words = [re.sub(r"[ \t]+", " ", w) for w in NUMBER.split(text)]
     return words, NUMBER.findall(text)
 

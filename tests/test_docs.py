@@ -21,6 +21,9 @@ _spec = importlib.util.spec_from_file_location("docs_build", REPO / "docs" / "bu
 build = sys.modules["docs_build"] = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(build)
 
+# documents whose commands take minutes (Hugging Face training on 8 ranks): -m slow,
+# which .ci/run runs
+SLOW = {"docs/huggingface.md"}
 MARKED = [p for p in build.DOCUMENTS if build.blocks(p.read_text(), p)]
 
 
@@ -49,7 +52,9 @@ def test_a_marker_without_its_block_is_refused(tmp_path):
 
 
 @pytest.mark.timeout(1800)
-@pytest.mark.parametrize("path", MARKED, ids=lambda p: p.relative_to(REPO).as_posix())
+@pytest.mark.parametrize("path", [
+    pytest.param(p, marks=pytest.mark.slow) if p.relative_to(REPO).as_posix() in SLOW else p for p in MARKED
+], ids=lambda p: p.relative_to(REPO).as_posix())
 def test_document_shows_what_its_commands_print(path):
     found = build.blocks(path.read_text(), path)
     workspace = build.Workspace()

@@ -30,6 +30,11 @@ def test_host_times_are_not_compared():
     assert differences("trnsim host 1.48 s\n", "trnsim host 0.91 s\n") == []
 
 
+def test_temporary_folders_are_not_compared():
+    assert differences("adapter /tmp/trl_sft_.../adapter ok\n", "adapter /tmp/trl_sft_x81k2/adapter ok\n") == []
+    assert differences("adapter /tmp/a/adapter ok\n", "adapter /tmp/a/model ok\n") != []
+
+
 @pytest.mark.parametrize("other, says", [
     (RUN.replace("1,343.858", "1,375.374"), "1,343.858 became 1,375.374"),
     (RUN.replace("67.0%", "66.9%"), "67.0 became 66.9"),
