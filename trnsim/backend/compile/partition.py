@@ -40,8 +40,9 @@ import torch
 import torch.fx as fx
 
 from trnsim.backend.compile.patterns import (ATTENTION, CHIP_FLOATS, FREE, MATMULS, REDUCE, RESHAPES, STEP_DTYPES, aten,
-                                             chip_float, collective, composite, constant, elementwise, folded, fusable_value,
-                                             mutates, on_host, op_name, reduction, repeated_heads, rows_of, tensor_of)
+                                             chip_float, collective, composite, constant, elementwise, folded,
+                                             fusable_value, mutates, on_host, op_name, reduction, repeated_heads, rows_of,
+                                             tensor_of)
 from trnsim.kernels.fused import Recipe, Ref, Step
 
 Fits = Callable[[Recipe, tuple[int, int], list[int]], bool]
@@ -328,7 +329,8 @@ class Partitioner:
             return all(self._is_col_ref(g, r) != reduce for r in refs)
         if all(self._is_col_ref(g, r) for r in refs):
             return False
-        return all(self.role(g, self.tensor(a).shape) == "col" for a in args if isinstance(a, fx.Node) and a in g.col)
+        return all(self.role(g, self.tensor(a).shape) in ("col", "scalar") for a in args
+                   if isinstance(a, fx.Node) and a in g.col)
 
     def add_composite(self, g: Group, node: fx.Node, spec: list, parts: list[int] | None) -> bool:
         """Add the steps of a composite node (see :meth:`composite`); False, leaving ``g``
