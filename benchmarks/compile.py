@@ -15,6 +15,12 @@ prefill). The saving is split into its two sources:
 - kernels: the device time of eager's ops against the compiled graph's kernels, where
   fusion keeps intermediates in SBUF (the HBM bytes both move are reported).
 
+Training, one step (forward, backward, optimizer) after a first one, eager against
+the model compiled: a small CNN with batch norm (two Conv2d + BatchNorm2d + ReLU, max
+and average pooling, a linear head; 32 images of 3 x 32 x 32, SGD with momentum) and a
+pre-norm transformer block (LayerNorm, attention, GELU MLP; 4 x 128 tokens of width
+128, AdamW).
+
 Also: the fused kernels per graph and the host seconds to compile (Dynamo, AOT
 Autograd, partitioning and the kernel simulations; target under 10 s for the 4-layer
 decoder at 1 x 128), also as a multiple of one warm eager call's host time.
@@ -125,9 +131,59 @@ def hf_rows() -> list[dict]:
     return rows
 
 
+def training_rows() -> list[dict]:
+    import torch.nn as nn
+    import torch.nn.functional as F
+
+    def cnn():
+        return nn.Sequential(nn.Conv2d(3, 32, 3, padding=1), nn.BatchNorm2d(32), nn.ReLU(), nn.MaxPool2d(2),
+                             nn.Conv2d(32, 64, 3, padding=1), nn.BatchNorm2d(64), nn.ReLU(),
+                             nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(64, 10))
+
+    class Block(nn.Module):
+        def __init__(self, d: int = 128, heads: int = 4) -> None:
+            super().__init__()
+            self.n1, self.n2, self.heads = nn.LayerNorm(d), nn.LayerNorm(d), heads
+            self.qkv, self.o = nn.Linear(d, 3 * d), nn.Linear(d, d)
+            self.up, self.down = nn.Linear(d, 4 * d), nn.Linear(4 * d, d)
+
+        def forward(self, x):
+            b, t, d = x.shape
+            q, k, v = self.qkv(self.n1(x)).view(b, t, 3, self.heads, d // self.heads).permute(2, 0, 3, 1, 4)
+            a = F.scaled_dot_product_attention(q, k, v, is_causal=True).transpose(1, 2).reshape(b, t, d)
+            x = x + self.o(a)
+            return x + self.down(F.gelu(self.up(self.n2(x))))
+
+    g = torch.Generator().manual_seed(1)
+    images, labels = torch.randn(32, 3, 32, 32, generator=g), torch.randint(0, 10, (32,), generator=g)
+    tokens = torch.randn(4, 128, 128, generator=g)
+    cases = [("CNN + BatchNorm train step", cnn, lambda: torch.optim.SGD, {"lr": 0.1, "momentum": 0.9},
+              images, lambda out: F.cross_entropy(out, labels.to("neuron"))),
+             ("LayerNorm block train step", Block, lambda: torch.optim.AdamW, {"lr": 1e-3},
+              tokens, lambda out: out.pow(2).mean())]
+    rows = []
+    for label, make, opt_class, opt_args, x, loss_of in cases:
+        torch._dynamo.reset()
+        steps = []
+        for compiled in (False, True):
+            torch.manual_seed(0)
+            model = make().to("neuron")
+            opt = opt_class()(model.parameters(), **opt_args)
+            fn = torch.compile(model, backend="neuron") if compiled else model
+            xd = x.to("neuron")
+
+            def step(fn=fn, opt=opt, xd=xd):
+                opt.zero_grad()
+                loss_of(fn(xd)).backward()
+                opt.step()
+            steps.append(step)
+        rows.append(compare(label, *steps))
+    return rows
+
+
 def main() -> None:
     print(f"chip {state.chip().name}; one launch costs {state.chip().runtime.op_launch_us:g} us of host time")
-    rows = tinyllama_rows() + hf_rows()
+    rows = tinyllama_rows() + hf_rows() + training_rows()
     head = (f"{'call':34} {'eager us':>10} {'compiled':>10} {'ratio':>6} {'ops':>5} {'launch wait':>11} "
             f"{'eager kern':>10} {'fused kern':>10} {'kernels':>7} {'fused':>5} {'HBM MiB':>8} {'saved':>7} "
             f"{'compile s':>9} {'x eager':>7}")

@@ -17,11 +17,15 @@ _names = itertools.count()
 
 @functools.cache
 def decompositions() -> dict:
-    """Core aten decompositions, keeping whole the ops that have their own kernels
-    (the fused attention op is not in the table: it stays one node)."""
+    """Core aten decompositions, keeping whole the ops that run as one kernel: the fused
+    attention op (not in the table), and batch norm's backward, which the compiler runs
+    as one kernel over the channels, as eager does, instead of its decomposition's
+    separate reductions over the batch and spatial axes."""
     from torch._decomp import core_aten_decompositions
 
-    return dict(core_aten_decompositions())
+    table = dict(core_aten_decompositions())
+    del table[torch.ops.aten.native_batch_norm_backward.default]
+    return table
 
 
 # the simulator's own code, which Dynamo must run rather than trace: with a frame of the

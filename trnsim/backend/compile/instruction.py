@@ -76,9 +76,22 @@ def _operand(g: Group, layout: str, t: Any) -> Any:
         b, m, _, n = g.domain
         shape = operand_shape(layout, m, n, (b,) if b > 1 else ())
     host = _host(t)
+    if host.dtype == torch.bool:   # read as 0/1 bytes
+        host = host.to(torch.uint8)
     if layout == "full" and host.numel() != math.prod(shape):   # a broadcast operand, read as the whole domain
         host = host.expand(g.shape)
+    if layout == "full" and g.kind == "rows" and not g.last_axis:   # the row axes first, then those along D
+        host = host.reshape(g.shape).permute(g.permutation())
     return host.contiguous().reshape(shape)
+
+
+def _result(g: Group, arr: np.ndarray, shape: tuple[int, ...]) -> torch.Tensor:
+    """A kernel output [N, D] or [N, 1] as the value of ``shape`` it stands for."""
+    values = torch.from_numpy(np.ascontiguousarray(arr))
+    if g.kind == "rows" and not g.last_axis and values.numel() == math.prod(g.shape) and values.shape[-1] > 1:
+        perm = g.permutation()
+        values = values.reshape(tuple(g.shape[i] for i in perm)).permute(tuple(np.argsort(perm)))
+    return values.reshape(shape)
 
 
 def _fused(g: Group, env: dict[fx.Node, Any], vals: dict[fx.Node, Any]) -> bool:
@@ -108,7 +121,7 @@ def _fused(g: Group, env: dict[fx.Node, Any], vals: dict[fx.Node, Any]) -> bool:
     made: dict[fx.Node, torch.Tensor] = {}
     for node, arr in zip(g.outputs, values):
         ref = vals[node]
-        values = torch.from_numpy(np.ascontiguousarray(arr)).reshape(tuple(ref.shape))
+        values = _result(g, arr, tuple(ref.shape))
         # the strides eager gives this value (a view after it may depend on them)
         cpu = torch.empty_strided(tuple(ref.shape), tuple(ref.stride()), dtype=ref.dtype).copy_(values)
         made[node] = storage.adopt(cpu)

@@ -64,8 +64,23 @@ def lower(groups: list[Group], vals: dict[fx.Node, Any]) -> list[Kernel]:
             if g.kind == "op":
                 kernels.append(_op_kernel(g, vals))
             else:
-                kernels.append(_fused_kernel(g, vals))
+                kernels.append(_cheaper(g, vals))
     return kernels
+
+
+def _cheaper(g: Group, vals: dict[fx.Node, Any]) -> Kernel:
+    """The fused kernel of ``g``; for a fusion of one op whose own kernel is faster (a
+    lone reduction, which the eager kernels fold over all partitions), that kernel,
+    ``g`` becoming an ``"op"`` group, as a compiler picks the better of two kernels."""
+    fused = _fused_kernel(g, vals)
+    if g.kind != "rows" or len(g.ops) != 1:
+        return fused
+    alone = _op_kernel(g, vals)
+    if alone.cost.source != "kernel" or alone.cost.ps >= fused.cost.ps:
+        return fused
+    g.kind = "op"
+    g.reason = f"{g.ops[0]} alone: its own kernel is faster than a fused kernel of it"
+    return alone
 
 
 def _value(x: Any, vals: dict[fx.Node, Any]) -> Any:

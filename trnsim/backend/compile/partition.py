@@ -2,17 +2,22 @@
 
 Nodes are taken in graph order and grouped into :class:`Group` s, each one kernel:
 
-- ``"rows"``: elementwise ops and reductions over the last axis on one [N, D] domain
-  (N the product of the leading dimensions), fused into one
+- ``"rows"``: elementwise ops (comparisons and selects included) and reductions over
+  one set of axes on one [N, D] domain, fused into one
   :func:`trnsim.kernels.fused.fused_rows_kernel`: softmax, RMSNorm, LayerNorm,
-  activation chains, residual adds, casts;
+  activation chains, residual adds, casts over the last axis (N the product of the
+  leading dimensions); batch norm and its backward over the channels (D the product of
+  the batch and spatial axes, N the channels), the weight gradients of norms over the
+  tokens. A fusion of elementwise steps takes the axes of the first reduction that
+  joins it;
 - ``"matmul"``: ``mm``/``addmm``/``bmm`` with the elementwise ops that follow it on its
   output (bias, activation, residual add, cast), one
   :func:`trnsim.kernels.fused.fused_matmul_kernel`;
 - ``"op"``: any other op, run as its eager kernel (attention goes to the flash-attention
   kernels this way; an op without a kernel gets the eager bandwidth estimate);
-- ``"free"``: views and other ops without device work, and ops on CPU tensors (a
-  compiled graph may hold some, or be all CPU work): they run on the host, uncharged;
+- ``"free"``: views and other ops without device work, ops on CPU tensors (a
+  compiled graph may hold some, or be all CPU work) and values known when compiling
+  (:func:`~trnsim.backend.compile.patterns.folded`): they run on the host, uncharged;
   functional collectives, which the process group times on the collectives queue.
 
 Groups run one after another in the order listed, which is a valid schedule: a node
@@ -26,6 +31,7 @@ compiled call come from the graph's own aten ops on the host.
 
 from __future__ import annotations
 
+import math
 import operator
 from dataclasses import dataclass, field
 from typing import Any, Callable
@@ -33,9 +39,10 @@ from typing import Any, Callable
 import torch
 import torch.fx as fx
 
-from trnsim.backend.compile.patterns import (ATTENTION, CHIP_FLOATS, FREE, MATMULS, REDUCE, RESHAPES, aten, chip_float,
-                                             collective, composite, elementwise, mutates, on_host, op_name, reduction,
-                                             repeated_heads, rows_of, tensor_of)
+from trnsim.backend.compile.patterns import (ATTENTION, CHIP_FLOATS, FREE, MATMULS, REDUCE, RESHAPES, STEP_DTYPES, aten,
+                                             chip_float, collective, composite, constant, elementwise, folded,
+                                             fusable_value, mutates, on_host, op_name, reduction, repeated_heads, rows_of,
+                                             tensor_of)
 from trnsim.kernels.fused import Recipe, Ref, Step
 
 Fits = Callable[[Recipe, tuple[int, int], list[int]], bool]
@@ -47,7 +54,8 @@ class Group:
 
     ``kind`` is ``"rows"``, ``"matmul"``, ``"op"`` or ``"free"`` (see the module) and
     ``nodes`` its FX nodes in graph order. For the fused kinds: ``domain`` is [N, D]
-    (rows) or the matmul's [B, M, K, N]; ``mm`` the matmul's two operand nodes;
+    (rows) or the matmul's [B, M, K, N]; ``axes`` the axes of ``shape`` a rows fusion
+    lays along D (the others along N, in order); ``mm`` the matmul's two operand nodes;
     ``inputs`` the values loaded from HBM as the recipe's operands, of ``layouts``;
     ``steps`` what is computed; ``outputs`` the nodes whose values leave the kernel.
     ``reason`` says why an ``"op"`` node was not fused.
@@ -57,6 +65,7 @@ class Group:
     nodes: list[fx.Node] = field(default_factory=list)
     domain: tuple[int, ...] = ()
     shape: tuple[int, ...] = ()   # the N-D shape of the fusion's full values
+    axes: tuple[int, ...] = ()    # the axes of shape along D (rows fusions)
     mm: tuple[Any, Any] | None = None
     inputs: list[Any] = field(default_factory=list)
     layouts: list[str] = field(default_factory=list)
@@ -71,6 +80,15 @@ class Group:
     @property
     def recipe(self) -> Recipe:
         return Recipe(tuple(self.layouts), tuple(self.steps), tuple(self.value[n] for n in self.outputs))
+
+    @property
+    def last_axis(self) -> bool:
+        """Whether D is the last axis, so that any shape of the same [N, D] is the same value."""
+        return self.axes == (len(self.shape) - 1,) or not self.shape
+
+    def permutation(self) -> tuple[int, ...]:
+        """The axes of ``shape`` in [N, D] order: the row axes, then ``axes``."""
+        return tuple(i for i in range(len(self.shape)) if i not in self.axes) + self.axes
 
     @property
     def rows(self) -> tuple[int, int]:
@@ -119,6 +137,7 @@ class Partitioner:
     def run(self) -> list[Group]:
         self.repeats: dict[fx.Node, int] = {}   # attention node -> how often its key/value heads repeat
         self.elided: set[fx.Node] = set()       # the copies that repeat them
+        self.known = folded(self.gm)            # values known when compiling: no device work
         for node in self.gm.graph.nodes:
             if node.target == ATTENTION:
                 found = [repeated_heads(node, a, self.vals) for a in node.args[1:3]]
@@ -135,7 +154,7 @@ class Partitioner:
         g = self.current
         out = self.tensor(node)
         if g is not None and node.target in RESHAPES and node.args and node.args[0] in g.value \
-                and out is not None and chip_float(out) and rows_of(out.shape) == g.rows:
+                and fusable_value(out) and self.same_value(g, node.args[0], out):
             g.value[node] = g.value[node.args[0]]
             if node.args[0] in g.col:
                 g.col.add(node)
@@ -148,7 +167,8 @@ class Partitioner:
         # a node may go before the open fusion when it reads none of its values and writes
         # nothing (a write to an input the fusion reads must stay after it)
         independent = g is not None and not mutates(node) and not any(a in g.value for a in node.all_input_nodes)
-        if node.target in FREE or node in self.elided or collective(node) or on_host(node, self.vals):
+        if node.target in FREE or node in self.elided or node in self.known or collective(node) \
+                or on_host(node, self.vals):
             self.place(Group("free", [node]), independent)
             return
         if independent and not self.fusable(node, out):
@@ -193,26 +213,27 @@ class Partitioner:
     def fusable(self, node: fx.Node, out: Any) -> bool:
         if composite(node, self.vals) is not None:
             return True
-        return chip_float(out) and (elementwise(node) is not None or reduction(node, self.vals) is not None
-                                         or node.target in MATMULS)
+        return fusable_value(out) and (elementwise(node) is not None or reduction(node, self.vals) is not None
+                                       or node.target in MATMULS and chip_float(out))
 
     def start(self, node: fx.Node, out: torch.Tensor | None) -> Group | None:
         """A new fusion begun by ``node``, or None if it runs alone."""
         comp = composite(node, self.vals)
         if comp is not None:
-            x = self.tensor(node.args[0])
-            g = Group("rows", domain=rows_of(x.shape), shape=tuple(int(s) for s in x.shape))
+            g = _rows_group(self.tensor(node.args[0]).shape, comp[2])
             return g if self.extend(g, node, out) else None
-        if not chip_float(out):
+        if not fusable_value(out):
             return None
         if node.target in MATMULS:
-            return self.start_matmul(node, out)
+            return self.start_matmul(node, out) if chip_float(out) else None
         elem = elementwise(node)
         red = reduction(node, self.vals)
-        if elem is None and red is None:
+        if elem is not None:
+            g = _rows_group(out.shape, (out.dim() - 1,) if out.dim() else ())
+        elif red is not None:
+            g = _rows_group(self.tensor(node.args[0]).shape, red[1])
+        else:
             return None
-        src = out if elem is not None else self.tensor(node.args[0])
-        g = Group("rows", domain=rows_of(src.shape), shape=tuple(int(s) for s in src.shape))
         return g if self.extend(g, node, out) else None
 
     def extend(self, g: Group, node: fx.Node, out: torch.Tensor | None) -> bool:
@@ -220,37 +241,72 @@ class Partitioner:
         comp = composite(node, self.vals)
         if comp is not None:
             x = self.tensor(node.args[0])
-            return g.kind == "rows" and rows_of(x.shape) == g.rows and self.add_composite(g, node, *comp)
-        if not chip_float(out):
+            return self.same_domain(g, x.shape, comp[2]) and self.add_composite(g, node, comp[0], comp[1])
+        if not fusable_value(out):
             return False
         elem = elementwise(node)
         n, d = g.rows
         if elem is not None:
-            col = d > 1 and out.numel() == n and out.shape[-1] == 1
-            if (rows_of(out.shape) != g.rows and not col) or (g.kind == "matmul" and (elem[0] == "where" or col)):
+            full = self.role(g, out.shape) == "full"
+            col = not full and d > 1 and out.numel() == n
+            if not (full or col) or (g.kind == "matmul" and (elem[0] == "where" or col or not chip_float(out))):
                 return False
             op, args = elem
             if op == "rsub":
                 op, args = "subtract", [args[1], args[0]]
             return self.add_step(g, node, op, args, out.dtype, col)
         red = reduction(node, self.vals)
-        if red is not None and g.kind == "rows" and rows_of(self.tensor(node.args[0]).shape) == g.rows:
-            return self.add_step(g, node, red, [node.args[0]], out.dtype, True, reduce=True)
+        if red is None or g.kind != "rows":
+            return False
+        shape = self.tensor(node.args[0]).shape
+        if self.same_domain(g, shape, red[1]):
+            return self.add_step(g, node, red[0], [node.args[0]], out.dtype, True, reduce=True)
+        if not self.elementwise_only(g, shape):
+            return False
+        # an elementwise fusion takes the reduction's axes: its steps are the same along any
+        before = g.domain, g.axes
+        g.axes = red[1]
+        g.domain = _domain(g.shape, g.axes)
+        if self.add_step(g, node, red[0], [node.args[0]], out.dtype, True, reduce=True):
+            return True
+        g.domain, g.axes = before
         return False
+
+    def same_domain(self, g: Group, shape: Any, axes: tuple[int, ...]) -> bool:
+        """Whether a value of ``shape`` reduced over ``axes`` is a full value of rows fusion ``g``."""
+        shape = tuple(int(s) for s in shape)
+        if g.kind != "rows":
+            return False
+        if g.last_axis and axes == (len(shape) - 1,):   # both along the last axis: any shape of the same [N, D]
+            return rows_of(shape) == g.rows
+        return shape == g.shape and axes == g.axes
+
+    def same_value(self, g: Group, src: fx.Node, out: torch.Tensor) -> bool:
+        """Whether ``out``, a view of ``src`` in fusion ``g``, is the same value there."""
+        if src in g.col:
+            return out.numel() == g.rows[0]
+        return self.role(g, out.shape) == "full"
+
+    def elementwise_only(self, g: Group, shape: Any) -> bool:
+        """Whether rows fusion ``g`` is elementwise steps over values of ``shape`` alone
+        (operands of that shape or scalars), so that it may lay any axes along D."""
+        shape = tuple(int(s) for s in shape)
+        if g.kind != "rows" or g.col or shape != g.shape:
+            return False
+        for a, layout in zip(g.inputs, g.layouts):
+            t = self.tensor(a)
+            if layout != "scalar" and (layout != "full" or t is None or tuple(t.shape) != shape):
+                return False
+        return all(tuple(self.vals[n].shape) == shape for n in g.nodes if isinstance(self.vals.get(n), torch.Tensor))
 
     def add_step(self, g: Group, node: fx.Node, op: str, args: list, dtype: torch.dtype, col: bool,
                  reduce: bool = False) -> bool:
         """Add step ``op`` for ``node``: a per-row value when ``col``; a reduction reads a
         full value. False, leaving ``g`` as it was, where an argument does not fit."""
         n_inputs, n_steps = len(g.inputs), len(g.steps)
-        refs = []
-        for a in args:
-            r = self.ref(g, a)
-            if r is None or (reduce or col) and self._is_col_ref(g, r) != (not reduce):
-                break
-            refs.append(r)
-        else:
-            g.steps.append(Step(op, tuple(refs), CHIP_FLOATS[dtype]))
+        refs = [self.ref(g, a, col=col) for a in args]
+        if all(r is not None for r in refs) and self._args_fit(g, args, refs, col, reduce):
+            g.steps.append(Step(op, tuple(refs), STEP_DTYPES[dtype]))
             g.value[node] = len(g.steps) - 1
             if col:
                 g.col.add(node)
@@ -264,6 +320,17 @@ class Partitioner:
                 self.too_big.add(node)
         del g.inputs[n_inputs:], g.layouts[n_inputs:], g.steps[n_steps:]
         return False
+
+    def _args_fit(self, g: Group, args: list, refs: list[Ref], col: bool, reduce: bool) -> bool:
+        """Whether a step's arguments are of its kind: a reduction reads a full value and a
+        per-row step per-row values; a full step reads at least one full value, and its
+        per-row values lie along the rows as torch broadcasts them."""
+        if reduce or col:
+            return all(self._is_col_ref(g, r) != reduce for r in refs)
+        if all(self._is_col_ref(g, r) for r in refs):
+            return False
+        return all(self.role(g, self.tensor(a).shape) in ("col", "scalar") for a in args
+                   if isinstance(a, fx.Node) and a in g.col)
 
     def add_composite(self, g: Group, node: fx.Node, spec: list, parts: list[int] | None) -> bool:
         """Add the steps of a composite node (see :meth:`composite`); False, leaving ``g``
@@ -313,16 +380,20 @@ class Partitioner:
             return any(g.value.get(n) == r.index for n in g.col)
         return False
 
-    def ref(self, g: Group, arg: Any) -> Ref | None:
-        """The recipe reference of a step argument, adding an operand where needed."""
+    def ref(self, g: Group, arg: Any, col: bool = False) -> Ref | None:
+        """The recipe reference of a step argument, adding an operand where needed
+        (``col``: of a step whose values are one per row, so a tensor of one value per
+        row is read as a column whatever its shape)."""
         if isinstance(arg, fx.Node) and arg in g.value:
             return Ref("step", g.value[arg])
         if isinstance(arg, (int, float)) and not isinstance(arg, bool):
             return Ref("const", value=float(arg))
+        if isinstance(arg, fx.Node) and constant(arg, self.vals) is not None:
+            return Ref("const", value=constant(arg, self.vals))
         t = self.tensor(arg)
-        if t is None or t.dtype not in CHIP_FLOATS or not all(isinstance(s, int) for s in t.shape):
+        if t is None or t.dtype not in STEP_DTYPES or not all(isinstance(s, int) for s in t.shape):
             return None
-        layout = self.layout(g, t)
+        layout = "col" if col and t.numel() == g.rows[0] and t.numel() > 1 else self.layout(g, t)
         if layout is None:
             return None
         if arg not in g.inputs:
@@ -330,20 +401,47 @@ class Partitioner:
             g.layouts.append(layout)
         return Ref("in", g.inputs.index(arg))
 
-    def layout(self, g: Group, t: torch.Tensor) -> str | None:
-        """How a tensor from outside the fusion is read over its domain, or None."""
+    def role(self, g: Group, shape: Any) -> str | None:
+        """How a value of ``shape`` lies on the domain of ``g`` as torch broadcasts it:
+        ``"full"``, ``"row"`` (along D, the same for every row), ``"col"`` (one value
+        per row), ``"scalar"``, or None. Along the last axis, any shape of the same
+        [N, D] is the same value."""
         n, d = g.rows
-        shape = tuple(int(s) for s in t.shape)
-        if t.numel() == 1:
+        shape = tuple(int(s) for s in shape)
+        if math.prod(shape) == 1:
             return "scalar"
         if not shape:
             return None
-        if t.numel() == n * d and shape[-1] == d:
+        if g.kind != "rows" or g.last_axis:
+            if math.prod(shape) == n * d and shape[-1] == d:
+                return "full"
+            if math.prod(shape) == d and shape[-1] == d and n > 1:
+                return "row"
+            if math.prod(shape) == n and shape[-1] == 1:
+                return "col"
+            return None
+        if shape == g.shape:
             return "full"
-        if t.numel() == d and shape[-1] == d and n > 1:
-            return "row"
-        if t.numel() == n and shape[-1] == 1:
+        while len(shape) > len(g.shape) and shape[0] == 1:
+            shape = shape[1:]
+        if len(shape) > len(g.shape):
+            return None
+        shape = (1,) * (len(g.shape) - len(shape)) + shape
+        along = [i in g.axes for i in range(len(shape))]
+        if all(s == 1 if a else s == full for s, a, full in zip(shape, along, g.shape)):
             return "col"
+        if all(s == full if a else s == 1 for s, a, full in zip(shape, along, g.shape)):
+            return "row"
+        return None
+
+    def layout(self, g: Group, t: torch.Tensor) -> str | None:
+        """How a tensor from outside the fusion is read over its domain, or None."""
+        role = self.role(g, t.shape)
+        if role is not None:
+            return role
+        shape = tuple(int(s) for s in t.shape)
+        if not shape:
+            return None
         try:   # any other broadcast is read as a full operand (rows read again where it repeats)
             if tuple(torch.broadcast_shapes(shape, g.shape)) == g.shape:
                 return "full"
@@ -386,19 +484,31 @@ class Partitioner:
             return (f"{name}: its rows would not fit the SBUF of a fused kernel "
                     f"({self.vals[node].shape[-1] if isinstance(self.vals.get(node), torch.Tensor) else '?'} "
                     "columns); it runs as its eager kernel, which tiles them")
-        if isinstance(out, torch.Tensor) and out.dtype not in CHIP_FLOATS:
+        if isinstance(out, torch.Tensor) and out.dtype not in STEP_DTYPES:
             return f"{name} gives {str(out.dtype).removeprefix('torch.')}, which the fused kernels do not compute"
         if node.target in REDUCE:
-            return f"{name} does not reduce only the last axis keeping it, the one reduction a fused kernel takes"
+            return (f"{name}: a fused kernel reduces a chip float over a list of axes in its own dtype, "
+                    "not this call")
         if node.target in MATMULS:
             return f"{name}: operands the fused matmul does not take"
         if elementwise(node) is not None:
             for a in node.all_input_nodes:
                 t = self.tensor(a)
-                if t is not None and t.dtype not in CHIP_FLOATS:
+                if t is not None and t.dtype not in STEP_DTYPES:
                     return f"{name} reads {str(t.dtype).removeprefix('torch.')}, which the fused kernels do not read"
             return f"{name}: an operand is not a row, a column or a scalar of the fusion's domain"
         return f"{name} has no fused form: it runs as its eager kernel"
+
+
+def _domain(shape: tuple[int, ...], axes: tuple[int, ...]) -> tuple[int, int]:
+    """[N, D] of ``shape`` with ``axes`` along D."""
+    return (math.prod(s for i, s in enumerate(shape) if i not in axes), math.prod(shape[i] for i in axes))
+
+
+def _rows_group(shape: Any, axes: tuple[int, ...]) -> Group:
+    """An empty rows fusion over values of ``shape``, ``axes`` along D."""
+    shape = tuple(int(s) for s in shape)
+    return Group("rows", domain=_domain(shape, axes), shape=shape, axes=axes)
 
 
 def _partial(g: Group) -> Recipe:

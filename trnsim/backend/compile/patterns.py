@@ -2,8 +2,9 @@
 
 The tables map aten ops to :class:`trnsim.kernels.fused.Step` ops; :func:`elementwise`,
 :func:`reduction` and :func:`composite` read a node as steps (softmax, log-softmax and
-LayerNorm as several); :func:`repeated_heads` finds the key/value head copies of
-grouped-query attention.
+LayerNorm as several); :func:`constant` reads a tensor filled
+with one number as that number; :func:`repeated_heads` finds the key/value head copies
+of grouped-query attention.
 """
 
 from __future__ import annotations
@@ -27,6 +28,10 @@ BINARY = {aten.add.Tensor: "add", aten.add.Scalar: "add", aten.sub.Tensor: "subt
           aten.mul.Tensor: "multiply", aten.mul.Scalar: "multiply", aten.div.Tensor: "divide",
           aten.div.Scalar: "divide", aten.maximum.default: "maximum", aten.minimum.default: "minimum",
           aten.pow.Tensor_Scalar: "power", aten.pow.Tensor_Tensor: "power", aten.rsub.Scalar: "rsub"}
+# comparisons give bool (1 where true, 0 where not): a fused kernel keeps them as 0/1 bytes
+COMPARE = {getattr(getattr(aten, name), ov): op
+           for name, op in (("le", "less_equal"), ("lt", "less"), ("ge", "greater_equal"), ("gt", "greater"),
+                            ("eq", "equal"), ("ne", "not_equal")) for ov in ("Scalar", "Tensor")}
 REDUCE = {aten.sum.dim_IntList: "sum", aten.amax.default: "max", aten.amin.default: "min", aten.mean.dim: "mean"}
 MATMULS = (aten.mm.default, aten.addmm.default, aten.bmm.default)
 # views, metadata and allocations: no device work (eager charges them nothing either)
@@ -41,6 +46,8 @@ RESHAPES = frozenset({aten.view.default, aten._unsafe_view.default, aten.reshape
                       aten.unsqueeze.default, aten.squeeze.dim, aten.detach.default})
 CHIP_FLOATS = {torch.float32: "float32", torch.bfloat16: "bfloat16", torch.float16: "float16",
                torch.float8_e4m3fn: "float8_e4m3", torch.float8_e5m2: "float8_e5m2"}
+# what a fused step or operand may hold: the chip floats, and bool as 0/1 bytes
+STEP_DTYPES = CHIP_FLOATS | {torch.bool: "uint8"}
 ATTENTION = aten._scaled_dot_product_fused_attention_overrideable.default
 
 
@@ -55,6 +62,12 @@ def chip_float(t: torch.Tensor | None) -> bool:
     """A non-empty device tensor of a chip float dtype and concrete shape."""
     return (t is not None and t.dtype in CHIP_FLOATS and t.numel() > 0 and t.device.type != "cpu"
             and all(isinstance(s, int) for s in t.shape))
+
+
+def fusable_value(t: torch.Tensor | None) -> bool:
+    """A device tensor a fused step may compute or read: a chip float, or a bool."""
+    return chip_float(t) or (t is not None and t.dtype == torch.bool and t.numel() > 0 and t.device.type != "cpu"
+                             and all(isinstance(s, int) for s in t.shape))
 
 
 def tensors_in(x: Any) -> list[torch.Tensor]:
@@ -121,11 +134,46 @@ def elementwise(node: fx.Node) -> tuple[str, list[Any]] | None:
         return BINARY[t], a[:2]
     if t == aten.where.self:
         return "where", a[:3]
+    if t in COMPARE:
+        return COMPARE[t], a[:2]
     return None
 
 
-def reduction(node: fx.Node, vals: dict[fx.Node, Any]) -> str | None:
-    """The step op of a reduction over the last axis keeping it, or None."""
+# ops that make a tensor from their arguments' numbers alone
+MAKERS = frozenset({aten.full.default, aten.scalar_tensor.default, aten.arange.default, aten.arange.start,
+                    aten.arange.start_step, aten.zeros.default, aten.ones.default})
+
+
+def folded(gm: fx.GraphModule) -> set[fx.Node]:
+    """The nodes whose values are known when compiling: tensors made from numbers
+    (``full``, ``arange``, ...) and what views, elementwise ops and comparisons make of
+    them alone. The compiler computes them once and keeps them with the program, so
+    they cost no device time; kernels read them as operands (or as numbers, see
+    :func:`constant`)."""
+    known: set[fx.Node] = set()
+    for node in gm.graph.nodes:
+        if node.op != "call_function" or mutates(node):
+            continue
+        if node.target in MAKERS and not any(isinstance(a, fx.Node) for a in node.all_input_nodes):
+            known.add(node)
+        elif node.all_input_nodes and all(a in known for a in node.all_input_nodes) and (
+                node.target in FREE or elementwise(node) is not None):
+            known.add(node)
+    return known
+
+
+def constant(node: fx.Node, vals: dict[fx.Node, Any]) -> float | None:
+    """The number a ``full`` or ``scalar_tensor`` node fills its chip-float tensor with
+    (a fused kernel takes it as a constant), else None."""
+    if node.target not in (aten.full.default, aten.scalar_tensor.default) or not chip_float(tensor_of(vals, node)):
+        return None
+    value = node.args[1] if node.target == aten.full.default else node.args[0]
+    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
+
+
+def reduction(node: fx.Node, vals: dict[fx.Node, Any]) -> tuple[str, tuple[int, ...]] | None:
+    """(step op, the axes it reduces, sorted) of a reduction over some of its input's
+    axes (keeping them or not), or None."""
     if node.target not in REDUCE or node.kwargs.get("dtype") is not None:
         return None
     x, out = tensor_of(vals, node.args[0]), tensor_of(vals, node)
@@ -133,16 +181,19 @@ def reduction(node: fx.Node, vals: dict[fx.Node, Any]) -> str | None:
         return None
     dims = node.args[1] if len(node.args) > 1 else None
     keep = node.args[2] if len(node.args) > 2 else node.kwargs.get("keepdim", False)
-    if not isinstance(dims, (list, tuple)) or len(dims) != 1 or dims[0] % x.dim() != x.dim() - 1 or not keep:
+    if not isinstance(dims, (list, tuple)) or not dims or not all(isinstance(i, int) for i in dims) \
+            or not isinstance(keep, bool):
         return None
-    return REDUCE[node.target]
+    axes = tuple(sorted({i % x.dim() for i in dims}))
+    return (REDUCE[node.target], axes) if len(axes) == len(dims) else None
 
 
-def composite(node: fx.Node, vals: dict[fx.Node, Any]) -> tuple[list, list[int] | None] | None:
+def composite(node: fx.Node, vals: dict[fx.Node, Any]) -> tuple[list, list[int] | None, tuple[int, ...]] | None:
     """The steps of softmax, log-softmax or LayerNorm over the last axis:
-    ``(spec, parts)``, each spec entry ``(op, args, per_row, dtype)`` whose args are
-    node arguments or ``("local", i)`` (entry i); ``parts`` the entries a tuple
-    result is made of (None: the last entry is the value). None for other nodes."""
+    ``(spec, parts, axes)``, each spec entry ``(op, args, per_row, dtype)`` whose args
+    are node arguments, numbers or ``("local", i)`` (entry i); ``parts`` the entries a
+    tuple result is made of (None: the last entry is the value); ``axes`` those the
+    steps reduce. None for other nodes."""
     x = tensor_of(vals, node.args[0]) if node.args else None
     if not chip_float(x) or x.dim() == 0:
         return None
@@ -158,7 +209,7 @@ def composite(node: fx.Node, vals: dict[fx.Node, Any]) -> tuple[list, list[int] 
             spec.append(("divide", [L(2), L(3)], False, out.dtype))
         else:
             spec += [("log", [L(3)], True, f32), ("subtract", [L(1), L(4)], False, out.dtype)]
-        return spec, None
+        return spec, None, (last,)
     if node.target == aten.native_layer_norm.default:
         shape, weight, bias, eps = node.args[1], node.args[2], node.args[3], node.args[4]
         outs = vals.get(node)
@@ -176,7 +227,7 @@ def composite(node: fx.Node, vals: dict[fx.Node, Any]) -> tuple[list, list[int] 
         spec[-1] = spec[-1][:3] + (outs[0].dtype,)
         spec[0] = spec[0][:3] + (outs[1].dtype,)
         spec[5] = spec[5][:3] + (outs[2].dtype,)
-        return spec, [len(spec) - 1, 0, 5]
+        return spec, [len(spec) - 1, 0, 5], (last,)
     return None
 
 

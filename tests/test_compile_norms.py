@@ -1,0 +1,163 @@
+"""torch.compile(backend="neuron") of training around norms: batch norm, LayerNorm and
+RMSNorm with their backward graphs, ReLU's backward (a comparison and a select),
+reductions over the batch and spatial axes: fused, and no slower than eager."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+import trnsim
+
+
+@pytest.fixture(autouse=True)
+def fresh_dynamo():
+    torch._dynamo.reset()
+    yield
+    torch._dynamo.reset()
+
+
+def _cnn() -> nn.Module:
+    torch.manual_seed(0)
+    return nn.Sequential(nn.Conv2d(3, 32, 3, padding=1), nn.BatchNorm2d(32), nn.ReLU(), nn.MaxPool2d(2),
+                         nn.Conv2d(32, 64, 3, padding=1), nn.BatchNorm2d(64), nn.ReLU(),
+                         nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(64, 10)).to("neuron")
+
+
+class _Block(nn.Module):
+    """A pre-norm transformer block: attention and a GELU MLP, each after a norm."""
+
+    def __init__(self, norm: str, d: int = 128, heads: int = 4) -> None:
+        super().__init__()
+        make = (lambda: nn.LayerNorm(d)) if norm == "layernorm" else (lambda: nn.RMSNorm(d))
+        self.n1, self.n2 = make(), make()
+        self.qkv, self.o = nn.Linear(d, 3 * d), nn.Linear(d, d)
+        self.up, self.down = nn.Linear(d, 4 * d), nn.Linear(4 * d, d)
+        self.heads = heads
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        b, t, d = x.shape
+        q, k, v = self.qkv(self.n1(x)).view(b, t, 3, self.heads, d // self.heads).permute(2, 0, 3, 1, 4)
+        a = F.scaled_dot_product_attention(q, k, v, is_causal=True).transpose(1, 2).reshape(b, t, d)
+        x = x + self.o(a)
+        return x + self.down(F.gelu(self.up(self.n2(x))))
+
+
+def _train(model: nn.Module, opt: torch.optim.Optimizer, fn, x, loss_of, steps: int):
+    """(simulated device ps of ``steps`` training steps after a first one, their losses, the records)."""
+    def step() -> float:
+        opt.zero_grad()
+        loss = loss_of(fn(x))
+        loss.backward()
+        opt.step()
+        return loss.item()
+
+    step()
+    torch.neuron.synchronize()
+    with trnsim.profile() as prof:
+        losses = [step() for _ in range(steps)]
+        torch.neuron.synchronize()
+    return prof.device_ps, losses, prof.records
+
+
+def _cnn_run(compiled: bool):
+    m = _cnn()
+    opt = torch.optim.SGD(m.parameters(), lr=0.1, momentum=0.9)
+    g = torch.Generator().manual_seed(1)
+    x = torch.randn(32, 3, 32, 32, generator=g).to("neuron")
+    y = torch.randint(0, 10, (32,), generator=g).to("neuron")
+    fn = torch.compile(m, backend="neuron") if compiled else m
+    return _train(m, opt, fn, x, lambda out: F.cross_entropy(out, y), steps=2)
+
+
+def test_cnn_with_batch_norm_trains_no_slower_compiled():
+    eager_ps, eager_losses, _ = _cnn_run(False)
+    compiled_ps, compiled_losses, records = _cnn_run(True)
+    assert compiled_losses == pytest.approx(eager_losses, rel=1e-5)
+    assert compiled_ps <= eager_ps
+    assert (eager_ps, compiled_ps) == (1_353_223_692, 1_325_636_866)
+    # batch norm's backward is one kernel; ReLU's backward and the reductions are fused
+    names = {r.name for r in records}
+    assert {"aten::native_batch_norm_backward", "fused[le+where]"} <= names
+    assert not names & {"aten::le.Scalar", "aten::where.self", "aten::sum.dim_IntList", "aten::scalar_tensor"}
+
+
+@pytest.mark.parametrize("norm,times", [("layernorm", (1_277_929_050, 1_263_641_178)),
+                                        ("rmsnorm", (1_680_535_020, 1_212_239_570))])
+def test_transformer_block_trains_no_slower_compiled(norm, times):
+    runs = []
+    for compiled in (False, True):
+        torch.manual_seed(0)
+        m = _Block(norm).to("neuron")
+        opt = torch.optim.AdamW(m.parameters(), lr=1e-3)
+        x = torch.randn(4, 128, 128, generator=torch.Generator().manual_seed(1)).to("neuron")
+        fn = torch.compile(m, backend="neuron") if compiled else m
+        runs.append(_train(m, opt, fn, x, lambda out: out.pow(2).mean(), steps=2))
+    (eager_ps, eager_losses, _), (compiled_ps, compiled_losses, records) = runs
+    assert compiled_losses == pytest.approx(eager_losses, rel=1e-5)
+    assert compiled_ps <= eager_ps
+    assert (eager_ps, compiled_ps) == times
+    # the norms' weight gradients (sums over the tokens) and the q/k/v gradients' selects are fused
+    names = {r.name for r in records if r.info is not None}
+    assert not names & {"aten::sum.dim_IntList", "aten::where.self", "aten::eq.Scalar", "aten::full"}
+
+
+def _kernels(fn, *args):
+    torch.neuron.synchronize()
+    with trnsim.profile() as prof:
+        out = fn(*args)
+        torch.neuron.synchronize()
+    return out, [r for r in prof.records if r.info is not None]
+
+
+@pytest.mark.parametrize("fidelity", ["op", "instruction"])
+def test_reduction_over_channels_fuses_with_its_elementwise_chain(fidelity):
+    """Batch norm's backward written out: a ReLU mask, sums over the batch and spatial
+    axes, per-channel arithmetic on their [C] results, broadcast back: one kernel
+    laying the channels along its rows, with the CPU's values in both fidelities."""
+    def bn_backward(g, y, x, mean, rstd, w):
+        g = torch.where(y <= 0, 0.0, g)
+        k = g.numel() / g.shape[1]
+        s1 = g.sum(dim=(0, 2, 3))
+        xc = x - mean[None, :, None, None]
+        s2 = (g * xc).sum(dim=(0, 2, 3))
+        c = (s2 / k * rstd * rstd)[None, :, None, None]
+        dx = (g - xc * c - (s1 / k)[None, :, None, None]) * (rstd * w)[None, :, None, None]
+        return dx, s1, s2 * rstd
+
+    torch.manual_seed(0)
+    cpu = [torch.randn(4, 8, 6, 6), torch.randn(4, 8, 6, 6), torch.randn(4, 8, 6, 6), torch.randn(8),
+           torch.rand(8) + 0.5, torch.randn(8)]
+    trnsim.set_fidelity(fidelity)
+    try:
+        out, kernels = _kernels(torch.compile(bn_backward, backend="neuron"), *[t.to("neuron") for t in cpu])
+    finally:
+        trnsim.set_fidelity("op")
+    assert [k.name for k in kernels] == ["fused[le+where+sum+sub+mul+sum+div+mul+...8 more]"]
+    for got, want in zip(out, bn_backward(*cpu)):
+        torch.testing.assert_close(got.cpu(), want, rtol=1e-5, atol=1e-5)
+
+
+def test_values_known_when_compiling_cost_nothing():
+    """``full`` and ``arange``, and comparisons of them, are computed by the compiler:
+    only the select and the add they feed run, as one kernel."""
+    def stack_grad(a, b):
+        i = torch.arange(2, device=a.device).view(2, 1, 1)
+        z = torch.full((2, 64, 64), 0.0, device=a.device)
+        return torch.where(i == 0, a, z) + torch.where(i == 1, b, z)
+
+    a, b = torch.randn(64, 64).to("neuron"), torch.randn(64, 64).to("neuron")
+    out, kernels = _kernels(torch.compile(stack_grad, backend="neuron"), a, b)
+    assert [k.name for k in kernels] == ["fused[where+where+add]"]
+    torch.testing.assert_close(out.cpu(), torch.stack([a.cpu(), b.cpu()]))
+
+
+def test_a_lone_reduction_runs_as_the_faster_kernel():
+    """A reduction with nothing to fuse keeps its own kernel where that is faster, and
+    the kernel says why it was not fused."""
+    x = torch.randn(16, 64, 8, 8).to("neuron")
+    _, kernels = _kernels(torch.compile(lambda t: t.mean(dim=(2, 3)), backend="neuron"), x)
+    assert [k.name for k in kernels] == ["aten::mean.dim"]
+    assert kernels[0].info["not_fused"] == "aten::mean.dim alone: its own kernel is faster than a fused kernel of it"
