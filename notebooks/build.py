@@ -147,9 +147,11 @@ all. Where the time went:"""),
     ("code", "print(eager.summary())"),
     ("code", "print(comp.summary())"),
     ("md", """\
-Side by side, op by op: the eager ops beside the fused kernels of the compiled graph
-(and the whole graph as a `graph:` row). Attention and the rotary embeddings'
-concatenations run the same kernels in both."""),
+Side by side, by what the ops compute (as `trnsim diff` matches them): a row holds
+eager's ops and the compiled kernels that compute them, and a fused kernel ties the
+ops it fused into one row, so the layers' matmuls, RMSNorms and elementwise ops share
+the row `mm + mul + add + pow + 3 more`; the whole graph is a `graph:` row. Attention
+and the rotary embeddings' concatenations run the same kernels in both."""),
     ("code", """\
 te, tc = tt.load("out/llama_eager.json"), tt.load("out/llama_compiled.json")
 tt.plot_comparison(te, tc, labels=("eager", "compiled"))"""),

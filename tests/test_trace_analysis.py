@@ -202,7 +202,7 @@ def test_a_table_sorts_filters_and_writes_csv(tmp_path):
     assert table.sort("ns")["name"] == ["b", "a", "c"]
     assert table.sort("ns", descending=False).head(1)["name"] == ["c"]
     assert table.where(lambda r: r["ns"] > 1)["name"] == ["a", "b"] and table.where(name="c")[0]["ns"] == 1
-    assert str(table).splitlines() == ["name     ns", "a     2.000", "b     5.500", "c         1"]
+    assert str(table).splitlines() == ["name     ns", "a     2.000", "b     5.500", "c     1.000"]   # one format a column
     path = table.to_csv(tmp_path / "t.csv")
     assert list(csv.reader(path.open())) == [["name", "ns"], ["a", "2.0"], ["b", "5.5"], ["c", "1"]]
     with pytest.raises(KeyError, match="no column 'x'"):

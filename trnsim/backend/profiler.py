@@ -163,7 +163,7 @@ class profile:
                 flops += f
                 ideal_s += f / _effective_peak(c.run.program)
         tr = Trace(process=f"neuron:0 ({chip.name})", meta={
-            "program": f"eager PyTorch ({len(self.records)} ops)",
+            "program": self._program(),
             "chip": chip.name,
             "eager": True,
             "instructions": sum(len(c.run.program.instructions) for c in runs) if self.engines else 0,
@@ -233,6 +233,23 @@ class profile:
         if self.engines:
             tr.counters += [Counter(name, "bytes", points) for name, points in occupancy.items()]
         return tr
+
+    def _program(self) -> str:
+        """What the recording ran: ``eager PyTorch (N ops)``, or for a run with compiled
+        graphs ``compiled PyTorch: G graphs (K kernels, F fused) run R times, and N eager ops``
+        (K and F count each graph's kernels once)."""
+        compiled = [r for r in self.records if r.info is not None and r.cost.source != "collective"]
+        if not compiled:
+            return f"eager PyTorch ({len(self.records)} ops)"
+        kernels: dict[str, set[tuple[int, str]]] = {}
+        for r in compiled:
+            kernels.setdefault(r.info["graph"], set()).add((r.info["index"], r.name))
+        count = sum(len(ks) for ks in kernels.values())
+        fused = sum(name.startswith("fused[") for ks in kernels.values() for _, name in ks)
+        runs = sum(r.info["index"] == 0 for r in compiled)
+        eager = len(self.records) - len(compiled)
+        return (f"compiled PyTorch: {len(kernels)} graph{'s' if len(kernels) != 1 else ''} ({count} kernels, "
+                f"{fused} fused) run {runs} time{'s' if runs != 1 else ''}, and {eager} eager op{'s' if eager != 1 else ''}")
 
     def save(self, path: str | os.PathLike) -> Path:
         """Write the trace as Chrome/Perfetto JSON."""

@@ -10,6 +10,7 @@ from trnsim.errors import TrnSimError
 from trnsim.trace.critical import engine_slices
 from trnsim.trace.events import Counter, Trace, _step_counter, as_trace, track_label
 from trnsim.trace.figure import finish, fmt_ns, new_figure, plot_title, time_unit, total_of, traces_of
+from trnsim.trace.matching import match
 from trnsim.trace.table import Table
 from trnsim.trace.tables import instructions, kernels, ops, roofline
 
@@ -199,27 +200,44 @@ def _bytes(n: float) -> str:
     return f"{n:,.0f} B"
 
 
-def _times(t: Trace) -> tuple[dict[str, float], float, str]:
-    """Time per row of a comparison, the total it is of, and what the rows are: a
-    profile's ops by name (a compiled graph's fused kernels by theirs) and its compiled
-    graphs; a Program's instructions by engine and opcode."""
-    op_table = ops(t)
-    if len(op_table):
-        times = {r["op"]: r["time_ns"] for r in op_table}
-        for r in kernels(t).where(kind="graph"):
-            times[f"graph: {r['kernel']}"] = r["time_ns"]
-        return times, sum(r["time_ns"] for r in op_table), "ops"
-    times = {f"{track_label(r['track'])}: {r['opcode']}": r["time_ns"] for r in instructions(t)}
-    return times, t.total_ns, "instructions"
+def _graph_times(t: Trace) -> dict[str, float]:
+    """Each compiled graph's whole time (``graph: NAME`` rows)."""
+    return {f"graph: {r['kernel']}": r["time_ns"] for r in kernels(t).where(kind="graph")}
+
+
+def _engine_times(t: Trace) -> dict[str, float]:
+    """A trace's busy time per engine and opcode (a Program's instructions)."""
+    return {f"{track_label(r['track'])}: {r['opcode']}": r["time_ns"] for r in instructions(t)}
+
+
+def _compared(ta: Trace, tb: Trace) -> tuple[dict[str, float], dict[str, float], float, float, str]:
+    """Time per row of a comparison in each trace, the totals they are of, and what the
+    rows are: two profiles' ops matched by what they compute
+    (:func:`trnsim.trace.matching.match`) and their compiled graphs; else each trace's
+    instructions by engine and opcode."""
+    ops_a = [s for s in ta.slices if s.track == "ops"]
+    ops_b = [s for s in tb.slices if s.track == "ops"]
+    if ops_a and ops_b:
+        times_a, times_b = _graph_times(ta), _graph_times(tb)
+        for m in match(ops_a, ops_b):
+            for times, slices in zip((times_a, times_b), m.slices):
+                if slices:
+                    times[m.name] = sum(s.dur_ns for s in slices)
+        return times_a, times_b, sum(s.dur_ns for s in ops_a), sum(s.dur_ns for s in ops_b), "ops"
+    a, b = (_without_ops(t) if ops else t for t, ops in ((ta, ops_a), (tb, ops_b)))
+    return _engine_times(a), _engine_times(b), a.total_ns, b.total_ns, "instructions"
 
 
 def plot_comparison(a: Any, b: Any, path: str | os.PathLike | None = None, *,
                     labels: tuple[str, str] = ("a", "b"), top: int = 12) -> Any:
-    """Two traces op by op: grouped horizontal bars of each op's time in ``a`` and ``b``
-    (the ``top`` ops by their larger time; an op only one ran has one bar), with each
-    trace's total in the title. Profiles compare ops by name, so eager against compiled
-    shows the eager ops beside the fused kernels and each compiled graph (``graph:``
-    rows); two Programs' traces compare busy time per engine and opcode. Returns the Figure."""
+    """Two traces op by op: grouped horizontal bars of each row's time in ``a`` and ``b``
+    (the ``top`` rows by their larger time; a row only one ran has one bar), with each
+    trace's total in the title. Profiles are matched by what their ops compute, as
+    ``trnsim diff`` matches them (:func:`trnsim.trace.matching.match`: eager's ``mm`` and
+    a compiled ``fused[mm]`` are the row ``mm``; eager's ``addmm`` and ``gelu`` and a
+    ``fused[addmm+gelu]`` the row ``addmm + gelu``), and each compiled graph adds a
+    ``graph:`` row of its whole time; two Programs' traces (or a Program and a profile)
+    compare busy time per engine and opcode. Returns the Figure."""
     from trnsim.trace.job import JobTrace
 
     for name, value in (("a", a), ("b", b)):
@@ -231,10 +249,7 @@ def plot_comparison(a: Any, b: Any, path: str | os.PathLike | None = None, *,
     if not (isinstance(labels, (tuple, list)) and len(labels) == 2):
         raise TrnSimError(f"plot_comparison labels={labels!r}: give two names, one per trace")
     ta, tb = as_trace(a, "plot_comparison"), as_trace(b, "plot_comparison")
-    (times_a, total_a, what_a), (times_b, total_b, what_b) = _times(ta), _times(tb)
-    if what_a != what_b:
-        times_a, total_a, what_a = _times(_without_ops(ta))
-        times_b, total_b, what_b = _times(_without_ops(tb))
+    times_a, times_b, total_a, total_b, what_a = _compared(ta, tb)
     names = sorted(set(times_a) | set(times_b), key=lambda n: (-max(times_a.get(n, 0), times_b.get(n, 0)), n))
     names = names[:top]
     scale, unit = time_unit(max([*times_a.values(), *times_b.values(), 1.0]))

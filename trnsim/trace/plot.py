@@ -22,6 +22,7 @@ from trnsim.trace.charts import plot_comparison, plot_memory, plot_roofline
 from trnsim.trace.events import Trace, track_label, track_sort_key
 from trnsim.trace.figure import (KIND_COLOURS, colour_of, finish, fmt_ns, image_format, new_figure, plot_title,
                                   save_figure, time_unit, total_of, traces_of)
+from trnsim.trace.matching import close_names, is_named
 from trnsim.trace.usage import utilisation
 
 __all__ = ["image_format", "plot_busy", "plot_comparison", "plot_memory", "plot_roofline", "plot_timeline",
@@ -58,7 +59,10 @@ def _window(total: float, start_ns: Any, end_ns: Any) -> tuple[float, float]:
 def _op_window(pairs: list[tuple[int | None, Trace]], op: Any) -> tuple[float, float, str]:
     """The window of the first run of ``op`` (a name, with or without ``aten::``, or an
     index into the ops in time order) in the first rank that ran it. A name no op has
-    exactly finds its overloads and underscored twins (``aten::sum``: ``sum.dim_IntList``)."""
+    exactly finds the first op of its family, as ``trnsim diff`` matches ops
+    (:mod:`trnsim.trace.matching`): its overloads and twins (``aten::sum``:
+    ``sum.dim_IntList``; ``aten::convolution``: ``convolution_overrideable``) and the
+    compiled kernels that ran or computed it (``fused[addmm+gelu]`` for ``gelu``)."""
     ops = [sorted((s for s in t.slices if s.track == "ops"), key=lambda s: s.start_ns) for _, t in pairs]
     if not any(ops):
         raise TrnSimError(f"op={op!r}: this trace has no PyTorch ops (it is not a trnsim.profile trace); zoom with "
@@ -73,16 +77,19 @@ def _op_window(pairs: list[tuple[int | None, Trace]], op: Any) -> tuple[float, f
     if not isinstance(op, str):
         raise TrnSimError(f"op={op!r:.60} must be an op's name (such as 'aten::mm') or its index in time order")
     name = op.removeprefix("aten::")
-    base = name.split(".")[0].lstrip("_")
-    # the exact name first; then its overloads and private twins (sum: sum.dim_IntList; softmax: _softmax)
-    for same in (lambda n: n == name, lambda n: n.split(".")[0].lstrip("_") == base):
+    # the exact name first; then what ran or computed its family (trnsim.trace.matching)
+    for same in (lambda s: s.name == name, lambda s: is_named(s, name)):
         for each in ops:
             for s in each:
-                if same(s.name):
+                if same(s):
                     return s.start_ns, s.end_ns, f"op {s.name}"
-    names = sorted({s.name for each in ops for s in each})
-    raise TrnSimError(f"op={op!r}: no op of that name ran in this trace; give one of {', '.join(names[:12])}"
-                      f"{', ...' if len(names) > 12 else ''} (with or without 'aten::'), or an op index")
+    every = [s for each in ops for s in each]
+    close = close_names(every, name)
+    names = close or sorted({s.name for s in every})[:12]
+    what = "the closest names" if close else "one of"
+    raise TrnSimError(f"op={op!r}: no op of that name or family ran in this trace; {what}: {', '.join(names)}"
+                      f"{', ...' if not close and len({s.name for s in every}) > 12 else ''} (with or without "
+                      "'aten::'), or an op index")
 
 
 def _rows(pairs: list[tuple[int | None, Trace]]) -> list[tuple[int | None, str]]:

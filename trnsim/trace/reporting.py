@@ -22,7 +22,10 @@ Definitions (ns of simulated time; a job sums its ranks unless said otherwise):
   device executed them (recomputation included), from the trace's ``flops``;
   MFU = model FLOPs / (simulated time x bf16 dense peak FLOP/s of all the cores used);
 - collective time: time with a collective running on the rank; exposed communication:
-  the part of it no op of that rank overlapped.
+  the part of it no op of that rank overlapped;
+- unfused: the kernels of compiled graphs without matmul work that ran one aten op
+  because the graph could not fuse it (their ``not_fused`` reason), by op and the eager
+  op it came from (:func:`trnsim.trace.matching.unfused`), and their share of op time.
 """
 
 from __future__ import annotations
@@ -30,14 +33,16 @@ from __future__ import annotations
 import bisect
 import os
 from dataclasses import dataclass, field
-from typing import Callable
 from trnsim.errors import TraceFileError, TrnSimError
 from trnsim.trace.analysis import busy_ns, hbm_bytes
 from trnsim.trace.events import Slice, Trace, as_trace, track_label, track_sort_key
 from trnsim.trace.job import JobTrace
+from trnsim.trace.matching import Unfused, unfused
 
 #: Tracks that are not device engines (the op, graph, host and compile marks).
 NOT_ENGINES = frozenset({"ops", "graphs", "host", "compile", "collectives"})
+#: Unfused ops a report (and a comparison) names.
+UNFUSED_NAMED = 3
 #: Tracks whose slices are not device time.
 NOT_DEVICE_TIME = frozenset({"host", "compile"})
 
@@ -98,6 +103,7 @@ class Report:
     unseen_op_ns: float = 0.0
     ranks: tuple[RankTime, ...] = ()
     compilations: tuple[Compilation, ...] = ()
+    unfused: tuple[Unfused, ...] = ()
     top: int = field(default=10, compare=False)
 
     @property
@@ -133,6 +139,11 @@ class Report:
             if len(self.ops) > self.top:
                 rest = self.ops[self.top:]
                 lines.append(f"  ... {len(rest)} more, {sum(o.total_ns for o in rest) / 1000:,.3f} us")
+        if self.unfused:
+            left = sum(u.total_ns for u in self.unfused)
+            lines.append(f"unfused        {100 * left / self.op_ns:.1f}% of op time in ops without matmuls that the "
+                         f"compiled graphs did not fuse; costliest: "
+                         f"{', '.join(str(u) for u in self.unfused[:UNFUSED_NAMED])}")
         lines.append("engines        busy share of the simulated time" + (" (mean over ranks)" if self.world_size > 1 else ""))
         if self.unseen_op_ns:
             lines.append(f"  not counted: ops without engine slices, {100 * self.unseen_op_ns / self.op_ns:.1f}% of op time "
@@ -230,14 +241,13 @@ def _main_timing(slices: list[Slice]) -> str:
     return max(by, key=lambda how: (by[how], how))
 
 
-def op_times(traces: list[Trace], key: Callable[[Slice], str] | None = None) -> list[OpTime]:
-    """The ``ops`` track of ``traces`` grouped by name (or by ``key`` of each slice),
-    largest total first."""
+def op_times(traces: list[Trace]) -> list[OpTime]:
+    """The ``ops`` track of ``traces`` grouped by name, largest total first."""
     groups: dict[str, list[Slice]] = {}
     for t in traces:
         for s in t.slices:
             if s.track == "ops":
-                groups.setdefault(key(s) if key else s.name, []).append(s)
+                groups.setdefault(s.name, []).append(s)
     total = sum(s.dur_ns for ss in groups.values() for s in ss) or 1.0
     rows = [OpTime(name, len(ss), sum(s.dur_ns for s in ss), 100 * sum(s.dur_ns for s in ss) / total, _main_timing(ss))
             for name, ss in groups.items()]
@@ -319,6 +329,7 @@ def report(trace: Trace | JobTrace | str | os.PathLike, *, top: int = 10) -> Rep
         peak_flops=sum(float(m.get("device_peak_flops", m.get("peak_flops", 0.0))) for m in metas),
         ranks=tuple(rank_time(t, r) for r, t in enumerate(traces)) if job or has_coll else (),
         compilations=_compilations(traces),
+        unfused=tuple(unfused([s for t in traces for s in t.slices])),
         top=top,
     )
 

@@ -2,14 +2,16 @@
 
 trnsim does not need pandas, so its analysis tables are plain: a :class:`Table` is a
 list of rows (dicts keyed by column name) with the column order kept. It prints as
-aligned text, sorts, filters, writes CSV whole or not at all, and converts to a
-``pandas.DataFrame`` where pandas is installed.
+aligned text (each column in one format, its unit in the header), sorts, filters,
+writes CSV whole or not at all, and converts to a ``pandas.DataFrame`` where pandas is
+installed.
 """
 
 from __future__ import annotations
 
 import csv
 import os
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator
 
@@ -19,18 +21,67 @@ from trnsim.errors import TrnSimError
 Row = dict[str, Any]
 
 
-def _cell(value: Any) -> str:
-    if isinstance(value, float):
-        if value != value or value in (float("inf"), float("-inf")):
-            return str(value)
-        if value == 0:
-            return "0"
-        if abs(value) >= 1e6 or abs(value) < 1e-3:
-            return f"{value:.4g}"
-        return f"{value:,.3f}"
-    if value is None:
-        return ""
-    return str(value)
+@dataclass(frozen=True)
+class Unit:
+    """How a numeric column prints: its values times the ``scale`` of the largest of
+    ``steps`` (name, scale; smallest first) that still shows the column's largest value
+    as 1 or more (else the smallest), with ``digits`` decimals, under a header naming
+    that step."""
+
+    steps: tuple[tuple[str, float], ...]
+    digits: int
+
+    def pick(self, largest: float) -> tuple[str, float]:
+        for name, scale in reversed(self.steps):
+            if largest * scale >= 1:
+                return name, scale
+        return self.steps[0]
+
+
+NS_AS_US = Unit((("us", 1e-3),), 3)
+FRACTION = Unit((("%", 100.0),), 1)
+FLOPS = Unit((("MFLOP", 1e-6), ("GFLOP", 1e-9), ("TFLOP", 1e-12)), 3)
+BYTES = Unit((("KiB", 2.0 ** -10), ("MiB", 2.0 ** -20), ("GiB", 2.0 ** -30)), 3)
+FLOP_RATE = Unit((("GFLOP/s", 1e-9), ("TFLOP/s", 1e-12)), 3)
+PER_BYTE = Unit((("FLOP/B", 1.0),), 2)
+#: the units of the columns trnsim's tables share; a column ``X_ns`` prints as ``X us``
+UNITS = {"share": FRACTION, "flops": FLOPS, "bytes": BYTES, "intensity": PER_BYTE, "flops_per_s": FLOP_RATE}
+
+
+def unit_of(column: str) -> Unit | None:
+    """The unit a column prints in by its name, or None (printed as it is)."""
+    return NS_AS_US if column.endswith("_ns") else UNITS.get(column)
+
+
+def _number(v: Any) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool)
+
+
+def _finite(v: Any) -> bool:
+    return _number(v) and v == v and abs(v) != float("inf")
+
+
+def _column(column: str, values: list[Any], unit: Unit | None) -> tuple[str, list[str]]:
+    """A column's header and cells, in one format: a unit's (scaled, its digits), else
+    integers with thousands separators, else numbers with three decimals; text as it is."""
+    if any(v is not None and not _number(v) for v in values):
+        return column, ["" if v is None else str(v) for v in values]
+    numbers = [v for v in values if _finite(v)]
+    header, scale, digits = column, 1.0, 3
+    if unit is not None:
+        name, scale = unit.pick(max((abs(v) for v in numbers), default=0.0))
+        header, digits = f"{column.removesuffix('_ns')} {name}", unit.digits
+    elif all(isinstance(v, int) for v in numbers):
+        digits = 0
+
+    def cell(v: Any) -> str:
+        if v is None:
+            return ""
+        if not _finite(v):
+            return str(float(v))
+        return f"{(round(v * scale, digits) or 0.0):,.{digits}f}"   # -0.0 prints as 0
+
+    return header, [cell(v) for v in values]
 
 
 class Table:
@@ -38,11 +89,17 @@ class Table:
 
     ``table[i]`` is row ``i`` (a dict), ``table["col"]`` the list of a column's values;
     ``len(table)`` counts rows and iterating gives the rows. ``str(table)`` is aligned
-    text, one line per row under a header.
+    text, one line per row under a header, each column in one format with its unit in
+    the header: a column ``X_ns`` in us (``X us``), ``share`` in %, ``flops`` in MFLOP,
+    GFLOP or TFLOP, ``bytes`` in KiB, MiB or GiB, ``intensity`` in FLOP/B, ``flops_per_s`` in
+    GFLOP/s or TFLOP/s (by the column's largest value), ``units`` giving other columns
+    theirs; other integer columns with thousands separators, other numbers with three
+    decimals. The rows keep the values as they are (ns, fractions, FLOPs, bytes).
     """
 
-    def __init__(self, columns: Iterable[str], rows: Iterable[Row] = ()) -> None:
+    def __init__(self, columns: Iterable[str], rows: Iterable[Row] = (), *, units: dict[str, Unit] | None = None) -> None:
         self.columns = list(columns)
+        self.units = dict(units or {})
         self.rows: list[Row] = []
         for row in rows:
             missing = [c for c in self.columns if c not in row]
@@ -70,7 +127,7 @@ class Table:
     def sort(self, column: str, *, descending: bool = True) -> Table:
         """A copy sorted by ``column`` (largest first unless ``descending=False``)."""
         self._check(column)
-        return Table(self.columns, sorted(self.rows, key=lambda r: r[column], reverse=descending))
+        return Table(self.columns, sorted(self.rows, key=lambda r: r[column], reverse=descending), units=self.units)
 
     def where(self, test: Callable[[Row], bool] | None = None, **equal: Any) -> Table:
         """A copy holding the rows that pass ``test`` and whose columns equal ``equal``
@@ -78,11 +135,12 @@ class Table:
         for column in equal:
             self._check(column)
         return Table(self.columns, [r for r in self.rows
-                                    if all(r[c] == v for c, v in equal.items()) and (test is None or test(r))])
+                                    if all(r[c] == v for c, v in equal.items()) and (test is None or test(r))],
+                     units=self.units)
 
     def head(self, n: int = 10) -> Table:
         """A copy of the first ``n`` rows."""
-        return Table(self.columns, self.rows[:n])
+        return Table(self.columns, self.rows[:n], units=self.units)
 
     def to_pandas(self) -> Any:
         """The table as a ``pandas.DataFrame`` (pandas must be installed)."""
@@ -104,15 +162,15 @@ class Table:
         return write_atomic(path, write)
 
     def __str__(self) -> str:
-        cells = [[_cell(r[c]) for c in self.columns] for r in self.rows]
-        widths = [max([len(c)] + [len(row[k]) for row in cells]) for k, c in enumerate(self.columns)]
-        numeric = [all(isinstance(r[c], (int, float)) and not isinstance(r[c], bool)
-                       for r in self.rows if r[c] is not None) for c in self.columns]
+        columns = [_column(c, [r[c] for r in self.rows], self.units.get(c, unit_of(c))) for c in self.columns]
+        widths = [max(len(h), *map(len, cells)) if cells else len(h) for h, cells in columns]
+        numeric = [all(_number(r[c]) for r in self.rows if r[c] is not None) for c in self.columns]
 
         def line(values: list[str]) -> str:
             return "  ".join(v.rjust(w) if n else v.ljust(w) for v, w, n in zip(values, widths, numeric)).rstrip()
 
-        return "\n".join([line(self.columns)] + [line(row) for row in cells])
+        rows = [[cells[k] for _, cells in columns] for k in range(len(self.rows))]
+        return "\n".join([line([h for h, _ in columns])] + [line(row) for row in rows])
 
     def __repr__(self) -> str:
         return f"Table({len(self.rows)} rows: {', '.join(self.columns)})"

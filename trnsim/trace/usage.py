@@ -7,7 +7,7 @@ from typing import Any
 from trnsim.errors import TrnSimError
 from trnsim.trace.critical import engine_slices, ranks_of, with_rank
 from trnsim.trace.events import Slice, track_sort_key
-from trnsim.trace.table import Table
+from trnsim.trace.table import FRACTION, Table
 
 DEFAULT_BUCKETS = 20
 
@@ -26,7 +26,7 @@ def _union(slices: list[Slice]) -> list[tuple[float, float]]:
 def utilisation(trace: Any, bucket_ns: float | None = None) -> Table:
     """Each engine's and DMA queue's busy fraction in consecutive time buckets, as a
     :class:`trnsim.trace.Table`: columns ``start_ns``, ``end_ns``, then one per track
-    (a fraction from 0 to 1; overlapping slices on a track count once). The buckets
+    (a fraction from 0 to 1, printed in %; overlapping slices on a track count once). The buckets
     cover the run from 0 to its end, ``bucket_ns`` wide (default: the run in
     20 buckets; the last may be shorter), so ``sum(busy * (end_ns - start_ns))`` over a
     track's column is its :func:`trnsim.trace.busy_ns`. A JobTrace adds a ``rank``
@@ -58,4 +58,4 @@ def utilisation(trace: Any, bucket_ns: float | None = None) -> Table:
             row.update({track: (busy[track][k] / span if span else 0.0) for track in tracks})
             rows.append((rank, row))
     columns, out = with_rank(rows, ["start_ns", "end_ns", *tracks])
-    return Table(columns, out)
+    return Table(columns, out, units={track: FRACTION for track in tracks})

@@ -26,6 +26,7 @@ import torch.fx as fx
 from trnsim.backend import state, timeline
 from trnsim.backend.compile.lower import Kernel, lower
 from trnsim.backend.compile.partition import Group, partition
+from trnsim.backend.compile.origins import eager_ops
 from trnsim.backend.compile.patterns import collective
 
 
@@ -51,8 +52,9 @@ class Lowered:
             ins = [vals[a] for a in reads if isinstance(vals.get(a), torch.Tensor)]
             shapes = tuple(tuple(t.shape) for t in ins)
             dtypes = tuple(str(t.dtype).removeprefix("torch.") for t in ins)
-            info = {"graph": name, "index": i, "kernels": len(kernels), "ops": k.group.ops, "source": k.source,
-                    "hbm_bytes": k.hbm_bytes, "eager_bytes": k.eager_bytes}
+            info = {"graph": name, "index": i, "kernels": len(kernels), "ops": k.group.ops,
+                    "from": eager_ops(g.nodes, vals), "source": k.source, "hbm_bytes": k.hbm_bytes,
+                    "eager_bytes": k.eager_bytes}
             if k.group.reason:
                 info["not_fused"] = k.group.reason
             self.records.append((k.name, k.cost, shapes, dtypes, info))
