@@ -24,6 +24,7 @@ from typing import Any, Callable
 import torch
 from torch.utils._pytree import tree_flatten
 
+from trnsim import settings
 from trnsim.backend import edge_ops, rng, sparse, state, storage, timeline
 
 _CPU_KS = storage._CPU
@@ -97,7 +98,10 @@ def _is_neuron(x: Any) -> bool:
 
 
 def fallback(op, *args, **kwargs):
-    if _direct_lib is None:
+    if _direct_lib is None:   # the first op on the device
+        bad = settings.problem()
+        if bad is not None:   # raised here, so a script's traceback ends at its own line and this one
+            raise bad
         _register_direct()
     info = _infos.get(op) or _info(op)
     if info.special is not None:
