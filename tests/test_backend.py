@@ -172,6 +172,61 @@ def test_conv_sdpa_embedding_and_norms_match_cpu():
         torch.testing.assert_close(a.cpu(), b)
 
 
+LAZY_MODULES = {
+    "LazyLinear": (lambda **kw: torch.nn.LazyLinear(5, **kw), (3, 4)),
+    "LazyConv1d": (lambda **kw: torch.nn.LazyConv1d(4, 3, **kw), (2, 3, 10)),
+    "LazyConv2d": (lambda **kw: torch.nn.LazyConv2d(4, 3, padding=1, **kw), (2, 3, 8, 8)),
+    "LazyConv3d": (lambda **kw: torch.nn.LazyConv3d(4, 3, **kw), (2, 3, 5, 5, 5)),
+    "LazyConvTranspose1d": (lambda **kw: torch.nn.LazyConvTranspose1d(4, 3, **kw), (2, 3, 10)),
+    "LazyConvTranspose2d": (lambda **kw: torch.nn.LazyConvTranspose2d(4, 3, stride=2, **kw), (2, 3, 6, 6)),
+    "LazyConvTranspose3d": (lambda **kw: torch.nn.LazyConvTranspose3d(4, 3, **kw), (2, 3, 4, 4, 4)),
+    "LazyBatchNorm1d": (lambda **kw: torch.nn.LazyBatchNorm1d(**kw), (4, 3)),
+    "LazyBatchNorm2d": (lambda **kw: torch.nn.LazyBatchNorm2d(**kw), (4, 3, 5, 5)),
+    "LazyBatchNorm3d": (lambda **kw: torch.nn.LazyBatchNorm3d(**kw), (4, 3, 3, 3, 3)),
+    "LazyInstanceNorm1d": (lambda **kw: torch.nn.LazyInstanceNorm1d(affine=True, **kw), (4, 3, 6)),
+    "LazyInstanceNorm2d": (lambda **kw: torch.nn.LazyInstanceNorm2d(affine=True, **kw), (4, 3, 5, 5)),
+    "LazyInstanceNorm3d": (lambda **kw: torch.nn.LazyInstanceNorm3d(affine=True, track_running_stats=True, **kw), (4, 3, 3, 3, 3)),
+}
+
+
+@pytest.mark.parametrize("name", sorted(LAZY_MODULES))
+@pytest.mark.parametrize("made_on", ["cpu", DEV])
+def test_lazy_modules_infer_their_shapes_and_train_as_on_the_cpu(name, made_on):
+    """module.to("neuron") turned a LazyModule's uninitialized parameters into empty ordinary
+    ones ("Can't access the shape of an uninitialized parameter")."""
+    make, shape = LAZY_MODULES[name]
+    torch.manual_seed(0)
+    x = torch.randn(shape)
+    cpu = make()
+    cpu(x)   # initializes it
+    dev = make().to(DEV) if made_on == "cpu" else make(device=DEV)
+    assert all(isinstance(p, torch.nn.parameter.UninitializedParameter) for p in dev.parameters())
+    dev(x.to(DEV))
+    assert all(p.device.type == DEV and type(p) is torch.nn.Parameter for p in dev.parameters())
+    dev.load_state_dict(cpu.state_dict())
+    xc, xd = x.clone().requires_grad_(), x.to(DEV).requires_grad_()
+    yc, yd = cpu(xc), dev(xd)
+    torch.testing.assert_close(yd.cpu(), yc, rtol=1e-5, atol=1e-5)
+    yc.square().sum().backward()
+    yd.square().sum().backward()
+    torch.testing.assert_close(xd.grad.cpu(), xc.grad, rtol=1e-4, atol=1e-5)
+    for (n, pc), pd in zip(cpu.named_parameters(), dev.parameters()):
+        torch.testing.assert_close(pd.grad.cpu(), pc.grad, rtol=1e-4, atol=1e-5, msg=n)
+    for (n, bc), bd in zip(cpu.named_buffers(), dev.buffers()):
+        torch.testing.assert_close(bd.cpu(), bc, rtol=1e-5, atol=1e-6, msg=n)
+
+
+def test_module_to_moves_parameters_in_place_as_between_cpu_and_cuda():
+    """Parameter objects survive .to() (as with CUDA), so weight tying and an optimizer made
+    before the move keep holding the module's parameters."""
+    lin = torch.nn.Linear(3, 3)
+    weight = lin.weight
+    lin.to(DEV)
+    assert lin.weight is weight and weight.device.type == DEV
+    lin.to("cpu")
+    assert lin.weight is weight and weight.device.type == "cpu"
+
+
 def test_save_load_roundtrip_and_cpu_only_checkpoints(tmp_path):
     m = torch.nn.Linear(4, 3).to(DEV)
     path = tmp_path / "ckpt.pt"

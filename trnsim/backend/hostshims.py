@@ -22,6 +22,13 @@ as on a device with C++ hooks (:func:`install_accelerator`).
 Resizing a neuron storage in place (``UntypedStorage.resize_``, which FSDP2 uses to
 free and bring back parameters) would need the device's C++ hooks; trnsim swaps a new
 HBM block's memory into the storage instead (:func:`trnsim.backend.storage.resize_in_place`).
+
+``module.to("neuron")`` moves each parameter in place (``param.data = moved``), as it does
+between the CPU and CUDA, only where PyTorch deems the two tensors' types compatible, a
+list of dense backends that lacks PrivateUse1 (pytorch/pytorch#196975); it otherwise makes
+new Parameter objects, which turns a LazyModule's uninitialized parameters into empty
+ordinary ones. A neuron tensor is a plain TensorImpl on host memory, so trnsim answers
+that check as PyTorch does for CUDA (:func:`_shallow_copy_compatible`).
 """
 
 from __future__ import annotations
@@ -70,6 +77,17 @@ def _is_pinned(self: torch.Tensor, device=None) -> bool:
     return _pinned_ptr(self)
 
 
+_DENSE = ("cpu", "neuron")
+
+
+def _shallow_copy_compatible(self: torch.Tensor, other: torch.Tensor) -> bool:
+    """Whether ``other``'s TensorImpl may be copied into ``self``'s (``self.data = other``):
+    the same kind of tensor, or dense strided tensors on the CPU or ``neuron``."""
+    kinds = [(t.device.type, t.layout, t.is_quantized, t.is_nested) for t in (self, other)]
+    return kinds[0] == kinds[1] or all(dev in _DENSE and layout == torch.strided and not quantized and not nested
+                                       for dev, layout, quantized, nested in kinds)
+
+
 _lib = None
 
 
@@ -78,6 +96,7 @@ def install() -> None:
     _lib = torch.library.Library("aten", "IMPL")
     _lib.impl("_pin_memory", _pin_memory, "CPU")
     _lib.impl("is_pinned", _is_pinned, "CPU")
+    _lib.impl("_has_compatible_shallow_copy_type", _shallow_copy_compatible, "PrivateUse1")
     install_serialization()
     install_storage()
     install_accelerator()
