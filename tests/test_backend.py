@@ -323,8 +323,57 @@ def test_timing_fidelity_keeps_no_data_but_times_a_large_model():
     assert r.stdout.splitlines() == ["torch.Size([8192, 16384]) 2048", "no values: True"]
 
 
+def _ix(*v):
+    return torch.tensor(v, device=DEV)
+
+
+# Writes and fills a training script makes, each on a (4, 4) float32 tensor ``t``.
+TIMING_WRITES = {
+    "fill_": lambda t: t.fill_(1.0), "fill_ 0-d tensor": lambda t: t.fill_(torch.tensor(1.0)),
+    "zero_": lambda t: t.zero_(), "copy_": lambda t: t.copy_(torch.ones(4, 4)),
+    "normal_": lambda t: t.normal_(), "uniform_": lambda t: t.uniform_(), "bernoulli_": lambda t: t.bernoulli_(0.5),
+    "exponential_": lambda t: t.exponential_(), "random_": lambda t: t.random_(0, 5),
+    "index_put_": lambda t: t.index_put_((_ix(0, 1),), torch.ones(4, device=DEV)),
+    "masked_fill_": lambda t: t.masked_fill_(t > 0, 2.0), "index_fill_": lambda t: t.index_fill_(0, _ix(0), 3.0),
+    "scatter_": lambda t: t.scatter_(0, torch.zeros(1, 4, dtype=torch.long, device=DEV), 1.0),
+    "setitem": lambda t: t.__setitem__(slice(0, 2), 5.0), "clamp_": lambda t: t.clamp_(0, 1),
+    "index_copy_": lambda t: t.index_copy_(0, _ix(0), torch.ones(1, 4, device=DEV)),
+    "untyped_storage().fill_": lambda t: t.untyped_storage().fill_(0),
+    "init.trunc_normal_": torch.nn.init.trunc_normal_, "init.kaiming_uniform_": torch.nn.init.kaiming_uniform_,
+    "init.orthogonal_": torch.nn.init.orthogonal_, "init.eye_": torch.nn.init.eye_,
+    "init.xavier_normal_": torch.nn.init.xavier_normal_, "init.constant_": lambda t: torch.nn.init.constant_(t, 0.3),
+}
+
+
+@pytest.mark.parametrize("name", sorted(TIMING_WRITES))
+def test_timing_fidelity_runs_in_place_writes_and_fills(name):
+    """``fill_`` on a storage raised "Attempted to call fill_() on an invalid python storage",
+    trunc_normal_ read values to redraw; a write needs no values, so each runs and is timed."""
+    trnsim.set_fidelity("timing")
+    try:
+        t = torch.empty(4, 4, device=DEV)
+        before = state.clock.ops
+        TIMING_WRITES[name](t)
+        assert state.clock.ops > before
+        assert t.shape == (4, 4) and t.dtype == torch.float32 and storage_has_no_values(t)
+    finally:
+        trnsim.set_fidelity("op")
+
+
+def storage_has_no_values(t: torch.Tensor) -> bool:
+    from trnsim.backend import storage
+
+    return storage.block_of(t).host is None
+
+
+def test_a_storage_fill_fills_as_on_the_cpu():
+    t = torch.full((2,), 1.0, device=DEV)
+    t.untyped_storage().fill_(0)
+    assert t.cpu().tolist() == [0.0, 0.0]
+
+
 def test_bad_fidelity_is_named():
-    with pytest.raises(ValueError, match="'fast' is not one of op, instruction, timing"):
+    with pytest.raises(ValueError, match=r"set_fidelity\('fast'\) is not a fidelity; pass one of: op, instruction, timing"):
         trnsim.set_fidelity("fast")
 
 

@@ -29,6 +29,10 @@ list of dense backends that lacks PrivateUse1 (pytorch/pytorch#196975); it other
 new Parameter objects, which turns a LazyModule's uninitialized parameters into empty
 ordinary ones. A neuron tensor is a plain TensorImpl on host memory, so trnsim answers
 that check as PyTorch does for CUDA (:func:`_shallow_copy_compatible`).
+
+Under timing fidelity a neuron storage has no data pointer: ``UntypedStorage.fill_``
+(refused by PyTorch for such a storage) and ``nn.init.trunc_normal_`` (which redraws
+until it reads no value out of range) are served here, as writes that keep no values.
 """
 
 from __future__ import annotations
@@ -178,9 +182,45 @@ def _resize_storage(self, size: int):
     return _storage_resize(self, size)
 
 
+_storage_fill = torch.UntypedStorage.fill_
+
+
+def _fill_storage(self, value: int):
+    """``UntypedStorage.fill_``: PyTorch refuses a storage without a data pointer, which a
+    neuron storage made under timing fidelity is; it is the ``fill_`` of a byte tensor over
+    the storage, as PyTorch's own does it, timed and keeping no values."""
+    if self.device.type == "neuron":
+        from trnsim.backend import storage
+
+        storage.on_storage(self, torch.uint8, (self.nbytes(),), (1,), 0).fill_(value)
+        return self
+    return _storage_fill(self, value)
+
+
+_trunc_normal = torch.nn.init._no_grad_trunc_normal_
+
+
+def _trunc_normal_(tensor: torch.Tensor, mean: float, std: float, a: float, b: float, generator=None) -> torch.Tensor:
+    """``nn.init.trunc_normal_`` draws again until no value lies outside [a, b], which needs
+    values; a tensor made under timing fidelity has none, so it is drawn once (one timed
+    ``normal_``), as PyTorch makes sampling a no-op on meta tensors."""
+    if tensor.device.type == "neuron" and not tensor.is_meta and _no_values(tensor):
+        with torch.no_grad():
+            return tensor.normal_(mean, std, generator=generator)
+    return _trunc_normal(tensor, mean, std, a, b, generator=generator)
+
+
+def _no_values(t: torch.Tensor) -> bool:
+    from trnsim.backend import storage
+
+    return storage.block_of(t).host is None
+
+
 def install_storage() -> None:
     torch.UntypedStorage.__new__ = _new_storage
     torch.UntypedStorage.resize_ = _resize_storage
+    torch.UntypedStorage.fill_ = _fill_storage
+    torch.nn.init._no_grad_trunc_normal_ = _trunc_normal_
 
 
 def _tag(obj) -> str | None:
