@@ -172,6 +172,61 @@ def test_conv_sdpa_embedding_and_norms_match_cpu():
         torch.testing.assert_close(a.cpu(), b)
 
 
+LAZY_MODULES = {
+    "LazyLinear": (lambda **kw: torch.nn.LazyLinear(5, **kw), (3, 4)),
+    "LazyConv1d": (lambda **kw: torch.nn.LazyConv1d(4, 3, **kw), (2, 3, 10)),
+    "LazyConv2d": (lambda **kw: torch.nn.LazyConv2d(4, 3, padding=1, **kw), (2, 3, 8, 8)),
+    "LazyConv3d": (lambda **kw: torch.nn.LazyConv3d(4, 3, **kw), (2, 3, 5, 5, 5)),
+    "LazyConvTranspose1d": (lambda **kw: torch.nn.LazyConvTranspose1d(4, 3, **kw), (2, 3, 10)),
+    "LazyConvTranspose2d": (lambda **kw: torch.nn.LazyConvTranspose2d(4, 3, stride=2, **kw), (2, 3, 6, 6)),
+    "LazyConvTranspose3d": (lambda **kw: torch.nn.LazyConvTranspose3d(4, 3, **kw), (2, 3, 4, 4, 4)),
+    "LazyBatchNorm1d": (lambda **kw: torch.nn.LazyBatchNorm1d(**kw), (4, 3)),
+    "LazyBatchNorm2d": (lambda **kw: torch.nn.LazyBatchNorm2d(**kw), (4, 3, 5, 5)),
+    "LazyBatchNorm3d": (lambda **kw: torch.nn.LazyBatchNorm3d(**kw), (4, 3, 3, 3, 3)),
+    "LazyInstanceNorm1d": (lambda **kw: torch.nn.LazyInstanceNorm1d(affine=True, **kw), (4, 3, 6)),
+    "LazyInstanceNorm2d": (lambda **kw: torch.nn.LazyInstanceNorm2d(affine=True, **kw), (4, 3, 5, 5)),
+    "LazyInstanceNorm3d": (lambda **kw: torch.nn.LazyInstanceNorm3d(affine=True, track_running_stats=True, **kw), (4, 3, 3, 3, 3)),
+}
+
+
+@pytest.mark.parametrize("name", sorted(LAZY_MODULES))
+@pytest.mark.parametrize("made_on", ["cpu", DEV])
+def test_lazy_modules_infer_their_shapes_and_train_as_on_the_cpu(name, made_on):
+    """module.to("neuron") turned a LazyModule's uninitialized parameters into empty ordinary
+    ones ("Can't access the shape of an uninitialized parameter")."""
+    make, shape = LAZY_MODULES[name]
+    torch.manual_seed(0)
+    x = torch.randn(shape)
+    cpu = make()
+    cpu(x)   # initializes it
+    dev = make().to(DEV) if made_on == "cpu" else make(device=DEV)
+    assert all(isinstance(p, torch.nn.parameter.UninitializedParameter) for p in dev.parameters())
+    dev(x.to(DEV))
+    assert all(p.device.type == DEV and type(p) is torch.nn.Parameter for p in dev.parameters())
+    dev.load_state_dict(cpu.state_dict())
+    xc, xd = x.clone().requires_grad_(), x.to(DEV).requires_grad_()
+    yc, yd = cpu(xc), dev(xd)
+    torch.testing.assert_close(yd.cpu(), yc, rtol=1e-5, atol=1e-5)
+    yc.square().sum().backward()
+    yd.square().sum().backward()
+    torch.testing.assert_close(xd.grad.cpu(), xc.grad, rtol=1e-4, atol=1e-5)
+    for (n, pc), pd in zip(cpu.named_parameters(), dev.parameters()):
+        torch.testing.assert_close(pd.grad.cpu(), pc.grad, rtol=1e-4, atol=1e-5, msg=n)
+    for (n, bc), bd in zip(cpu.named_buffers(), dev.buffers()):
+        torch.testing.assert_close(bd.cpu(), bc, rtol=1e-5, atol=1e-6, msg=n)
+
+
+def test_module_to_moves_parameters_in_place_as_between_cpu_and_cuda():
+    """Parameter objects survive .to() (as with CUDA), so weight tying and an optimizer made
+    before the move keep holding the module's parameters."""
+    lin = torch.nn.Linear(3, 3)
+    weight = lin.weight
+    lin.to(DEV)
+    assert lin.weight is weight and weight.device.type == DEV
+    lin.to("cpu")
+    assert lin.weight is weight and weight.device.type == "cpu"
+
+
 def test_save_load_roundtrip_and_cpu_only_checkpoints(tmp_path):
     m = torch.nn.Linear(4, 3).to(DEV)
     path = tmp_path / "ckpt.pt"
@@ -268,8 +323,57 @@ def test_timing_fidelity_keeps_no_data_but_times_a_large_model():
     assert r.stdout.splitlines() == ["torch.Size([8192, 16384]) 2048", "no values: True"]
 
 
+def _ix(*v):
+    return torch.tensor(v, device=DEV)
+
+
+# Writes and fills a training script makes, each on a (4, 4) float32 tensor ``t``.
+TIMING_WRITES = {
+    "fill_": lambda t: t.fill_(1.0), "fill_ 0-d tensor": lambda t: t.fill_(torch.tensor(1.0)),
+    "zero_": lambda t: t.zero_(), "copy_": lambda t: t.copy_(torch.ones(4, 4)),
+    "normal_": lambda t: t.normal_(), "uniform_": lambda t: t.uniform_(), "bernoulli_": lambda t: t.bernoulli_(0.5),
+    "exponential_": lambda t: t.exponential_(), "random_": lambda t: t.random_(0, 5),
+    "index_put_": lambda t: t.index_put_((_ix(0, 1),), torch.ones(4, device=DEV)),
+    "masked_fill_": lambda t: t.masked_fill_(t > 0, 2.0), "index_fill_": lambda t: t.index_fill_(0, _ix(0), 3.0),
+    "scatter_": lambda t: t.scatter_(0, torch.zeros(1, 4, dtype=torch.long, device=DEV), 1.0),
+    "setitem": lambda t: t.__setitem__(slice(0, 2), 5.0), "clamp_": lambda t: t.clamp_(0, 1),
+    "index_copy_": lambda t: t.index_copy_(0, _ix(0), torch.ones(1, 4, device=DEV)),
+    "untyped_storage().fill_": lambda t: t.untyped_storage().fill_(0),
+    "init.trunc_normal_": torch.nn.init.trunc_normal_, "init.kaiming_uniform_": torch.nn.init.kaiming_uniform_,
+    "init.orthogonal_": torch.nn.init.orthogonal_, "init.eye_": torch.nn.init.eye_,
+    "init.xavier_normal_": torch.nn.init.xavier_normal_, "init.constant_": lambda t: torch.nn.init.constant_(t, 0.3),
+}
+
+
+@pytest.mark.parametrize("name", sorted(TIMING_WRITES))
+def test_timing_fidelity_runs_in_place_writes_and_fills(name):
+    """``fill_`` on a storage raised "Attempted to call fill_() on an invalid python storage",
+    trunc_normal_ read values to redraw; a write needs no values, so each runs and is timed."""
+    trnsim.set_fidelity("timing")
+    try:
+        t = torch.empty(4, 4, device=DEV)
+        before = state.clock.ops
+        TIMING_WRITES[name](t)
+        assert state.clock.ops > before
+        assert t.shape == (4, 4) and t.dtype == torch.float32 and storage_has_no_values(t)
+    finally:
+        trnsim.set_fidelity("op")
+
+
+def storage_has_no_values(t: torch.Tensor) -> bool:
+    from trnsim.backend import storage
+
+    return storage.block_of(t).host is None
+
+
+def test_a_storage_fill_fills_as_on_the_cpu():
+    t = torch.full((2,), 1.0, device=DEV)
+    t.untyped_storage().fill_(0)
+    assert t.cpu().tolist() == [0.0, 0.0]
+
+
 def test_bad_fidelity_is_named():
-    with pytest.raises(ValueError, match="'fast' is not one of op, instruction, timing"):
+    with pytest.raises(ValueError, match=r"set_fidelity\('fast'\) is not a fidelity; pass one of: op, instruction, timing"):
         trnsim.set_fidelity("fast")
 
 

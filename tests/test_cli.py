@@ -26,7 +26,7 @@ def test_chips_with_a_what_if_file(tmp_path, capsys):
 
 def test_bad_chip_is_a_clear_error(capsys):
     assert main(["demo", "--chip", "trn7", "--size", "128", "128", "512"]) == 2
-    assert "trnsim: error: unknown chip 'trn7'" in capsys.readouterr().err
+    assert "trnsim: error: --chip 'trn7': unknown chip 'trn7'" in capsys.readouterr().err
 
 
 def test_demo_and_report(tmp_path, capsys):

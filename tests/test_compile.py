@@ -429,3 +429,20 @@ def test_linear_gelu_is_one_matmul_with_its_epilogue():
         assert torch.allclose(y.cpu(), model(x).cpu(), atol=1e-6)
     names = [r.name for r in prof.records]
     assert names == ["fused[addmm+gelu]"], names
+
+
+def test_the_default_backend_on_neuron_tensors_is_refused_in_one_line(tmp_path):
+    """torch.compile(model) (Inductor) on neuron tensors ended in 'InductorError: KeyError:
+    neuron' after some 45 lines of Inductor's frames."""
+    script = tmp_path / "s.py"
+    script.write_text("import torch\n"
+                      "m = torch.compile(torch.nn.Linear(4, 4).to('neuron'))\n"
+                      "m(torch.randn(2, 4, device='neuron'))\n")
+    r = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=300)
+    assert r.returncode == 1
+    error = [line for line in r.stderr.splitlines() if line.startswith("trnsim.")]
+    assert len(error) == 1, r.stderr
+    assert "Inductor, cannot compile for the neuron device" in error[0]
+    assert 'backend="neuron"' in error[0]
+    assert "InductorError" not in r.stderr and "torch/_inductor" not in r.stderr
+    assert len(r.stderr.strip().splitlines()) <= 24, r.stderr

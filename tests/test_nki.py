@@ -49,7 +49,7 @@ def test_sbuf_overflow_says_what_is_live():
         return a, b
 
     msg = expect_error(k, np.ones((128, 1024), np.float32), match="SBUF allocation", tag="sbuf-overflow")
-    assert "live there" in msg and "sbuf_0 (4 KiB" in msg and "192 KiB per partition" in msg
+    assert "live there: a (4 KiB" in msg and "192 KiB per partition" in msg
 
 
 def test_psum_overflow():
@@ -104,7 +104,7 @@ def test_reading_a_tile_before_anything_wrote_it():
         u = nl.exp(t)  # read-before-write
         return u
 
-    expect_error(k, X, match="reads SBUF tile sbuf_0\\[128, 512\\] before anything wrote it", tag="read-before-write")
+    expect_error(k, X, match="reads SBUF tile t\\[128, 512\\] before anything wrote it", tag="read-before-write")
 
 
 def test_psum_accumulation_group_misuse():

@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import NoReturn, Sequence
 
 from trnsim.atomic import check_writable
-from trnsim.backend.state import env_fidelity
+from trnsim import settings
 from trnsim.errors import TrnSimError
 
 
@@ -165,9 +165,6 @@ def _run(args: argparse.Namespace) -> int:
         return run_job(str(script), args.args, args.nproc, trace, instance=args.instance, chip=args.chip,
                        fidelity=args.fidelity, timeout_s=args.timeout, nnodes=args.nnodes, node_rank=args.node_rank,
                        rdzv_endpoint=args.rdzv_endpoint, top=args.top)
-    for key, value in (("TRNSIM_INSTANCE", args.instance), ("TRNSIM_CHIP", args.chip), ("TRNSIM_FIDELITY", args.fidelity)):
-        if value:
-            os.environ[key] = value
     import runpy
 
     import trnsim
@@ -229,7 +226,7 @@ def _doctor(args: argparse.Namespace) -> int:
           f"for the neuron device ($TRNSIM_CHIP)")
     print(f"NKI kernels    {nki_chip or device_chip.name}"
           + (f" (${PLATFORM_ENV})" if nki_chip else f" (${PLATFORM_ENV} unset: the device's chip)"))
-    print(f"fidelity       {env_fidelity()} ($TRNSIM_FIDELITY)")
+    print(f"fidelity       {settings.env_fidelity()} ($TRNSIM_FIDELITY)")
     versions = [("python", platform.python_version())]
     for dist in ("trnsim", "torch", "numpy", "numba", "transformers"):
         try:
@@ -289,7 +286,7 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--instance", default=None, help="the instance the ranks run on (trn1.32xlarge, trn2.48xlarge, ...; "
                                                       "default $TRNSIM_INSTANCE or the chip's own)")
     run.add_argument("--chip", default=None, help="chip name or TOML (default $TRNSIM_CHIP or trn2)")
-    run.add_argument("--fidelity", default=None, choices=("op", "instruction", "timing"),
+    run.add_argument("--fidelity", default=None, choices=settings.FIDELITIES, type=str.lower,
                      help="default $TRNSIM_FIDELITY")
     run.add_argument("--trace", default=None, help="write the trace here (the merged trace of all ranks with --nproc); "
                                                    "default traces/SCRIPT.json (traces/SCRIPT.job.json with --nproc)")
@@ -313,10 +310,26 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _check_settings(args: argparse.Namespace) -> None:
+    """Refuse a bad ``--chip`` or ``--instance`` by the flag's name, then (``run`` passing its
+    flags on as the variables its script reads) every ``TRNSIM_*`` variable by its name."""
+    chip = getattr(args, "chip", None)
+    if isinstance(chip, str):   # `trnsim chips --chip` takes paths, each named by its own errors
+        settings.load_chip_from(chip, f"--chip {chip[:200]!r}", "")
+    if getattr(args, "instance", None):
+        args.instance = settings.instance(args.instance, f"--instance {args.instance[:80]!r}")
+    if args.func is _run:
+        for key, value in (("TRNSIM_INSTANCE", args.instance), ("TRNSIM_CHIP", args.chip),
+                           ("TRNSIM_FIDELITY", args.fidelity)):
+            if value:
+                os.environ[key] = value
+    settings.check()
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
-        env_fidelity()
+        _check_settings(args)
         return args.func(args)
     except TrnSimError as e:
         print(f"trnsim: error: {' '.join(str(e).split())}", file=sys.stderr)

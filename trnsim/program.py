@@ -9,8 +9,11 @@ joins, so simulating a Program only schedules it.
 
 from __future__ import annotations
 
+import linecache
 import math
 import operator
+import os
+import re
 from typing import Callable, Iterator, Sequence
 
 from trnsim.dtypes import as_dtype, float32
@@ -38,6 +41,19 @@ def _allowed_starts(count: int) -> str:
     if count > 32:
         return "0 or 64"
     return "0, 32, 64 or 96"
+
+
+# ``name = ...`` (or ``name: T = ...``) at the start of a source line
+_ASSIGNED = re.compile(r"\s*([A-Za-z_]\w*)\s*(?::[^=]*)?=(?!=)")
+# the names a Program gives the tensors its source made without naming them
+_AUTO_NAME = re.compile(r"\b(?:" + "|".join(MEMORY_NAMES.values()) + r")_\d+\b")
+
+
+def _source_name(name: str, where: tuple[str, int] | None) -> str:
+    if where is None:
+        return name
+    found = _ASSIGNED.match(linecache.getline(*where))
+    return found.group(1) if found else f"{name} (made at {os.path.basename(where[0])}:{where[1]})"
 
 
 class Program:
@@ -68,6 +84,16 @@ class Program:
         self._names: set[str] = set()
         self._tensor_ids: set[int] = set()
         self.timing = StaticTiming(self.chip)
+        #: where (file, line) the source that traced this Program made each tensor it did
+        #: not name; :meth:`source_names` reads it
+        self.made_at: dict[str, tuple[str, int] | None] = {}
+
+    def source_names(self, message: str) -> str:
+        """``message`` with each tensor made without a name (``sbuf_3``) called by the
+        variable its source line assigns (``c_tile = nl.load(a)``: ``c_tile``), or by that
+        line; a kernel's HBM arguments carry its parameter names already."""
+        return _AUTO_NAME.sub(lambda m: _source_name(m.group(0), self.made_at[m.group(0)])
+                              if m.group(0) in self.made_at else m.group(0), message)
 
     # -- tensors -----------------------------------------------------------
 

@@ -380,3 +380,60 @@ def test_simulate_refuses_inputs_that_are_not_a_mapping() -> None:
     p.hbm([128, 4], "float32", "x", kind="input")
     clean_error(lambda: simulate(p, [np.ones((128, 4))], fidelity="instruction"), "must map input tensor names",
                 types=ProgramError)
+
+
+# -- errors name the kernel's own tensors ---------------------------------------------------
+
+_INTERNAL_NAME = r"\b(?:sbuf|psum|hbm)_\d+\b"
+
+
+@nki.jit
+def _store_of_the_wrong_shape(a_input):
+    c_output = nl.ndarray(a_input.shape, dtype=a_input.dtype, buffer=nl.shared_hbm)
+    half_tile = nl.load(a_input[0:64, :])
+    nl.store(c_output, value=half_tile)
+    return c_output
+
+
+@nki.jit
+def _read_before_write(a_input):
+    c_output = nl.ndarray(a_input.shape, dtype=a_input.dtype, buffer=nl.shared_hbm)
+    scratch = nl.ndarray(a_input.shape, dtype=a_input.dtype, buffer=nl.sbuf)
+    nl.store(c_output, value=nl.exp(scratch))
+    return c_output
+
+
+@nki.jit
+def _nameless_tile(a_input):
+    c_output = nl.ndarray(a_input.shape, dtype=a_input.dtype, buffer=nl.shared_hbm)
+    nl.store(c_output, value=nl.exp(nl.load(a_input[0:64, :])))
+    return c_output
+
+
+@nki.jit
+def _half_written(a_input):
+    c_output = nl.ndarray((200, 512), dtype=a_input.dtype, buffer=nl.shared_hbm)
+    nl.store(c_output[0:128, :], value=nl.load(a_input))
+    return c_output
+
+
+@pytest.mark.parametrize("kernel, fragments", [
+    (_store_of_the_wrong_shape, ("half_tile[64, 512]", "c_output[128, 512]",
+                                 "store a [128, 512] value into c_output", "c_output[0:64, 0:512]")),
+    (_read_before_write, ("reads SBUF tile scratch[128, 512]",)),
+    (_nameless_tile, ("made at ", "test_nki.py:", "into c_output[128, 512]")),
+])
+def test_kernel_errors_name_the_kernels_arguments_and_variables(kernel, fragments) -> None:
+    """nl.store named internal buffers (hbm_0, sbuf_0) and gave no fix."""
+    import re
+
+    err = clean_error(lambda: kernel(np.ones((128, 512), np.float32)), *fragments, types=nki.KernelError)
+    # an internal name appears only beside the line that made its tile
+    assert all(str(err)[m.end():].startswith(" (made at ") for m in re.finditer(_INTERNAL_NAME, str(err))), str(err)
+
+
+def test_an_unwritten_output_is_named_by_its_variable() -> None:
+    from trnsim.errors import UnwrittenOutputWarning
+
+    with pytest.warns(UnwrittenOutputWarning, match=r"rows 128:200 of output c_output \[200, 512\]"):
+        _half_written(np.ones((128, 512), np.float32))

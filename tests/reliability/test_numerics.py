@@ -107,6 +107,50 @@ def test_activation_backends_agree_bit_for_bit_on_special_values(func: Activatio
                                                                           got[~np.isnan(got)].view(np.int64))
 
 
+_ONES = torch.ones
+# Every scalar-engine function beside the PyTorch CPU function it is the chip's version of.
+CPU_ACTIVATIONS = {
+    ActivationFunc.IDENTITY: lambda z: z, ActivationFunc.EXP: torch.exp, ActivationFunc.LOG: torch.log,
+    ActivationFunc.SQRT: torch.sqrt, ActivationFunc.RSQRT: torch.rsqrt, ActivationFunc.RECIPROCAL: torch.reciprocal,
+    ActivationFunc.TANH: torch.tanh, ActivationFunc.SIGMOID: torch.sigmoid, ActivationFunc.RELU: torch.relu,
+    ActivationFunc.GELU: F.gelu, ActivationFunc.GELU_TANH: lambda z: F.gelu(z, approximate="tanh"),
+    ActivationFunc.SILU: F.silu, ActivationFunc.SQUARE: torch.square, ActivationFunc.ABS: torch.abs,
+    ActivationFunc.SOFTPLUS: F.softplus, ActivationFunc.SIN: torch.sin, ActivationFunc.COS: torch.cos,
+    ActivationFunc.ERF: torch.erf, ActivationFunc.SIGN: torch.sign,
+    ActivationFunc.GELU_DX: lambda z: torch.ops.aten.gelu_backward(_ONES(z.shape, dtype=z.dtype), z),
+    ActivationFunc.SILU_DX: lambda z: torch.ops.aten.silu_backward(_ONES(z.shape, dtype=z.dtype), z),
+}
+EDGES = [NAN, INF, -INF, 0.0, -0.0]
+
+
+def test_every_activation_has_a_cpu_counterpart() -> None:
+    assert set(CPU_ACTIVATIONS) == set(ActivationFunc)
+
+
+@pytest.mark.parametrize("backend", [reference, fast], ids=["numpy", "numba"])
+@pytest.mark.parametrize("func", list(ActivationFunc))
+@pytest.mark.parametrize("scale", [1.0, -1.0])
+def test_each_activation_of_each_backend_gives_the_cpus_nan_infinities_and_signed_zeros(backend, func, scale) -> None:
+    """NaN, +-inf and +-0 (and -x of them: ``neg`` is identity with scale -1) through every
+    function of both backends, against PyTorch's float64 CPU kernel: NaN where it has NaN,
+    the same infinities, zeros of the same sign. float64, because PyTorch's float32 gelu
+    gives NaN for +inf in its vectorized body and +inf for a one-element or strided tensor;
+    trnsim gives +inf, as float64 and that scalar path do."""
+    x = np.array([EDGES])
+    got = backend.activation(x, func, np.array([scale]), np.zeros(1))[0]
+    want = CPU_ACTIVATIONS[func](torch.tensor(EDGES, dtype=torch.float64) * scale).numpy()
+    for point, w, g in zip(EDGES, want, got):
+        same = (np.isnan(w) and np.isnan(g)) or (w == g and np.signbit(w) == np.signbit(g))
+        assert same, f"{func.value}({scale} * {point}): CPU {w!r}, {backend.__name__} {g!r}"
+
+
+def test_gelu_of_inf_is_what_pytorchs_scalar_cpu_path_gives(instruction_fidelity: None) -> None:
+    one = torch.tensor([INF])
+    assert F.gelu(one).item() == INF == F.gelu(one.to("neuron")).cpu().item()
+    assert torch.isnan(F.gelu(one.to("neuron"))).sum().item() == 0
+    assert torch.isnan(F.gelu(torch.tensor([NAN, NAN]).to("neuron"))).all()
+
+
 @pytest.mark.parametrize("op", list(AluOp))
 def test_alu_backends_agree_bit_for_bit_on_special_values(op: AluOp) -> None:
     a = np.array([[p for p in SPECIAL for _ in SPECIAL]])

@@ -150,12 +150,23 @@ def test_plot_timeline_draws_an_empty_trace() -> None:
 
 # -- fidelity, events, generator states ---------------------------------------------------
 
-@pytest.mark.parametrize("bad", [None, "OP", 1, ""])
+@pytest.mark.parametrize("bad", [None, "fast", 1, ""])
 def test_set_fidelity_refuses_with_a_config_error(bad: object) -> None:
     before = torch.neuron.fidelity()
     clean_error(lambda: trnsim.set_fidelity(bad), repr(bad), "instruction", types=ConfigError)
     clean_error(lambda: torch.neuron.set_fidelity(bad), repr(bad), types=ValueError)
     assert torch.neuron.fidelity() == before
+
+
+def test_set_fidelity_takes_a_name_in_any_case() -> None:
+    before = torch.neuron.fidelity()
+    try:
+        trnsim.set_fidelity("OP")
+        assert torch.neuron.fidelity() == "op"
+        clean_error(lambda: trnsim.set_fidelity("instrution"), "set_fidelity('instrution')",
+                    "did you mean 'instruction'?", types=ConfigError)
+    finally:
+        trnsim.set_fidelity(before)
 
 
 def test_an_event_never_recorded_is_complete() -> None:

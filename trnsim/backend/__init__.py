@@ -59,8 +59,10 @@ def register() -> None:
     autocast.install()
     streams.install()
     from trnsim.backend import distributed
+    from trnsim.backend.compile import inductor
 
     distributed.register()
+    inductor.install()
     _registered = True
 
 

@@ -24,6 +24,7 @@ from typing import Any, Callable
 import torch
 from torch.utils._pytree import tree_flatten
 
+from trnsim import settings
 from trnsim.backend import edge_ops, rng, sparse, state, storage, timeline
 
 _CPU_KS = storage._CPU
@@ -97,14 +98,30 @@ def _is_neuron(x: Any) -> bool:
 
 
 def fallback(op, *args, **kwargs):
-    if _direct_lib is None:
+    if _direct_lib is None:   # the first op on the device
+        bad = settings.problem()
+        if bad is not None:   # raised here, so a script's traceback ends at its own line and this one
+            raise bad
         _register_direct()
+    if any(type(a) in _UNINITIALIZED for a in args):
+        args = _initialized_view(args)
     info = _infos.get(op) or _info(op)
     if info.special is not None:
         return info.special(op, info, args, kwargs)
     if info.kind == "view":
         return op.redispatch(_CPU_KS, *args, **kwargs)
     return _compute(op, info, args, kwargs)
+
+
+# A LazyModule's parameters and buffers before their first forward: their Python class
+# refuses ``.shape`` and most methods, which a C++ kernel never asks of it.
+_UNINITIALIZED = frozenset({torch.nn.parameter.UninitializedParameter, torch.nn.parameter.UninitializedBuffer})
+
+
+def _initialized_view(args: tuple) -> tuple:
+    """``args`` with each uninitialized parameter or buffer as a plain tensor on its memory."""
+    with torch._C.DisableTorchFunctionSubclass():
+        return tuple(a.as_subclass(torch.Tensor) if type(a) in _UNINITIALIZED else a for a in args)
 
 
 class _Host:

@@ -22,6 +22,17 @@ as on a device with C++ hooks (:func:`install_accelerator`).
 Resizing a neuron storage in place (``UntypedStorage.resize_``, which FSDP2 uses to
 free and bring back parameters) would need the device's C++ hooks; trnsim swaps a new
 HBM block's memory into the storage instead (:func:`trnsim.backend.storage.resize_in_place`).
+
+``module.to("neuron")`` moves each parameter in place (``param.data = moved``), as it does
+between the CPU and CUDA, only where PyTorch deems the two tensors' types compatible, a
+list of dense backends that lacks PrivateUse1 (pytorch/pytorch#196975); it otherwise makes
+new Parameter objects, which turns a LazyModule's uninitialized parameters into empty
+ordinary ones. A neuron tensor is a plain TensorImpl on host memory, so trnsim answers
+that check as PyTorch does for CUDA (:func:`_shallow_copy_compatible`).
+
+Under timing fidelity a neuron storage has no data pointer: ``UntypedStorage.fill_``
+(refused by PyTorch for such a storage) and ``nn.init.trunc_normal_`` (which redraws
+until it reads no value out of range) are served here, as writes that keep no values.
 """
 
 from __future__ import annotations
@@ -70,6 +81,17 @@ def _is_pinned(self: torch.Tensor, device=None) -> bool:
     return _pinned_ptr(self)
 
 
+_DENSE = ("cpu", "neuron")
+
+
+def _shallow_copy_compatible(self: torch.Tensor, other: torch.Tensor) -> bool:
+    """Whether ``other``'s TensorImpl may be copied into ``self``'s (``self.data = other``):
+    the same kind of tensor, or dense strided tensors on the CPU or ``neuron``."""
+    kinds = [(t.device.type, t.layout, t.is_quantized, t.is_nested) for t in (self, other)]
+    return kinds[0] == kinds[1] or all(dev in _DENSE and layout == torch.strided and not quantized and not nested
+                                       for dev, layout, quantized, nested in kinds)
+
+
 _lib = None
 
 
@@ -78,6 +100,7 @@ def install() -> None:
     _lib = torch.library.Library("aten", "IMPL")
     _lib.impl("_pin_memory", _pin_memory, "CPU")
     _lib.impl("is_pinned", _is_pinned, "CPU")
+    _lib.impl("_has_compatible_shallow_copy_type", _shallow_copy_compatible, "PrivateUse1")
     install_serialization()
     install_storage()
     install_accelerator()
@@ -159,9 +182,45 @@ def _resize_storage(self, size: int):
     return _storage_resize(self, size)
 
 
+_storage_fill = torch.UntypedStorage.fill_
+
+
+def _fill_storage(self, value: int):
+    """``UntypedStorage.fill_``: PyTorch refuses a storage without a data pointer, which a
+    neuron storage made under timing fidelity is; it is the ``fill_`` of a byte tensor over
+    the storage, as PyTorch's own does it, timed and keeping no values."""
+    if self.device.type == "neuron":
+        from trnsim.backend import storage
+
+        storage.on_storage(self, torch.uint8, (self.nbytes(),), (1,), 0).fill_(value)
+        return self
+    return _storage_fill(self, value)
+
+
+_trunc_normal = torch.nn.init._no_grad_trunc_normal_
+
+
+def _trunc_normal_(tensor: torch.Tensor, mean: float, std: float, a: float, b: float, generator=None) -> torch.Tensor:
+    """``nn.init.trunc_normal_`` draws again until no value lies outside [a, b], which needs
+    values; a tensor made under timing fidelity has none, so it is drawn once (one timed
+    ``normal_``), as PyTorch makes sampling a no-op on meta tensors."""
+    if tensor.device.type == "neuron" and not tensor.is_meta and _no_values(tensor):
+        with torch.no_grad():
+            return tensor.normal_(mean, std, generator=generator)
+    return _trunc_normal(tensor, mean, std, a, b, generator=generator)
+
+
+def _no_values(t: torch.Tensor) -> bool:
+    from trnsim.backend import storage
+
+    return storage.block_of(t).host is None
+
+
 def install_storage() -> None:
     torch.UntypedStorage.__new__ = _new_storage
     torch.UntypedStorage.resize_ = _resize_storage
+    torch.UntypedStorage.fill_ = _fill_storage
+    torch.nn.init._no_grad_trunc_normal_ = _trunc_normal_
 
 
 def _tag(obj) -> str | None:

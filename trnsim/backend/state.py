@@ -9,9 +9,10 @@ from typing import Any
 
 import torch
 
-from trnsim.errors import ConfigError, TrnSimError
+from trnsim import settings
+from trnsim.errors import TrnSimError
 
-FIDELITIES = ("op", "instruction", "timing")
+FIDELITIES = settings.FIDELITIES
 
 
 class MemoryAccount:
@@ -107,9 +108,9 @@ def chip():
 def set_chip(spec) -> None:
     """Use ``spec`` (a name, a TOML path or a ChipSpec) for the device from now on."""
     global _chip
-    from trnsim.hw.spec import load_chip
+    from trnsim.hw.spec import ChipSpec
 
-    new = load_chip(spec)
+    new = spec if isinstance(spec, ChipSpec) else settings.load_chip_from(spec, f"set_chip({spec!r})", "")
     if memory.allocated > new.device_hbm_bytes:
         raise torch.OutOfMemoryError(
             f"cannot switch the neuron device to {new.name}: {_fmt(memory.allocated)} is allocated and it has "
@@ -132,20 +133,13 @@ def fidelity() -> str:
 
 def env_fidelity() -> str:
     """The fidelity ``TRNSIM_FIDELITY`` asks for (``op`` when unset), checked."""
-    value = os.environ.get("TRNSIM_FIDELITY", "op")
-    if value not in FIDELITIES:
-        raise ConfigError(f"TRNSIM_FIDELITY={value!r} is not a fidelity; set it to one of {', '.join(FIDELITIES)} "
-                          "or unset it")
-    return value
+    return settings.env_fidelity()
 
 
 def set_fidelity(value: str) -> None:
     """Switch fidelity for the ops that follow (tensors made under ``timing`` keep no data)."""
     global _fidelity
-    if value not in FIDELITIES:
-        raise ConfigError(f"fidelity {value!r} is not one of {', '.join(FIDELITIES)}; pass one of them "
-                          "(lower case), as in set_fidelity('instruction')")
-    _fidelity = value
+    _fidelity = settings.fidelity(value if isinstance(value, str) else "", f"set_fidelity({value!r})", "pass")
 
 
 DEVICE_COUNT = 1   # one logical NeuronCore per process, as Neuron runs one process per core

@@ -106,9 +106,10 @@ class Machine:
             missing = self.memory.unwritten(t)
             if missing is not None:
                 fill = "NaN" if t.dtype.is_float else "0"
-                warn(f"{self.program.name!r}: {describe_region(missing)} of output {t.name} {list(t.shape)} were "
-                     f"never written and read as {fill} (undefined on the chip); store every element of the "
-                     "output, or mask or pad the shapes the loops do not cover", UnwrittenOutputWarning)
+                warn(self.program.source_names(
+                    f"{self.program.name!r}: {describe_region(missing)} of output {t.name} {list(t.shape)} were "
+                    f"never written and read as {fill} (undefined on the chip); store every element of the "
+                    "output, or mask or pad the shapes the loops do not cover"), UnwrittenOutputWarning)
 
     # -- execution ------------------------------------------------------------
 
@@ -241,9 +242,10 @@ class Machine:
 
     def _dma_copy(self, inst: DmaCopy) -> None:
         if not self.memory.all_written(inst.src):
-            warn(f"{self.program.name!r}: instruction {inst.index} dma_copy{_at(inst)} reads {inst.src!r}, "
-                 "parts of which nothing wrote; they read as NaN (0 for integer dtypes), undefined on the "
-                 "chip; write the HBM tensor before reading it", UninitializedReadWarning)
+            warn(self.program.source_names(
+                f"{self.program.name!r}: instruction {inst.index} dma_copy{_at(inst)} reads {inst.src!r}, "
+                "parts of which nothing wrote; they read as NaN (0 for integer dtypes), undefined on the "
+                "chip; write the HBM tensor before reading it"), UninitializedReadWarning)
         bits = self.read_raw(inst.src)
         if bits.size != inst.dst.size:
             raise ProgramError(f"copies {bits.size} elements into {inst.dst!r}, which has {inst.dst.size}; sizes must match")

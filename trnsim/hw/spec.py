@@ -37,6 +37,7 @@ if sys.version_info >= (3, 11):
 else:  # pragma: no cover - exercised on Python 3.10 only
     import tomli as tomllib
 
+from trnsim import settings
 from trnsim.errors import ChipSpecError
 
 CHIPS_DIR = Path(__file__).parent / "chips"
@@ -572,9 +573,9 @@ def _locate(text: str, folder: Path | None, referrer: Path | None) -> Path:
         if state is not None:
             raise ChipSpecError(f"{where} {str(path)[:200]} {state}; pass {_shipped_hint()}")
         return path
-    path = CHIPS_DIR / f"{text}.toml"
+    path = CHIPS_DIR / f"{text.lower()}.toml"   # AWS writes Trn2: chip names are taken in any case
     if not text or _file_state(path) is not None:
-        close = difflib.get_close_matches(text, shipped_chips(), n=1)
+        close = difflib.get_close_matches(text.lower(), shipped_chips(), n=1)
         hint = f"did you mean {close[0]!r}? " if close else ""
         what = f"{referrer}: key 'extends' names unknown chip" if referrer else "unknown chip"
         raise ChipSpecError(f"{what} {text[:200]!r}; {hint}pass {_shipped_hint()}")
@@ -692,15 +693,10 @@ def load_chip(chip: str | os.PathLike | ChipSpec | None = None) -> ChipSpec:
     if isinstance(chip, ChipSpec):
         return chip
     if chip is None:
-        env = os.environ.get("TRNSIM_CHIP")
-        if not env:
+        env = settings.env_chip_name()
+        if env is None:
             return load_chip(DEFAULT_CHIP)
-        try:
-            return load_chip(env)
-        except ChipSpecError as e:
-            if str(e).startswith(env):   # a damaged file, named by its path already
-                raise
-            raise ChipSpecError(f"TRNSIM_CHIP={env[:200]!r}: {e}; or unset TRNSIM_CHIP") from None
+        return settings.load_chip_from(env, f"TRNSIM_CHIP={env[:200]!r}", "; or unset TRNSIM_CHIP")
     if not isinstance(chip, (str, os.PathLike)):
         raise ChipSpecError(f"chip {_show(chip)} is not a chip; pass {_shipped_hint()} or a ChipSpec")
     path = _locate(os.fspath(chip), None, None)

@@ -300,7 +300,7 @@ def _simulate_call(kernel: Kernel, chip: Any, numerics: bool, trace: str | os.Pa
     except KernelError:
         raise
     except ProgramError as e:   # found only when values are known (a gather index): still the kernel's fault
-        raise KernelError(str(e)) from e
+        raise KernelError(program.source_names(str(e))) from e
     arrays = named_arguments(kernel, args, kwargs)
     for t in written:
         dst = arrays.get(t.name)

@@ -184,13 +184,23 @@ def store(dst: NkiTensor, value: Any, mask: Mask | None = None) -> None:
         value = full(shape, float(value), dst.dtype)
     value = _e.readable(value, "nl.store value")
     _e.check_overrun(dst, mask, "nl.store")
+    given = value
     if value.buffer is Memory.PSUM or value.dtype is not dst.dtype:
         value = copy(value, dtype=dst.dtype)
     dst_v, src_v = _e.clip(mask, dst, value)
     if src_v.size != dst_v.size:
-        raise tr.fail(f"nl.store of {list(value.shape)} elements into {dst.name}{list(dst.shape)}: sizes differ")
+        raise tr.fail(_store_mismatch(dst, given, src_v.size, dst_v.size))
     if dst_v.size:
         tr.dma(dst_v, src_v)
+
+
+def _store_mismatch(dst: NkiTensor, value: NkiTensor, value_size: int, dst_size: int) -> str:
+    """Why ``nl.store(dst, value)`` cannot be, and the two shapes that would fit."""
+    fix = f"store a {list(dst.shape)} value into {dst.name}"
+    if len(value.shape) == len(dst.shape) and builtins.all(v <= d for v, d in zip(value.shape, dst.shape)):
+        fix += f", or store {value.name} into a slice of its shape, as in {dst.name}[{', '.join(f'0:{v}' for v in value.shape)}]"
+    return (f"nl.store of {value.name}{list(value.shape)} ({value_size} elements) into {dst.name}{list(dst.shape)} "
+            f"({dst_size} elements): the sizes differ; {fix}")
 
 
 def copy(x: Any, dtype: Any = None, mask: Mask | None = None) -> NkiTensor:

@@ -47,19 +47,23 @@ def _in_nki(filename: str) -> bool:
     return found
 
 
-def caller_source() -> str:
-    """``file:line`` of the innermost frame outside trnsim.nki (the kernel's line)."""
+def caller_location() -> tuple[str, int] | None:
+    """(file, line) of the innermost frame outside trnsim.nki (the kernel's line)."""
     frame = sys._getframe(1)
     inside = _inside
     while frame is not None:
         filename = frame.f_code.co_filename
         found = inside.get(filename)
         if not (_in_nki(filename) if found is None else found):
-            break
+            return filename, frame.f_lineno
         frame = frame.f_back
-    if frame is None:
-        return ""
-    return f"{frame.f_code.co_filename}:{frame.f_lineno}"
+    return None
+
+
+def caller_source() -> str:
+    """``file:line`` of the innermost frame outside trnsim.nki (the kernel's line)."""
+    where = caller_location()
+    return f"{where[0]}:{where[1]}" if where else ""
 
 
 _set = object.__setattr__
@@ -127,12 +131,19 @@ class Tracer:
         return f"{base}_{n}"
 
     def fail(self, message: str, source: str | None = None) -> KernelError:
+        """The error for ``message`` at the kernel's line, the tensors it names by the
+        kernel's own names (:meth:`trnsim.program.Program.source_names`)."""
         where = source or caller_source()
+        message = self.program.source_names(message)
         return KernelError(f"{where}: {message}" if where else message)
 
     def place(self, shape: tuple[int, ...], dtype: Any, memory: Memory, name: str | None = None) -> Tensor:
         """Allocate a tile (SBUF/PSUM) or an HBM tensor; errors name the kernel line."""
-        name = self.fresh_name(name or MEMORY_NAMES[memory])
+        if name is None:
+            name = self.fresh_name(MEMORY_NAMES[memory])
+            self.program.made_at[name] = caller_location()
+        else:
+            name = self.fresh_name(name)
         try:
             if memory is Memory.SBUF:
                 t = self.program.sbuf(shape, dtype, name)

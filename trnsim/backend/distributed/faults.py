@@ -18,6 +18,7 @@ import os
 import socket
 from typing import Any
 
+from trnsim import settings
 from trnsim.errors import TrnSimError
 
 DEFAULT_TIMEOUT_S = 60.0
@@ -33,14 +34,7 @@ def timeout(given: datetime.timedelta | None) -> datetime.timedelta:
 
     if given is not None and given != default_pg_timeout:
         return given
-    raw = os.environ.get("TRNSIM_DIST_TIMEOUT", "")
-    try:
-        seconds = float(raw) if raw else DEFAULT_TIMEOUT_S
-    except ValueError:
-        raise TrnSimError(f"TRNSIM_DIST_TIMEOUT={raw!r} is not a number of seconds; set it to e.g. 120") from None
-    if seconds <= 0:
-        raise TrnSimError(f"TRNSIM_DIST_TIMEOUT={raw!r} must be a positive number of seconds")
-    return datetime.timedelta(seconds=seconds)
+    return datetime.timedelta(seconds=settings.dist_timeout_s(DEFAULT_TIMEOUT_S))
 
 
 def _alive(pid: int) -> bool:

@@ -16,6 +16,7 @@ import os
 from dataclasses import dataclass
 
 from trnsim.backend import state
+from trnsim import settings
 from trnsim.errors import TrnSimError
 
 PS_PER_NS = 1000
@@ -37,8 +38,8 @@ class Timing:
 
 def instance_name() -> str:
     """The instance of this job (see the module docstring)."""
-    name = os.environ.get("TRNSIM_INSTANCE", "").strip()
-    if name:
+    name = settings.env_instance()
+    if name is not None:
         return name
     chip = state.chip().name
     found = DEFAULT_INSTANCE.get(chip)
