@@ -315,7 +315,9 @@ def _check_settings(args: argparse.Namespace) -> None:
     flags on as the variables its script reads) every ``TRNSIM_*`` variable by its name."""
     chip = getattr(args, "chip", None)
     if isinstance(chip, str):   # `trnsim chips --chip` takes paths, each named by its own errors
-        settings.load_chip_from(chip, f"--chip {chip[:200]!r}", "")
+        from trnsim.hw.spec import load_chip_from
+
+        load_chip_from(chip, f"--chip {chip[:200]!r}", "")
     if getattr(args, "instance", None):
         args.instance = settings.instance(args.instance, f"--instance {args.instance[:80]!r}")
     if args.func is _run:

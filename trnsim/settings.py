@@ -7,6 +7,8 @@ defines (chips, fidelities, instances) are taken in any case: ``Trn2`` is ``trn2
 ``trnsim`` command, so a mistyped variable stops a script at its first device op with one
 line, not deep inside. Reading the variables imports no simulator (``import torch``
 autoloads the device and must stay cheap); checking ``TRNSIM_CHIP`` reads its chip file.
+The hardware layer never imports this module: :func:`trnsim.hw.spec.load_chip` reads
+``TRNSIM_CHIP`` itself when it is given no chip.
 """
 
 from __future__ import annotations
@@ -70,20 +72,6 @@ def env_fidelity() -> str:
     return fidelity(value, f"TRNSIM_FIDELITY={value!r}", "unset it or set it to") if value else "op"
 
 
-def load_chip_from(value: str, label: str, fix: str):
-    """:func:`trnsim.hw.spec.load_chip` of ``value``, its errors beginning with ``label``,
-    where the value came from (``--chip 'x'``, ``TRNSIM_CHIP='x'``, ``set_chip('x')``),
-    and ending with ``fix``. A damaged chip file's error names the file already."""
-    from trnsim.hw.spec import load_chip
-
-    try:
-        return load_chip(value)
-    except ChipSpecError as e:
-        if str(value) and str(e).startswith(str(value)):   # a damaged file, named by its path already
-            raise
-        raise ChipSpecError(f"{label}: {e}{fix}") from None
-
-
 def env_chip_name() -> str | None:
     """``$TRNSIM_CHIP`` (None when unset or empty)."""
     return os.environ.get("TRNSIM_CHIP", "").strip() or None
@@ -131,6 +119,8 @@ def check() -> None:
     env_fidelity()
     chip = env_chip_name()
     if chip is not None:
+        from trnsim.hw.spec import load_chip_from
+
         load_chip_from(chip, f"TRNSIM_CHIP={chip[:200]!r}", "; or unset TRNSIM_CHIP")
     env_instance()
     dist_timeout_s(1.0)

@@ -108,9 +108,9 @@ def chip():
 def set_chip(spec) -> None:
     """Use ``spec`` (a name, a TOML path or a ChipSpec) for the device from now on."""
     global _chip
-    from trnsim.hw.spec import ChipSpec
+    from trnsim.hw.spec import ChipSpec, load_chip_from
 
-    new = spec if isinstance(spec, ChipSpec) else settings.load_chip_from(spec, f"set_chip({spec!r})", "")
+    new = spec if isinstance(spec, ChipSpec) else load_chip_from(spec, f"set_chip({spec!r})", "")
     if memory.allocated > new.device_hbm_bytes:
         raise torch.OutOfMemoryError(
             f"cannot switch the neuron device to {new.name}: {_fmt(memory.allocated)} is allocated and it has "

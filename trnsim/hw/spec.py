@@ -37,7 +37,6 @@ if sys.version_info >= (3, 11):
 else:  # pragma: no cover - exercised on Python 3.10 only
     import tomli as tomllib
 
-from trnsim import settings
 from trnsim.errors import ChipSpecError
 
 CHIPS_DIR = Path(__file__).parent / "chips"
@@ -693,10 +692,10 @@ def load_chip(chip: str | os.PathLike | ChipSpec | None = None) -> ChipSpec:
     if isinstance(chip, ChipSpec):
         return chip
     if chip is None:
-        env = settings.env_chip_name()
-        if env is None:
+        env = os.environ.get("TRNSIM_CHIP", "").strip()
+        if not env:
             return load_chip(DEFAULT_CHIP)
-        return settings.load_chip_from(env, f"TRNSIM_CHIP={env[:200]!r}", "; or unset TRNSIM_CHIP")
+        return load_chip_from(env, f"TRNSIM_CHIP={env[:200]!r}", "; or unset TRNSIM_CHIP")
     if not isinstance(chip, (str, os.PathLike)):
         raise ChipSpecError(f"chip {_show(chip)} is not a chip; pass {_shipped_hint()} or a ChipSpec")
     path = _locate(os.fspath(chip), None, None)
@@ -711,6 +710,18 @@ def load_chip(chip: str | os.PathLike | ChipSpec | None = None) -> ChipSpec:
             _cache.pop(next(iter(_cache)))
         _cache[key] = (tuple((p.resolve(), stamp) for p, stamp, _ in chain), spec)
     return spec
+
+
+def load_chip_from(value: str, label: str, fix: str) -> ChipSpec:
+    """:func:`load_chip` of ``value``, its errors beginning with ``label``, where the value
+    came from (``--chip 'x'``, ``TRNSIM_CHIP='x'``, ``set_chip('x')``), and ending with
+    ``fix``. A damaged chip file's error names the file already."""
+    try:
+        return load_chip(value)
+    except ChipSpecError as e:
+        if str(value) and str(e).startswith(str(value)):   # a damaged file, named by its path already
+            raise
+        raise ChipSpecError(f"{label}: {e}{fix}") from None
 
 
 def shipped_chips() -> list[str]:

@@ -28,7 +28,7 @@ import torch.fx as fx
 
 from trnsim.backend import nkicall, opkernels, state, timeline
 from trnsim.backend.compile.partition import Group
-from trnsim.backend.compile.patterns import FREE, op_name, tensors_in
+from trnsim.backend.compile.patterns import FREE, op_name, tensors_in, substituted
 from trnsim.backend.costs import moved_bytes
 from trnsim.backend.timeline import OpCost
 
@@ -83,18 +83,10 @@ def _cheaper(g: Group, vals: dict[fx.Node, Any]) -> Kernel:
     return alone
 
 
-def _value(x: Any, vals: dict[fx.Node, Any]) -> Any:
-    if isinstance(x, fx.Node):
-        return vals.get(x)
-    if isinstance(x, (list, tuple)):
-        return type(x)(_value(y, vals) for y in x)
-    return x
-
-
 def _op_kernel(g: Group, vals: dict[fx.Node, Any]) -> Kernel:
     node = g.nodes[0]
     name = op_name(node)
-    args, kwargs = _value(node.args, vals), {k: _value(v, vals) for k, v in node.kwargs.items()}
+    args, kwargs = substituted(node.args, vals), {k: substituted(v, vals) for k, v in node.kwargs.items()}
     out = vals.get(node)
     if g.gqa > 1:
         args = _grouped_query(args, g.gqa)

@@ -26,7 +26,7 @@ import torch.fx as fx
 from torch._subclasses.fake_tensor import FakeTensorMode
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from trnsim.backend.compile.patterns import FREE, op_name
+from trnsim.backend.compile.patterns import FREE, op_name, substituted
 
 _COMPOSITE = torch._C.DispatchKey.CompositeExplicitAutograd
 _calls: dict[str, str | None] = {}   # op -> the one op its composite kernel calls (None: not one)
@@ -57,14 +57,6 @@ def _fresh(x: Any, mode: FakeTensorMode) -> Any:
     return x
 
 
-def _value(x: Any, vals: dict[fx.Node, Any]) -> Any:
-    if isinstance(x, fx.Node):
-        return vals.get(x)
-    if isinstance(x, (list, tuple)):
-        return type(x)(_value(y, vals) for y in x)
-    return x
-
-
 def _runs_as(op: torch._ops.OpOverload, args: tuple, kwargs: dict) -> str | None:
     """The op an eager ``neuron`` device runs for ``op``, where it has no kernel of its
     own and PyTorch runs ``op``'s composite kernel instead, which calls one aten op
@@ -87,7 +79,7 @@ def _composite_call(n: fx.Node, vals: dict[fx.Node, Any]) -> str | None:
     name = n.target.name()
     if name not in _calls:
         mode = FakeTensorMode(allow_fallback_kernels=False)
-        args, kwargs = _fresh(_value(n.args, vals), mode), _fresh(_value(dict(n.kwargs), vals), mode)
+        args, kwargs = _fresh(substituted(n.args, vals), mode), _fresh(substituted(dict(n.kwargs), vals), mode)
         try:
             with mode:
                 _calls[name] = _runs_as(n.target, args, kwargs)

@@ -58,6 +58,18 @@ def tensor_of(vals: dict[fx.Node, Any], x: Any) -> torch.Tensor | None:
     return v if isinstance(v, torch.Tensor) else None
 
 
+def substituted(x: Any, vals: dict[fx.Node, Any]) -> Any:
+    """``x`` (a node's argument: a node, a list, tuple or dict of them, or a constant) with
+    every node replaced by its value in ``vals`` (None where it has none)."""
+    if isinstance(x, fx.Node):
+        return vals.get(x)
+    if isinstance(x, (list, tuple)):
+        return type(x)(substituted(y, vals) for y in x)
+    if isinstance(x, dict):
+        return {k: substituted(v, vals) for k, v in x.items()}
+    return x
+
+
 def chip_float(t: torch.Tensor | None) -> bool:
     """A non-empty device tensor of a chip float dtype and concrete shape."""
     return (t is not None and t.dtype in CHIP_FLOATS and t.numel() > 0 and t.device.type != "cpu"
