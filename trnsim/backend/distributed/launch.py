@@ -8,6 +8,12 @@ are merged onto the shared clock (:func:`trnsim.trace.merge`) and reported
 communication per rank). Rank 0 shows progress on a terminal.
 The instance (``--instance``), chip and fidelity reach the ranks through
 ``TRNSIM_INSTANCE``, ``TRNSIM_CHIP`` and ``TRNSIM_FIDELITY``.
+
+A rank writes its trace however its script ends, marked partial when it did not
+finish (an exception, shown from the script's first frame; Ctrl-C; SIGTERM, which
+torchrun sends the others when one fails). A job that did not finish (a rank failed,
+Ctrl-C, ``--timeout``) leaves the finished trace at its path as it was: the merged
+partial trace goes beside it (:mod:`trnsim.trace.partial`), and one line says so.
 """
 
 from __future__ import annotations
@@ -151,35 +157,39 @@ def run_job(script: str, args: list[str], nproc: int, trace: str | None, *, inst
         cmd += ["-m", "trnsim.backend.distributed.launch", script, *args]
         proc = subprocess.Popen(cmd, env=env, start_new_session=True)
         stop = None   # why this launcher stopped the job
+        interrupted = False
         try:
             try:
                 rc = proc.wait(timeout=timeout_s)
             except subprocess.TimeoutExpired:
                 stop, rc = f"stopped at the --timeout of {timeout_s:g} s", _stop_job(proc, signal.SIGTERM)
             except KeyboardInterrupt:   # Ctrl-C reaches this process only: torchrun has a session of its own
+                interrupted = True
                 stop, rc = "interrupted by Ctrl-C", _stop_job(proc, signal.SIGINT)
         finally:   # a second Ctrl-C while the ranks stop: leave no launcher behind
             if proc.poll() is None:
                 os.killpg(proc.pid, signal.SIGKILL)
                 proc.wait()
+        failed = INTERRUPTED if interrupted else rc or 1
         paths = sorted(Path(tmp).glob("rank*.json"), key=lambda p: int(p.stem[4:]))
         ids = [int(p.stem[4:]) for p in paths]
-        missing = [] if nnodes and nnodes > 1 else sorted(set(range(nproc)) - set(ids))
         if not paths:
-            print(f"trnsim: the job {stop or f'failed (torchrun exited with status {rc})'}; no rank wrote a trace",
-                  file=sys.stderr)
-            return INTERRUPTED if stop and stop.startswith("interrupted") else rc or 1
+            if stop or rc:
+                print(f"trnsim: the job did not finish ({stop or f'torchrun exited with status {rc}'}); no rank "
+                      "wrote a trace", file=sys.stderr)
+            return failed if stop or rc else 0
         from trnsim.trace import load, report
         from trnsim.trace.job import merge
         from trnsim.trace.partial import save_run
 
         job = merge(paths, {"world_size": len(paths), "instance": env.get("TRNSIM_INSTANCE", "")})
+        missing = [] if nnodes and nnodes > 1 else sorted(set(range(nproc)) - set(ids))
         unfinished = _job_unfinished(job, ids, rc, stop, missing)
         written = save_run(job, trace, unfinished) if trace else None   # never over a finished job's trace
         if unfinished is not None:
-            event = "interrupted" if stop and stop.startswith("interrupted") else f"the job did not finish ({unfinished})"
+            event = "interrupted" if interrupted else f"the job did not finish ({unfinished})"
             print(stopped_line(event, job, written, trace), file=sys.stderr)
-            return INTERRUPTED if stop and stop.startswith("interrupted") else rc or 1
+            return failed
         if written:
             print(report(load(written), top=top))   # as `trnsim report` will print it
             print(f"merged trace of {len(paths)} ranks: {written}")
