@@ -2,7 +2,6 @@
 with the script's own output, and gone at the end."""
 
 import io
-import os
 import re
 import sys
 from pathlib import Path
