@@ -115,8 +115,10 @@ def test_bad_traces_are_named(tmp_path, capsys):
         tt.report(tt.Trace(), top=-1)
 
 
-def test_progress_shows_on_a_terminal_only():
+def test_progress_shows_on_a_terminal_only(monkeypatch):
     from trnsim.backend.progress import Progress
+
+    monkeypatch.delenv("TRNSIM_PROGRESS", raising=False)
 
     class Tty(io.StringIO):
         def isatty(self) -> bool:
@@ -156,7 +158,8 @@ def test_progress_on_a_pty_and_its_absence_in_a_pipe(tmp_path):
                       "time.sleep(1.0)\n"   # host time only: the line is refreshed meanwhile
                       "print((x * 2).sum().item())\n")
     leader, follower = pty.openpty()
-    proc = subprocess.Popen([sys.executable, "-m", "trnsim.cli", "run", "--no-trace", str(script)], env=_env(),
+    env = {k: v for k, v in _env().items() if k != "TRNSIM_PROGRESS"}   # on, whatever this shell says
+    proc = subprocess.Popen([sys.executable, "-m", "trnsim.cli", "run", "--no-trace", str(script)], env=env,
                             stdout=subprocess.PIPE, stderr=follower, text=True)
     os.close(follower)
     out = proc.communicate(timeout=300)[0]

@@ -165,25 +165,38 @@ def _run(args: argparse.Namespace) -> int:
         return run_job(str(script), args.args, args.nproc, trace, instance=args.instance, chip=args.chip,
                        fidelity=args.fidelity, timeout_s=args.timeout, nnodes=args.nnodes, node_rank=args.node_rank,
                        rdzv_endpoint=args.rdzv_endpoint, top=args.top)
-    import runpy
-
     import trnsim
     from trnsim.backend.nkicall import array_kernels_on_timeline
     from trnsim.backend.progress import Progress
+    from trnsim.backend.runscript import INTERRUPTED, run_script, script_traceback, stopped_line
     from trnsim.trace import load, report
+    from trnsim.trace.partial import save_run
 
-    sys.argv = [str(script), *args.args]
-    sys.path.insert(0, str(script.resolve().parent))
     code: int | str | None = 0
-    with trnsim.profile(trace) as prof, array_kernels_on_timeline(), Progress():
-        try:
-            runpy.run_path(str(script), run_name="__main__")
-        except SystemExit as e:   # the script's own exit: summarise what ran, then exit as it did
-            code = e.code
+    failure: BaseException | None = None
+    prof = trnsim.profile()
+    try:
+        with prof, array_kernels_on_timeline(), Progress():
+            run_script(str(script), args.args)
+    except SystemExit as e:   # the script's own exit: summarise what ran, then exit as it did
+        code = e.code
+    except BaseException as e:   # Ctrl-C or the script's exception: a partial trace, one line
+        failure = e
+    interrupted = isinstance(failure, KeyboardInterrupt)
+    if failure is not None and not interrupted:
+        print(script_traceback(failure, str(script)), end="", file=sys.stderr)
+    recorded = prof.trace()   # marked partial when the run did not finish (prof.partial says why)
+    written = save_run(recorded, trace, prof.partial) if trace else None   # never over a finished trace
+    if failure is not None:
+        event = "interrupted" if interrupted else f"the script raised {type(failure).__name__}"
+        print(stopped_line(event, recorded, written, trace), file=sys.stderr)
+        return INTERRUPTED if interrupted else 1
     # the summary of the trace file as written, so `trnsim report` on it prints the same
-    print(report(load(trace) if trace else prof.trace(), top=args.top))
-    if trace:
-        print(f"trace          {trace}")
+    print(report(load(written) if written else recorded, top=args.top))
+    if prof.partial:   # sys.exit with a failure status
+        print(stopped_line(f"the script {prof.partial}", recorded, written, trace), file=sys.stderr)
+    elif written:
+        print(f"trace          {written}")
     if code is None or isinstance(code, int):
         return code or 0
     print(code, file=sys.stderr)
@@ -339,6 +352,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     except BrokenPipeError:   # output piped into head, say: stop quietly
         sys.stdout = open(os.devnull, "w")
         return 0
+    except KeyboardInterrupt:   # Ctrl-C outside a script's run (which says more itself)
+        from trnsim.backend.runscript import INTERRUPTED
+
+        print("trnsim: interrupted", file=sys.stderr)
+        return INTERRUPTED
 
 
 if __name__ == "__main__":

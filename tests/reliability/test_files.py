@@ -274,8 +274,10 @@ def test_nested_profiles_each_record_their_ops_and_write_their_trace(tmp_path):
     assert [r.name for r in inner.records] == ["aten::mul.Tensor"]
     assert [r.name for r in failed.records] == ["aten::add.Tensor"]
     assert [r.name for r in outer.records] == ["aten::mul.Tensor", "aten::add.Tensor", "aten::sub.Tensor"]
-    for name, ops in (("outer", 3), ("inner", 1), ("failed", 1)):
+    for name, ops in (("outer", 3), ("inner", 1), ("failed.partial", 1)):   # the failed run's trace: beside
         assert len([s for s in load(tmp_path / f"{name}.json").slices if s.track == "ops"]) == ops
+    assert load(tmp_path / "failed.partial.json").partial == "RuntimeError: boom"
+    assert not (tmp_path / "failed.json").exists()
     from trnsim.backend import profiler, timeline
 
     assert profiler.current() is None and timeline._recorders() == []

@@ -28,6 +28,8 @@ from typing import Any
 from trnsim.atomic import as_path, check_writable
 from trnsim.backend import state, timeline
 from trnsim.errors import TrnSimError
+from trnsim.trace.partial import KEY as PARTIAL
+from trnsim.trace.partial import save_run, why_unfinished
 
 _ACTIVE = "trnsim.profiles"
 
@@ -75,6 +77,12 @@ class profile:
     Profiles nest: each records the ops run inside it and writes its own trace. Each
     entry starts a new recording; the same profile cannot be entered inside itself.
 
+    When an exception leaves the with-block (Ctrl-C included; ``sys.exit(0)`` aside),
+    the run did not finish: its trace is written beside ``path`` instead
+    (``trace.json`` gives ``trace.partial.json``), marked partial, so the trace of an
+    earlier, finished run at ``path`` is kept; a note on the exception names the file
+    (see :mod:`trnsim.trace.partial`).
+
     Args:
         path: where to write the Chrome/Perfetto JSON trace on exit (None: keep it in
             memory; :meth:`trace` and :meth:`save` give it).
@@ -89,6 +97,9 @@ class profile:
         self.compilations: list = []
         self._raw: list = []
         self._compile_mark = 0
+        #: Why the recording did not finish (the exception that left the with-block,
+        #: :func:`trnsim.trace.partial.why_unfinished`), or None.
+        self.partial: str | None = None
 
     def __enter__(self) -> profile:
         active = timeline.thread_list(_ACTIVE)
@@ -100,12 +111,13 @@ class profile:
         from trnsim.backend.compile import metrics
 
         self.records, self.syncs, self._raw, self.compilations = [], [], [], []
+        self.partial = None
         self._compile_mark = metrics.mark()
         timeline.start_recording(self._raw)
         active.append(self)
         return self
 
-    def __exit__(self, *exc: Any) -> None:
+    def __exit__(self, exc_type: Any, exc: BaseException | None, tb: Any) -> None:
         if not timeline.stop_recording(self._raw):
             raise TrnSimError("this trnsim.profile is not recording: __exit__ without __enter__ (or a second "
                               "__exit__); use it as `with trnsim.profile(...) as prof:`")
@@ -120,8 +132,20 @@ class profile:
                 self.syncs.append((r[1], r[2]))
             else:
                 self.records.append(r)
-        if self.path is not None:
+        self.partial = why_unfinished(exc)
+        if self.path is None:
+            return
+        if exc is None or self.partial is None:
             self.save(self.path)
+            return
+        # an exception is on its way out: the trace goes beside the path, marked partial,
+        # and the exception's traceback says where (a failure to write must not hide it)
+        try:
+            written = save_run(self.trace(), self.path, self.partial)
+            kept = f" ({self.path} is left as it was)" if self.path.exists() else ""
+            exc.add_note(f"trnsim.profile: the run did not finish; its partial trace is at {written}{kept}")
+        except TrnSimError as e:
+            exc.add_note(f"trnsim.profile: the partial trace could not be written: {e}")
 
     @property
     def device_ps(self) -> int:
@@ -188,6 +212,8 @@ class profile:
             at_ns = max(g.host_clock_ps - origin, 0) / 1000  # a compile before the first op marks the start
             tr.slices.append(Slice("compile", f"compile {g.graph_name}", at_ns, 0.0, args))
         tr.meta["origin_ps"] = origin   # the rank's clock at the trace's 0 (merging ranks aligns on it)
+        if self.partial is not None:
+            tr.meta[PARTIAL] = self.partial
         hbm_spans: list[tuple[float, float, float]] = []
         occupancy: dict[str, list[tuple[float, float]]] = {"SBUF occupancy": [], "PSUM occupancy": []}
         for r in self.records:

@@ -6,6 +6,16 @@ the end. It shows nothing when standard error is not a terminal (piped, redirect
 captured), so logs and pipes see only what the script itself prints, nor when
 ``TRNSIM_PROGRESS=0`` is set (a terminal that records its output, such as a notebook's
 ``!`` command, which runs in a pseudo-terminal).
+
+The line never mixes with the program's own output. While it is active,
+``sys.stdout`` and ``sys.stderr`` (those that are terminals) are wrapped: a write
+through them, or through their ``buffer``, first erases the line, and the line is drawn
+again at the next update only once the program's output has ended a line (a
+``print(..., end="")`` waiting for the rest of its line is never erased). This covers
+everything Python code writes through ``sys.stdout``/``sys.stderr``: ``print``, logging
+and warnings, tracebacks. Output written straight to file descriptors 1 and 2 (C
+extensions, ``os.write``, child processes) does not pass through Python and can still
+land beside the line until its next update, as with tqdm and rich.
 """
 
 from __future__ import annotations
@@ -20,6 +30,38 @@ from trnsim.backend import state
 #: Host seconds between two updates of the line.
 INTERVAL_S = 0.25
 _CLEAR = "\r\x1b[K"
+_STREAMS = ("stdout", "stderr")
+
+
+class _Guarded:
+    """A terminal stream whose writes erase the progress line first; everything else
+    (``isatty``, ``fileno``, ``encoding`` ...) is the stream's own."""
+
+    def __init__(self, stream: Any, progress: Progress) -> None:
+        self._stream = stream
+        self._progress = progress
+
+    def write(self, data: Any) -> int:
+        with self._progress._lock:
+            self._progress._erase()
+            n = self._stream.write(data)
+            if len(data):
+                ends_line = _ends_line(data)
+                if ends_line:   # on the terminal before the line is drawn again
+                    self._stream.flush()
+                self._progress._mid_line = not ends_line
+            return n
+
+    def writelines(self, lines: Any) -> None:
+        for line in lines:
+            self.write(line)
+
+    @property
+    def buffer(self) -> _Guarded:
+        return _Guarded(self._stream.buffer, self._progress)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._stream, name)
 
 
 class Progress:
@@ -34,6 +76,12 @@ class Progress:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._ops0 = self._device0 = 0
+        # one lock orders the line and the program's writes; reentrant, since a signal
+        # handler that prints runs in the thread it interrupted
+        self._lock = threading.RLock()
+        self._drawn = False      # the line is on the screen now
+        self._mid_line = False   # the program's last write to the terminal did not end its line
+        self._guards: dict[str, _Guarded] = {}
 
     @property
     def active(self) -> bool:
@@ -41,8 +89,7 @@ class Progress:
         is not ``0``."""
         if os.environ.get("TRNSIM_PROGRESS", "1").strip() == "0":
             return False
-        isatty = getattr(self.stream, "isatty", None)
-        return bool(isatty and isatty())
+        return _isatty(self.stream)
 
     def line(self) -> str:
         """The status line as it reads now."""
@@ -51,10 +98,29 @@ class Progress:
         return f"trnsim: {ops:,} ops simulated, {us:,.1f} us of simulated time"
 
     def update(self) -> None:
-        """Write the line now."""
-        self.stream.write(_CLEAR + self.line())
-        self.stream.flush()
-        self.shown += 1
+        """Draw the line now, unless the program's output has left the cursor inside a line."""
+        with self._lock:
+            if self._mid_line:
+                return
+            self.stream.write(_CLEAR + self.line()[:self._width()])
+            self.stream.flush()
+            self._drawn = True
+            self.shown += 1
+
+    def _width(self) -> int | None:
+        """Characters that fit on the terminal's row: a wrapped line could not be erased."""
+        try:
+            columns = os.get_terminal_size(self.stream.fileno()).columns
+        except (AttributeError, OSError, ValueError):   # no real terminal behind the stream
+            return None
+        return columns - 1 if columns > 1 else None
+
+    def _erase(self) -> None:
+        """Erase the line if it is on the screen (the lock is held)."""
+        if self._drawn:
+            self.stream.write(_CLEAR)
+            self.stream.flush()
+            self._drawn = False
 
     def _loop(self) -> None:
         while not self._stop.wait(self.interval_s):
@@ -63,6 +129,11 @@ class Progress:
     def __enter__(self) -> Progress:
         self._ops0, self._device0 = state.clock.ops, state.clock.device
         if self.active:
+            for name in _STREAMS:
+                stream = getattr(sys, name)
+                if _isatty(stream):
+                    self._guards[name] = _Guarded(stream, self)
+                    setattr(sys, name, self._guards[name])
             self._stop.clear()
             self._thread = threading.Thread(target=self._loop, name="trnsim-progress", daemon=True)
             self._thread.start()
@@ -74,6 +145,24 @@ class Progress:
         self._stop.set()
         self._thread.join()
         self._thread = None
-        if self.shown:
-            self.stream.write(_CLEAR)
-            self.stream.flush()
+        with self._lock:
+            self._erase()
+        for name, guard in self._guards.items():
+            if getattr(sys, name) is guard:   # a stream the program put there itself stays
+                setattr(sys, name, guard._stream)
+        self._guards.clear()
+
+
+def _ends_line(data: Any) -> bool:
+    """Whether text or bytes written to a terminal end with a newline."""
+    if isinstance(data, str):
+        return data.endswith("\n")
+    return memoryview(data).cast("B")[-1:].tobytes() == b"\n"
+
+
+def _isatty(stream: Any) -> bool:
+    isatty = getattr(stream, "isatty", None)
+    try:
+        return bool(isatty and isatty())
+    except ValueError:   # a closed stream
+        return False

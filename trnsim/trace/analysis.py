@@ -7,6 +7,7 @@ from typing import Any
 
 from trnsim.errors import TrnSimError
 from trnsim.trace.events import Slice, Trace, as_trace, track_label, track_sort_key
+from trnsim.trace.partial import summary_line
 
 
 def busy_ns(slices: list[Slice]) -> float:
@@ -44,6 +45,7 @@ class Summary:
     hbm_peak_gbps: float
     flops: int
     peak_flops: float
+    partial: str | None = None
 
     @property
     def achieved_flops(self) -> float:
@@ -55,10 +57,9 @@ class Summary:
         return 100.0 * self.achieved_flops / self.peak_flops if self.peak_flops else 0.0
 
     def __str__(self) -> str:
-        lines = [
-            f"program        {self.program} on {self.chip} ({self.instructions} instructions)",
-            f"simulated time {self.total_ns / 1000:,.3f} us",
-        ]
+        lines = [summary_line(self.partial)] if self.partial else []
+        lines += [f"program        {self.program} on {self.chip} ({self.instructions} instructions)",
+                  f"simulated time {self.total_ns / 1000:,.3f} us"]
         for track, pct in self.busy_pct.items():
             lines.append(f"  {track_label(track):<27} {pct:6.1f}% busy")
         share = f" ({100 * self.hbm_gbps / self.hbm_peak_gbps:.1f}% of {self.hbm_peak_gbps:,.0f} GB/s per core)" if self.hbm_peak_gbps else ""
@@ -90,4 +91,5 @@ def summarize(run_or_trace: Any) -> Summary:
         hbm_peak_gbps=float(meta.get("hbm_bw_gbps", 0.0)),
         flops=int(meta.get("flops", 0)),
         peak_flops=float(meta.get("peak_flops", 0.0)),
+        partial=trace.partial,
     )

@@ -98,6 +98,14 @@ class Trace:
     def total_ns(self) -> Nanos:
         return float(self.meta.get("total_ns", max((s.end_ns for s in self.slices), default=0.0)))
 
+    @property
+    def partial(self) -> str | None:
+        """Why the run this trace recorded did not finish (``meta["partial"]``: an
+        exception, Ctrl-C), or None for a finished run's trace (see
+        :mod:`trnsim.trace.partial`)."""
+        reason = self.meta.get("partial")
+        return None if reason is None else str(reason)
+
 
 def _step_counter(name: str, unit: str, spans: list[tuple[Nanos, Nanos, float]], per_second: bool) -> Counter:
     """The sum over ``spans`` (start, end, amount) as a step function: each amount held

@@ -26,12 +26,15 @@ def _us(ns: float) -> float:
     return round(ns / 1000, 6)
 
 
-def process_events(trace: Trace, pid: int) -> tuple[list[dict[str, Any]], list[str]]:
+def process_events(trace: Trace, pid: int, partial: str | None = None) -> tuple[list[dict[str, Any]], list[str]]:
     """The events of ``trace`` as process ``pid`` of a Chrome trace, and its track names
-    (track ``n`` of the list is thread ``n + 1``)."""
+    (track ``n`` of the list is thread ``n + 1``). The process name of a partial trace
+    (``partial``, default the trace's own :attr:`~Trace.partial`) says so, for Perfetto."""
     tracks = trace.tracks()
     tids = {t: n + 1 for n, t in enumerate(tracks)}
-    events: list[dict[str, Any]] = [{"ph": "M", "pid": pid, "name": "process_name", "args": {"name": trace.process}}]
+    partial = partial or trace.partial
+    name = f"{trace.process} [PARTIAL: {partial}]" if partial else trace.process
+    events: list[dict[str, Any]] = [{"ph": "M", "pid": pid, "name": "process_name", "args": {"name": name}}]
     for track, tid in tids.items():
         events.append({"ph": "M", "pid": pid, "tid": tid, "name": "thread_name", "args": {"name": track_label(track)}})
         events.append({"ph": "M", "pid": pid, "tid": tid, "name": "thread_sort_index", "args": {"sort_index": tid}})

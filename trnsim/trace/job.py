@@ -41,6 +41,13 @@ class JobTrace:
     def total_ns(self) -> float:
         return max((s.end_ns for t in self.ranks for s in t.slices), default=0.0)
 
+    @property
+    def partial(self) -> str | None:
+        """Why the job did not finish (``meta["partial"]``: a rank failed, Ctrl-C), or
+        None for a finished job's trace (see :mod:`trnsim.trace.partial`)."""
+        reason = self.meta.get("partial")
+        return None if reason is None else str(reason)
+
     def collectives(self, rank: int) -> list[Slice]:
         """The collectives track of ``rank``."""
         return [s for s in self.ranks[rank].slices if s.track == "collectives"]
@@ -83,7 +90,7 @@ def to_chrome(job: JobTrace) -> dict[str, Any]:
     ranks_meta = []
     for rank, t in enumerate(job.ranks):
         pid = rank + 1
-        rank_events, tracks = process_events(t, pid)
+        rank_events, tracks = process_events(t, pid, partial=job.partial or t.partial)
         rank_events.insert(1, {"ph": "M", "pid": pid, "name": "process_sort_index", "args": {"sort_index": pid}})
         events += rank_events
         ranks_meta.append({"process": t.process, "tracks": tracks, "meta": t.meta})

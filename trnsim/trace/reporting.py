@@ -38,6 +38,7 @@ from trnsim.trace.analysis import busy_ns, hbm_bytes
 from trnsim.trace.events import Slice, Trace, as_trace, track_label, track_sort_key
 from trnsim.trace.job import JobTrace
 from trnsim.trace.matching import Unfused, unfused
+from trnsim.trace.partial import summary_line
 
 #: Tracks that are not device engines (the op, graph, host and compile marks).
 NOT_ENGINES = frozenset({"ops", "graphs", "host", "compile", "collectives"})
@@ -104,6 +105,7 @@ class Report:
     ranks: tuple[RankTime, ...] = ()
     compilations: tuple[Compilation, ...] = ()
     unfused: tuple[Unfused, ...] = ()
+    partial: str | None = None
     top: int = field(default=10, compare=False)
 
     @property
@@ -124,7 +126,8 @@ class Report:
     def __str__(self) -> str:
         where = f"{self.chip}, {self.world_size} ranks" if self.world_size > 1 else self.chip
         fidelity = f" (fidelity {self.fidelity})" if self.fidelity != "?" else ""
-        lines = [f"program        {self.program} on {where}{fidelity}",
+        lines = [summary_line(self.partial)] if self.partial else []
+        lines += [f"program        {self.program} on {where}{fidelity}",
                  f"simulated time {self.total_ns / 1000:,.3f} us"]
         if self.ops:
             share = 100 * self.op_ns / (self.total_ns * self.world_size) if self.total_ns else 0.0
@@ -330,8 +333,14 @@ def report(trace: Trace | JobTrace | str | os.PathLike, *, top: int = 10) -> Rep
         ranks=tuple(rank_time(t, r) for r, t in enumerate(traces)) if job or has_coll else (),
         compilations=_compilations(traces),
         unfused=tuple(unfused([s for t in traces for s in t.slices])),
+        partial=_partial(trace, traces),
         top=top,
     )
+
+
+def _partial(trace: Trace | JobTrace, traces: list[Trace]) -> str | None:
+    """Why the run did not finish: the job's reason, else the first rank's that has one."""
+    return trace.partial or next((t.partial for t in traces if t.partial), None)
 
 
 def _job_name(job: JobTrace) -> str:

@@ -92,6 +92,9 @@ def _check_meta(path: Any, data: dict) -> dict:
     for key in _NUMERIC_META:
         if key in other:
             _check_time(path, "otherData", key, other[key], limit=math.inf)
+    if not isinstance(other.get("partial", ""), str):
+        raise TraceFileError(f"{path} is a damaged trnsim trace: otherData.partial (why the run did not finish) "
+                             "is not a string")
     if not isinstance(data.get("traceEvents"), list):
         raise TraceFileError(f"{path} is a damaged trnsim trace: traceEvents is missing or not a list")
     return other

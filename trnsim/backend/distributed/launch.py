@@ -8,18 +8,28 @@ are merged onto the shared clock (:func:`trnsim.trace.merge`) and reported
 communication per rank). Rank 0 shows progress on a terminal.
 The instance (``--instance``), chip and fidelity reach the ranks through
 ``TRNSIM_INSTANCE``, ``TRNSIM_CHIP`` and ``TRNSIM_FIDELITY``.
+
+A rank writes its trace however its script ends, marked partial when it did not
+finish (an exception, shown from the script's first frame; Ctrl-C; SIGTERM, which
+torchrun sends the others when one fails). A job that did not finish (a rank failed,
+Ctrl-C, ``--timeout``) leaves the finished trace at its path as it was: the merged
+partial trace goes beside it (:mod:`trnsim.trace.partial`), and one line says so.
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
-import runpy
 import signal
 import subprocess
 import sys
 import tempfile
 from pathlib import Path
+from typing import Any
+
+from trnsim.backend.distributed.faults import RankLostError
+from trnsim.backend.runscript import INTERRUPTED, run_script, script_traceback, stopped_line
+from trnsim.trace.job import JobTrace
 
 JOB_DIR = "TRNSIM_JOB_TRACE_DIR"
 
@@ -37,8 +47,26 @@ def _rank_name(rank: int, world: int) -> str:
         return f"rank {rank}"
 
 
+#: Why a rank that torchrun stopped did not finish.
+STOPPED = "stopped by torchrun (SIGTERM)"
+#: Why a rank did not finish when a collective found another rank gone.
+PEER_LOST = "a collective lost another rank (RankLostError)"
+
+
+class RankStopped(BaseException):
+    """SIGTERM reached a rank: torchrun stops the other ranks so when one fails (or the
+    job is stopped). A BaseException, so the script's ``except Exception`` lets it pass."""
+
+
+def _stopped(signum: int, frame: Any) -> None:
+    raise RankStopped(STOPPED)
+
+
 def rank_main(argv: list[str]) -> None:
-    """Run ``argv[0]`` (with ``argv[1:]``) as ``__main__`` in this rank, traced."""
+    """Run ``argv[0]`` (with ``argv[1:]``) as ``__main__`` in this rank, traced; the
+    rank's trace, marked partial if the script did not finish, goes to the job folder
+    however the script ends. Exits with the script's status (1 after an exception,
+    shown from the script's first frame; 130 after Ctrl-C; 143 when stopped)."""
     import trnsim
 
     if not argv:
@@ -46,24 +74,63 @@ def rank_main(argv: list[str]) -> None:
     script = argv[0]
     rank, world = int(os.environ.get("RANK", 0)), int(os.environ.get("WORLD_SIZE", 1))
     out = os.environ.get(JOB_DIR)
-    sys.argv = list(argv)
-    sys.path.insert(0, str(Path(script).resolve().parent))
     from trnsim.backend.progress import Progress
 
+    signal.signal(signal.SIGTERM, _stopped)
     prof = trnsim.profile()
-    prof.__enter__()
+    status: int | str | None = 0
     try:
-        with Progress() if rank == 0 else contextlib.nullcontext():   # one line for the job, on a terminal only
-            runpy.run_path(script, run_name="__main__")
-    finally:
-        prof.__exit__(None, None, None)
-        if out:
-            trace = prof.trace()
-            trace.process = _rank_name(rank, world)
-            trace.meta["rank_name"] = trace.process
-            from trnsim.trace.export import save
+        with prof, Progress() if rank == 0 else contextlib.nullcontext():   # one line for the job, on a terminal only
+            run_script(script, argv[1:])
+    except SystemExit as e:
+        status = e.code
+    except KeyboardInterrupt:
+        status = INTERRUPTED
+    except RankStopped:
+        status = 128 + signal.SIGTERM
+        prof.partial = STOPPED
+    except BaseException as e:
+        print(script_traceback(e, script), end="", file=sys.stderr)
+        status = 1
+        if isinstance(e, RankLostError):   # the consequence; the failed rank says the cause
+            prof.partial = PEER_LOST
+    for sig in (signal.SIGINT, signal.SIGTERM):   # the trace is written whole
+        signal.signal(sig, signal.SIG_IGN)
+    if out:
+        trace = prof.trace()
+        trace.process = _rank_name(rank, world)
+        trace.meta["rank_name"] = trace.process
+        from trnsim.trace.export import save
 
-            save(trace, Path(out) / f"rank{rank}.json")
+        save(trace, Path(out) / f"rank{rank}.json")
+    raise SystemExit(status)
+
+
+def _stop_job(proc: subprocess.Popen, sig: int) -> int:
+    """Pass ``sig`` to torchrun, which passes it to the ranks (each in a session of its
+    own), and wait while they write their traces; kill what is left after a minute."""
+    try:
+        os.killpg(proc.pid, sig)
+        return proc.wait(timeout=60)
+    except ProcessLookupError:   # it had ended already
+        return proc.wait()
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        return proc.wait()
+
+
+def _job_unfinished(job: JobTrace, ids: list[int], rc: int, stop: str | None, missing: list[int]) -> str | None:
+    """Why the job did not finish, or None: the launcher stopped it, ranks did not
+    finish (those that failed, else those torchrun stopped), a rank wrote no trace, or
+    torchrun failed. ``ids`` are the ranks of ``job.ranks``."""
+    if stop is not None:
+        return stop
+    partial = [(rank, t.partial) for rank, t in zip(ids, job.ranks) if t.partial]
+    failed = [f"rank {rank}: {why}" for rank, why in partial if why not in (STOPPED, PEER_LOST)]
+    ranks = (failed or [f"rank {rank}: {why}" for rank, why in partial]) + [f"rank {r} wrote no trace" for r in missing]
+    if ranks:
+        return "; ".join(ranks)
+    return f"torchrun exited with status {rc}" if rc else None
 
 
 def run_job(script: str, args: list[str], nproc: int, trace: str | None, *, instance: str | None = None,
@@ -72,14 +139,16 @@ def run_job(script: str, args: list[str], nproc: int, trace: str | None, *, inst
             top: int = 10) -> int:
     """Run ``script`` on ``nproc`` ranks (per node) with torchrun; returns its exit code.
     The merged trace goes to ``trace`` and its report (:func:`trnsim.trace.report`, with
-    ``top`` ops) to standard output."""
+    ``top`` ops) to standard output. A job that did not finish (a rank failed, Ctrl-C,
+    ``timeout_s``) leaves ``trace`` as it was: its merged trace, marked partial, goes
+    beside it (:mod:`trnsim.trace.partial`) and one line on standard error says so."""
     env = dict(os.environ)
     for key, value in (("TRNSIM_INSTANCE", instance), ("TRNSIM_CHIP", chip), ("TRNSIM_FIDELITY", fidelity)):
         if value:
             env[key] = value
     with tempfile.TemporaryDirectory(prefix="trnsim-job-") as tmp:
         env[JOB_DIR] = tmp
-        cmd = [sys.executable, "-m", "torch.distributed.run", f"--nproc-per-node={nproc}"]
+        cmd = [sys.executable, "-m", "trnsim.backend.distributed.torchrun", f"--nproc-per-node={nproc}"]
         if nnodes and nnodes > 1:
             cmd += [f"--nnodes={nnodes}", f"--node-rank={node_rank or 0}", f"--rdzv-endpoint={rdzv_endpoint}",
                     "--rdzv-backend=c10d"]
@@ -87,25 +156,41 @@ def run_job(script: str, args: list[str], nproc: int, trace: str | None, *, inst
             cmd += ["--standalone"]
         cmd += ["-m", "trnsim.backend.distributed.launch", script, *args]
         proc = subprocess.Popen(cmd, env=env, start_new_session=True)
+        stop = None   # why this launcher stopped the job
+        interrupted = False
         try:
-            rc = proc.wait(timeout=timeout_s)
-        except (subprocess.TimeoutExpired, KeyboardInterrupt):
-            os.killpg(proc.pid, signal.SIGTERM)
             try:
-                proc.wait(timeout=30)
+                rc = proc.wait(timeout=timeout_s)
             except subprocess.TimeoutExpired:
+                stop, rc = f"stopped at the --timeout of {timeout_s:g} s", _stop_job(proc, signal.SIGTERM)
+            except KeyboardInterrupt:   # Ctrl-C reaches this process only: torchrun has a session of its own
+                interrupted = True
+                stop, rc = "interrupted by Ctrl-C", _stop_job(proc, signal.SIGINT)
+        finally:   # a second Ctrl-C while the ranks stop: leave no launcher behind
+            if proc.poll() is None:
                 os.killpg(proc.pid, signal.SIGKILL)
                 proc.wait()
-            raise
+        failed = INTERRUPTED if interrupted else rc or 1
         paths = sorted(Path(tmp).glob("rank*.json"), key=lambda p: int(p.stem[4:]))
+        ids = [int(p.stem[4:]) for p in paths]
         if not paths:
-            return rc
+            if stop or rc:
+                print(f"trnsim: the job did not finish ({stop or f'torchrun exited with status {rc}'}); no rank "
+                      "wrote a trace", file=sys.stderr)
+            return failed if stop or rc else 0
         from trnsim.trace import load, report
-        from trnsim.trace.job import merge, save_job
+        from trnsim.trace.job import merge
+        from trnsim.trace.partial import save_run
 
         job = merge(paths, {"world_size": len(paths), "instance": env.get("TRNSIM_INSTANCE", "")})
-        if trace:
-            written = save_job(job, trace)
+        missing = [] if nnodes and nnodes > 1 else sorted(set(range(nproc)) - set(ids))
+        unfinished = _job_unfinished(job, ids, rc, stop, missing)
+        written = save_run(job, trace, unfinished) if trace else None   # never over a finished job's trace
+        if unfinished is not None:
+            event = "interrupted" if interrupted else f"the job did not finish ({unfinished})"
+            print(stopped_line(event, job, written, trace), file=sys.stderr)
+            return failed
+        if written:
             print(report(load(written), top=top))   # as `trnsim report` will print it
             print(f"merged trace of {len(paths)} ranks: {written}")
         else:
