@@ -211,6 +211,38 @@ def test_norm_kernels_match_the_cpu():
         torch.testing.assert_close(mine, cpu, rtol=1e-5, atol=1e-5)
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["fp32", "bf16"])
+def test_batch_norm_runs_its_kernel_in_training_and_eval(dtype):
+    """``nn.BatchNorm2d`` on the device: the output is ``batchnorm_kernel``'s (the chip's
+    rounding, within a unit in the last place of the CPU's), the running statistics the
+    CPU's update of the device's memory."""
+    import copy
+
+    torch.manual_seed(0)
+    cpu = torch.nn.BatchNorm2d(20).to(dtype)
+    with torch.no_grad():
+        cpu.weight.normal_()
+        cpu.bias.normal_()
+    dev = copy.deepcopy(cpu).to("neuron")
+    x = (torch.randn(4, 20, 6, 6) * 2 + 0.5).to(dtype)
+    trnsim.set_fidelity("instruction")
+    try:
+        train = dev(x.to("neuron")).cpu()
+        dev.eval()
+        evaluated = dev(x.to("neuron")).cpu()
+    finally:
+        trnsim.set_fidelity("op")
+    want_train = cpu(x)
+    cpu.eval()
+    tol = {"rtol": 1e-5, "atol": 1e-5} if dtype == torch.float32 else {"rtol": 1.6e-2, "atol": 1.6e-2}
+    torch.testing.assert_close(train, want_train, **tol)
+    torch.testing.assert_close(evaluated, cpu(x), **tol)
+    torch.testing.assert_close(dev.running_var.cpu(), cpu.running_var)
+    launch = instruction.plan(Call("aten::native_batch_norm", (x, cpu.weight, cpu.bias, None, None, True, 0.1, 1e-5),
+                                   {}, [], None))
+    assert launch.kernel.__name__ == "batchnorm_kernel"
+
+
 def test_bf16_cast_rounds_to_nearest_even():
     x = _randn(300, seed=17)
     got = _plan_and_run("aten::_to_copy", (x,), {"dtype": torch.bfloat16})

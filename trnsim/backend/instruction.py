@@ -20,10 +20,10 @@ adapter at all (every op outside the table) also keep the CPU numerics.
 What is not the kernel's: the bias of ``addmm``/``baddbmm``/``addmv`` and of a
 convolution, and ``alpha``/``beta``, are applied to the kernel's rounded product in
 fp32 and rounded to the result dtype once more (as a separate vector-engine add
-would); the statistics that ``native_layer_norm``, ``native_group_norm`` and
-``_fused_rms_norm`` also return (mean, rstd, for the backward) come from the CPU
-kernel. The op's simulated time is op fidelity's: the kernel Program traced for the
-same shapes and dtypes, which is the Program run here where a logical core is one
+would); the statistics that ``native_layer_norm``, ``native_group_norm``, batch
+norm and ``_fused_rms_norm`` also return (mean, rstd, for the backward) come from the
+CPU kernel, which also updates batch norm's running statistics. The op's simulated
+time is op fidelity's: the kernel Program traced for the same shapes and dtypes, which is the Program run here where a logical core is one
 physical core (trn1, trn3; on trn2, LNC=2, op fidelity times each physical core's share
 while the data run here computes the whole op) (a gather is the exception:
 :func:`trnsim.kernels.gather.embedding_kernel` copies the right rows only when it
@@ -509,6 +509,38 @@ def _group_norm(call: Call) -> Launch | None:
     return Launch(groupnorm_kernel, (x.contiguous(), *params), {"groups": groups, "eps": float(eps)}, finish)
 
 
+# batch norm forward ops -> (index of their training argument, None for eval only; whether they take running statistics)
+_BATCH_NORM = {"native_batch_norm": (5, True), "_native_batch_norm_legit_functional": (5, True),
+               "_native_batch_norm_legit_no_training": (None, True), "_native_batch_norm_legit.no_stats": (3, False)}
+
+
+def _batch_norm(call: Call) -> Launch | None:
+    """``batchnorm_kernel`` on ``x`` [N, C, ...]; the saved statistics (and the running
+    statistics' update) from the CPU kernel."""
+    from trnsim.kernels.norms import batchnorm_kernel
+
+    x, weight, bias = call.args[:3]
+    at, stats = _BATCH_NORM[call.name.removeprefix("aten::")]
+    training = at is not None and bool(call.args[at])
+    running = tuple(call.args[3:5]) if stats else (None, None)
+    eps = call.args[-1]
+    if not _float(x) or x.dim() < 2 or (not training and None in running):
+        return None
+    params = _params(x, x.shape[1], weight, bias)
+    if params is None:
+        return None
+
+    def finish(outs: list[np.ndarray]) -> tuple:
+        cpu = getattr(torch.ops.aten, call.name.removeprefix("aten::").split(".")[0])
+        cpu = getattr(cpu, call.name.split(".")[1] if "." in call.name else "default")
+        rest = cpu(*call.args)[1:]
+        return (_tensor(outs[0], x.shape, x.dtype), *rest)
+
+    kwargs = {"training": training, "eps": float(eps)}
+    extra = () if training else running
+    return Launch(batchnorm_kernel, (x.contiguous(), *params, *extra), kwargs, finish)
+
+
 # -- gather, conv, movement ------------------------------------------------
 
 def _gather(table: torch.Tensor, index: torch.Tensor, out_shape: Any,
@@ -607,6 +639,8 @@ def _register() -> dict[str, Callable[[Call], Launch | None]]:
     table["aten::native_layer_norm"] = _layer_norm
     table["aten::_fused_rms_norm"] = _rms_norm
     table["aten::native_group_norm"] = _group_norm
+    for n in _BATCH_NORM:
+        table[f"aten::{n}"] = _batch_norm
     table["aten::embedding"] = _embedding
     table["aten::index_select"] = _index_select
     table["aten::index_select.out"] = _index_select

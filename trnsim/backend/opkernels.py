@@ -365,6 +365,76 @@ def _group_norm(call: Call) -> OpCost:
                 _ph((c,), x.dtype), groups=groups)
 
 
+def _images_share(shape) -> tuple[int, ...]:
+    """One physical core's share of an [N, C, ...] tensor: a share of the images."""
+    return (_split(shape[0]),) + tuple(shape[1:])
+
+
+# batch norm forward ops -> (index of their training argument, None for eval only; whether they take running statistics)
+_BATCH_NORM = {"native_batch_norm": (5, True), "native_batch_norm.out": (5, True),
+               "_native_batch_norm_legit": (5, True), "_native_batch_norm_legit.out": (5, True),
+               "_native_batch_norm_legit_functional": (5, True), "_native_batch_norm_legit.no_stats": (3, False),
+               "_native_batch_norm_legit.no_stats_out": (3, False), "_native_batch_norm_legit_no_training": (None, True),
+               "_native_batch_norm_legit_no_training.out": (None, True)}
+
+
+def _batch_norm(call: Call) -> OpCost | None:
+    """Batch norm's forward ops, training or eval (``input, weight, bias, running_mean,
+    running_var, training, momentum, eps``; ``no_stats`` without the running statistics,
+    ``no_training`` without ``training``): ``batchnorm_kernel`` on a share of the images
+    per physical core (adding the cores' per-channel sums is left out)."""
+    from trnsim.kernels.norms import batchnorm_kernel
+
+    x, weight, bias = call.arg(0, "input"), call.arg(1, "weight"), call.arg(2, "bias")
+    at, stats = _BATCH_NORM[call.name.removeprefix("aten::")]
+    running = (call.arg(3, "running_mean"), call.arg(4, "running_var")) if stats else (None, None)
+    training = at is not None and bool(call.arg(at, "training"))
+    if x.dim() < 2 or (not training and None in running):
+        return None
+    vectors = [_ph((x.shape[1],), t.dtype) if t is not None else None for t in (weight, bias, *running)]
+    return _run(batchnorm_kernel, "batchnorm_kernel", _ph(_images_share(x.shape), x.dtype), *vectors,
+                training=training)
+
+
+def _batch_norm_backward(call: Call) -> OpCost | None:
+    """``native_batch_norm_backward(grad_out, input, weight, running_mean, running_var,
+    save_mean, save_invstd, train, eps, output_mask)``: ``batchnorm_backward_kernel`` on
+    a share of the images per physical core."""
+    from trnsim.kernels.backward import batchnorm_backward_kernel
+
+    grad, x, weight = call.arg(0, "grad_out"), call.arg(1, "input"), call.arg(2, "weight")
+    train = bool(call.arg(7, "train"))
+    mean, invstd = (call.arg(5, "save_mean"), call.arg(6, "save_invstd")) if train else \
+        (call.arg(3, "running_mean"), call.arg(4, "running_var"))
+    mask = list(call.arg(9, "output_mask", (True, True, True)))
+    if x.dim() < 2 or mean is None or invstd is None or not any(mask):
+        return None
+    c = x.shape[1]
+    share = _images_share(x.shape)
+    return _run(batchnorm_backward_kernel, "batchnorm_backward_kernel", _ph(share, grad.dtype), _ph(share, x.dtype),
+                _ph((c,), weight.dtype) if weight is not None else None, _ph((c,), mean.dtype),
+                _ph((c,), invstd.dtype), training=train, need_input=bool(mask[0]), need_weight=bool(mask[1]),
+                need_bias=bool(mask[2]))
+
+
+def _group_norm_backward(call: Call) -> OpCost | None:
+    """``native_group_norm_backward(grad_out, input, mean, rstd, weight, N, C, HxW, group,
+    output_mask)``: ``groupnorm_backward_kernel`` on a share of the images per physical core."""
+    from trnsim.kernels.backward import groupnorm_backward_kernel
+
+    grad, x, mean, weight = call.arg(0, "grad_out"), call.arg(1, "input"), call.arg(2, "mean"), call.arg(4, "weight")
+    groups = int(call.arg(8, "group"))
+    mask = list(call.arg(9, "output_mask", (True, True, True)))
+    if x.dim() < 2 or groups > 128 or not any(mask):
+        return None
+    share = _images_share(x.shape)
+    c = x.shape[1]
+    return _run(groupnorm_backward_kernel, "groupnorm_backward_kernel", _ph(share, grad.dtype), _ph(share, x.dtype),
+                _ph((share[0], groups), mean.dtype), _ph((share[0], groups), mean.dtype),
+                _ph((c,), weight.dtype) if weight is not None else None, groups, need_input=bool(mask[0]),
+                need_weight=bool(mask[1]), need_bias=bool(mask[2]))
+
+
 # -- backward of activations, softmax and norms ------------------------------
 
 # aten backward op -> (activation_backward_kernel op, where it takes its threshold)
@@ -596,6 +666,29 @@ def _conv(call: Call) -> OpCost:
                 stride=tuple(stride), padding=tuple(padding))
 
 
+def _conv_backward(call: Call) -> OpCost | None:
+    """``convolution_backward(grad, input, weight, bias_sizes, stride, padding, dilation,
+    transposed, output_padding, groups, output_mask)`` and the device's
+    ``convolution_backward_overrideable`` (the same without ``bias_sizes``):
+    ``conv2d_backward_kernel``, the physical cores each taking a share of the images
+    (adding their weight gradients is left out); a batch of one runs on one core."""
+    from trnsim.kernels.conv_backward import conv2d_backward_kernel
+
+    skip = 0 if call.name.startswith("aten::convolution_backward_overrideable") else 1
+    grad, x, w = call.arg(0, "grad_output"), call.arg(1, "input"), call.arg(2, "weight")
+    stride, padding, dilation = (call.arg(i + skip, n) for i, n in ((3, "stride"), (4, "padding"), (5, "dilation")))
+    transposed, groups = call.arg(6 + skip, "transposed"), call.arg(8 + skip, "groups")
+    mask = list(call.arg(9 + skip, "output_mask"))
+    if x.dim() != 4 or w.dim() != 4 or groups != 1 or transposed or any(d != 1 for d in dilation) or not any(mask):
+        return None
+    xs, gs = tuple(x.shape), tuple(grad.shape)
+    if xs[0] >= _lnc():
+        xs, gs = _images_share(xs), _images_share(gs)
+    return _run(conv2d_backward_kernel, "conv2d_backward_kernel", _ph(gs, grad.dtype), _ph(xs, x.dtype),
+                _ph(w.shape, w.dtype), stride=tuple(stride), padding=tuple(padding), need_input=bool(mask[0]),
+                need_weight=bool(mask[1]), need_bias=bool(mask[2]))
+
+
 def _cat(call: Call) -> OpCost:
     flat, out = call.flat, call.out
     from trnsim.kernels.movement import concat_kernel
@@ -774,6 +867,12 @@ def _register() -> dict[str, Callable]:
     table["aten::native_layer_norm_backward.out"] = _layer_norm_backward
     table["aten::_fused_rms_norm"] = _rms_norm
     table["aten::native_group_norm"] = _group_norm
+    for n in ("native_group_norm_backward", "native_group_norm_backward.out"):
+        table[f"aten::{n}"] = _group_norm_backward
+    for n in _BATCH_NORM:
+        table[f"aten::{n}"] = _batch_norm
+    for n in ("native_batch_norm_backward", "native_batch_norm_backward.out"):
+        table[f"aten::{n}"] = _batch_norm_backward
     for n in ("_scaled_dot_product_flash_attention_for_cpu", "_scaled_dot_product_attention_math",
               "_scaled_dot_product_fused_attention_overrideable"):
         table[f"aten::{n}"] = _attention
@@ -789,6 +888,8 @@ def _register() -> dict[str, Callable]:
     table["aten::nll_loss_backward.grad_input"] = _nll_loss_backward
     for n in ("convolution_overrideable", "convolution", "_convolution"):
         table[f"aten::{n}"] = _conv
+    for n in ("convolution_backward_overrideable", "convolution_backward", "convolution_backward.out"):
+        table[f"aten::{n}"] = _conv_backward
     for n in ("cat", "cat.out", "_cat"):
         table[f"aten::{n}"] = _cat
     for n in ("upsample_nearest2d", "upsample_nearest2d.vec", "upsample_nearest2d.out"):

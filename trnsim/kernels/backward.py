@@ -14,6 +14,11 @@ backward pass runs on the vector and scalar engines.
   mean and reciprocal standard deviation: the input gradient row by row, and the
   gamma and beta gradients as column sums over all rows, reduced across partitions on
   the PE array (a matmul against a ones vector accumulating in PSUM).
+- ``batchnorm_backward_kernel``: torch's ``native_batch_norm_backward`` over
+  [N, C, *spatial] in the forward's layout (:class:`trnsim.kernels.norms.BatchNormLayout`),
+  optionally through the ReLU that followed the forward.
+- ``groupnorm_backward_kernel``: torch's ``native_group_norm_backward``, channels on
+  partitions as in ``groupnorm_kernel``.
 """
 
 import math
@@ -22,6 +27,7 @@ import trnsim.nki as nki
 import trnsim.nki.isa as nisa
 import trnsim.nki.language as nl
 from trnsim.kernels.elementwise import flat_views
+from trnsim.kernels.norms import GN_FREE_MAX, GN_KEEP_BYTES, BatchNormLayout, _membership
 from trnsim.kernels.reduce import FREE_MAX, KEEP_BYTES
 
 TILE_P = 128            # nl.tile_size.pmax
@@ -309,3 +315,258 @@ def layernorm_backward_kernel(grad, x, mean, rstd, gamma=None, need_input=True, 
         dbeta_sum.store(dbeta)
     results = tuple(t for t in (dx, dgamma, dbeta) if t is not None)
     return results if len(results) > 1 else results[0]
+
+
+def _gradients(grad, x, gamma, need_input, need_weight, need_bias, channels):
+    """The HBM results a norm backward asks for: (dx, dgamma, dbeta), None where not asked."""
+    dx = nl.ndarray(x.shape, x.dtype, buffer=nl.shared_hbm) if need_input else None
+    col_dtype = gamma.dtype if gamma is not None else grad.dtype
+    dgamma = nl.ndarray((channels,), col_dtype, buffer=nl.shared_hbm) if need_weight and gamma is not None else None
+    dbeta = nl.ndarray((channels,), col_dtype, buffer=nl.shared_hbm) if need_bias else None
+    return dx, dgamma, dbeta
+
+
+def _asked(dx, dgamma, dbeta):
+    results = tuple(t for t in (dx, dgamma, dbeta) if t is not None)
+    return results if len(results) > 1 else results[0]
+
+
+@nki.jit
+def batchnorm_backward_kernel(grad, x, gamma, mean, invstd, training=True, eps=1e-5, need_input=True,
+                              need_weight=True, need_bias=True, relu_out=None):
+    """torch's ``native_batch_norm_backward`` per channel over the batch and spatial
+    axes. With ``xhat = (x - mean) * invstd``, M = N * H * W values per channel, and
+    ``g`` the gradient (masked to where ``relu_out > 0`` when given: ReLU's backward
+    in the same pass):
+
+        dbeta  = sum(g),   dgamma = sum(g * xhat)
+        dx     = gamma * invstd * (g - dbeta / M - xhat * dgamma / M)   (training)
+        dx     = gamma * invstd * g                                     (eval)
+
+    Args:
+        grad: [N, C, *spatial] in HBM (NCHW), any chip float dtype; any sizes.
+        x: the forward's input, ``grad``'s shape, any chip float dtype.
+        gamma: [C] in HBM, or None (no scale: no dgamma).
+        mean, invstd: [C] in HBM: in training the forward's saved mean and inverse
+            standard deviation (fp32); in eval the running mean and the running
+            *variance* (the kernel takes ``1 / sqrt(var + eps)``).
+        training, eps: as the forward's.
+        need_input, need_weight, need_bias: which gradients (torch's ``output_mask``).
+        relu_out: the forward's ReLU output (``grad``'s shape), or None.
+
+    Returns:
+        The asked-for gradients in the order dx, dgamma, dbeta (a tuple when more than
+        one): dx of ``x``'s shape and dtype, dgamma and dbeta [C] of ``gamma``'s dtype
+        (``grad``'s without gamma), in HBM.
+
+    Memories: ``grad``, ``x`` (and ``relu_out``) are read block by block in the
+    forward's layout (SBUF, at most 4096 values per partition). First pass: the
+    vector engine masks ``grad`` by the ReLU output (one instruction), sums it and
+    forms ``g * x`` (fp32), which the scalar engine sums; the per-partition sums
+    [P, 2] go through the PE array against a membership matrix (PSUM) to give each
+    channel's. The vector engine turns them into dgamma, dbeta (stored) and three
+    per-channel coefficients of ``dx = a * g + (b * x + c)``, handed back to every
+    partition by a second matmul. Second pass: ``b * x + c`` on the scalar engine,
+    ``a * g +`` it on the vector engine, stored. The blocks stay in SBUF between the
+    passes when they take at most 64 KiB per partition, else they are loaded again.
+    Eval needs no sums for dx: one pass of ``a * g``.
+    """
+    if tuple(grad.shape) != tuple(x.shape) or (relu_out is not None and tuple(relu_out.shape) != tuple(x.shape)):
+        raise nki.KernelError(f"batchnorm_backward_kernel: grad {list(grad.shape)}, x {list(x.shape)}"
+                              f"{'' if relu_out is None else f' and relu_out {list(relu_out.shape)}'} differ")
+    lay = BatchNormLayout(x.shape)
+    f32 = nl.float32
+    dx, dgamma, dbeta = _gradients(grad, x, gamma, need_input, need_weight, need_bias, lay.channels)
+    sums = dgamma is not None or dbeta is not None or (training and need_input)
+    inputs = 2 if relu_out is None else 3
+    keep = sums and need_input and lay.keeps(max(grad.dtype.itemsize, x.dtype.itemsize), inputs)
+
+    def masked(block, tile):
+        g = nl.load(lay.view(grad, tile, block))
+        if relu_out is None:
+            return g
+        return nisa.scalar_tensor_tensor(data=nl.load(lay.view(relu_out, tile, block)), op0=nl.greater,
+                                         operand0=0.0, op1=nl.multiply, operand1=g, dtype=f32)
+
+    for tile in lay.tiles:
+        p = lay.partitions(tile)
+        m = nl.load(lay.vector(mean, tile), dtype=f32)
+        istd = nl.load(lay.vector(invstd, tile), dtype=f32)
+        if not training:
+            istd = nl.rsqrt(nisa.tensor_scalar(istd, op0=nl.add, operand0=float(eps)))
+        a = istd if gamma is None else \
+            nisa.tensor_tensor(istd, nl.load(lay.vector(gamma, tile)), op=nl.multiply, dtype=f32)
+        kept = []
+        if sums:
+            partials = nl.ndarray((p, 2, len(lay.blocks)), f32)
+            for i, block in enumerate(lay.blocks):
+                g = masked(block, tile)
+                xb = nl.load(lay.view(x, tile, block))
+                size = g.shape[1] * g.shape[2]
+                nisa.tensor_reduce(dst=partials[:, 0, i:i + 1], op=nl.add, data=g.reshape((p, size)), axis=1)
+                prod = nisa.tensor_tensor(g, xb, op=nl.multiply, dtype=f32)
+                nisa.activation(dst=prod, op="identity", data=prod, reduce_op=nl.add,
+                                reduce_res=partials[:, 1, i:i + 1])
+                kept.append((g, xb) if keep else None)
+            moments = nisa.tensor_reduce(op=nl.add, data=partials, axis=2, dtype=f32)
+            chan = lay.per_channel(moments, tile, 1.0)   # [channels, 2]: sum(g), sum(g * x)
+            sum_g = chan[:, 0:1]
+            centred = nisa.tensor_tensor(chan[:, 1:2], nisa.tensor_tensor(m, sum_g, op=nl.multiply), op=nl.subtract)
+            d_gamma = nisa.tensor_tensor(centred, istd, op=nl.multiply, dtype=f32)
+            if dgamma is not None:
+                nl.store(lay.vector(dgamma, tile), value=nisa.tensor_copy(d_gamma, dtype=dgamma.dtype))
+            if dbeta is not None:
+                nl.store(lay.vector(dbeta, tile), value=nisa.tensor_copy(sum_g, dtype=dbeta.dtype))
+        if not need_input:
+            continue
+        if training:
+            # dx = a * g + (b * x + c): b = -a * invstd * dgamma / M, c = -a * dbeta / M - b * mean
+            b = nisa.tensor_scalar(nisa.tensor_tensor(a, nisa.tensor_tensor(istd, d_gamma, op=nl.multiply),
+                                                      op=nl.multiply), op0=nl.multiply, operand0=-1.0 / lay.count)
+            a_dbeta = nisa.tensor_scalar(nisa.tensor_tensor(a, sum_g, op=nl.multiply), op0=nl.multiply,
+                                         operand0=-1.0 / lay.count)
+            c = nisa.tensor_tensor(a_dbeta, nisa.tensor_tensor(b, m, op=nl.multiply), op=nl.subtract)
+            coeffs = nl.ndarray((tile[1], 3), f32)
+            for j, v in enumerate((a, b, c)):
+                nisa.tensor_copy(dst=coeffs[:, j:j + 1], src=v)
+        else:
+            coeffs = a
+        coeffs = lay.to_partitions(coeffs, tile)
+        for i, block in enumerate(lay.blocks):
+            g, xb = kept[i] if keep else (masked(block, tile), None)
+            if training:
+                xb = xb if xb is not None else nl.load(lay.view(x, tile, block))
+                lin = nisa.activation(op="identity", data=xb, scale=coeffs[:, 1:2], bias=coeffs[:, 2:3], dtype=f32)
+                res = nisa.scalar_tensor_tensor(data=g, op0=nl.multiply, operand0=coeffs[:, 0:1], op1=nl.add,
+                                                operand1=lin, dtype=dx.dtype)
+            else:
+                res = nisa.tensor_scalar(g, op0=nl.multiply, operand0=coeffs[:, 0:1], dtype=dx.dtype)
+            nl.store(lay.view(dx, tile, block), value=res)
+    return _asked(dx, dgamma, dbeta)
+
+
+@nki.jit
+def groupnorm_backward_kernel(grad, x, mean, rstd, gamma, groups, need_input=True, need_weight=True,
+                              need_bias=True):
+    """torch's ``native_group_norm_backward``: the gradients of ``group_norm`` from the
+    forward's saved per-(image, group) mean and reciprocal standard deviation. With
+    ``xhat = (x - mean) * rstd``, D = C / groups * H * W values per group, and per
+    (image, group) ``ds = sum(g * gamma * x)``, ``db = sum(g * gamma)``:
+
+        dx     = rstd * gamma * g + b * x + c,
+                 b = (db * mean - ds) * rstd^3 / D,  c = -b * mean - db * rstd / D
+        dgamma = sum over images and positions of g * xhat,   dbeta = sum of g
+
+    Args:
+        grad: [N, C, *spatial] in HBM (NCHW, [N, C, L] or [N, C]), any chip float
+            dtype; any sizes.
+        x: the forward's input, ``grad``'s shape, any chip float dtype.
+        mean, rstd: [N, groups] in HBM, the forward's saved statistics (fp32).
+        gamma: [C] in HBM, or None (no scale: no dgamma).
+        groups: divides C; at most 128.
+        need_input, need_weight, need_bias: which gradients (torch's ``output_mask``).
+
+    Returns:
+        The asked-for gradients in the order dx, dgamma, dbeta (a tuple when more than
+        one): dx of ``x``'s shape and dtype, dgamma and dbeta [C] of ``gamma``'s dtype
+        (``grad``'s without gamma), in HBM.
+
+    Memories: ``mean`` and ``rstd`` are loaded once, transposed by the DMA into a
+    [groups, N, 2] SBUF tile. Each image is read as [C, H*W] as in ``groupnorm_kernel``
+    (channels on partitions, blocks of at most 4096 positions). First pass, per block:
+    the vector engine sums ``g`` and forms ``g * x`` (fp32), which the scalar engine
+    sums. Per channel tile, a matmul against the transposed membership matrix hands
+    each channel its group's mean and rstd (PSUM), the vector engine adds the image's
+    share of dgamma and dbeta into fp32 SBUF accumulators, and a matmul against the
+    membership matrix sums ``gamma``-weighted channel sums into each group's ds and db
+    (accumulating over channel tiles in PSUM). The vector engine makes each group's
+    b and c, handed back to the channels by one more matmul. Second pass: ``b * x +
+    c`` on the scalar engine, ``rstd * gamma * g +`` it on the vector engine, stored.
+    An image of at most 64 KiB per partition per tensor stays in SBUF between the
+    passes. dgamma and dbeta are stored at the end.
+    """
+    if tuple(grad.shape) != tuple(x.shape):
+        raise nki.KernelError(f"groupnorm_backward_kernel: grad {list(grad.shape)} and x {list(x.shape)} differ")
+    n_img, channels = x.shape[0], x.shape[1]
+    if channels % groups or not 1 <= groups <= TILE_P:
+        raise nki.KernelError(f"groupnorm_backward_kernel: groups={groups} must divide C={channels} and be at "
+                              f"most {TILE_P}")
+    f32 = nl.float32
+    per_group = channels // groups
+    hw = math.prod(x.shape[2:])
+    dx, dgamma, dbeta = _gradients(grad, x, gamma, need_input, need_weight, need_bias, channels)
+    g3, x3 = grad.reshape((n_img, channels, hw)), x.reshape((n_img, channels, hw))
+    dx3 = dx.reshape((n_img, channels, hw)) if dx is not None else None
+    tiles = [(c0, min(TILE_P, channels - c0)) for c0 in range(0, channels, TILE_P)]
+    to_group = [_membership(c0, ct, per_group, groups, 1.0, False) for c0, ct in tiles]
+    from_group = [_membership(c0, ct, per_group, groups, 1.0, True) for c0, ct in tiles]
+    gammas = [nl.load(gamma.reshape((channels, 1))[c0:c0 + ct, :], dtype=f32) if gamma is not None else None
+              for c0, ct in tiles]
+    stats = nl.ndarray((groups, n_img, 2), f32)
+    for j, saved in enumerate((mean, rstd)):
+        nisa.dma_copy(dst=stats[:, :, j], src=saved.ap([[1, groups], [groups, n_img]]))
+    columns = [nl.zeros((ct, 2), f32) for _, ct in tiles] if (dgamma is not None or dbeta is not None) else None
+    starts = list(range(0, hw, GN_FREE_MAX))
+    keep = need_input and 2 * len(tiles) * hw * max(grad.dtype.itemsize, x.dtype.itemsize) <= GN_KEEP_BYTES
+    for n in nl.affine_range(n_img):
+        group_sums = nl.zeros((groups, 2), f32, buffer=nl.psum) if need_input else None
+        kept, scales = [], []
+        for t, (c0, ct) in enumerate(tiles):
+            partials = nl.ndarray((ct, 2, len(starts)), f32)
+            blocks = []
+            for i, s0 in enumerate(starts):
+                cols = slice(s0, min(s0 + GN_FREE_MAX, hw))
+                g = nl.load(g3[n, c0:c0 + ct, cols])
+                xb = nl.load(x3[n, c0:c0 + ct, cols])
+                nisa.tensor_reduce(dst=partials[:, 0, i:i + 1], op=nl.add, data=g, axis=1)
+                prod = nisa.tensor_tensor(g, xb, op=nl.multiply, dtype=f32)
+                nisa.activation(dst=prod, op="identity", data=prod, reduce_op=nl.add,
+                                reduce_res=partials[:, 1, i:i + 1])
+                blocks.append((g, xb) if keep else None)
+            kept.append(blocks)
+            sums = nisa.tensor_reduce(op=nl.add, data=partials, axis=2, dtype=f32)   # [ct, 2]: sum(g), sum(g * x)
+            chan_stats = nl.copy(nisa.nc_matmul(from_group[t], stats[:, n, :]), dtype=f32)   # mean, rstd
+            if columns is not None:
+                # dgamma += (sum(g x) - mean * sum(g)) * rstd, dbeta += sum(g)
+                centred = nisa.tensor_tensor(sums[:, 1:2], nisa.tensor_tensor(chan_stats[:, 0:1], sums[:, 0:1],
+                                                                              op=nl.multiply), op=nl.subtract)
+                nisa.scalar_tensor_tensor(dst=columns[t][:, 0:1], data=centred, op0=nl.multiply,
+                                          operand0=chan_stats[:, 1:2], op1=nl.add, operand1=columns[t][:, 0:1])
+                nisa.tensor_tensor(dst=columns[t][:, 1:2], data1=columns[t][:, 1:2], data2=sums[:, 0:1], op=nl.add)
+            if not need_input:
+                continue
+            weighted = sums if gammas[t] is None else \
+                nisa.tensor_scalar(sums, op0=nl.multiply, operand0=gammas[t], dtype=f32)
+            group_sums += nl.matmul(to_group[t], weighted, transpose_x=True)
+            scales.append(chan_stats[:, 1:2] if gammas[t] is None else
+                          nisa.tensor_tensor(chan_stats[:, 1:2], gammas[t], op=nl.multiply, dtype=f32))
+        if not need_input:
+            continue
+        sums_g = nl.copy(group_sums, dtype=f32)   # [groups, 2]: db, ds
+        g_mean, g_rstd = stats[:, n, 0:1], stats[:, n, 1:2]
+        inv_d = 1.0 / (per_group * hw)
+        rstd3 = nisa.tensor_tensor(nisa.tensor_tensor(g_rstd, g_rstd, op=nl.multiply), g_rstd, op=nl.multiply)
+        diff = nisa.tensor_tensor(nisa.tensor_tensor(sums_g[:, 0:1], g_mean, op=nl.multiply), sums_g[:, 1:2],
+                                  op=nl.subtract)
+        b = nisa.scalar_tensor_tensor(data=diff, op0=nl.multiply, operand0=inv_d, op1=nl.multiply, operand1=rstd3)
+        db_rstd = nisa.scalar_tensor_tensor(data=sums_g[:, 0:1], op0=nl.multiply, operand0=-inv_d, op1=nl.multiply,
+                                            operand1=g_rstd)
+        c = nisa.tensor_tensor(db_rstd, nisa.tensor_tensor(b, g_mean, op=nl.multiply), op=nl.subtract)
+        pair = nl.ndarray((groups, 2), f32)
+        nisa.tensor_copy(dst=pair[:, 0:1], src=b)
+        nisa.tensor_copy(dst=pair[:, 1:2], src=c)
+        for t, (c0, ct) in enumerate(tiles):
+            coeffs = nl.copy(nisa.nc_matmul(from_group[t], pair), dtype=f32)
+            for i, s0 in enumerate(starts):
+                cols = slice(s0, min(s0 + GN_FREE_MAX, hw))
+                g, xb = kept[t][i] if keep else (nl.load(g3[n, c0:c0 + ct, cols]), nl.load(x3[n, c0:c0 + ct, cols]))
+                lin = nisa.activation(op="identity", data=xb, scale=coeffs[:, 0:1], bias=coeffs[:, 1:2], dtype=f32)
+                res = nisa.scalar_tensor_tensor(data=g, op0=nl.multiply, operand0=scales[t], op1=nl.add,
+                                                operand1=lin, dtype=dx.dtype)
+                nl.store(dx3[n, c0:c0 + ct, cols], value=res)
+    for t, (c0, ct) in enumerate(tiles):
+        for j, out in enumerate((dgamma, dbeta)):
+            if out is not None:
+                nl.store(out.reshape((channels, 1))[c0:c0 + ct, :],
+                         value=nisa.tensor_copy(columns[t][:, j:j + 1], dtype=out.dtype))
+    return _asked(dx, dgamma, dbeta)

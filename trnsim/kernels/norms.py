@@ -205,3 +205,200 @@ def groupnorm_kernel(x, gamma, beta, groups, eps=1e-5):
                     y = nisa.activation(op="identity", data=block, scale=scale, bias=shift, dtype=x.dtype)
                 nl.store(out3[n, c0:c0 + ct, cols], value=y)
     return out
+
+
+BN_FREE_MAX = 4096   # batch norm: values per partition per block, 16 KiB in fp32
+
+
+class BatchNormLayout:
+    """Where batch norm puts the values of [N, C, *spatial] (NCHW, contiguous) on the
+    partitions, for the forward and backward kernels alike.
+
+    With at most 64 channels, each channel takes ``split`` partitions (the largest
+    divisor of H * W with ``C * split <= 128``): partition ``p`` holds columns
+    ``(p % split) * cols ..`` of channel ``p // split`` of every image, so the whole
+    tensor is read with all of the partitions busy. With more channels, tiles of 128
+    channels take one partition each (``split`` 1). Either way partition ``p`` of a
+    tile starts ``p * cols`` elements after the tile's first channel, so one DMA access
+    pattern ([partition, image, column]) reads a block of several images.
+
+    ``tiles`` are (first channel, channels); ``blocks`` (first image, end image, first
+    column, end column), at most :data:`BN_FREE_MAX` values per partition each.
+    """
+
+    def __init__(self, shape):
+        if len(shape) < 2:
+            raise nki.KernelError(f"batch norm takes [N, C, *spatial], got {list(shape)}; add the batch axis")
+        self.images, self.channels = shape[0], shape[1]
+        self.spatial = math.prod(shape[2:])
+        self.split = 1
+        if 2 * self.channels <= TILE_P:
+            self.split = max(d for d in range(1, TILE_P // self.channels + 1) if self.spatial % d == 0)
+        self.cols = self.spatial // self.split
+        if self.split > 1:
+            self.tiles = [(0, self.channels)]
+        else:
+            self.tiles = [(c0, min(TILE_P, self.channels - c0)) for c0 in range(0, self.channels, TILE_P)]
+        if self.cols >= BN_FREE_MAX:
+            self.blocks = [(i, i + 1, l0, min(l0 + BN_FREE_MAX, self.cols))
+                           for i in range(self.images) for l0 in range(0, self.cols, BN_FREE_MAX)]
+        else:
+            per = BN_FREE_MAX // self.cols
+            self.blocks = [(i, min(self.images, i + per), 0, self.cols) for i in range(0, self.images, per)]
+        self._to_channel = {}
+        self._from_channel = None
+
+    @property
+    def count(self):
+        """Values per channel: N * H * W."""
+        return self.images * self.spatial
+
+    def partitions(self, tile):
+        return tile[1] * self.split
+
+    def view(self, t, tile, block):
+        """The HBM view of ``t`` (shaped like the input) that ``block`` of ``tile`` reads
+        or writes: [partitions, images, columns]."""
+        (c0, cn), (n0, n1, l0, l1) = tile, block
+        plane = self.channels * self.spatial
+        return t.ap([[self.cols, cn * self.split], [plane, n1 - n0], [1, l1 - l0]],
+                    offset=n0 * plane + c0 * self.spatial + l0)
+
+    def vector(self, v, tile):
+        """The [C] HBM vector ``v``'s entries for ``tile``: [channels, 1]."""
+        c0, cn = tile
+        return v.reshape((self.channels, 1))[c0:c0 + cn, :]
+
+    def per_channel(self, moments, tile, scale):
+        """[partitions, m] fp32 per-partition sums -> [channels, m]: each channel's sum
+        over its partitions (a matmul against a membership matrix, in PSUM) times ``scale``."""
+        if self.split == 1:
+            return nisa.tensor_scalar(moments, op0=nl.multiply, operand0=float(scale), dtype=nl.float32)
+        if scale not in self._to_channel:
+            self._to_channel[scale] = _membership(0, self.partitions(tile), self.split, tile[1], float(scale), False)
+        return nl.copy(nl.matmul(self._to_channel[scale], moments, transpose_x=True), dtype=nl.float32)
+
+    def to_partitions(self, values, tile):
+        """[channels, m] fp32 -> [partitions, m]: each partition gets its channel's row
+        (a matmul against the transposed membership matrix)."""
+        if self.split == 1:
+            return values
+        if self._from_channel is None:
+            self._from_channel = _membership(0, self.partitions(tile), self.split, tile[1], 1.0, True)
+        return nl.copy(nisa.nc_matmul(self._from_channel, values), dtype=nl.float32)
+
+    def keeps(self, itemsize, tensors=1):
+        """Whether ``tensors`` inputs of every tile stay in SBUF between two passes."""
+        return tensors * len(self.tiles) * self.images * self.cols * itemsize <= GN_KEEP_BYTES
+
+
+def _column_pair(first, second):
+    """Two [P, 1] fp32 tiles side by side in one [P, 2] tile."""
+    pair = nl.ndarray((first.shape[0], 2), nl.float32)
+    nisa.tensor_copy(dst=pair[:, 0:1], src=first)
+    nisa.tensor_copy(dst=pair[:, 1:2], src=second)
+    return pair
+
+
+@nki.jit
+def batchnorm_kernel(x, gamma=None, beta=None, running_mean=None, running_var=None, training=True, momentum=0.1,
+                     eps=1e-5, relu=False):
+    """Batch normalisation as torch's ``batch_norm``, optionally with ReLU after it:
+    ``y = (x - mean) * invstd * gamma + beta`` per channel, where in training mean and
+    (population) variance are the channel's over the batch and spatial axes, and in
+    eval the running statistics.
+
+    Args:
+        x: [N, C, *spatial] in HBM (NCHW, [N, C, L] or [N, C]), any chip float dtype;
+            any sizes.
+        gamma, beta: [C] in HBM, any chip float dtype, or None (no scale, no shift).
+        running_mean, running_var: [C] in HBM, any chip float dtype; needed in eval;
+            in training optional, and updated when given (torch's rule: the unbiased
+            variance, weight ``momentum`` on the batch's statistics).
+        training: batch statistics (True) or running ones (False).
+        momentum, eps: as torch's.
+        relu: apply ReLU to the result in the same instruction.
+
+    Returns:
+        Training: ``(y, save_mean, save_invstd)``, plus the updated running mean and
+        variance ([C], their dtype) when they were given; the statistics [C] fp32.
+        Eval: ``y``. ``y`` has ``x``'s shape and dtype, in HBM.
+
+    Memories: ``x`` is read in blocks of at most 4096 values per partition laid out by
+    :class:`BatchNormLayout` (channels on partitions, a channel over several partitions
+    when C <= 64), one DMA per block of several images. In training, per block the
+    vector engine sums the values and the scalar engine their squares (fp32 SBUF
+    partials); the per-partition sums go through the PE array against a membership
+    matrix to give each channel's mean and mean square ([C, 2] fp32 via PSUM), from
+    which the vector engine makes the statistics and the per-channel scale and shift;
+    a second matmul hands those back to every partition of the channel. The blocks
+    (kept in SBUF when the input takes at most 64 KiB per partition, else loaded
+    again) are scaled and shifted, alternately on the scalar and vector engines (all
+    on the scalar engine with ReLU), and stored.
+    """
+    lay = BatchNormLayout(x.shape)
+    f32 = nl.float32
+    if not training and (running_mean is None or running_var is None):
+        raise nki.KernelError("batchnorm_kernel: eval (training=False) normalises with the running statistics; "
+                              "pass running_mean and running_var")
+    out = nl.ndarray(x.shape, x.dtype, buffer=nl.shared_hbm)
+    c = lay.channels
+    update = training and running_mean is not None and running_var is not None
+    if training:
+        save_mean = nl.ndarray((c,), f32, buffer=nl.shared_hbm)
+        save_invstd = nl.ndarray((c,), f32, buffer=nl.shared_hbm)
+    if update:
+        new_mean = nl.ndarray((c,), running_mean.dtype, buffer=nl.shared_hbm)
+        new_var = nl.ndarray((c,), running_var.dtype, buffer=nl.shared_hbm)
+    keep = training and lay.keeps(x.dtype.itemsize)
+    for tile in lay.tiles:
+        p = lay.partitions(tile)
+        kept = []
+        if training:
+            partials = nl.ndarray((p, 2, len(lay.blocks)), f32)
+            for i, block in enumerate(lay.blocks):
+                data = nl.load(lay.view(x, tile, block))
+                flat = data.reshape((p, data.shape[1] * data.shape[2]))
+                nisa.tensor_reduce(dst=partials[:, 0, i:i + 1], op=nl.add, data=flat, axis=1)
+                nisa.activation(op=nl.square, data=flat, reduce_op=nl.add, reduce_res=partials[:, 1, i:i + 1],
+                                dtype=f32)
+                kept.append(data if keep else None)
+            moments = nisa.tensor_reduce(op=nl.add, data=partials, axis=2, dtype=f32)
+            stats = lay.per_channel(moments, tile, 1.0 / lay.count)
+            mean = stats[:, 0:1]
+            var = nisa.tensor_scalar(nisa.tensor_tensor(stats[:, 1:2], nisa.tensor_tensor(mean, mean, op=nl.multiply),
+                                                        op=nl.subtract), op0=nl.maximum, operand0=0.0)
+            invstd = nl.rsqrt(nisa.tensor_scalar(var, op0=nl.add, operand0=float(eps)))
+            nl.store(lay.vector(save_mean, tile), value=mean)
+            nl.store(lay.vector(save_invstd, tile), value=invstd)
+            if update:
+                unbiased = lay.count / max(lay.count - 1, 1)
+                for old, batch, new, factor in ((running_mean, mean, new_mean, 1.0),
+                                                (running_var, var, new_var, unbiased)):
+                    kept_part = nisa.tensor_scalar(nl.load(lay.vector(old, tile)), op0=nl.multiply,
+                                                   operand0=1.0 - momentum, dtype=f32)
+                    moved = nisa.scalar_tensor_tensor(data=batch, op0=nl.multiply, operand0=momentum * factor,
+                                                      op1=nl.add, operand1=kept_part, dtype=new.dtype)
+                    nl.store(lay.vector(new, tile), value=moved)
+        else:
+            mean = nl.load(lay.vector(running_mean, tile), dtype=f32)
+            invstd = nl.rsqrt(nisa.tensor_scalar(nl.load(lay.vector(running_var, tile)), op0=nl.add,
+                                                 operand0=float(eps), dtype=f32))
+        scale = invstd if gamma is None else \
+            nisa.tensor_tensor(invstd, nl.load(lay.vector(gamma, tile)), op=nl.multiply, dtype=f32)
+        neg_shift = nisa.tensor_tensor(mean, scale, op=nl.multiply, dtype=f32)
+        shift = (nl.multiply(neg_shift, -1.0) if beta is None else
+                 nisa.tensor_tensor(nl.load(lay.vector(beta, tile)), neg_shift, op=nl.subtract, dtype=f32))
+        coeffs = lay.to_partitions(_column_pair(scale, shift), tile)
+        for i, block in enumerate(lay.blocks):
+            data = kept[i] if keep else nl.load(lay.view(x, tile, block))
+            if i % 2 and not relu:
+                y = nisa.tensor_scalar(data, op0=nl.multiply, operand0=coeffs[:, 0:1], op1=nl.add,
+                                       operand1=coeffs[:, 1:2], dtype=x.dtype)
+            else:
+                y = nisa.activation(op=nl.relu if relu else "identity", data=data, scale=coeffs[:, 0:1],
+                                    bias=coeffs[:, 1:2], dtype=x.dtype)
+            nl.store(lay.view(out, tile, block), value=y)
+    if not training:
+        return out
+    return (out, save_mean, save_invstd, new_mean, new_var) if update else (out, save_mean, save_invstd)

@@ -18,13 +18,15 @@ _names = itertools.count()
 @functools.cache
 def decompositions() -> dict:
     """Core aten decompositions, keeping whole the ops that run as one kernel: the fused
-    attention op (not in the table), and batch norm's backward, which the compiler runs
-    as one kernel over the channels, as eager does, instead of its decomposition's
-    separate reductions over the batch and spatial axes."""
+    attention op (not in the table), and the backward of batch norm and of group norm,
+    which the compiler runs as one kernel each (``batchnorm_backward_kernel``,
+    ``groupnorm_backward_kernel``), as eager does, instead of their decompositions'
+    separate reductions over the batch, group and spatial axes."""
     from torch._decomp import core_aten_decompositions
 
     table = dict(core_aten_decompositions())
-    del table[torch.ops.aten.native_batch_norm_backward.default]
+    for op in (torch.ops.aten.native_batch_norm_backward.default, torch.ops.aten.native_group_norm_backward.default):
+        del table[op]
     return table
 
 
