@@ -1,6 +1,7 @@
-"""torch.compile(backend="neuron") of training around norms: batch norm, LayerNorm and
-RMSNorm with their backward graphs, ReLU's backward (a comparison and a select),
-reductions over the batch and spatial axes: fused, and no slower than eager."""
+"""torch.compile(backend="neuron") of training around norms: batch norm (one kernel with
+the ReLU beside it, each way), LayerNorm and RMSNorm with their backward graphs, ReLU's
+backward (a comparison and a select), reductions over the batch and spatial axes,
+pooling: fused or timed by kernels, and no slower than eager."""
 
 from __future__ import annotations
 
@@ -77,22 +78,86 @@ def test_cnn_with_batch_norm_trains_no_slower_compiled():
     compiled_ps, compiled_losses, records = _cnn_run(True)
     assert compiled_losses == pytest.approx(eager_losses, rel=1e-5)
     assert compiled_ps <= eager_ps
-    assert (eager_ps, compiled_ps) == (2_568_160_244, 2_540_571_300)
-    # batch norm's backward is one kernel; ReLU's backward and the reductions are fused
+    assert (eager_ps, compiled_ps) == (2_611_908_848, 2_522_073_878)
+    # batch norm runs with its ReLU each way; the reductions are fused
     names = {r.name for r in records}
-    assert {"aten::native_batch_norm_backward", "fused[le+where]"} <= names
-    assert not names & {"aten::le.Scalar", "aten::where.self", "aten::sum.dim_IntList", "aten::scalar_tensor"}
+    assert {"fused[_native_batch_norm_legit_functional+relu]", "fused[le+where+native_batch_norm_backward]"} <= names
+    assert not names & {"aten::le.Scalar", "aten::where.self", "aten::sum.dim_IntList", "aten::scalar_tensor",
+                        "aten::relu", "fused[relu]", "fused[le+where]", "aten::native_batch_norm_backward"}
+
+
+_FORWARD, _BACKWARD = "fused[_native_batch_norm_legit_functional+relu]", "fused[le+where+native_batch_norm_backward]"
+
+
+def test_batch_norm_and_its_relu_are_one_kernel_each_way():
+    """Compiled, batch norm's forward and the ReLU after it are one kernel (the batch-norm
+    kernel applying the ReLU as it writes: the cost of batch norm alone), and ReLU's
+    backward (``le`` and ``where``) with batch norm's backward another; each lists its
+    aten ops and the eager ops they came from."""
+    _, _, eager = _cnn_run(False)
+    torch._dynamo.reset()
+    _, _, records = _cnn_run(True)
+    kernels = [r for r in records if r.name in (_FORWARD, _BACKWARD)]
+    # two layers, each way, in each of two steps
+    assert [(r.name, r.cost.kernel) for r in kernels] == 2 * [
+        (_FORWARD, "batchnorm_kernel[relu]"), (_FORWARD, "batchnorm_kernel[relu]"),
+        (_BACKWARD, "batchnorm_backward_kernel[relu]"), (_BACKWARD, "batchnorm_backward_kernel[relu]")]
+    assert kernels[0].info["ops"] == ["aten::_native_batch_norm_legit_functional", "aten::relu"]
+    assert kernels[2].info["ops"] == ["aten::le.Scalar", "aten::where.self", "aten::native_batch_norm_backward"]
+    assert kernels[2].info["from"] == ["aten::threshold_backward"] * 2 + ["aten::native_batch_norm_backward"]
+    batch_norms = [r.cost.ps for r in eager if r.name == "aten::native_batch_norm"]
+    assert [r.cost.ps for r in kernels[:2]] == batch_norms[:2] == [40_385_899, 30_967_114]
+
+
+def test_batch_norm_in_eval_runs_with_its_relu():
+    m = _cnn().eval()
+    fn = torch.compile(m, backend="neuron")
+    x = torch.randn(4, 3, 32, 32).to("neuron")
+    with torch.no_grad():
+        out, kernels = _kernels(fn, x)
+        torch.testing.assert_close(out.cpu(), m.cpu()(x.cpu()), rtol=1e-5, atol=1e-5)
+    names = [k.name for k in kernels]
+    assert names.count("fused[_native_batch_norm_legit_no_training+relu]") == 2
+    assert not {"fused[relu]", "aten::relu", "fused[relu+mean]"} & set(names)
+
+
+def test_compiled_batch_norm_with_relu_in_instruction_fidelity():
+    """In instruction fidelity the forward's fused kernel computes batch norm and ReLU
+    with the chip's numerics, the backward's runs its ops as eager does: a training step
+    gives the CPU's loss, gradients and running statistics."""
+    def model() -> nn.Module:
+        torch.manual_seed(0)
+        return nn.Sequential(nn.Conv2d(3, 8, 3, padding=1), nn.BatchNorm2d(8), nn.ReLU(), nn.MaxPool2d(2),
+                             nn.Flatten(), nn.Linear(8 * 4 * 4, 10))
+
+    x, y = torch.randn(4, 3, 8, 8), torch.randint(0, 10, (4,))
+    cpu = model()
+    F.cross_entropy(cpu(x), y).backward()
+    m = model().to("neuron")
+    trnsim.set_fidelity("instruction")
+    try:
+        with trnsim.profile() as prof:
+            loss = F.cross_entropy(torch.compile(m, backend="neuron")(x.to("neuron")), y.to("neuron"))
+            loss.backward()
+    finally:
+        trnsim.set_fidelity("op")
+    assert {_FORWARD, _BACKWARD} <= {r.name for r in prof.records}
+    for got, want in zip(m.parameters(), cpu.parameters()):
+        torch.testing.assert_close(got.grad.cpu(), want.grad, rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(m[1].running_var.cpu(), cpu[1].running_var)
 
 
 @pytest.mark.parametrize("compiled", [False, True], ids=["eager", "compiled"])
-def test_no_op_of_a_conv_batch_norm_group_norm_training_step_is_estimated(compiled):
+def test_no_op_of_a_conv_batch_norm_group_norm_pooling_training_step_is_estimated(compiled):
     """Convolutions (stride 1 and 2) and their gradients, batch norm and group norm
-    forward and backward, in training and in eval: every op is timed by a kernel's
-    Program, none by the bandwidth estimate."""
+    forward and backward, max pooling, average pooling (overlapping windows with
+    padding) and adaptive average pooling and their gradients, in training and in
+    eval: every op is timed by a kernel's Program, none by the bandwidth estimate."""
     torch.manual_seed(0)
-    m = nn.Sequential(nn.Conv2d(3, 16, 3, padding=1), nn.BatchNorm2d(16), nn.ReLU(),
+    m = nn.Sequential(nn.Conv2d(3, 16, 3, padding=1), nn.BatchNorm2d(16), nn.ReLU(), nn.MaxPool2d(2),
                       nn.Conv2d(16, 32, 3, stride=2, padding=1), nn.GroupNorm(4, 32), nn.ReLU(),
-                      nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(32, 10)).to("neuron")
+                      nn.AvgPool2d(3, stride=1, padding=1), nn.AdaptiveAvgPool2d(2), nn.Flatten(),
+                      nn.Linear(128, 10)).to("neuron")
     opt = torch.optim.SGD(m.parameters(), lr=0.1, momentum=0.9)
     x, y = torch.randn(8, 3, 16, 16).to("neuron"), torch.randint(0, 10, (8,)).to("neuron")
     fn = torch.compile(m, backend="neuron") if compiled else m
@@ -103,7 +168,9 @@ def test_no_op_of_a_conv_batch_norm_group_norm_training_step_is_estimated(compil
     rows = prof.summary()
     timed = {r.name: r.cost.source for r in records} | {row.name: row.source for row in rows}
     assert {n for n, source in timed.items() if source == "estimate"} == set()
-    norms = {"aten::native_batch_norm_backward", "aten::native_group_norm_backward", "aten::native_group_norm"}
+    norms = {"aten::native_group_norm_backward", "aten::native_group_norm", "aten::max_pool2d_with_indices",
+             "aten::max_pool2d_with_indices_backward", "aten::avg_pool2d", "aten::avg_pool2d_backward",
+             "aten::_adaptive_avg_pool2d", "aten::_adaptive_avg_pool2d_backward"}
     assert norms <= set(timed)
     assert any("batch_norm_legit_no_training" in n or n == "aten::native_batch_norm" for n in {r.name for r in rows})
 
@@ -185,3 +252,28 @@ def test_a_lone_reduction_runs_as_the_faster_kernel():
     _, kernels = _kernels(torch.compile(lambda t: t.mean(dim=(2, 3)), backend="neuron"), x)
     assert [k.name for k in kernels] == ["aten::mean.dim"]
     assert kernels[0].info["not_fused"] == "aten::mean.dim alone: its own kernel is faster than a fused kernel of it"
+
+
+def test_relu_backward_left_whole_joins_batch_norm_backward():
+    """A graph that keeps ``threshold_backward`` whole (traced without decompositions)
+    fuses it into batch norm's backward as it does its ``le`` and ``where``; a ReLU
+    backward whose masked gradient is also read elsewhere stays apart."""
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    from trnsim.backend.compile.partition import partition
+
+    aten = torch.ops.aten
+
+    def backward(g, x, r, w, mean, invstd, also_read):
+        masked = aten.threshold_backward(g, r, 0.0)
+        dx = aten.native_batch_norm_backward(masked, x, w, None, None, mean, invstd, True, 1e-5, [True, True, True])
+        return (dx, masked * 2) if also_read else dx
+
+    t = [torch.randn(4, 8, 6, 6).to("neuron") for _ in range(3)] + [torch.rand(8).to("neuron") + 0.5
+                                                                    for _ in range(3)]
+    ran = {}
+    for also_read in (False, True):
+        gm = make_fx(lambda *a: backward(*a, also_read))(*t)
+        ran[also_read] = [(g.kind, g.ops) for g in partition(gm, lambda r, rows, sizes: True) if g.kind != "free"]
+    assert ran[False] == [("norm", ["aten::threshold_backward", "aten::native_batch_norm_backward"])]
+    assert ran[True][:2] == [("op", ["aten::threshold_backward"]), ("op", ["aten::native_batch_norm_backward"])]

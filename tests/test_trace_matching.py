@@ -169,13 +169,17 @@ def test_the_cnn_rows_pair_eager_convolution_and_batch_norm_with_their_compiled_
     def row(f: str) -> OpDiff:
         return next(r for r in cmp.rows if f in r.families)
 
-    for f, eager_name in (("convolution", "convolution_overrideable"),
-                          ("convolution_backward", "convolution_backward_overrideable"),
-                          ("batch_norm", "native_batch_norm"), ("batch_norm_backward", "native_batch_norm_backward"),
-                          ("threshold_backward", "threshold_backward")):
+    for f, eager_names in (("convolution", {"convolution_overrideable"}),
+                           ("convolution_backward", {"convolution_backward_overrideable"}),
+                           ("batch_norm", {"native_batch_norm", "relu"}),
+                           ("batch_norm_backward", {"native_batch_norm_backward", "threshold_backward"})):
         r = row(f)
-        assert eager_name in r.names_a and r.calls_a == 1 and r.calls_b >= 1, r
+        assert set(r.names_a) == eager_names and r.calls_a == len(eager_names) and r.calls_b >= 1, r
     assert row("convolution").names_b == ("convolution",) and row("convolution").saved_ns == 0
+    # batch norm and its ReLU are one kernel each way, in the row of the eager ops it computes
+    assert row("relu") == row("batch_norm") and row("threshold_backward") == row("batch_norm_backward")
+    assert "fused[_native_batch_norm_legit_functional+relu]" in row("batch_norm").names_b
+    assert "fused[le+where+native_batch_norm_backward]" in row("batch_norm_backward").names_b
 
 
 def test_plot_comparison_shows_a_fused_kernel_in_the_row_of_its_eager_op(cnn):

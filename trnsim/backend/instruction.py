@@ -514,9 +514,10 @@ _BATCH_NORM = {"native_batch_norm": (5, True), "_native_batch_norm_legit_functio
                "_native_batch_norm_legit_no_training": (None, True), "_native_batch_norm_legit.no_stats": (3, False)}
 
 
-def _batch_norm(call: Call) -> Launch | None:
+def _batch_norm(call: Call, relu: bool = False) -> Launch | None:
     """``batchnorm_kernel`` on ``x`` [N, C, ...]; the saved statistics (and the running
-    statistics' update) from the CPU kernel."""
+    statistics' update) from the CPU kernel. ``relu``: the kernel applies ReLU to what
+    it writes (a compiled graph's fusion), so the first result is ReLU's output."""
     from trnsim.kernels.norms import batchnorm_kernel
 
     x, weight, bias = call.args[:3]
@@ -536,9 +537,15 @@ def _batch_norm(call: Call) -> Launch | None:
         rest = cpu(*call.args)[1:]
         return (_tensor(outs[0], x.shape, x.dtype), *rest)
 
-    kwargs = {"training": training, "eps": float(eps)}
+    kwargs = {"training": training, "eps": float(eps), "relu": relu}
     extra = () if training else running
     return Launch(batchnorm_kernel, (x.contiguous(), *params, *extra), kwargs, finish)
+
+
+def batch_norm_with_relu(call: Call) -> Launch | None:
+    """The kernel run of batch norm's forward ``call`` with ReLU after it in the same pass
+    (its first result ReLU's output), or None where the kernel does not take the call."""
+    return _batch_norm(call, relu=True) if call.name.removeprefix("aten::") in _BATCH_NORM else None
 
 
 # -- gather, conv, movement ------------------------------------------------

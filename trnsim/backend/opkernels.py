@@ -19,6 +19,7 @@ repeated (``OpCost.scale``).
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 from dataclasses import dataclass
 from typing import Any, Callable
@@ -378,11 +379,12 @@ _BATCH_NORM = {"native_batch_norm": (5, True), "native_batch_norm.out": (5, True
                "_native_batch_norm_legit_no_training.out": (None, True)}
 
 
-def _batch_norm(call: Call) -> OpCost | None:
+def _batch_norm(call: Call, relu: bool = False) -> OpCost | None:
     """Batch norm's forward ops, training or eval (``input, weight, bias, running_mean,
     running_var, training, momentum, eps``; ``no_stats`` without the running statistics,
     ``no_training`` without ``training``): ``batchnorm_kernel`` on a share of the images
-    per physical core (adding the cores' per-channel sums is left out)."""
+    per physical core (adding the cores' per-channel sums is left out); ``relu``: with
+    the ReLU after it in the same pass."""
     from trnsim.kernels.norms import batchnorm_kernel
 
     x, weight, bias = call.arg(0, "input"), call.arg(1, "weight"), call.arg(2, "bias")
@@ -392,14 +394,16 @@ def _batch_norm(call: Call) -> OpCost | None:
     if x.dim() < 2 or (not training and None in running):
         return None
     vectors = [_ph((x.shape[1],), t.dtype) if t is not None else None for t in (weight, bias, *running)]
-    return _run(batchnorm_kernel, "batchnorm_kernel", _ph(_images_share(x.shape), x.dtype), *vectors,
-                training=training)
+    return _run(batchnorm_kernel, "batchnorm_kernel[relu]" if relu else "batchnorm_kernel",
+                _ph(_images_share(x.shape), x.dtype), *vectors, training=training, relu=relu)
 
 
-def _batch_norm_backward(call: Call) -> OpCost | None:
+def _batch_norm_backward(call: Call, relu: bool = False) -> OpCost | None:
     """``native_batch_norm_backward(grad_out, input, weight, running_mean, running_var,
     save_mean, save_invstd, train, eps, output_mask)``: ``batchnorm_backward_kernel`` on
-    a share of the images per physical core."""
+    a share of the images per physical core; ``relu``: with ReLU's backward before it
+    in the same pass (the gradient masked by the forward's ReLU output, of the input's
+    dtype, as it is read)."""
     from trnsim.kernels.backward import batchnorm_backward_kernel
 
     grad, x, weight = call.arg(0, "grad_out"), call.arg(1, "input"), call.arg(2, "weight")
@@ -411,10 +415,10 @@ def _batch_norm_backward(call: Call) -> OpCost | None:
         return None
     c = x.shape[1]
     share = _images_share(x.shape)
-    return _run(batchnorm_backward_kernel, "batchnorm_backward_kernel", _ph(share, grad.dtype), _ph(share, x.dtype),
-                _ph((c,), weight.dtype) if weight is not None else None, _ph((c,), mean.dtype),
-                _ph((c,), invstd.dtype), training=train, need_input=bool(mask[0]), need_weight=bool(mask[1]),
-                need_bias=bool(mask[2]))
+    return _run(batchnorm_backward_kernel, "batchnorm_backward_kernel[relu]" if relu else "batchnorm_backward_kernel",
+                _ph(share, grad.dtype), _ph(share, x.dtype), _ph((c,), weight.dtype) if weight is not None else None,
+                _ph((c,), mean.dtype), _ph((c,), invstd.dtype), training=train, need_input=bool(mask[0]),
+                need_weight=bool(mask[1]), need_bias=bool(mask[2]), relu_out=_ph(share, x.dtype) if relu else None)
 
 
 def _group_norm_backward(call: Call) -> OpCost | None:
@@ -689,6 +693,97 @@ def _conv_backward(call: Call) -> OpCost | None:
                 need_weight=bool(mask[1]), need_bias=bool(mask[2]))
 
 
+def _pool_args(x: torch.Tensor, kernel: Any, stride: Any, padding: Any) -> tuple | None:
+    """(the images share of ``x``'s shape, kernel, stride, padding) of a 2-D pooling of an
+    NCHW ``x`` as the pooling kernels take them; None for other inputs."""
+    if not isinstance(x, torch.Tensor) or x.dim() != 4 or not x.numel():
+        return None
+    return _images_share(x.shape), tuple(kernel), tuple(stride) if stride else None, tuple(padding)
+
+
+def _max_pool(call: Call) -> OpCost | None:
+    """``max_pool2d_with_indices(self, kernel_size, stride, padding, dilation, ceil_mode)``:
+    ``maxpool2d_kernel`` on a share of the images per physical core; a dilation takes
+    the estimate."""
+    from trnsim.kernels.pool import maxpool2d_kernel
+
+    x = call.arg(0, "self")
+    if any(d != 1 for d in call.arg(4, "dilation", (1,))):
+        return None
+    pool = _pool_args(x, call.arg(1, "kernel_size"), call.arg(2, "stride", ()), call.arg(3, "padding", (0,)))
+    if pool is None:
+        return None
+    shape, kernel, stride, padding = pool
+    return _run(maxpool2d_kernel, "maxpool2d_kernel", _ph(shape, x.dtype), kernel, stride, padding,
+                bool(call.arg(5, "ceil_mode", False)))
+
+
+def _max_pool_backward(call: Call) -> OpCost | None:
+    """``max_pool2d_with_indices_backward(grad_output, self, kernel_size, stride, padding,
+    dilation, ceil_mode, indices)``: ``maxpool2d_backward_kernel`` on a share of the
+    images per physical core."""
+    from trnsim.kernels.pool import maxpool2d_backward_kernel
+
+    grad, x = call.arg(0, "grad_output"), call.arg(1, "self")
+    if any(d != 1 for d in call.arg(5, "dilation", (1,))):
+        return None
+    pool = _pool_args(x, call.arg(2, "kernel_size"), call.arg(3, "stride", ()), call.arg(4, "padding", (0,)))
+    if pool is None:
+        return None
+    shape, kernel, stride, padding = pool
+    g = _images_share(grad.shape)
+    return _run(maxpool2d_backward_kernel, "maxpool2d_backward_kernel", _ph(g, grad.dtype), _ph(g, torch.int32),
+                _ph(shape, x.dtype), kernel, stride, padding, bool(call.arg(6, "ceil_mode", False)))
+
+
+def _avg_pool(call: Call) -> OpCost | None:
+    """``avg_pool2d(self, kernel_size, stride, padding, ceil_mode, count_include_pad,
+    divisor_override)`` and its backward (``grad_output`` first): ``avgpool2d_kernel``
+    or ``avgpool2d_backward_kernel`` on a share of the images per physical core."""
+    from trnsim.kernels.pool import avgpool2d_backward_kernel, avgpool2d_kernel
+
+    back = _base(call.name) == "avg_pool2d_backward"
+    at = 1 if back else 0
+    x = call.arg(at, "self")
+    pool = _pool_args(x, call.arg(at + 1, "kernel_size"), call.arg(at + 2, "stride", ()),
+                      call.arg(at + 3, "padding", (0,)))
+    if pool is None:
+        return None
+    shape, kernel, stride, padding = pool
+    options = {"ceil_mode": bool(call.arg(at + 4, "ceil_mode", False)),
+               "count_include_pad": bool(call.arg(at + 5, "count_include_pad", True)),
+               "divisor_override": call.arg(at + 6, "divisor_override")}
+    if back:
+        grad = call.arg(0, "grad_output")
+        return _run(avgpool2d_backward_kernel, "avgpool2d_backward_kernel", _ph(_images_share(grad.shape), grad.dtype),
+                    _ph(shape, x.dtype), kernel, stride, padding, **options)
+    return _run(avgpool2d_kernel, "avgpool2d_kernel", _ph(shape, x.dtype), kernel, stride, padding, **options)
+
+
+def _adaptive_avg_pool(call: Call) -> OpCost | None:
+    """``_adaptive_avg_pool2d(self, output_size)`` and its backward ``(grad_output,
+    self)``: where each output size divides the input's, the windows are an average
+    pooling's (kernel and stride the ratio), timed by the average pooling kernels;
+    windows of uneven sizes take the estimate."""
+    from trnsim.kernels.pool import avgpool2d_backward_kernel, avgpool2d_kernel
+
+    back = _base(call.name) == "_adaptive_avg_pool2d_backward"
+    x = call.arg(1 if back else 0, "self")
+    if not isinstance(x, torch.Tensor) or x.dim() != 4 or not x.numel():
+        return None
+    out = tuple(call.arg(0, "grad_output").shape[2:]) if back else tuple(call.arg(1, "output_size"))
+    (h, w), (oh, ow) = x.shape[2:], out
+    if not oh or not ow or h % oh or w % ow:
+        return None
+    kernel = (h // oh, w // ow)
+    shape = _images_share(x.shape)
+    if back:
+        grad = call.arg(0, "grad_output")
+        return _run(avgpool2d_backward_kernel, "avgpool2d_backward_kernel", _ph(shape[:2] + (oh, ow), grad.dtype),
+                    _ph(shape, x.dtype), kernel)
+    return _run(avgpool2d_kernel, "avgpool2d_kernel", _ph(shape, x.dtype), kernel)
+
+
 def _cat(call: Call) -> OpCost:
     flat, out = call.flat, call.out
     from trnsim.kernels.movement import concat_kernel
@@ -890,6 +985,15 @@ def _register() -> dict[str, Callable]:
         table[f"aten::{n}"] = _conv
     for n in ("convolution_backward_overrideable", "convolution_backward", "convolution_backward.out"):
         table[f"aten::{n}"] = _conv_backward
+    for n in ("max_pool2d_with_indices", "max_pool2d_with_indices.out"):
+        table[f"aten::{n}"] = _max_pool
+    for n in ("max_pool2d_with_indices_backward", "max_pool2d_with_indices_backward.grad_input"):
+        table[f"aten::{n}"] = _max_pool_backward
+    for n in ("avg_pool2d", "avg_pool2d.out", "avg_pool2d_backward", "avg_pool2d_backward.grad_input"):
+        table[f"aten::{n}"] = _avg_pool
+    for n in ("_adaptive_avg_pool2d", "_adaptive_avg_pool2d.out", "_adaptive_avg_pool2d_backward",
+              "_adaptive_avg_pool2d_backward.out"):
+        table[f"aten::{n}"] = _adaptive_avg_pool
     for n in ("cat", "cat.out", "_cat"):
         table[f"aten::{n}"] = _cat
     for n in ("upsample_nearest2d", "upsample_nearest2d.vec", "upsample_nearest2d.out"):
@@ -916,6 +1020,11 @@ def _register() -> dict[str, Callable]:
 
 
 KERNEL_OPS: dict[str, Callable] = _register()
+# ops whose kernel applies a ReLU in the same pass, as compiled graphs fuse it: batch
+# norm's forward (after it) and backward (ReLU's backward before it)
+WITH_RELU: dict[str, Callable] = {
+    **{name: functools.partial(KERNEL_OPS[name], relu=True) for name in KERNEL_OPS if KERNEL_OPS[name] is _batch_norm},
+    "aten::native_batch_norm_backward": functools.partial(_batch_norm_backward, relu=True)}
 
 
 def with_core_shares(fn: Callable[[], Any]) -> tuple[Any, float]:
@@ -931,9 +1040,10 @@ def with_core_shares(fn: Callable[[], Any]) -> tuple[Any, float]:
         _shares[:] = outer
 
 
-def kernel_cost(call: Call) -> OpCost | None:
-    """The kernel-simulated cost of ``call``, or None where no kernel applies."""
-    fn = KERNEL_OPS.get(call.name)
+def kernel_cost(call: Call, relu: bool = False) -> OpCost | None:
+    """The kernel-simulated cost of ``call``, or None where no kernel applies; ``relu``:
+    of its kernel with a ReLU in the same pass (the ops of :data:`WITH_RELU`)."""
+    fn = (WITH_RELU if relu else KERNEL_OPS).get(call.name)
     if fn is None:
         return None
     from trnsim.errors import TrnSimError

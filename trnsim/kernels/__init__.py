@@ -10,6 +10,7 @@
 - :mod:`trnsim.kernels.elementwise`: unary, binary and scalar arithmetic, casts, the AdamW step
 - :mod:`trnsim.kernels.conv`: 2-D convolution as an implicit GEMM
 - :mod:`trnsim.kernels.conv_backward`: its input and weight gradients
+- :mod:`trnsim.kernels.pool`: 2-D max pooling (with indices) and average pooling, forward and backward
 - :mod:`trnsim.kernels.gather`: embedding lookup (row gather) and its gradient (scatter-add)
 - :mod:`trnsim.kernels.loss`: negative log-likelihood loss, forward and backward
 - :mod:`trnsim.kernels.movement`: concatenation by DMA

@@ -7,6 +7,10 @@ they repeat) and simulated instruction by instruction, so its results carry the 
 numerics (bf16 rounding, fp32 PSUM accumulation, the scalar engine's activations); they
 become new neuron tensors. Every other node runs as in eager instruction fidelity (its
 kernel where :mod:`trnsim.backend.instruction` has one, else PyTorch's CPU kernel).
+A batch norm forward fused with its ReLU runs the batch-norm kernel with the ReLU
+applied as it writes; a batch norm backward fused with ReLU's backward runs its nodes
+one by one, as eager instruction fidelity does (batch norm's backward keeps the CPU's
+numerics there).
 
 A matmul larger than op fidelity traces whole (more than
 :data:`trnsim.backend.opkernels.MAX_MULTIPLIES` multiplies) runs its nodes one by one,
@@ -26,7 +30,8 @@ from torch.fx.node import map_arg
 from trnsim.backend import state, storage, timeline
 from trnsim.backend.compile.lower import operand_shape
 from trnsim.backend.compile.partition import Group
-from trnsim.backend.opkernels import MAX_MULTIPLIES
+from trnsim.backend.compile.patterns import op_name
+from trnsim.backend.opkernels import MAX_MULTIPLIES, Call
 
 
 def run(gm: fx.GraphModule, lowered: Any, args: list) -> Any:
@@ -42,6 +47,8 @@ def run(gm: fx.GraphModule, lowered: Any, args: list) -> Any:
     with timeline.graph_execution():
         for g in lowered.groups:
             if g.kind in ("rows", "matmul") and _fused(g, env, lowered.vals):
+                continue
+            if g.kind == "norm" and _norm_with_relu(g, env, lowered.vals):
                 continue
             for n in g.nodes:
                 env[n] = _node(n, env)
@@ -60,6 +67,30 @@ def _node(n: fx.Node, env: dict[fx.Node, Any]) -> Any:
     args = map_arg(n.args, lambda a: env[a])
     kwargs = map_arg(n.kwargs, lambda a: env[a])
     return n.target(*args, **kwargs)
+
+
+def _norm_with_relu(g: Group, env: dict[fx.Node, Any], vals: dict[fx.Node, Any]) -> bool:
+    """Run a batch norm forward and its ReLU (a ``"norm"`` group) as the batch-norm kernel
+    applying the ReLU, putting ReLU's output and batch norm's other results in ``env``;
+    False where it runs node by node instead (a backward, a call the kernel refuses)."""
+    from trnsim.backend.instruction import batch_norm_with_relu, execute
+
+    main, relu = g.main, g.nodes[-1]
+    if g.nodes[0] is not main:   # a backward: ReLU's backward comes before batch norm's
+        return False
+    if main.kwargs:   # the kernel's adapter reads batch norm's arguments by position
+        return False
+    args = map_arg(main.args, lambda a: _host(env[a]) if isinstance(env[a], torch.Tensor) else env[a])
+    launch = batch_norm_with_relu(Call(op_name(main), tuple(args), {}, list(args), None))
+    result = execute(launch)[0] if launch is not None else None
+    if result is None:
+        return False
+    ref = vals[relu]
+    env[relu] = storage.adopt(torch.empty_strided(tuple(ref.shape), tuple(ref.stride()), dtype=ref.dtype)
+                              .copy_(result[0]))
+    # the normalized values before the ReLU are never written: only the ReLU reads them
+    env[main] = (None, *(storage.adopt(t) for t in result[1:]))
+    return True
 
 
 def _host(t: torch.Tensor) -> torch.Tensor:

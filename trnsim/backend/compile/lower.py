@@ -6,7 +6,9 @@ shapes and dtypes, and simulated for their time, as eager ops are
 physical cores, one core's share of the rows (or of the matmul) is traced and the cores
 run their shares at once. ``"op"`` groups take their eager cost
 (:func:`trnsim.backend.timeline.cost_of`, memoized per op signature), and ``"free"``
-groups cost nothing; an op made by :func:`trnsim.backend.nkicall.nki_op` is timed by the
+groups cost nothing; a ``"norm"`` group takes the cost of its batch-norm op's kernel
+with the ReLU in the same pass (:func:`trnsim.backend.opkernels.kernel_cost` with
+``relu``); an op made by :func:`trnsim.backend.nkicall.nki_op` is timed by the
 Programs of the NKI kernels it calls and named after them. Fused kernels of the same
 recipe and shapes (the layers of a model) are simulated once.
 
@@ -29,7 +31,7 @@ import torch.fx as fx
 from trnsim.backend import nkicall, opkernels, state, timeline
 from trnsim.backend.compile.partition import Group
 from trnsim.backend.compile.patterns import FREE, op_name, tensors_in, substituted
-from trnsim.backend.costs import moved_bytes
+from trnsim.backend.costs import estimate, moved_bytes
 from trnsim.backend.timeline import OpCost
 
 _memo: dict[tuple, OpCost] = {}
@@ -51,7 +53,7 @@ class Kernel:
 
     @property
     def fused(self) -> bool:
-        return self.group.kind in ("rows", "matmul")
+        return self.group.kind in ("rows", "matmul", "norm")
 
 
 def lower(groups: list[Group], vals: dict[fx.Node, Any]) -> list[Kernel]:
@@ -63,6 +65,8 @@ def lower(groups: list[Group], vals: dict[fx.Node, Any]) -> list[Kernel]:
                 continue
             if g.kind == "op":
                 kernels.append(_op_kernel(g, vals))
+            elif g.kind == "norm":
+                kernels.append(_norm_kernel(g, vals))
             else:
                 kernels.append(_cheaper(g, vals))
     return kernels
@@ -98,6 +102,26 @@ def _op_kernel(g: Group, vals: dict[fx.Node, Any]) -> Kernel:
         name = cost.kernel or name
     nbytes = moved_bytes(flat, out) if cost.source != "none" else 0
     return Kernel(name, g, cost, nbytes, nbytes, _sources(g))
+
+
+def _norm_kernel(g: Group, vals: dict[fx.Node, Any]) -> Kernel:
+    """Batch norm's kernel with the ReLU of a ``"norm"`` group in the same pass: it reads
+    the group's inputs and writes batch norm's results (ReLU's output in place of the
+    normalized values), where its ops one by one would also write and read the
+    normalized values (forward) or the mask and the masked gradient (backward)."""
+    node = g.main
+    name = op_name(node)
+    args, kwargs = substituted(node.args, vals), {k: substituted(v, vals) for k, v in node.kwargs.items()}
+    flat = tensors_in(list(args)) + tensors_in(list(kwargs.values()))
+    key = ("relu", *timeline.key_of(name, flat))
+    cost = _memo.get(key)
+    if cost is None:
+        call = opkernels.Call(name, tuple(args), kwargs, flat, vals.get(node))
+        cost = _memo[key] = opkernels.kernel_cost(call, relu=True) or estimate(moved_bytes(flat, vals.get(node)))
+    hbm = sum(_bytes(vals.get(a)) for a in g.inputs) + sum(_bytes(t) for t in tensors_in(vals.get(node)))
+    eager = sum(moved_bytes(tensors_in(substituted(list(n.args), vals)), vals.get(n)) for n in g.nodes
+                if n.target not in FREE)
+    return Kernel(kernel_name(g), g, cost, hbm, eager, _sources(g))
 
 
 def _grouped_query(args: Any, rep: int) -> list:

@@ -13,6 +13,12 @@ Nodes are taken in graph order and grouped into :class:`Group` s, each one kerne
 - ``"matmul"``: ``mm``/``addmm``/``bmm`` with the elementwise ops that follow it on its
   output (bias, activation, residual add, cast), one
   :func:`trnsim.kernels.fused.fused_matmul_kernel`;
+- ``"norm"``: batch norm with the ReLU after it (forward), or ReLU's backward before
+  batch norm's backward (its decomposition ``le``/``where`` included): the batch-norm
+  kernel with the ReLU in the same pass
+  (:func:`~trnsim.backend.compile.patterns.relu_after_norm`,
+  :func:`~trnsim.backend.compile.patterns.relu_mask_before_norm`), as the Neuron
+  compiler fuses them;
 - ``"op"``: any other op, run as its eager kernel (attention goes to the flash-attention
   kernels this way; an op without a kernel gets the eager bandwidth estimate);
 - ``"free"``: views and other ops without device work, ops on CPU tensors (a
@@ -41,8 +47,8 @@ import torch.fx as fx
 
 from trnsim.backend.compile.patterns import (ATTENTION, CHIP_FLOATS, FREE, MATMULS, REDUCE, RESHAPES, STEP_DTYPES, aten,
                                              chip_float, collective, composite, constant, elementwise, folded,
-                                             fusable_value, mutates, on_host, op_name, reduction, repeated_heads, rows_of,
-                                             tensor_of)
+                                             fusable_value, mutates, on_host, op_name, reduction, relu_after_norm,
+                                             relu_mask_before_norm, repeated_heads, rows_of, tensor_of)
 from trnsim.kernels.fused import Recipe, Ref, Step
 
 Fits = Callable[[Recipe, tuple[int, int], list[int]], bool]
@@ -52,8 +58,10 @@ Fits = Callable[[Recipe, tuple[int, int], list[int]], bool]
 class Group:
     """One kernel of a compiled graph.
 
-    ``kind`` is ``"rows"``, ``"matmul"``, ``"op"`` or ``"free"`` (see the module) and
-    ``nodes`` its FX nodes in graph order. For the fused kinds: ``domain`` is [N, D]
+    ``kind`` is ``"rows"``, ``"matmul"``, ``"norm"``, ``"op"`` or ``"free"`` (see the
+    module) and ``nodes`` its FX nodes in graph order. A ``"norm"`` group runs the kernel
+    of ``main`` (batch norm's forward or backward) with the ReLU of its other nodes,
+    reading ``inputs``. For the rows and matmul fusions: ``domain`` is [N, D]
     (rows) or the matmul's [B, M, K, N]; ``axes`` the axes of ``shape`` a rows fusion
     lays along D (the others along N, in order); ``mm`` the matmul's two operand nodes;
     ``inputs`` the values loaded from HBM as the recipe's operands, of ``layouts``;
@@ -76,6 +84,7 @@ class Group:
     col: set[fx.Node] = field(default_factory=set)             # nodes whose value is one per row
     parts: dict[fx.Node, list[tuple[int, bool]]] = field(default_factory=dict)   # tuple nodes: (step, per row)
     gqa: int = 1   # attention whose key and value heads are repeated this many times: read once instead
+    main: fx.Node | None = None   # a "norm" group's batch-norm node
 
     @property
     def recipe(self) -> Recipe:
@@ -138,6 +147,7 @@ class Partitioner:
         self.repeats: dict[fx.Node, int] = {}   # attention node -> how often its key/value heads repeat
         self.elided: set[fx.Node] = set()       # the copies that repeat them
         self.known = folded(self.gm)            # values known when compiling: no device work
+        self.norms = self.norms_with_relu()     # batch-norm node -> its "norm" group
         for node in self.gm.graph.nodes:
             if node.target == ATTENTION:
                 found = [repeated_heads(node, a, self.vals) for a in node.args[1:3]]
@@ -162,6 +172,11 @@ class Partitioner:
             return
         if node in self.placed:
             return
+        if node in self.norms:
+            group = self.norms[node]
+            reads = {a for n in group.nodes for a in n.all_input_nodes}
+            self.place(group, g is not None and not mutates(node) and not any(a in g.value for a in reads))
+            return
         if g is not None and self.extend(g, node, out):
             return
         # a node may go before the open fusion when it reads none of its values and writes
@@ -178,6 +193,26 @@ class Partitioner:
         self.current = self.start(node, out)
         if self.current is None:
             self.groups.append(Group("op", [node], reason=self.why_not(node, out), gqa=self.repeats.get(node, 1)))
+
+    def norms_with_relu(self) -> dict[fx.Node, Group]:
+        """The ``"norm"`` groups of the graph, by their batch-norm node. A forward's group
+        runs where batch norm is (its ReLU, which reads only the normalized values, runs
+        with it); a backward's where batch norm's backward is (ReLU's backward before it
+        is read by nothing else). Their other nodes are skipped when the walk meets them."""
+        norms: dict[fx.Node, Group] = {}
+        for node in self.gm.graph.nodes:
+            after = relu_after_norm(node, self.vals)
+            if after is not None:
+                norms[node] = Group("norm", [node, *after], inputs=list(node.all_input_nodes), main=node)
+                self.placed.update(after)
+                continue
+            before = relu_mask_before_norm(node, self.vals)
+            if before is not None:
+                nodes, relu_out, grad = before
+                reads = [grad] + [a for a in node.all_input_nodes if a is not node.args[0]] + [relu_out]
+                norms[node] = Group("norm", [*nodes, node], inputs=list(dict.fromkeys(reads)), main=node)
+                self.placed.update(nodes)
+        return norms
 
     def place(self, group: Group, before_current: bool) -> None:
         """Add a group that does no fused work: before the open fusion when it does not

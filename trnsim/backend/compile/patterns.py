@@ -4,7 +4,8 @@ The tables map aten ops to :class:`trnsim.kernels.fused.Step` ops; :func:`elemen
 :func:`reduction` and :func:`composite` read a node as steps (softmax, log-softmax and
 LayerNorm as several); :func:`constant` reads a tensor filled
 with one number as that number; :func:`repeated_heads` finds the key/value head copies
-of grouped-query attention.
+of grouped-query attention; :func:`relu_after_norm` and :func:`relu_mask_before_norm`
+find the ReLU that batch norm's kernels apply in the same pass.
 """
 
 from __future__ import annotations
@@ -49,7 +50,10 @@ CHIP_FLOATS = {torch.float32: "float32", torch.bfloat16: "bfloat16", torch.float
 # what a fused step or operand may hold: the chip floats, and bool as 0/1 bytes
 STEP_DTYPES = CHIP_FLOATS | {torch.bool: "uint8"}
 ATTENTION = aten._scaled_dot_product_fused_attention_overrideable.default
-
+# batch norm's forward ops (training, functional, eval), whose kernel can apply ReLU to what it writes
+BATCH_NORMS = frozenset({aten._native_batch_norm_legit_functional.default, aten.native_batch_norm.default,
+                         aten._native_batch_norm_legit_no_training.default, aten._native_batch_norm_legit.default,
+                         aten._native_batch_norm_legit.no_stats})
 
 
 def tensor_of(vals: dict[fx.Node, Any], x: Any) -> torch.Tensor | None:
@@ -262,3 +266,49 @@ def repeated_heads(attention: fx.Node, kv: Any, vals: dict[fx.Node, Any]) -> tup
             or source.shape[2] != 1 or shape.shape[2] <= 1:
         return None
     return copy, int(shape.shape[2])
+
+
+def relu_after_norm(node: fx.Node, vals: dict[fx.Node, Any]) -> tuple[fx.Node, fx.Node] | None:
+    """``(y, relu)`` where ``node`` is batch norm's forward (:data:`BATCH_NORMS`) whose
+    normalized result ``y`` (its first item) is read by one ReLU and nothing else: the
+    batch-norm kernel applies the ReLU as it writes ``y``, which is never stored. Else None."""
+    if node.target not in BATCH_NORMS:
+        return None
+    firsts = [u for u in node.users if u.target is operator.getitem and u.args[1] == 0]
+    if len(firsts) != 1 or len(firsts[0].users) != 1:
+        return None
+    relu = next(iter(firsts[0].users))
+    x = tensor_of(vals, node.args[0])
+    if relu.target != aten.relu.default or not chip_float(x) or x.dim() < 2:
+        return None
+    return firsts[0], relu
+
+
+def relu_mask_before_norm(node: fx.Node, vals: dict[fx.Node, Any]) -> tuple[list[fx.Node], fx.Node, Any] | None:
+    """``(nodes, relu_out, grad)`` where ``node`` is ``native_batch_norm_backward`` whose
+    gradient is ReLU's backward, read by nothing else: ``threshold_backward(grad,
+    relu_out, 0)`` or its decomposition ``where(le(relu_out, 0), 0, grad)`` (``nodes``).
+    The backward kernel masks ``grad`` by ``relu_out > 0`` as it reads it, so the masked
+    gradient is never stored. Else None."""
+    if node.target != aten.native_batch_norm_backward.default or not node.args:
+        return None
+    masked = node.args[0]
+    if not isinstance(masked, fx.Node) or set(masked.users) != {node}:
+        return None
+    if masked.target == aten.threshold_backward.default and masked.args[2] == 0:
+        nodes, grad, relu_out = [masked], masked.args[0], masked.args[1]
+    elif masked.target == aten.where.self:
+        cond, zero, grad = masked.args
+        if not (isinstance(cond, fx.Node) and cond.target == aten.le.Scalar and cond.args[1] == 0
+                and set(cond.users) == {masked}):
+            return None
+        if not (zero == 0 if isinstance(zero, (int, float)) else constant(zero, vals) == 0.0):
+            return None
+        nodes, relu_out = [cond, masked], cond.args[0]
+    else:
+        return None
+    x, r, g = (tensor_of(vals, a) for a in (node.args[1], relu_out, grad))
+    if not (chip_float(x) and chip_float(r) and chip_float(g) and x.dim() >= 2
+            and tuple(r.shape) == tuple(g.shape) == tuple(x.shape)):
+        return None
+    return nodes, relu_out, grad
