@@ -16,21 +16,13 @@ from trnsim.kernels.conv_backward import conv2d_backward_kernel, conv2d_input_gr
 from trnsim.kernels.norms import BatchNormLayout, batchnorm_kernel
 from trnsim.nki import KernelError
 from trnsim.testing import assert_kernel_matches
+from tests.test_kernels import arrays
 
 DTYPES = (torch.float32, torch.bfloat16)
 IDS = ["fp32", "bf16"]
 # [N, C, *spatial]: a channel over 4 partitions; over 32 (3 channels); 130 channels in
 # two tiles; [N, C]; long rows streamed in blocks that do not stay in SBUF
 BN_SHAPES = [(4, 32, 8, 8), (2, 3, 5, 64), (3, 130, 6), (6, 20), (1, 16, 160, 160)]
-
-
-def arrays(seed, dtype, *shapes, scale=1.0, shift=0.0):
-    rng = np.random.default_rng(seed)
-    out = []
-    for shape in shapes:
-        a = (rng.standard_normal(shape) * scale + shift).astype(np.float32)
-        out.append(a if dtype is torch.float32 else torch.from_numpy(a).to(dtype))
-    return out
 
 
 def placeholder(*shape):
