@@ -185,3 +185,19 @@ def test_two_torchrun_launchers_make_one_job(tmp_path):
             kill_session(p)
     assert all(p.returncode == 0 for p in procs), [o[1][-2000:] for o in outs]
     assert any("allreduce_step: 2 ranks agree" in o[0] for o in outs)
+
+
+@pytest.mark.parametrize("stat, running", [
+    (b"4242 (python x) S 1 4242 4242 0 -1 4194560 532 0 0 0", True),
+    (b"4242 (python x) Z 1 4242 4242 0 -1 4194564 532 0 0 0", False),
+    # killed: exiting (PF_EXITING), its sockets already closed, not yet a zombie
+    (b"4242 (python x) R 1 4242 4242 0 -1 4194564 532 0 0 0", False),
+    (b"4242 (a) b) D 1 4242 4242 0 -1 4194304 532 0 0 0", True),
+    (b"garbled", True),
+])
+def test_a_process_that_has_begun_to_exit_counts_as_lost(stat, running):
+    """A peer's dead socket can be seen before the killed process is a zombie: a rank
+    counts as lost as soon as it has begun to exit, so the others name it."""
+    from trnsim.backend.distributed.faults import _running
+
+    assert _running(stat) is running

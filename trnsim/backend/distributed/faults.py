@@ -37,8 +37,13 @@ def timeout(given: datetime.timedelta | None) -> datetime.timedelta:
     return datetime.timedelta(seconds=settings.dist_timeout_s(DEFAULT_TIMEOUT_S))
 
 
+_PF_EXITING = 0x4   # the kernel's task flag: the process has begun to exit
+
+
 def _alive(pid: int) -> bool:
-    """Whether process ``pid`` runs (a zombie, dead but not yet reaped by its launcher, does not)."""
+    """Whether process ``pid`` runs: not gone, not a zombie (dead but not yet reaped by
+    its launcher), and not exiting (a killed process closes its sockets, which is what
+    its peers notice first, before it becomes a zombie)."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
@@ -47,10 +52,20 @@ def _alive(pid: int) -> bool:
         return True
     try:
         with open(f"/proc/{pid}/stat", "rb") as f:
-            state = f.read().rsplit(b")", 1)[1].split()[0]
-    except (OSError, IndexError):
+            return _running(f.read())
+    except OSError:
         return True
-    return state not in (b"Z", b"X")
+
+
+def _running(stat: bytes) -> bool:
+    """Whether a ``/proc/PID/stat`` line describes a process that neither is a zombie nor
+    has begun to exit (state, then flags, are the 1st and 7th fields after the name)."""
+    try:
+        fields = stat.rsplit(b")", 1)[1].split()
+        state, flags = fields[0], int(fields[6])
+    except (IndexError, ValueError):
+        return True
+    return state not in (b"Z", b"X") and not flags & _PF_EXITING
 
 
 class Peers:
