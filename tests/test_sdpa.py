@@ -181,3 +181,46 @@ def test_the_fused_op_takes_what_the_cpu_flash_kernel_takes(name, qkv, kwargs):
 
 def test_coverage_lists_the_fused_ops_as_kernel_timed():
     assert {FWD, BWD} <= set(trnsim.backend.coverage()["kernel"])
+
+
+@pytest.mark.parametrize("layout", ["contiguous", "heads_last", "sequence_first"])
+def test_fused_op_outputs_are_laid_out_as_its_meta_kernel_says(layout):
+    """A compiled graph is traced on the meta kernels' layouts and views the results
+    accordingly, so the device's results must have those strides (the meta kernel: output
+    laid out as the query, gradients as their inputs)."""
+    b, h, s, d = 2, 4, 16, 8
+    make = {"contiguous": lambda: torch.randn(b, h, s, d),
+            "heads_last": lambda: torch.randn(b, s, h, d).transpose(1, 2),
+            "sequence_first": lambda: torch.randn(s, b, h, d).permute(1, 2, 0, 3)}[layout]
+    torch.manual_seed(0)
+    q, k, v = (make().to(DEV) for _ in range(3))
+    fwd = torch.ops.aten._scaled_dot_product_fused_attention_overrideable.default
+    bwd = torch.ops.aten._scaled_dot_product_fused_attention_overrideable_backward.default
+    got = fwd(q, k, v)
+    meta = fwd(*(t.to("meta") for t in (q, k, v)))
+    assert got[0].stride() == meta[0].stride() and got[1].stride() == meta[1].stride()
+    grad = torch.randn_like(got[0])
+    args = (grad, q, k, v, None, [True, True, True, False], got[0], got[1], None, None, s, s, 0.0, False,
+            got[6], got[7])
+    grads = bwd(*args)
+    meta_grads = bwd(*(a.to("meta") if isinstance(a, torch.Tensor) else a for a in args))
+    assert [g.stride() for g in grads[:3]] == [g.stride() for g in meta_grads[:3]]
+
+
+def test_compiled_transformer_encoder_layer_trains_as_on_cpu():
+    """nn.TransformerEncoderLayer hands the fused op permuted views; its compiled
+    backward views the gradients in the meta kernel's layout."""
+    def step(dev, compiled):
+        torch.manual_seed(0)
+        layer = torch.nn.TransformerEncoderLayer(32, 4, 64, batch_first=True, dropout=0.0).to(dev)
+        run = torch.compile(layer, backend="neuron") if compiled else layer
+        x = torch.randn(2, 8, 32).to(dev)
+        loss = (run(x) * torch.linspace(-1, 1, 32, device=dev)).sum()
+        loss.backward()
+        return loss.detach().cpu(), [p.grad.cpu() for p in layer.parameters()]
+
+    want_loss, want = step("cpu", False)
+    got_loss, got = step(DEV, True)
+    torch.testing.assert_close(got_loss, want_loss, rtol=1e-5, atol=1e-5)
+    for g, w in zip(got, want):
+        torch.testing.assert_close(g, w, rtol=1e-4, atol=1e-5)

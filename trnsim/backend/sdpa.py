@@ -109,6 +109,8 @@ def _host_forward(query, key, value, attn_bias=None, dropout_p=0.0, is_causal=Fa
                   scale=None) -> tuple:
     out, lse = _aten._scaled_dot_product_flash_attention_for_cpu(
         query, key, value, dropout_p, is_causal, attn_mask=_float_mask(attn_bias, query.dtype), scale=scale)
+    # laid out as the meta kernel lays them out: the output as the query, the log-sum-exp dense
+    out, lse = _laid_out_as(out, _matching_layout(query, out.shape)), lse.contiguous()
     # no varlen sequences and no debug mask: undefined tensors, as in the meta kernel; no dropout, so the RNG
     # seed and offset are zeros, but tensors as the meta kernel's are (a compiled graph saves them for backward)
     seed, offset = torch.zeros((), dtype=torch.long), torch.zeros((), dtype=torch.long)
@@ -120,7 +122,27 @@ def _host_backward(grad_out, query, key, value, attn_bias, grad_input_mask, out,
     gq, gk, gv = _aten._scaled_dot_product_flash_attention_for_cpu_backward(
         grad_out, query, key, value, out, logsumexp, dropout_p, is_causal,
         attn_mask=_float_mask(attn_bias, query.dtype), scale=scale)
-    return gq, gk, gv, None
+    # each gradient laid out as its input, as the op's meta kernel says (empty_like): a
+    # compiled graph traced with that layout views the gradients accordingly
+    return (_laid_out_as(gq, torch.empty_like(query)), _laid_out_as(gk, torch.empty_like(key)),
+            _laid_out_as(gv, torch.empty_like(value)), None)
+
+
+def _matching_layout(query: torch.Tensor, shape: torch.Size) -> torch.Tensor:
+    """An empty tensor of ``shape`` with ``query``'s dimension order, as the meta kernel of
+    the fused attention allocates its output (``alloc_with_matching_layout``)."""
+    if tuple(query.shape) == tuple(shape):
+        return torch.empty_like(query)
+    order = sorted(range(query.dim()), key=lambda d: query.stride(d), reverse=True)
+    dense = torch.empty([shape[d] for d in order], dtype=query.dtype, device=query.device)
+    return dense.permute([order.index(d) for d in range(query.dim())])
+
+
+def _laid_out_as(value: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
+    """``value`` in ``like``'s strides (``value`` itself when they already match)."""
+    if value.stride() == like.stride():
+        return value
+    return like.copy_(value)
 
 
 def _forward(*args: Any, **kwargs: Any):
