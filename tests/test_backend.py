@@ -254,6 +254,24 @@ def test_pin_memory_and_dataloader_pinning():
     assert batch[0].to(DEV, non_blocking=True).cpu().tolist() == [0.0, 1.0, 2.0, 3.0]
 
 
+def test_factories_with_pin_memory_make_pinned_host_tensors():
+    """``pin_memory=True`` at creation (and PyTorch's C++, such as DDP's map of used
+    parameters) asked the device's C++ hooks for an allocator: NotImplementedError."""
+    made = {
+        "empty": torch.empty(3, pin_memory=True),
+        "zeros": torch.zeros(2, 3, pin_memory=True),
+        "randn": torch.randn(4, pin_memory=True),
+        "tensor": torch.tensor([1.0, 2.0], pin_memory=True),
+        "empty_strided": torch.empty_strided((2, 3), (1, 2), pin_memory=True),
+    }
+    for name, t in made.items():
+        assert t.device.type == "cpu" and t.is_pinned(), name
+    assert made["zeros"].tolist() == [[0.0] * 3] * 2 and made["tensor"].tolist() == [1.0, 2.0]
+    assert made["empty_strided"].stride() == (1, 2)
+    assert not torch.empty(3).is_pinned() and not torch.zeros(2, pin_memory=False).is_pinned()
+    assert made["randn"].to(DEV, non_blocking=True).cpu().equal(made["randn"])
+
+
 def test_autocast_runs_matmuls_in_bf16_and_softmax_in_fp32():
     m = torch.nn.Linear(8, 8).to(DEV)
     x = torch.randn(2, 8, device=DEV)
