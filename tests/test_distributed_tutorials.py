@@ -20,18 +20,19 @@ NPROC = 2
 RTOL = 1e-5
 
 
-def run_job(script: str, *args: str) -> dict[int, dict]:
-    """Run ``tests/dist_jobs/<script> args`` on 2 ranks; each rank's printed results."""
+def run_job(script: str, out: Path, *args: str) -> dict[int, dict]:
+    """Run ``tests/dist_jobs/<script> <device> out args`` on 2 ranks; each rank's results
+    (the ``rank<R>.json`` it writes into ``out``)."""
+    out.mkdir()
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={NPROC}",
-           str(JOBS / script), *args]
+           str(JOBS / script), out.name, str(out), *args]
     r = run_session(cmd, timeout=TIMEOUT_S, env=with_repo_on_path(REPO), cwd=REPO)
-    name = script.removesuffix(".py")
-    found = {int(rank): json.loads(body) for rank, body in re.findall(rf"rank (\d+): {name} ok (\{{.*?\}})\n",
-                                                                       r.stdout)}
-    assert r.returncode == 0 and sorted(found) == list(range(NPROC)), (
-        f"{script} {' '.join(args)}: exit {r.returncode}, ranks finished {sorted(found)}\n"
+    # ranks print concurrently: one rank's line may run into another's
+    finished = sorted(int(x) for x in re.findall(rf"rank (\d+): {script.removesuffix('.py')} ok", r.stdout))
+    assert r.returncode == 0 and finished == list(range(NPROC)), (
+        f"{script} {out.name}: exit {r.returncode}, ranks finished {finished}\n"
         f"{r.stdout[-4000:]}\n{r.stderr[-6000:]}")
-    return found
+    return {rank: json.loads((out / f"rank{rank}.json").read_text()) for rank in range(NPROC)}
 
 
 def close(what: str, got: list[float], want: list[float]) -> None:
@@ -49,10 +50,8 @@ def check_moved(what: str, got: dict[str, float], want: dict[str, float]) -> Non
 
 
 def test_ddp_tutorial_with_unused_parameters_pinned_batches_and_checkpoint(tmp_path):
-    (tmp_path / "neuron").mkdir()
-    (tmp_path / "cpu").mkdir()
-    dev = run_job("tutorial_ddp.py", "neuron", str(tmp_path / "neuron"))
-    cpu = run_job("tutorial_ddp.py", "cpu", str(tmp_path / "cpu"))
+    dev = run_job("tutorial_ddp.py", tmp_path / "neuron")
+    cpu = run_job("tutorial_ddp.py", tmp_path / "cpu")
     for rank in range(NPROC):
         close(f"rank {rank} losses", dev[rank]["losses"], cpu[rank]["losses"])
         check_moved(f"rank {rank}", dev[rank]["moved"], cpu[rank]["moved"])
@@ -60,11 +59,9 @@ def test_ddp_tutorial_with_unused_parameters_pinned_batches_and_checkpoint(tmp_p
 
 
 def test_fsdp2_tutorial_meta_init_dcp_restart_and_cpu_resume(tmp_path):
-    (tmp_path / "neuron").mkdir()
-    (tmp_path / "cpu").mkdir()
-    dev = run_job("tutorial_fsdp2.py", "neuron", str(tmp_path / "neuron"))
+    dev = run_job("tutorial_fsdp2.py", tmp_path / "neuron")
     # the CPU run also restarts from the neuron run's checkpoint
-    cpu = run_job("tutorial_fsdp2.py", "cpu", str(tmp_path / "cpu"), str(tmp_path / "neuron" / "checkpoint"))
+    cpu = run_job("tutorial_fsdp2.py", tmp_path / "cpu", str(tmp_path / "neuron" / "checkpoint"))
     for rank in range(NPROC):
         want = cpu[rank]["losses"]
         close(f"rank {rank}: meta init on neuron vs CPU-made on the CPU", dev[rank]["losses"], want)

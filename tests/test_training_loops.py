@@ -191,3 +191,31 @@ def test_trainer_trains_as_on_the_cpu(tmp_path):
     finally:
         AcceleratorState._reset_state(True)
     assert len(dev.losses) == STEPS and sum(movement(dev).values()) > 0
+
+
+def test_the_check_fails_a_loop_whose_optimizer_steps_other_tensors():
+    """The class of failure the check is for: on neuron the optimizer holds tensors the
+    module does not use, so the losses of the first step agree and nothing trains."""
+    def loop(device):
+        torch.manual_seed(0)
+        model = mlp().to(device)
+        before = snapshot(model)
+        held = list(model.parameters())
+        if device != "cpu":
+            held = [p.detach().clone().requires_grad_() for p in held]
+        return TrainingRun(mlp_steps(model, torch.optim.SGD(held, lr=1e-1), device), before, snapshot(model))
+
+    with pytest.raises(AssertionError, match=r"4 of 4 parameters did not change on neuron while the CPU's did"):
+        assert_trains_as_on_cpu(loop)
+
+
+def test_the_check_fails_on_losses_that_differ():
+    def loop(device):
+        torch.manual_seed(0)
+        model = mlp().to(device)
+        before = snapshot(model)
+        losses = mlp_steps(model, torch.optim.SGD(model.parameters(), lr=1e-1 if device == "cpu" else 2e-1), device)
+        return TrainingRun(losses, before, snapshot(model))
+
+    with pytest.raises(AssertionError, match=r"loss of step 1: .* on neuron, .* on the CPU"):
+        assert_trains_as_on_cpu(loop)

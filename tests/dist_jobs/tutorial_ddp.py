@@ -8,7 +8,8 @@ has a branch its forward never uses, so ``find_unused_parameters=True`` is neede
 C++ then makes a pinned host buffer); the data comes through
 ``DataLoader(pin_memory=True)`` with a ``DistributedSampler``. It trains, saves a
 checkpoint on rank 0 and loads it on every rank with ``map_location`` (the tutorial's
-``demo_checkpoint``), trains on, and prints its losses and how far its weights moved.
+``demo_checkpoint``), trains on, and writes its losses and how far its weights moved
+to ``OUT/rank<R>.json``.
 """
 
 import json
@@ -81,7 +82,9 @@ def main():
 
     run = TrainingRun(losses, before, snapshot(ddp_model.module))
     moved = movement(run)
-    print(f"rank {rank}: tutorial_ddp ok " + json.dumps({"losses": losses, "moved": moved}), flush=True)
+    with open(os.path.join(OUT, f"rank{rank}.json"), "w") as f:
+        json.dump({"losses": losses, "moved": moved}, f)
+    print(f"rank {rank}: tutorial_ddp ok", flush=True)
     dist.destroy_process_group()
 
 

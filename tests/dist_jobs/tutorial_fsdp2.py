@@ -14,7 +14,7 @@ across devices) must train the same.
 On the CPU (the reference, gloo): the model is made on the CPU (DTensor's random ops
 have no RNG tracker there), sharded on a CPU mesh, trained the same steps; with
 CHECKPOINT (a checkpoint the ``neuron`` run saved) it also restarts from it on the CPU.
-Each rank prints its losses and how far its weights moved.
+Each rank writes its losses and how far its weights moved to ``OUT/rank<R>.json``.
 """
 
 import json
@@ -169,7 +169,9 @@ def main():
         out["cpu_made"] = train(model, torch.optim.Adam(model.parameters(), lr=1e-2), data, device)
     if RESUME:
         out["resumed"] = restart(mesh, device, RESUME, data[SAVE_AT:])
-    print(f"rank {rank}: tutorial_fsdp2 ok " + json.dumps(out), flush=True)
+    with open(os.path.join(OUT, f"rank{rank}.json"), "w") as f:
+        json.dump(out, f)
+    print(f"rank {rank}: tutorial_fsdp2 ok", flush=True)
     dist.destroy_process_group()
 
 
