@@ -52,6 +52,19 @@ def test_autoload_does_not_load_the_simulator():
     assert r.stdout.strip() == "[]"
 
 
+def test_import_torch_leaves_the_cpu_kernels_to_pytorch():
+    """Pinned host memory for neuron puts a Python kernel in front of the CPU's ``empty``;
+    a process that never uses the device keeps PyTorch's own (CPU ops at full speed), and
+    the first device op installs it."""
+    code = ("import torch; d = lambda: [l for l in torch._C._dispatch_dump('aten::empty.memory_format')"
+            ".splitlines() if l.startswith('CPU:')]; print('hostshims' in str(d())); "
+            "torch.ones(1, device='neuron'); print('hostshims' in str(d())); "
+            "print(torch.empty(2, pin_memory=True).is_pinned())")
+    r = _py(code)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.split() == ["False", "True", "True"]
+
+
 # -- torch.neuron ---------------------------------------------------------------
 
 def test_device_module_mirrors_torch_cuda():

@@ -25,7 +25,7 @@ import torch
 from torch.utils._pytree import tree_flatten
 
 from trnsim import settings
-from trnsim.backend import edge_ops, rng, sparse, state, storage, timeline
+from trnsim.backend import edge_ops, hostshims, rng, sparse, state, storage, timeline
 
 _CPU_KS = storage._CPU
 _CPU = torch.device("cpu")
@@ -102,6 +102,7 @@ def fallback(op, *args, **kwargs):
         bad = settings.problem()
         if bad is not None:   # raised here, so a script's traceback ends at its own line and this one
             raise bad
+        hostshims.install_pinned_factories()
         _register_direct()
     if any(type(a) in _UNINITIALIZED for a in args):
         args = _initialized_view(args)

@@ -123,15 +123,32 @@ def install() -> None:
     _lib = torch.library.Library("aten", "IMPL")
     _lib.impl("_pin_memory", _pin_memory, "CPU")
     _lib.impl("is_pinned", _is_pinned, "CPU")
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")   # each registration warns that it overrides the CPU kernel
-        for name, op in (("empty.memory_format", torch.ops.aten.empty.memory_format),
-                         ("empty_strided", torch.ops.aten.empty_strided.default)):
-            _lib.impl(name, _pinned_factory(torch.library.get_kernel(op, "CPU")), "CPU", with_keyset=True)
     _lib.impl("_has_compatible_shallow_copy_type", _shallow_copy_compatible, "PrivateUse1")
     install_serialization()
     install_storage()
     install_accelerator()
+
+
+_factories_lib: torch.library.Library | None = None
+
+
+def install_pinned_factories() -> None:
+    """Put :func:`_pinned_factory` in front of the CPU kernels of ``empty`` and
+    ``empty_strided`` (idempotent). Not at registration: a Python kernel in front of every
+    CPU ``empty`` makes small CPU ops about three times slower, and ``import torch`` with
+    trnsim installed must cost CPU-only code nothing. The first op on the device and a
+    ``neuron`` process group install it, before anything can ask for pinned memory for
+    ``neuron`` (a factory's ``pin_memory=True``, DDP's pinned buffers)."""
+    global _factories_lib
+    if _factories_lib is not None:
+        return
+    lib = torch.library.Library("aten", "IMPL")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")   # each registration warns that it overrides the CPU kernel
+        for name, op in (("empty.memory_format", torch.ops.aten.empty.memory_format),
+                         ("empty_strided", torch.ops.aten.empty_strided.default)):
+            lib.impl(name, _pinned_factory(torch.library.get_kernel(op, "CPU")), "CPU", with_keyset=True)
+    _factories_lib = lib
 
 
 def _neuron_current() -> bool:

@@ -28,6 +28,7 @@ import torch.distributed as dist
 from torch._C import _distributed_c10d as c10d
 from torch.futures import Future
 
+from trnsim.backend import hostshims
 from trnsim.backend.distributed import clocks, faults, hostdata, timing
 from trnsim.errors import TrnSimError
 
@@ -122,6 +123,7 @@ class NeuronProcessGroup(dist.ProcessGroup):
 
     def __init__(self, options: Any, backend_options: Any = None) -> None:
         super().__init__(options.group_rank, options.group_size)
+        hostshims.install_pinned_factories()   # DDP asks for pinned host buffers from C++
         timeout = faults.timeout(options.timeout)
         self._gloo = c10d.ProcessGroupGloo(options.store, options.group_rank, options.group_size, timeout)
         self._name = options.group_id
