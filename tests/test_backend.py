@@ -52,6 +52,19 @@ def test_autoload_does_not_load_the_simulator():
     assert r.stdout.strip() == "[]"
 
 
+def test_import_torch_leaves_the_cpu_kernels_to_pytorch():
+    """Pinned host memory for neuron puts a Python kernel in front of the CPU's ``empty``;
+    a process that never uses the device keeps PyTorch's own (CPU ops at full speed), and
+    the first device op installs it."""
+    code = ("import torch; d = lambda: [l for l in torch._C._dispatch_dump('aten::empty.memory_format')"
+            ".splitlines() if l.startswith('CPU:')]; print('hostshims' in str(d())); "
+            "torch.ones(1, device='neuron'); print('hostshims' in str(d())); "
+            "print(torch.empty(2, pin_memory=True).is_pinned())")
+    r = _py(code)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.split() == ["False", "True", "True"]
+
+
 # -- torch.neuron ---------------------------------------------------------------
 
 def test_device_module_mirrors_torch_cuda():
@@ -252,6 +265,24 @@ def test_pin_memory_and_dataloader_pinning():
     batch = next(iter(torch.utils.data.DataLoader(ds, batch_size=4, pin_memory=True)))
     assert batch[0].is_pinned()
     assert batch[0].to(DEV, non_blocking=True).cpu().tolist() == [0.0, 1.0, 2.0, 3.0]
+
+
+def test_factories_with_pin_memory_make_pinned_host_tensors():
+    """``pin_memory=True`` at creation (and PyTorch's C++, such as DDP's map of used
+    parameters) asked the device's C++ hooks for an allocator: NotImplementedError."""
+    made = {
+        "empty": torch.empty(3, pin_memory=True),
+        "zeros": torch.zeros(2, 3, pin_memory=True),
+        "randn": torch.randn(4, pin_memory=True),
+        "tensor": torch.tensor([1.0, 2.0], pin_memory=True),
+        "empty_strided": torch.empty_strided((2, 3), (1, 2), pin_memory=True),
+    }
+    for name, t in made.items():
+        assert t.device.type == "cpu" and t.is_pinned(), name
+    assert made["zeros"].tolist() == [[0.0] * 3] * 2 and made["tensor"].tolist() == [1.0, 2.0]
+    assert made["empty_strided"].stride() == (1, 2)
+    assert not torch.empty(3).is_pinned() and not torch.zeros(2, pin_memory=False).is_pinned()
+    assert made["randn"].to(DEV, non_blocking=True).cpu().equal(made["randn"])
 
 
 def test_autocast_runs_matmuls_in_bf16_and_softmax_in_fp32():

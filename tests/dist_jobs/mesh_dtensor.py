@@ -3,12 +3,17 @@
 1-D mesh of every rank; with 4 ranks also a named 2-D (2, 2) mesh and its sub-meshes.
 DTensors are distributed, redistributed between Shard, Replicate and Partial, and
 gathered back; each result is compared exactly with the same computation on one process.
+DTensor's random ops (in-place fills, ``randn``, dropout, a user's generator) on even,
+uneven and 2-D shardings give the whole tensor, and the generator state after, of the
+same draw on the CPU with the same seed.
 """
 
 import torch
 import torch.distributed as dist
 from torch.distributed.device_mesh import init_device_mesh
+import torch.distributed.tensor as dtensor
 from torch.distributed.tensor import DTensor, Partial, Replicate, Shard, distribute_tensor
+from torch.distributed.tensor.placement_types import _StridedShard
 
 
 def check(name, got, want, atol=0.0):
@@ -57,6 +62,37 @@ def one_d(world):
         check(f"{dt} round trip", distribute_tensor(x.to("neuron"), mesh, [Shard(0)]).full_tensor(), x)
 
 
+def random_ops(mesh, placements):
+    """Each random op on a DTensor with ``placements`` against the same draw on the CPU:
+    every rank holds its shard of the CPU's tensor (compared shard by shard, as
+    ``full_tensor`` of an uneven 2-D sharding of one dimension is not the tensor in
+    PyTorch 2.13), and the generator state after the op is the CPU's."""
+    name = f"{placements}"
+
+    def check_draw(what, d, want):
+        want_shard = distribute_tensor(want.to("neuron"), mesh, placements, src_data_rank=None).to_local()
+        check(f"{name} {what}", d.to_local(), want_shard.cpu())
+
+    for shape, op in (((5, 3), lambda t, g=None: t.uniform_(-1, 1, generator=g)),
+                      ((7, 6), lambda t, g=None: t.normal_(generator=g)),
+                      ((9, 4), lambda t, g=None: t.bernoulli_(0.3, generator=g))):
+        torch.manual_seed(3)
+        d = op(dtensor.empty(*shape, device_mesh=mesh, placements=placements))
+        after = torch.rand(3, device="neuron")
+        torch.manual_seed(3)
+        check_draw(f"{shape} draw", d, op(torch.empty(*shape)))
+        check(f"{name} {shape} generator state after the draw", after, torch.rand(3))
+        d = op(dtensor.empty(*shape, device_mesh=mesh, placements=placements), torch.Generator("neuron").manual_seed(9))
+        check_draw(f"{shape} draw with a generator", d, op(torch.empty(*shape), torch.Generator().manual_seed(9)))
+    torch.manual_seed(4)
+    check_draw("randn", dtensor.randn(6, 5, device_mesh=mesh, placements=placements), torch.randn(6, 5))
+    x = distribute_tensor(torch.ones(8, 6, device="neuron"), mesh, placements)
+    torch.manual_seed(5)
+    y = torch.nn.functional.dropout(x, 0.5)
+    torch.manual_seed(5)
+    check_draw("dropout", y, torch.nn.functional.dropout(torch.ones(8, 6), 0.5))
+
+
 def two_d():
     mesh = init_device_mesh("neuron", (2, 2), mesh_dim_names=("dp", "tp"))
     rank = dist.get_rank()
@@ -83,12 +119,19 @@ def two_d():
     check("2-D Partial over dp", part.full_tensor(), torch.full((2, 2), float(rank % 2 * 2 + 2)))
     flat = mesh["dp", "tp"]._flatten("dp_tp")
     check("flattened mesh", distribute_tensor(full.to("neuron"), flat, [Shard(0)]).full_tensor(), full)
+    # the last: FSDP2 over tensor parallel (dp shards the tp shards of dim 0 again)
+    for placements in ([Shard(0), Shard(1)], [Shard(0), Shard(0)], [Replicate(), Shard(1)],
+                       [_StridedShard(0, split_factor=2), Shard(0)]):
+        random_ops(mesh, placements)
 
 
 def main():
     dist.init_process_group("neuron")
     world = dist.get_world_size()
     one_d(world)
+    mesh = init_device_mesh("neuron", (world,))
+    for placements in ([Shard(0)], [Shard(1)], [Replicate()]):
+        random_ops(mesh, placements)
     if world == 4:
         two_d()
     dist.barrier()

@@ -25,7 +25,7 @@ import torch
 from torch.utils._pytree import tree_flatten
 
 from trnsim import settings
-from trnsim.backend import edge_ops, rng, sparse, state, storage, timeline
+from trnsim.backend import edge_ops, hostshims, rng, sparse, state, storage, timeline
 
 _CPU_KS = storage._CPU
 _CPU = torch.device("cpu")
@@ -102,6 +102,7 @@ def fallback(op, *args, **kwargs):
         bad = settings.problem()
         if bad is not None:   # raised here, so a script's traceback ends at its own line and this one
             raise bad
+        hostshims.install_pinned_factories()
         _register_direct()
     if any(type(a) in _UNINITIALIZED for a in args):
         args = _initialized_view(args)
@@ -260,7 +261,7 @@ def _compute(op, info: _OpInfo, args: tuple, kwargs: dict, host_op=None, growabl
     if draws and info.generator is not None:
         h_args, h_kwargs = _with_device_generator(info.generator, h_args, h_kwargs)
     try:
-        result = _call(run, h_args, h_kwargs, draws)
+        result = _call(run, h_args, h_kwargs, draws, info)
     except Exception as e:
         if info.mutable and not growable and _NOT_RESIZABLE in str(e):
             return _compute(op, info, args, kwargs, host_op, growable=not _grow_outputs(op, info, args, kwargs))
@@ -412,15 +413,19 @@ def _retry_with_wrapped_numbers(e: Exception, op, run, info: _OpInfo, h_args: tu
         _reraise(e, info)
     h_args, h_kwargs = wrapped
     try:
-        return h_args, h_kwargs, _call(run, h_args, h_kwargs, draws)
+        return h_args, h_kwargs, _call(run, h_args, h_kwargs, draws, info)
     except Exception as e2:
         _reraise(e2, info)
 
 
-def _call(run, h_args, h_kwargs: dict, draws: bool) -> Any:
-    """``run`` on host arguments; a random op's CPU kernel may take the neuron generator."""
+def _call(run, h_args, h_kwargs: dict, draws: bool, info: _OpInfo) -> Any:
+    """``run`` on host arguments; a random op's CPU kernel may take the neuron generator,
+    and inside a sharded draw it draws the whole tensor (:class:`rng.sharded_draw`)."""
     if draws:
         with rng.device_draw():
+            region = rng.sharded_region()
+            if region is not None:
+                return region.run(run, info.mutable_pos, list(h_args), h_kwargs)
             return run(*h_args, **h_kwargs)
     return run(*h_args, **h_kwargs)
 

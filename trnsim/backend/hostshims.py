@@ -4,7 +4,12 @@ PyTorch asks a device's C++ hooks for a pinned-memory allocator, which a pure-Py
 device cannot give, so trnsim serves ``Tensor.pin_memory()`` / ``is_pinned()`` for
 ``neuron`` itself: a pinned tensor is a copy in ordinary host memory that trnsim
 remembers as pinned (the simulated host has no pageable/pinned distinction that
-changes any time). Requests for other devices go to PyTorch's own kernels.
+changes any time). Requests for other devices go to PyTorch's own kernels. Host
+tensors made pinned from the start (``torch.empty(..., pin_memory=True)``, any factory
+with ``pin_memory=True``, and the pinned buffers PyTorch's C++ makes, such as DDP's map
+of used parameters under ``find_unused_parameters=True``) all reach the CPU kernels of
+``empty`` and ``empty_strided``, which make them in ordinary host memory, remembered as
+pinned, while ``neuron`` is the accelerator (:func:`_pinned_factory`).
 
 ``torch.load`` onto ``neuron`` (saved neuron tensors, or ``map_location="neuron"``)
 would ask the device for an allocator; trnsim's deserializer adopts the loaded host
@@ -37,7 +42,9 @@ until it reads no value out of range) are served here, as writes that keep no va
 
 from __future__ import annotations
 
+import warnings
 import weakref
+from typing import Any
 
 import torch
 
@@ -64,15 +71,31 @@ def _pinned_ptr(t: torch.Tensor) -> bool:
     return ref is not None and ref() is not None and st.nbytes() > 0
 
 
+def _remember_pinned(t: torch.Tensor) -> torch.Tensor:
+    st = t.untyped_storage()
+    ptr = st.data_ptr()
+    _pinned[ptr] = weakref.ref(st, lambda _r, p=ptr: _pinned.pop(p, None))
+    return t
+
+
 def _pin_memory(self: torch.Tensor, device=None) -> torch.Tensor:
     if not _for_neuron(device):
         return torch.ops.aten._pin_memory.default.redispatch(_ORIGINAL, self, device)
     out = torch.empty_like(self, memory_format=torch.contiguous_format) if self.numel() else self.clone()
     out.copy_(self)
-    st = out.untyped_storage()
-    ptr = st.data_ptr()
-    _pinned[ptr] = weakref.ref(st, lambda _r, p=ptr: _pinned.pop(p, None))
-    return out
+    return _remember_pinned(out)
+
+
+def _pinned_factory(kernel: Any):
+    """The CPU kernel of ``empty`` / ``empty_strided`` in front of PyTorch's: a request
+    for pinned memory (``pin_memory=True``) while ``neuron`` is the accelerator gets
+    ordinary host memory remembered as pinned; everything else goes to PyTorch's kernel."""
+    def cpu_kernel(keyset, *args, **kwargs):
+        if kwargs.get("pin_memory") and _for_neuron(None):
+            return _remember_pinned(kernel.call_boxed(keyset, *args, **{**kwargs, "pin_memory": False}))
+        return kernel.call_boxed(keyset, *args, **kwargs)
+
+    return cpu_kernel
 
 
 def _is_pinned(self: torch.Tensor, device=None) -> bool:
@@ -104,6 +127,28 @@ def install() -> None:
     install_serialization()
     install_storage()
     install_accelerator()
+
+
+_factories_lib: torch.library.Library | None = None
+
+
+def install_pinned_factories() -> None:
+    """Put :func:`_pinned_factory` in front of the CPU kernels of ``empty`` and
+    ``empty_strided`` (idempotent). Not at registration: a Python kernel in front of every
+    CPU ``empty`` makes small CPU ops about three times slower, and ``import torch`` with
+    trnsim installed must cost CPU-only code nothing. The first op on the device and a
+    ``neuron`` process group install it, before anything can ask for pinned memory for
+    ``neuron`` (a factory's ``pin_memory=True``, DDP's pinned buffers)."""
+    global _factories_lib
+    if _factories_lib is not None:
+        return
+    lib = torch.library.Library("aten", "IMPL")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")   # each registration warns that it overrides the CPU kernel
+        for name, op in (("empty.memory_format", torch.ops.aten.empty.memory_format),
+                         ("empty_strided", torch.ops.aten.empty_strided.default)):
+            lib.impl(name, _pinned_factory(torch.library.get_kernel(op, "CPU")), "CPU", with_keyset=True)
+    _factories_lib = lib
 
 
 def _neuron_current() -> bool:

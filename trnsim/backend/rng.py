@@ -9,6 +9,12 @@ concurrent draws. ``torch.manual_seed(s)`` seeds both (PyTorch calls
 on ``neuron`` as on the CPU. ``torch.Generator(device="neuron")`` gives a
 :class:`NeuronGenerator`.
 
+A random op on a sharded DTensor (``uniform_`` in ``reset_parameters`` after
+``to_empty``, ``dtensor.randn``, dropout) runs inside a :class:`sharded_draw`: each rank
+draws the whole tensor from the same generator state, exactly as one process would,
+and keeps the elements it holds, so the global tensor and the generator state after it
+are those of the same draw on one process (and on the CPU), whatever the mesh.
+
 As on other devices, a generator serves only its own device: a CPU generator for a
 draw on ``neuron``, or a neuron one for a draw on the CPU, raises PyTorch's
 ``RuntimeError``. A neuron generator is a CPU generator to PyTorch's C++, so once one
@@ -20,7 +26,7 @@ from __future__ import annotations
 import threading
 import warnings
 import weakref
-from typing import Any
+from typing import Any, Callable
 
 import torch
 
@@ -104,8 +110,12 @@ def mismatch(expected: str, found: str) -> RuntimeError:
 
 
 def device_generator(gen: Any) -> torch.Generator:
-    """The generator a draw on ``neuron`` uses: ``gen`` if it is a neuron generator, the
-    device's default one if ``gen`` is None."""
+    """The generator a draw on ``neuron`` uses: ``gen`` if it is a neuron generator; if
+    ``gen`` is None, the one of the active :class:`sharded_draw` or else the device's
+    default one."""
+    if gen is None:
+        region = sharded_region()
+        gen = region.generator if region is not None else None
     if gen is None:
         return default_generator
     if is_neuron(gen):
@@ -137,9 +147,92 @@ def native_dropout(x: torch.Tensor, p: float, train: bool | None = None) -> tupl
         return x, torch.empty_like(x)
     if train is None or train:
         keep = 1.0 - p
-        mask = torch.empty_like(x, memory_format=torch.contiguous_format).bernoulli_(keep, generator=default_generator)
+        mask = torch.empty_like(x, memory_format=torch.contiguous_format)
+        mask.bernoulli_(keep, generator=device_generator(None))
         return x.mul(mask).mul_(0.0 if keep == 0 else 1.0 / keep), mask.bool()
     return x.clone(), torch.ones_like(x, dtype=torch.bool)
+
+
+# -- sharded draws ------------------------------------------------------------
+
+class sharded_draw:
+    """While active (in this thread), a random op on ``neuron`` whose tensors are one rank's
+    shard of a larger tensor draws the whole tensor and keeps the shard.
+
+    ``shape`` is the whole tensor's shape and ``local_shape`` the shard's; ``locate()``
+    says where the shard lies in the whole tensor: a tuple of slices (a block), or, for
+    shards that are no block, a tensor of the shard's shape holding the flat index in the
+    whole tensor of each of its elements. It is asked only when an op draws (never under
+    timing fidelity). ``generator`` (a neuron generator, or None for the default one) is
+    the one to draw from. Tensor arguments of the shard's shape are widened to the whole
+    shape (the shard's values in place, zeros elsewhere: a draw's count of random numbers
+    does not depend on the values), a size argument equal to the shard's shape becomes the
+    whole shape, and results of the whole shape are narrowed back to the shard."""
+
+    __slots__ = ("shape", "local_shape", "locate", "generator", "_where", "saved")
+
+    def __init__(self, shape: tuple[int, ...], local_shape: tuple[int, ...],
+                 locate: Callable[[], tuple[slice, ...] | torch.Tensor], generator: Any = None) -> None:
+        self.shape = tuple(shape)
+        self.local_shape = tuple(local_shape)
+        self.locate = locate
+        self.generator = generator
+        self._where: tuple[slice, ...] | torch.Tensor | None = None
+
+    def __enter__(self) -> "sharded_draw":
+        self.saved = sharded_region()
+        _tls.region = self
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        _tls.region = self.saved
+
+    def _located(self) -> tuple[slice, ...] | torch.Tensor:
+        if self._where is None:
+            self._where = self.locate()
+        return self._where
+
+    def _widen(self, x: Any) -> Any:
+        if isinstance(x, torch.Tensor) and tuple(x.shape) == self.local_shape:
+            whole = x.new_zeros(self.shape)
+            where = self._located()
+            if isinstance(where, tuple):
+                whole[where] = x
+            else:
+                whole.view(-1)[where.reshape(-1)] = x.reshape(-1)
+            return whole
+        if isinstance(x, (list, tuple)) and len(x) == len(self.local_shape) and \
+                all(isinstance(v, int) for v in x) and tuple(x) == self.local_shape:
+            return list(self.shape)
+        return x
+
+    def _narrow(self, x: Any) -> Any:
+        if isinstance(x, torch.Tensor) and tuple(x.shape) == self.shape:
+            where = self._located()
+            return x[where] if isinstance(where, tuple) else x.reshape(-1)[where]
+        return x
+
+    def run(self, run: Any, mutated: frozenset[int], args: list, kwargs: dict) -> Any:
+        """``run(*args, **kwargs)`` over the whole tensor; arguments at ``mutated``
+        positions get their shard of what the op wrote into the whole ones."""
+        if self.local_shape == self.shape:
+            return run(*args, **kwargs)   # nothing sharded: the rank holds the whole tensor
+        w_args = [self._widen(a) for a in args]
+        w_kwargs = {k: self._widen(v) for k, v in kwargs.items()}
+        result = run(*w_args, **w_kwargs)
+        for i in mutated:
+            if w_args[i] is not args[i]:
+                args[i].copy_(self._narrow(w_args[i]))
+        if mutated and isinstance(result, torch.Tensor) and result is w_args[min(mutated)]:
+            return args[min(mutated)]
+        if isinstance(result, tuple):
+            return tuple(self._narrow(r) for r in result)
+        return self._narrow(result)
+
+
+def sharded_region() -> sharded_draw | None:
+    """The active :class:`sharded_draw` of this thread, or None."""
+    return getattr(_tls, "region", None)
 
 
 # -- CPU kernels refuse neuron generators -------------------------------------

@@ -28,6 +28,7 @@ import torch.distributed as dist
 from torch._C import _distributed_c10d as c10d
 from torch.futures import Future
 
+from trnsim.backend import hostshims
 from trnsim.backend.distributed import clocks, faults, hostdata, timing
 from trnsim.errors import TrnSimError
 
@@ -50,6 +51,10 @@ _FIELDS = 6   # ready_ps, kind, dtype, bytes, root, reduction
 
 class CollectiveMismatchError(TrnSimError, RuntimeError):
     """Ranks of one group made different collective calls at the same step."""
+
+
+class DeviceBackendError(TrnSimError, RuntimeError):
+    """A device type the ``neuron`` group does not serve was asked for its backend."""
 
 
 class NeuronWork(c10d.Work):
@@ -118,6 +123,7 @@ class NeuronProcessGroup(dist.ProcessGroup):
 
     def __init__(self, options: Any, backend_options: Any = None) -> None:
         super().__init__(options.group_rank, options.group_size)
+        hostshims.install_pinned_factories()   # DDP asks for pinned host buffers from C++
         timeout = faults.timeout(options.timeout)
         self._gloo = c10d.ProcessGroupGloo(options.store, options.group_rank, options.group_size, timeout)
         self._name = options.group_id
@@ -147,6 +153,19 @@ class NeuronProcessGroup(dist.ProcessGroup):
 
     def getBackendName(self) -> str:
         return "neuron"
+
+    # the group is its own backend for its one device type; it cannot be split
+    supports_splitting = False
+
+    def _get_backend(self, device: torch.device) -> NeuronProcessGroup:
+        """The backend of ``device``'s collectives (as ``init_process_group(device_id=...)``
+        asks): this group, for ``neuron``."""
+        if torch.device(device).type != "neuron":
+            raise DeviceBackendError(
+                f"No backend type associated with device type {torch.device(device).type}: the 'neuron' process "
+                "group serves neuron tensors; for CPU tensors as well, initialise with "
+                "backend='cpu:gloo,neuron:neuron'")
+        return self
 
     def name(self) -> str:
         return "neuron"
@@ -530,6 +549,10 @@ def _describe(call: list[int]) -> str:
 
 
 def create(options: Any, backend_options: Any = None) -> NeuronProcessGroup:
-    """The creator ``dist.Backend.register_backend`` calls (extended API)."""
+    """The creator ``dist.Backend.register_backend`` calls (extended API). DTensor's random
+    ops on ``neuron`` meshes, which need such a group, get their RNG tracker here."""
+    from trnsim.backend.distributed import dtensor_rng
+
+    dtensor_rng.install()
     return NeuronProcessGroup(options, backend_options)
 
