@@ -58,11 +58,12 @@ def register() -> None:
     hostshims.install()
     autocast.install()
     streams.install()
-    from trnsim.backend import distributed
+    from trnsim.backend import distributed, flex
     from trnsim.backend.compile import inductor
 
     distributed.register()
     inductor.install()
+    flex.install()
     _registered = True
 
 
