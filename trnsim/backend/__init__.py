@@ -65,6 +65,9 @@ def register() -> None:
     inductor.install()
     flex.install()
     _registered = True
+    from trnsim.backend import follow
+
+    follow.start_if_followed()   # a process started below `trnsim run` records its own ops
 
 
 def coverage() -> dict[str, list[str]]:
