@@ -3,12 +3,13 @@
 FlexAttention describes its mask by blocks (a ``BlockMask``): for each block of queries,
 the key blocks it attends to, each either *full* (every key kept) or *partial* (the
 mask cuts it). These kernels are :mod:`trnsim.kernels.attention`'s flash kernels run
-over those blocks only, at the kernels' 128 x 128 tile: a block nobody attends to is
+over those blocks only, at the kernels' 128-row tile: a block nobody attends to is
 never loaded, multiplied or exponentiated, so a causal mask costs about half the dense
-work and a sliding window or a document mask less still. A full block runs as in the
-dense kernel; a partial block also reads its [128, 128] tile of the mask (uint8, from
-HBM) and selects the kept scores on the vector engine, where the GPU kernel evaluates
-``mask_mod`` in registers.
+work and a sliding window or a document mask less still. The forward takes runs of up
+to four consecutive key blocks as one score tile, as the dense kernel's 512-key tiles;
+full blocks run as in the dense kernel, and a tile with a partial block also reads its
+tile of the mask (uint8, from HBM) and selects the kept scores on the vector engine,
+where the GPU kernel evaluates ``mask_mod`` in registers.
 
 The blocks are given as :data:`Blocks`, one tuple per 128-query tile of ``(key block,
 partial)`` pairs in ascending order. Two query tiles go through every step together,
@@ -26,7 +27,7 @@ import math
 import trnsim.nki as nki
 import trnsim.nki.isa as nisa
 import trnsim.nki.language as nl
-from trnsim.kernels.attention import (MASKED_SCORE, Q_GROUP, TILE_K, TILE_Q, _check_keys_and_values,
+from trnsim.kernels.attention import (KEY_TILES, MASKED_SCORE, Q_GROUP, TILE_K, TILE_Q, _check_keys_and_values,
                                       gradients, online_softmax_step, probs_and_d_scores)
 from trnsim.kernels.preconditions import require
 
@@ -50,9 +51,23 @@ def _check(name: str, q, k, v, mask, blocks: Blocks) -> tuple[int, int, int]:
 
 
 def _masked_scores(scores, mask, q0: int, k0: int):
-    """``scores`` [128, 128] (fp32) with the keys ``mask`` drops set to MASKED_SCORE (SBUF)."""
-    keep = nl.load(mask[q0:q0 + TILE_Q, k0:k0 + TILE_K])
+    """``scores`` [128, keys] (fp32) of queries q0.. against keys k0.., with the keys
+    ``mask`` drops set to MASKED_SCORE (SBUF)."""
+    keep = nl.load(mask[q0:q0 + TILE_Q, k0:k0 + scores.shape[1]])
     return nl.where(keep, scores, MASKED_SCORE, dtype=nl.float32)
+
+
+def _spans(key_blocks: list[int]) -> list[list[int]]:
+    """Runs of consecutive key blocks, each at most a 512-key score tile (one PSUM bank
+    of fp32), as the dense kernel's key tiles."""
+    most = KEY_TILES[-1] // TILE_K
+    spans: list[list[int]] = []
+    for b in key_blocks:
+        if spans and b == spans[-1][-1] + 1 and len(spans[-1]) < most:
+            spans[-1].append(b)
+        else:
+            spans.append([b])
+    return spans
 
 
 @nki.jit
@@ -100,20 +115,21 @@ def block_sparse_attention_fwd(q, k, v, mask, blocks, scale=None):
     for g in nl.static_range(0, len(active), Q_GROUP):
         group = active[g:g + Q_GROUP]
         visited = [dict(blocks[t]) for t in group]
-        keys_of_group = sorted(set().union(*visited))
+        spans = _spans(sorted(set().union(*visited)))
         q_t = [nl.multiply(nl.transpose(nl.load(q[t * TILE_Q:(t + 1) * TILE_Q, :])), scale, dtype=dtype)
                for t in group]
         neg_max = [nl.full((TILE_Q, 1), math.inf, nl.float32) for _ in group]
         row_sum = [nl.zeros((TILE_Q, 1), nl.float32) for _ in group]
         acc = [nl.zeros((TILE_Q, d), nl.float32) for _ in group]
-        for kb in nl.static_range(len(keys_of_group)):
-            k0 = keys_of_group[kb] * TILE_K
-            scores = [nl.matmul(qt, k_t[:, k0:k0 + TILE_K], transpose_x=True) for qt in q_t]
-            # a block the tile does not attend to is all masked: its mask tile is zeros
-            scores = [_masked_scores(s, mask, t * TILE_Q, k0) if seen.get(k0 // TILE_K, True) else s
+        for si in nl.static_range(len(spans)):
+            span = spans[si]
+            k0, width = span[0] * TILE_K, len(span) * TILE_K
+            scores = [nl.matmul(qt, k_t[:, k0:k0 + width], transpose_x=True) for qt in q_t]
+            # a span with a partial block, or one the tile does not attend to (its mask is zeros), is masked
+            scores = [_masked_scores(s, mask, t * TILE_Q, k0) if any(seen.get(b, True) for b in span) else s
                       for s, t, seen in zip(scores, group, visited)]
             neg_max, row_sum, acc = online_softmax_step(scores, neg_max, row_sum, acc,
-                                                        v_blocks[k0 // TILE_K:k0 // TILE_K + 1], dtype)
+                                                        v_blocks[span[0]:span[-1] + 1], dtype)
         for t, ac, rs, nm in zip(group, acc, row_sum, neg_max):
             rows = slice(t * TILE_Q, (t + 1) * TILE_Q)
             nl.store(out[rows, :], value=nl.multiply(ac, nl.reciprocal(rs), dtype=dtype))
