@@ -8,8 +8,7 @@ function stays PyTorch's own code, so Dynamo still traces it inside compiled mod
 ``flex_attention`` runs as its higher-order op, ``flex_attention`` (and
 ``flex_attention_backward`` for its gradients), which :func:`install` implements for
 the ``PrivateUse1`` key: values come from PyTorch's own dense implementation (the CPU's
-``flex_attention`` values, computed on the host through the device with the timeline
-paused), and the op is one kernel on the timeline, timed by the block-sparse flash
+``flex_attention`` values, computed on the host), and the op is one kernel on the timeline, timed by the block-sparse flash
 kernels over the blocks the block mask keeps (:mod:`trnsim.backend.flextiming`). Inside
 a graph compiled with ``backend="neuron"`` the op is one of the graph's kernels, timed
 the same way by the block mask the call gets. ``create_block_mask`` needs nothing of
@@ -27,6 +26,7 @@ from typing import Any
 
 import torch
 from torch._C import DispatchKey
+from torch.utils._pytree import tree_map
 
 from trnsim.backend import timeline
 
@@ -94,21 +94,40 @@ def _put(name: str, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
                            tuple(str(t.dtype).removeprefix("torch.") for t in qkv))
 
 
+def _is_neuron(x: Any) -> bool:
+    return isinstance(x, torch.Tensor) and x.device.type == "neuron"
+
+
+def _computed(fn: Any, args: tuple, functions: tuple) -> Any:
+    """``fn(*args)``, PyTorch's dense implementation, computed on the host: on host
+    aliases of the neuron tensors among ``args``, its results taking over the memory of
+    what it made (so the score matrix it materialises, which the chip's kernel never
+    holds, is no HBM allocation). Where there are no values (``timing`` fidelity), or a
+    ``score_mod``/``mask_mod`` among ``functions`` is plain Python (not traced by Dynamo,
+    so it may read neuron tensors of its own), it runs on the device, off the timeline."""
+    from trnsim.backend import state, storage
+
+    if state.fidelity() == "timing" or not all(isinstance(f, torch.fx.GraphModule) for f in functions):
+        with timeline.graph_execution():
+            return fn(*args)
+    host = tree_map(lambda x: storage.host_alias(x) if _is_neuron(x) else x, args)
+    return tree_map(lambda x: storage.adopt(x) if isinstance(x, torch.Tensor) else x, fn(*host))
+
+
 def _forward(query, key, value, score_mod, block_mask, scale, kernel_options, score_mod_other_buffers=(),
              mask_mod_other_buffers=()):
-    with timeline.graph_execution():
-        result = hop.sdpa_dense(query, key, value, score_mod, block_mask, scale, kernel_options,
-                                score_mod_other_buffers, mask_mod_other_buffers)
+    result = _computed(hop.sdpa_dense, (query, key, value, score_mod, block_mask, scale, kernel_options,
+                                        score_mod_other_buffers, mask_mod_other_buffers), (score_mod, block_mask[-1]))
     _put(FORWARD, query, key, value, block_mask, backward=False)
     return result
 
 
 def _backward(query, key, value, out, logsumexp, grad_out, grad_logsumexp, fw_graph, joint_graph, block_mask, scale,
               kernel_options, score_mod_other_buffers=(), mask_mod_other_buffers=()):
-    with timeline.graph_execution():
-        result = hop.sdpa_dense_backward(query, key, value, out, logsumexp, grad_out, grad_logsumexp, fw_graph,
-                                         joint_graph, block_mask, scale, kernel_options, score_mod_other_buffers,
-                                         mask_mod_other_buffers)
+    result = _computed(hop.sdpa_dense_backward, (query, key, value, out, logsumexp, grad_out, grad_logsumexp,
+                                                 fw_graph, joint_graph, block_mask, scale, kernel_options,
+                                                 score_mod_other_buffers, mask_mod_other_buffers),
+                       (fw_graph, joint_graph, block_mask[-1]))
     _put(BACKWARD, query, key, value, block_mask, backward=True)
     return result
 
