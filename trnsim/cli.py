@@ -340,8 +340,9 @@ def build_parser() -> argparse.ArgumentParser:
     diff.add_argument("--top", type=int, default=20, help="rows listed (default 20; the rest summed in one row)")
     diff.set_defaults(func=_diff)
 
-    run = sub.add_parser("run", help="run a PyTorch or NKI script on the simulated device, print where the time went "
-                                     "and write a trace; --nproc N runs it on N ranks with torchrun")
+    run = sub.add_parser("run", help="run a PyTorch or NKI script (or -m module) on the simulated device, following "
+                                     "the Python processes it starts, print where the time went and write a trace; "
+                                     "--nproc N runs it on N ranks with torchrun")
     run.add_argument("--nproc", type=int, default=1, help="ranks (processes) per node, as torchrun's --nproc-per-node")
     run.add_argument("--instance", default=None, help="the instance the ranks run on (trn1.32xlarge, trn2.48xlarge, ...; "
                                                       "default $TRNSIM_INSTANCE or the chip's own)")
