@@ -5,8 +5,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-from pathlib import Path
-from typing import NoReturn, Sequence
+from typing import Any, NoReturn, Sequence
 
 from trnsim.atomic import check_writable
 from trnsim import settings
@@ -213,12 +212,13 @@ def _run(args: argparse.Namespace) -> int:
     return 1
 
 
-def _process_name(trace) -> str:
+def _process_name(trace: Any) -> str:
+    """``pid N (rank R): command`` of a followed process's trace."""
     rank = f" (rank {trace.meta['rank']})" if "rank" in trace.meta else ""
     return f"pid {trace.meta['pid']}{rank}: {trace.meta['command']}"
 
 
-def _with_children(prof, children: list) -> tuple:
+def _with_children(prof: Any, children: list) -> tuple[Any, str | None]:
     """The run's trace, with the traces of the Python processes it started that ran ops
     on the device (:mod:`trnsim.backend.follow`), and a line saying which processes did
     the work where that is not this one alone (None then): one child alone (its trace is
