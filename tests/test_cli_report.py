@@ -234,3 +234,81 @@ def test_exposed_communication_is_collective_time_no_op_overlapped():
     # the first mm has engine slices, the other ops none: their 12 ns are not in the busy shares
     assert rep.engine_busy_pct == {"tensor": 10.0} and rep.unseen_op_ns == 12
     assert "not counted: ops without engine slices, 54.5% of op time" in str(rep)
+
+
+# -- what trnsim run runs: modules, and the processes a script starts --------------
+
+def test_run_takes_a_module_as_python_m_does(tmp_path):
+    (tmp_path / "pkg").mkdir()
+    (tmp_path / "pkg" / "__init__.py").write_text("")
+    (tmp_path / "pkg" / "train.py").write_text(
+        "import sys, torch\nprint(__name__, sys.argv[1:], sys.argv[0].endswith('train.py'))\n"
+        "print(torch.ones(4, device='neuron').sum().item())\n")
+    r = _trnsim("run", "--no-trace", "-m", "pkg.train", "--job.config_file", "x.toml", cwd=tmp_path)
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert "__main__ ['--job.config_file', 'x.toml'] True" in r.stdout and "4.0" in r.stdout
+    assert "program        eager PyTorch (2 ops)" in r.stdout
+    job = _trnsim("run", "--nproc", "2", "--trace", str(tmp_path / "job.json"), "-m", "pkg.train", cwd=tmp_path)
+    assert job.returncode == 0, job.stderr[-3000:]
+    assert job.stdout.count("__main__ [] True") == 2 and "merged trace of 2 ranks" in job.stdout
+    missing = _trnsim("run", "-m", "pkg.nothing", cwd=tmp_path)
+    assert missing.returncode == 2 and "no module named 'pkg.nothing'" in missing.stderr
+
+
+CHILD = ("import sys, torch\nx = torch.ones(256, 256, device='neuron')\nfor _ in range(3):\n    x = x @ x / 256\n"
+         "print('child', x.sum().item(), sys.argv[1:])\n")
+
+
+def test_run_reports_the_work_of_a_child_process(tmp_path):
+    """`trnsim run $(which trl) sft ...` said "0 ops, 0.000 us": accelerate runs the
+    training in a child process."""
+    (tmp_path / "child.py").write_text(CHILD)
+    script = tmp_path / "launcher.py"
+    script.write_text("import subprocess, sys, os\n"
+                      "subprocess.run([sys.executable, os.path.join(os.path.dirname(__file__), 'child.py'), '--lr', "
+                      "'1'], check=True)\n")
+    trace = tmp_path / "t.json"
+    r = _trnsim("run", "--trace", str(trace), str(script))
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert "child 65536.0 ['--lr', '1']" in r.stdout
+    assert "the device work ran in a process the script started, pid " in r.stdout
+    assert "child.py --lr 1" in r.stdout
+    rep = tt.report(trace)
+    assert ("mm", 3) in [(o.name, o.calls) for o in rep.ops] and rep.total_ns > 0
+
+
+def test_run_merges_the_ranks_a_script_starts_with_torchrun(tmp_path):
+    (tmp_path / "rank.py").write_text(
+        "import torch, torch.distributed as dist\ndist.init_process_group('neuron')\n"
+        "x = torch.ones(1024, device='neuron')\ndist.all_reduce(x)\ndist.destroy_process_group()\n")
+    script = tmp_path / "launcher.py"
+    script.write_text("import subprocess, sys, os\n"
+                      "subprocess.run([sys.executable, '-m', 'torch.distributed.run', '--standalone', "
+                      "'--nproc-per-node', '2', os.path.join(os.path.dirname(__file__), 'rank.py')], check=True)\n")
+    trace = tmp_path / "t.json"
+    r = _trnsim("run", "--trace", str(trace), str(script))
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert "processes      2 ran ops on the device" in r.stdout and "(rank 1): " in r.stdout
+    job = tt.load(trace)
+    assert len(job.ranks) == 2 and all(len(job.collectives(rank)) == 1 for rank in range(2))
+
+
+def test_run_says_when_no_op_ran_on_the_device(tmp_path):
+    script = tmp_path / "cpu.py"
+    script.write_text("import subprocess, sys\nsubprocess.run([sys.executable, '-c', 'import torch; "
+                      "print(torch.ones(2).sum().item())'], check=True)\n")
+    r = _trnsim("run", "--no-trace", str(script))
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert "no op ran on the neuron device, in this process or in a Python process it started" in r.stdout
+
+
+def test_a_child_that_failed_leaves_a_partial_trace(tmp_path):
+    (tmp_path / "child.py").write_text("import torch\ntorch.ones(8, device='neuron').sum()\nraise ValueError('bad batch')\n")
+    script = tmp_path / "launcher.py"
+    script.write_text("import subprocess, sys, os\n"
+                      "subprocess.run([sys.executable, os.path.join(os.path.dirname(__file__), 'child.py')])\n")
+    trace = tmp_path / "t.json"
+    r = _trnsim("run", "--trace", str(trace), str(script))
+    assert r.returncode == 0, r.stderr[-3000:]   # the script itself finished
+    assert "a process the script started did not finish (ValueError: bad batch)" in r.stderr
+    assert not trace.exists() and tt.load(tmp_path / "t.partial.json").partial == "ValueError: bad batch"

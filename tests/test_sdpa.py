@@ -129,7 +129,7 @@ def test_dropout_takes_the_math_path_and_draws_as_the_cpu():
         torch.testing.assert_close(a, b)
 
 
-def test_sdpa_kernel_without_overrideable_turns_the_fused_op_off():
+def test_sdpa_kernel_with_math_alone_turns_the_fused_op_off():
     tensors = _inputs(7, (1, 2, 16, 8), (1, 2, 16, 8))
     with sdpa_kernel([SDPBackend.MATH]):
         _, ops = _profiled(tensors)
@@ -137,6 +137,21 @@ def test_sdpa_kernel_without_overrideable_turns_the_fused_op_off():
     with sdpa_kernel([SDPBackend.OVERRIDEABLE]):
         _, ops = _profiled(tensors)
     assert [r.name for r in ops] == [FWD, BWD]
+
+
+@pytest.mark.parametrize("backends", [
+    [SDPBackend.CUDNN_ATTENTION, SDPBackend.FLASH_ATTENTION, SDPBackend.MATH], [SDPBackend.FLASH_ATTENTION],
+    [SDPBackend.EFFICIENT_ATTENTION, SDPBackend.MATH], [SDPBackend.CUDNN_ATTENTION]],
+    ids=["torchtitan's list", "flash", "efficient, math", "cudnn"])
+def test_sdpa_kernel_with_any_fused_backend_runs_the_flash_kernels(backends):
+    """torchtitan's sdpa_kernel([CUDNN_ATTENTION, FLASH_ATTENTION, MATH]) ran attention as
+    math on neuron, op by op (bmm, _softmax); the chip runs its flash kernel."""
+    tensors = _inputs(7, (1, 2, 16, 8), (1, 2, 16, 8))
+    with sdpa_kernel(backends):
+        got, ops = _profiled(tensors, is_causal=True)
+    assert [(r.name, r.cost.kernel) for r in ops] == [(FWD, "flash_attention_fwd"), (BWD, "flash_attention_bwd")]
+    for a, b in zip(got, _run("cpu", tensors, is_causal=True)):
+        torch.testing.assert_close(a, b)
 
 
 def test_inference_mode_takes_the_fused_op():

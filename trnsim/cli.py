@@ -5,8 +5,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-from pathlib import Path
-from typing import NoReturn, Sequence
+from typing import Any, NoReturn, Sequence
 
 from trnsim.atomic import check_writable
 from trnsim import settings
@@ -146,61 +145,109 @@ def _diff(args: argparse.Namespace) -> int:
     return 0
 
 
-def _default_trace(script: Path, nproc: int) -> str:
-    return f"traces/{script.stem}{'.job' if nproc > 1 else ''}.json"
+def _default_trace(stem: str, nproc: int) -> str:
+    return f"traces/{stem}{'.job' if nproc > 1 else ''}.json"
 
 
 def _run(args: argparse.Namespace) -> int:
-    script = Path(args.script)
-    if not script.is_file():
-        raise TrnSimError(f"script {args.script!r} does not exist; give the path of a Python script to run")
+    from trnsim.backend.runscript import Program
+
+    program = Program(args.script, module=args.module)
+    program.check()
     if args.nproc < 1:
         raise TrnSimError(f"--nproc {args.nproc}: give 1 or more ranks")
-    trace = None if args.no_trace else args.trace or _default_trace(script, args.nproc * args.nnodes)
+    trace = None if args.no_trace else args.trace or _default_trace(program.stem, args.nproc * args.nnodes)
     if trace:
         check_writable(trace)
     if args.nproc > 1 or args.nnodes > 1:
         from trnsim.backend.distributed.launch import run_job
 
-        return run_job(str(script), args.args, args.nproc, trace, instance=args.instance, chip=args.chip,
+        return run_job(program, args.args, args.nproc, trace, instance=args.instance, chip=args.chip,
                        fidelity=args.fidelity, timeout_s=args.timeout, nnodes=args.nnodes, node_rank=args.node_rank,
                        rdzv_endpoint=args.rdzv_endpoint, top=args.top)
     import trnsim
+    from trnsim.backend import follow
     from trnsim.backend.nkicall import array_kernels_on_timeline
     from trnsim.backend.progress import Progress
-    from trnsim.backend.runscript import INTERRUPTED, run_script, script_traceback, stopped_line
+    from trnsim.backend.runscript import INTERRUPTED, stopped_line
     from trnsim.trace import load, report
     from trnsim.trace.partial import save_run
 
     code: int | str | None = 0
     failure: BaseException | None = None
     prof = trnsim.profile()
-    try:
-        with prof, array_kernels_on_timeline(), Progress():
-            run_script(str(script), args.args)
-    except SystemExit as e:   # the script's own exit: summarise what ran, then exit as it did
-        code = e.code
-    except BaseException as e:   # Ctrl-C or the script's exception: a partial trace, one line
-        failure = e
+    with follow.children_followed() as children:   # the Python processes it starts record their own ops
+        try:
+            with prof, array_kernels_on_timeline(), Progress():
+                program.run(args.args)
+        except SystemExit as e:   # the script's own exit: summarise what ran, then exit as it did
+            code = e.code
+        except BaseException as e:   # Ctrl-C or the script's exception: a partial trace, one line
+            failure = e
     interrupted = isinstance(failure, KeyboardInterrupt)
     if failure is not None and not interrupted:
-        print(script_traceback(failure, str(script)), end="", file=sys.stderr)
-    recorded = prof.trace()   # marked partial when the run did not finish (prof.partial says why)
-    written = save_run(recorded, trace, prof.partial) if trace else None   # never over a finished trace
+        print(program.traceback(failure), end="", file=sys.stderr)
+    # marked partial when the run did not finish (prof.partial says why)
+    recorded, processes = _with_children(prof, children)
+    unfinished = prof.partial or recorded.partial   # the script's, or a process it started that failed
+    written = save_run(recorded, trace, unfinished) if trace else None   # never over a finished trace
     if failure is not None:
         event = "interrupted" if interrupted else f"the script raised {type(failure).__name__}"
         print(stopped_line(event, recorded, written, trace), file=sys.stderr)
         return INTERRUPTED if interrupted else 1
     # the summary of the trace file as written, so `trnsim report` on it prints the same
     print(report(load(written) if written else recorded, top=args.top))
+    if processes:
+        print(processes)
     if prof.partial:   # sys.exit with a failure status
         print(stopped_line(f"the script {prof.partial}", recorded, written, trace), file=sys.stderr)
+    elif unfinished:
+        print(stopped_line(f"a process the script started did not finish ({unfinished})", recorded, written, trace),
+              file=sys.stderr)
     elif written:
         print(f"trace          {written}")
     if code is None or isinstance(code, int):
         return code or 0
     print(code, file=sys.stderr)
     return 1
+
+
+def _process_name(trace: Any) -> str:
+    """``pid N (rank R): command`` of a followed process's trace."""
+    rank = f" (rank {trace.meta['rank']})" if "rank" in trace.meta else ""
+    return f"pid {trace.meta['pid']}{rank}: {trace.meta['command']}"
+
+
+def _with_children(prof: Any, children: list) -> tuple[Any, str | None]:
+    """The run's trace, with the traces of the Python processes it started that ran ops
+    on the device (:mod:`trnsim.backend.follow`), and a line saying which processes did
+    the work where that is not this one alone (None then): one child alone (its trace is
+    the run's), several (merged as the ranks of a job), or none at all."""
+    from trnsim.backend.follow import command_line
+    from trnsim.trace.job import merge
+
+    own = prof.trace()
+    if not children:
+        if prof.records:
+            return own, None
+        return own, ("processes      no op ran on the neuron device, in this process or in a Python process it "
+                     "started (one that does not import torch, or ends by os._exit, is not followed)")
+    if not prof.records and len(children) == 1:
+        (child,) = children
+        return child, f"processes      the device work ran in a process the script started, {_process_name(child)}"
+    traces = children
+    if prof.records:
+        own.process = own.meta["rank_name"] = f"pid {os.getpid()} (trnsim run)"
+        own.meta.update(pid=os.getpid(), command=command_line())
+        traces = [own, *children]
+    job = merge(traces, {"world_size": len(traces), "instance": os.environ.get("TRNSIM_INSTANCE", "")})
+    failed = [f"{t.process}: {t.partial}" for t in traces if t.partial]
+    if failed:
+        job.meta["partial"] = "; ".join(failed)
+    lines = [f"processes      {len(traces)} ran ops on the device, each on a device of its own (merged as a job's "
+             "ranks are):"]
+    lines += [f"  {_process_name(t)}" for t in traces]
+    return job, "\n".join(lines)
 
 
 def _coverage(args: argparse.Namespace) -> int:
@@ -293,8 +340,9 @@ def build_parser() -> argparse.ArgumentParser:
     diff.add_argument("--top", type=int, default=20, help="rows listed (default 20; the rest summed in one row)")
     diff.set_defaults(func=_diff)
 
-    run = sub.add_parser("run", help="run a PyTorch or NKI script on the simulated device, print where the time went "
-                                     "and write a trace; --nproc N runs it on N ranks with torchrun")
+    run = sub.add_parser("run", help="run a PyTorch or NKI script (or -m module) on the simulated device, following "
+                                     "the Python processes it starts, print where the time went and write a trace; "
+                                     "--nproc N runs it on N ranks with torchrun")
     run.add_argument("--nproc", type=int, default=1, help="ranks (processes) per node, as torchrun's --nproc-per-node")
     run.add_argument("--instance", default=None, help="the instance the ranks run on (trn1.32xlarge, trn2.48xlarge, ...; "
                                                       "default $TRNSIM_INSTANCE or the chip's own)")
@@ -309,7 +357,10 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--nnodes", type=int, default=1, help="servers of a multi-node job (torchrun's --nnodes)")
     run.add_argument("--node-rank", type=int, default=0, help="this server's rank in a multi-node job")
     run.add_argument("--rdzv-endpoint", default="localhost:29400", help="host:port of the multi-node rendezvous")
-    run.add_argument("script", help="the script to run, unchanged")
+    run.add_argument("-m", dest="module", action="store_true",
+                     help="run the module named where the script goes, as python -m does (trnsim run -m "
+                          "torchtitan.train --job.config_file ...); with --nproc, as torchrun -m does")
+    run.add_argument("script", help="the script to run, unchanged (with -m: the module)")
     run.add_argument("args", nargs=argparse.REMAINDER, help="the script's own arguments")
     run.set_defaults(func=_run)
 

@@ -32,6 +32,8 @@ VARIABLES = {
     "TRNSIM_NO_ALIASES": "1 to turn the nki/torch_neuronx import names off, 0 to leave them on",
     "TRNSIM_PROGRESS": "0 to hide the progress line of trnsim run, 1 to show it",
     "TRNSIM_JOB_TRACE_DIR": "set by trnsim run --nproc for its ranks",
+    "TRNSIM_FOLLOW_DIR": "set by trnsim run for the Python processes its script starts",
+    "TRNSIM_FOLLOW_ROOT": "set by trnsim run for the Python processes its script starts",
     "TRNSIM_REGENERATE": "1 to rewrite the golden traces of the test suite",
 }
 

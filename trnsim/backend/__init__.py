@@ -58,12 +58,16 @@ def register() -> None:
     hostshims.install()
     autocast.install()
     streams.install()
-    from trnsim.backend import distributed
+    from trnsim.backend import distributed, flex
     from trnsim.backend.compile import inductor
 
     distributed.register()
     inductor.install()
+    flex.install()
     _registered = True
+    from trnsim.backend import follow
+
+    follow.start_if_followed()   # a process started below `trnsim run` records its own ops
 
 
 def coverage() -> dict[str, list[str]]:

@@ -972,6 +972,10 @@ def _register() -> dict[str, Callable]:
               "_scaled_dot_product_fused_attention_overrideable"):
         table[f"aten::{n}"] = _attention
     table["aten::_scaled_dot_product_fused_attention_overrideable_backward"] = _attention_backward
+    from trnsim.backend import flextiming
+
+    table["flex_attention"] = flextiming.forward_cost   # FlexAttention's higher-order ops
+    table["flex_attention_backward"] = flextiming.backward_cost
     table["aten::embedding"] = _embedding
     table["aten::index_select"] = _index_select
     table["aten::index_select.out"] = _index_select

@@ -24,8 +24,13 @@ fp16), equal batch, equal heads or, with ``enable_gqa``, query heads a multiple 
 key and value heads (the overrideable op has no ``enable_gqa``: the CPU kernels read
 the grouping from the shapes), equal head dims, non-empty sequences, last dimension contiguous, no dropout, and a
 mask (bool or of q's dtype) of 2 or 4 dimensions broadcastable to the scores, not
-requiring grad. ``torch.nn.attention.sdpa_kernel`` without ``SDPBackend.OVERRIDEABLE``
-turns the fused path off.
+requiring grad.
+
+``torch.nn.attention.sdpa_kernel`` chooses as on the chip, whose one fused attention
+kernel is a flash kernel: a list with any fused backend (``OVERRIDEABLE``, the device's
+own, or ``FLASH_ATTENTION``, ``EFFICIENT_ATTENTION``, ``CUDNN_ATTENTION``, which scripts
+written for GPUs name, as torchtitan's ``[CUDNN_ATTENTION, FLASH_ATTENTION, MATH]``)
+allows the fused op; ``MATH`` alone turns it off (:func:`fused_backend_enabled`).
 """
 
 from __future__ import annotations
@@ -56,11 +61,19 @@ def register(lib: torch.library.Library) -> None:
     lib.impl("_scaled_dot_product_fused_attention_overrideable_backward", _backward, "PrivateUse1")
 
 
+def fused_backend_enabled() -> bool:
+    """Whether ``sdpa_kernel`` (or the ``torch.backends.cuda.enable_*_sdp`` switches) leave
+    a fused backend on: any of overrideable, flash, memory-efficient and cuDNN."""
+    c = torch._C
+    return (c._get_overrideable_sdp_enabled() or c._get_flash_sdp_enabled() or c._get_mem_efficient_sdp_enabled()
+            or c._get_cudnn_sdp_enabled())
+
+
 def fusable(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, attn_mask: torch.Tensor | None = None,
             dropout_p: float = 0.0, is_causal: bool = False, enable_gqa: bool = False) -> bool:
     """Whether SDPA with these arguments runs as the one fused op (see the module)."""
     qkv = (query, key, value)
-    if not torch._C._get_overrideable_sdp_enabled() or dropout_p > 0.0:
+    if not fused_backend_enabled() or dropout_p > 0.0:
         return False
     if any(t.dim() != 4 or t.is_nested or t.layout != torch.strided or t.stride(-1) != 1 for t in qkv):
         return False

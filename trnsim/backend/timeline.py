@@ -171,6 +171,33 @@ def host_only() -> bool:
     return bool(getattr(_host_only, "depth", 0))
 
 
+#: Ops whose time depends on their data (FlexAttention's block mask), by name: a compiled
+#: graph charges the cost each reports when it runs (:func:`report_measured`) in place of
+#: the cost its kernel was lowered with.
+MEASURED: set[str] = set()
+
+
+class measuring:
+    """While active (a compiled graph computing its values), this thread's ops in
+    :data:`MEASURED` report their costs to the list it returns, in the order they run."""
+
+    def __enter__(self) -> list[OpCost]:
+        self.costs: list[OpCost] = []
+        self.outer = getattr(_host_only, "measured", None)
+        _host_only.measured = self.costs
+        return self.costs
+
+    def __exit__(self, *exc: Any) -> None:
+        _host_only.measured = self.outer
+
+
+def report_measured(cost: OpCost) -> None:
+    """An op of :data:`MEASURED` that ran inside a compiled graph reports its ``cost``."""
+    costs = getattr(_host_only, "measured", None)
+    if costs is not None:
+        costs.append(cost)
+
+
 def charge_kernel(name: str, cost: OpCost, shapes: tuple, dtypes: tuple) -> None:
     """Put one kernel the host launched itself (an NKI kernel called on neuron tensors) on
     the timeline, as an op named ``name`` of cost ``cost``."""

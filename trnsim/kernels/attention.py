@@ -110,23 +110,31 @@ def flash_attention_fwd(q, k, v, causal=False, key_tile=None):
             scores = [nl.matmul(qt, k_t[:, k0:k0 + key_tile], transpose_x=True) for qt in q_t]
             if causal:
                 scores = [_mask_future_keys(s, q0, k0, key_tile) for s, q0 in zip(scores, q0s)]
-            new_neg_max = [nisa.tensor_scalar(data=nl.max(s, axis=1), op0=nl.multiply, operand0=-1.0,
-                                              op1=nl.minimum, operand1=nm) for s, nm in zip(scores, neg_max)]
-            # alpha = exp(m_old - m_new) rescales what was summed under the old max
-            alpha = [nisa.activation(op=nl.exp, data=nm, scale=-1.0, bias=new)
-                     for nm, new in zip(neg_max, new_neg_max)]
-            tile_sum = [nl.ndarray((TILE_Q, 1), nl.float32) for _ in q0s]
-            probs = [nisa.activation(op=nl.exp, data=s, bias=new, reduce_op=nl.add, reduce_res=ts, dtype=dtype)
-                     for s, new, ts in zip(scores, new_neg_max, tile_sum)]
-            row_sum = [nisa.tensor_scalar(data=rs, op0=nl.multiply, operand0=a, op1=nl.add, operand1=ts)
-                       for rs, a, ts in zip(row_sum, alpha, tile_sum)]
-            probs_t = [_transpose_blocks(p) for p in probs]
-            pv = [_times(pt, v_blocks[k0 // TILE_K:(k0 + key_tile) // TILE_K]) for pt in probs_t]
-            acc = [nl.add(nl.multiply(ac, a), x) for ac, a, x in zip(acc, alpha, pv)]
-            neg_max = new_neg_max
+            neg_max, row_sum, acc = online_softmax_step(scores, neg_max, row_sum, acc,
+                                                        v_blocks[k0 // TILE_K:(k0 + key_tile) // TILE_K], dtype)
         for q0, ac, rs in zip(q0s, acc, row_sum):
             nl.store(out[q0:q0 + TILE_Q, :], value=nl.multiply(ac, nl.reciprocal(rs), dtype=dtype))
     return out
+
+
+def online_softmax_step(scores, neg_max, row_sum, acc, v_blocks, dtype):
+    """One key tile of the online softmax for each query tile in flight: ``scores``
+    [128, key_tile] (PSUM or SBUF, fp32), the running negated row max and row sum [128, 1]
+    and the unnormalised output ``acc`` [128, d] (SBUF, fp32), and the tile's value
+    blocks ``v_blocks`` ([128, d] each, SBUF). Returns the new (neg_max, row_sum, acc)."""
+    new_neg_max = [nisa.tensor_scalar(data=nl.max(s, axis=1), op0=nl.multiply, operand0=-1.0,
+                                      op1=nl.minimum, operand1=nm) for s, nm in zip(scores, neg_max)]
+    # alpha = exp(m_old - m_new) rescales what was summed under the old max
+    alpha = [nisa.activation(op=nl.exp, data=nm, scale=-1.0, bias=new) for nm, new in zip(neg_max, new_neg_max)]
+    tile_sum = [nl.ndarray((TILE_Q, 1), nl.float32) for _ in scores]
+    probs = [nisa.activation(op=nl.exp, data=s, bias=new, reduce_op=nl.add, reduce_res=ts, dtype=dtype)
+             for s, new, ts in zip(scores, new_neg_max, tile_sum)]
+    row_sum = [nisa.tensor_scalar(data=rs, op0=nl.multiply, operand0=a, op1=nl.add, operand1=ts)
+               for rs, a, ts in zip(row_sum, alpha, tile_sum)]
+    probs_t = [_transpose_blocks(p) for p in probs]
+    pv = [_times(pt, v_blocks) for pt in probs_t]
+    acc = [nl.add(nl.multiply(ac, a), x) for ac, a, x in zip(acc, alpha, pv)]
+    return new_neg_max, row_sum, acc
 
 
 def _check_keys_and_values(k, v, keys: int, d: int) -> None:
@@ -255,10 +263,10 @@ def flash_attention_bwd(q, k, v, o, d_o, lse, scale=None, causal=False):
         pending = None
         for g in nl.static_range(0, len(blocks) + Q_GROUP, Q_GROUP):
             group = blocks[g:g + Q_GROUP]
-            ready = _probs_and_d_scores(group, k0, k_cols, v_cols, q_cols, do_cols, neg_lse, neg_delta, scale,
-                                        causal, dtype) if group else None
+            ready = probs_and_d_scores(group, k0, k_cols, v_cols, q_cols, do_cols, neg_lse, neg_delta, scale,
+                                       _zero_future_keys if causal else None, dtype) if group else None
             if pending is not None:
-                dk_acc, dv_acc = _gradients(*pending, k_rows, q_rows, do_rows, dq_acc, dk_acc, dv_acc)
+                dk_acc, dv_acc = gradients(*pending, k_rows, q_rows, do_rows, dq_acc, dk_acc, dv_acc)
             pending = ready
         nl.store(dv[k0:k0 + TILE_K, :], value=nl.copy(dv_acc, dtype=dtype))
         nl.store(dk[k0:k0 + TILE_K, :], value=nl.multiply(dk_acc, scale, dtype=dtype))
@@ -267,15 +275,16 @@ def flash_attention_bwd(q, k, v, o, d_o, lse, scale=None, causal=False):
     return dq, dk, dv
 
 
-def _probs_and_d_scores(group, k0, k_cols, v_cols, q_cols, do_cols, neg_lse, neg_delta, scale, causal, dtype):
+def probs_and_d_scores(group, k0, k_cols, v_cols, q_cols, do_cols, neg_lse, neg_delta, scale, mask_block, dtype):
     """P = exp(scale * q_i k_j^T - lse_i) and dS = P * (dO_i v_j^T - D_i), [128, 128] each
-    in SBUF (``dtype``), for each query block i of ``group`` against the key block at k0."""
+    in SBUF (``dtype``), for each query block i of ``group`` against the key block at k0;
+    ``mask_block(P, q0, k0)``, where given, zeroes the probabilities of masked keys."""
     scores = [nl.matmul(q_cols[i], k_cols, transpose_x=True) for i in group]
     d_probs = [nl.matmul(do_cols[i], v_cols, transpose_x=True) for i in group]
     probs = [nisa.activation(op=nl.exp, data=s, scale=scale, bias=neg_lse[i], dtype=dtype)
              for s, i in zip(scores, group)]
-    if causal:
-        probs = [_zero_future_keys(p, i * TILE_Q, k0) for p, i in zip(probs, group)]
+    if mask_block is not None:
+        probs = [mask_block(p, i * TILE_Q, k0) for p, i in zip(probs, group)]
     # dP - D on the scalar engine (a bias), so the vector engine's product is all in SBUF
     shifted = [nisa.activation(op=nl.copy, data=dp, bias=neg_delta[i], dtype=dtype)
                for dp, i in zip(d_probs, group)]
@@ -283,7 +292,7 @@ def _probs_and_d_scores(group, k0, k_cols, v_cols, q_cols, do_cols, neg_lse, neg
     return group, probs, d_scores
 
 
-def _gradients(group, probs, d_scores, k_rows, q_rows, do_rows, dq_acc, dk_acc, dv_acc):
+def gradients(group, probs, d_scores, k_rows, q_rows, do_rows, dq_acc, dk_acc, dv_acc):
     """dv_j += P^T dO_i and dk_j += dS^T q_i (PSUM), and dq_i += dS k_j (SBUF fp32) for
     each query block i of ``group``; dS^T goes through the PE array."""
     for p, i in zip(probs, group):

@@ -27,7 +27,7 @@ from trnsim.backend import state, timeline
 from trnsim.backend.compile.lower import Kernel, lower
 from trnsim.backend.compile.partition import Group, partition
 from trnsim.backend.compile.origins import eager_ops
-from trnsim.backend.compile.patterns import collective
+from trnsim.backend.compile.patterns import collective, op_name
 
 
 def _fits(recipe: Any, rows: tuple[int, int], itemsizes: list[int]) -> bool:
@@ -57,7 +57,21 @@ class Lowered:
                     "eager_bytes": k.eager_bytes}
             if k.group.reason:
                 info["not_fused"] = k.group.reason
+            if k.group.kind == "op" and op_name(g.nodes[0]) in timeline.MEASURED:
+                info["measured"] = True   # timed by its data when the graph runs
             self.records.append((k.name, k.cost, shapes, dtypes, info))
+
+
+def with_measured(records: list, measured: list) -> list:
+    """``records`` with the kernels of ops whose time depends on their data (a block
+    mask) costing what they reported when the graph ran, taken from the front of
+    ``measured`` in order (a kernel that reported nothing keeps its lowered cost)."""
+    out = []
+    for name, cost, shapes, dtypes, info in records:
+        if info.get("measured") and measured:
+            cost = measured.pop(0)
+        out.append((name, cost, shapes, dtypes, info))
+    return out
 
 
 def lower_graph(gm: fx.GraphModule, name: str, vals: dict[fx.Node, Any] | None = None) -> Lowered:
@@ -86,8 +100,9 @@ class _CollectivesInOrder(fx.Interpreter):
     once its inputs are computed, between the graph's kernels as on the chip (the graph
     is launched once). After ``run``, ``pending`` holds the records still to charge."""
 
-    def __init__(self, gm: fx.GraphModule, lowered: Lowered) -> None:
+    def __init__(self, gm: fx.GraphModule, lowered: Lowered, measured: list) -> None:
         super().__init__(gm)
+        self.measured = measured
         records = {id(k.group): r for k, r in zip(lowered.kernels, lowered.records)}
         self.before: dict[fx.Node, list] = {}
         self.pending: list = []
@@ -102,7 +117,7 @@ class _CollectivesInOrder(fx.Interpreter):
     def run_node(self, n: fx.Node) -> Any:
         ahead = self.before.get(n)
         if ahead:
-            timeline.charge_graph(ahead, launch=not self.launched)
+            timeline.charge_graph(with_measured(ahead, self.measured), launch=not self.launched)
             self.launched = True
         return super().run_node(n)
 
@@ -129,22 +144,23 @@ class CompiledGraph:
 
     def __call__(self, *args: Any) -> Any:
         lowered = self.lowered if self.lowered is not None else self._specialize(args)
-        if state.fidelity() == "instruction":
-            from trnsim.backend.compile.instruction import run
+        with timeline.measuring() as measured:
+            if state.fidelity() == "instruction":
+                from trnsim.backend.compile.instruction import run
 
-            outs = run(self.gm, lowered, list(args))
-        elif self.has_collectives:
-            run = _CollectivesInOrder(self.gm, lowered)
-            with timeline.graph_execution():
-                outs = run.run(*args)
-            if run.pending:
-                timeline.charge_graph(run.pending, launch=not run.launched)
-            return outs
-        else:
-            with timeline.graph_execution():
-                outs = self.gm(*args)
+                outs = run(self.gm, lowered, list(args))
+            elif self.has_collectives:
+                run = _CollectivesInOrder(self.gm, lowered, measured)
+                with timeline.graph_execution():
+                    outs = run.run(*args)
+                if run.pending:
+                    timeline.charge_graph(with_measured(run.pending, measured), launch=not run.launched)
+                return outs
+            else:
+                with timeline.graph_execution():
+                    outs = self.gm(*args)
         if lowered.records:   # a graph of views or of CPU work does nothing on the device
-            timeline.charge_graph(lowered.records)
+            timeline.charge_graph(with_measured(lowered.records, measured))
         return outs
 
     def _specialize(self, args: tuple) -> Lowered:

@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from trnsim.backend.distributed.faults import RankLostError
-from trnsim.backend.runscript import INTERRUPTED, run_script, script_traceback, stopped_line
+from trnsim.backend.runscript import INTERRUPTED, Program, stopped_line
 from trnsim.trace.job import JobTrace
 
 JOB_DIR = "TRNSIM_JOB_TRACE_DIR"
@@ -63,15 +63,16 @@ def _stopped(signum: int, frame: Any) -> None:
 
 
 def rank_main(argv: list[str]) -> None:
-    """Run ``argv[0]`` (with ``argv[1:]``) as ``__main__`` in this rank, traced; the
+    """Run ``argv[0]`` (or the module after ``-m``) with the rest of ``argv`` as
+    ``__main__`` in this rank, traced; the
     rank's trace, marked partial if the script did not finish, goes to the job folder
     however the script ends. Exits with the script's status (1 after an exception,
     shown from the script's first frame; 130 after Ctrl-C; 143 when stopped)."""
     import trnsim
 
-    if not argv:
-        raise SystemExit("usage: python -m trnsim.backend.distributed.launch script.py [args...]")
-    script = argv[0]
+    if not argv or argv == ["-m"]:
+        raise SystemExit("usage: python -m trnsim.backend.distributed.launch (script.py | -m module) [args...]")
+    program, args = Program.from_argv(argv)
     rank, world = int(os.environ.get("RANK", 0)), int(os.environ.get("WORLD_SIZE", 1))
     out = os.environ.get(JOB_DIR)
     from trnsim.backend.progress import Progress
@@ -81,7 +82,7 @@ def rank_main(argv: list[str]) -> None:
     status: int | str | None = 0
     try:
         with prof, Progress() if rank == 0 else contextlib.nullcontext():   # one line for the job, on a terminal only
-            run_script(script, argv[1:])
+            program.run(args)
     except SystemExit as e:
         status = e.code
     except KeyboardInterrupt:
@@ -90,7 +91,7 @@ def rank_main(argv: list[str]) -> None:
         status = 128 + signal.SIGTERM
         prof.partial = STOPPED
     except BaseException as e:
-        print(script_traceback(e, script), end="", file=sys.stderr)
+        print(program.traceback(e), end="", file=sys.stderr)
         status = 1
         if isinstance(e, RankLostError):   # the consequence; the failed rank says the cause
             prof.partial = PEER_LOST
@@ -133,11 +134,11 @@ def _job_unfinished(job: JobTrace, ids: list[int], rc: int, stop: str | None, mi
     return f"torchrun exited with status {rc}" if rc else None
 
 
-def run_job(script: str, args: list[str], nproc: int, trace: str | None, *, instance: str | None = None,
+def run_job(program: Program, args: list[str], nproc: int, trace: str | None, *, instance: str | None = None,
             chip: str | None = None, fidelity: str | None = None, timeout_s: float | None = None,
             nnodes: int | None = None, node_rank: int | None = None, rdzv_endpoint: str | None = None,
             top: int = 10) -> int:
-    """Run ``script`` on ``nproc`` ranks (per node) with torchrun; returns its exit code.
+    """Run ``program`` on ``nproc`` ranks (per node) with torchrun; returns its exit code.
     The merged trace goes to ``trace`` and its report (:func:`trnsim.trace.report`, with
     ``top`` ops) to standard output. A job that did not finish (a rank failed, Ctrl-C,
     ``timeout_s``) leaves ``trace`` as it was: its merged trace, marked partial, goes
@@ -154,7 +155,7 @@ def run_job(script: str, args: list[str], nproc: int, trace: str | None, *, inst
                     "--rdzv-backend=c10d"]
         else:
             cmd += ["--standalone"]
-        cmd += ["-m", "trnsim.backend.distributed.launch", script, *args]
+        cmd += ["-m", "trnsim.backend.distributed.launch", *program.argv(), *args]
         proc = subprocess.Popen(cmd, env=env, start_new_session=True)
         stop = None   # why this launcher stopped the job
         interrupted = False
