@@ -79,7 +79,7 @@ def flash_attention_fwd(q, k, v, causal=False, key_tile=None):
                      "pad q [seqlen, d] with rows and drop their outputs")
     require(d <= nl.tile_size.pmax, "flash_attention_fwd",
             f"needs a head dimension d of at most {nl.tile_size.pmax}, got q [{seqlen}, {d}]; split the head")
-    _check_keys_and_values(k, v, keys, d)
+    check_keys_and_values(k, v, keys, d)
     dtype = q.dtype
     scale = 1.0 / math.sqrt(d)
     out = nl.ndarray((seqlen, d), dtype, buffer=nl.shared_hbm)
@@ -137,7 +137,7 @@ def online_softmax_step(scores, neg_max, row_sum, acc, v_blocks, dtype):
     return new_neg_max, row_sum, acc
 
 
-def _check_keys_and_values(k, v, keys: int, d: int) -> None:
+def check_keys_and_values(k, v, keys: int, d: int) -> None:
     if tuple(k.shape) != (keys, d) or tuple(v.shape) != (keys, d):
         raise nki.KernelError(f"k is {list(k.shape)} and v is {list(v.shape)}: both must be [keys, {d}], "
                               "with q's head dimension and the same number of keys")
@@ -219,7 +219,7 @@ def flash_attention_bwd(q, k, v, o, d_o, lse, scale=None, causal=False):
     if seqlen % TILE_Q or keys % TILE_K or d > nl.tile_size.pmax:
         raise nki.KernelError(f"q is [{seqlen}, {d}] and k is {list(k.shape)}: seqlen and keys must be multiples of "
                               f"{TILE_Q} and d at most {nl.tile_size.pmax}")
-    _check_keys_and_values(k, v, keys, d)
+    check_keys_and_values(k, v, keys, d)
     if tuple(o.shape) != (seqlen, d) or tuple(d_o.shape) != (seqlen, d):
         raise nki.KernelError(f"o is {list(o.shape)} and d_o is {list(d_o.shape)}: both must be q's shape, "
                               f"[{seqlen}, {d}]")
@@ -233,19 +233,7 @@ def flash_attention_bwd(q, k, v, o, d_o, lse, scale=None, causal=False):
     dq = nl.ndarray((seqlen, d), dtype, buffer=nl.shared_hbm)
     dk = nl.ndarray((keys, d), dtype, buffer=nl.shared_hbm)
     dv = nl.ndarray((keys, d), dtype, buffer=nl.shared_hbm)
-
-    # per query block, kept in SBUF across every key block
-    q_rows, q_cols, do_rows, do_cols, neg_lse, neg_delta = [], [], [], [], [], []
-    for qi in nl.affine_range(seqlen // TILE_Q):
-        rows = slice(qi * TILE_Q, (qi + 1) * TILE_Q)
-        q_rows.append(nl.load(q[rows, :]))
-        q_cols.append(nl.copy(nl.transpose(q_rows[-1]), dtype=dtype))
-        do_rows.append(nl.load(d_o[rows, :]))
-        do_cols.append(nl.copy(nl.transpose(do_rows[-1]), dtype=dtype))
-        neg_lse.append(nl.multiply(nl.load(lse[rows, :]), -1.0, dtype=nl.float32))
-        do_times_o = nl.multiply(do_rows[-1], nl.load(o[rows, :]), dtype=nl.float32)
-        neg_delta.append(nisa.tensor_reduce(op=nl.add, data=do_times_o, axis=1, negate=True, keepdims=True,
-                                            dtype=nl.float32))
+    q_rows, q_cols, do_rows, do_cols, neg_lse, neg_delta = query_blocks(q, o, d_o, lse, seqlen, dtype)
     dq_acc = [None] * (seqlen // TILE_Q)
 
     for kj in nl.affine_range(keys // TILE_K):
@@ -273,6 +261,24 @@ def flash_attention_bwd(q, k, v, o, d_o, lse, scale=None, causal=False):
     for qi, acc in enumerate(dq_acc):   # every query sees key 0, so every block has a partial
         nl.store(dq[qi * TILE_Q:(qi + 1) * TILE_Q, :], value=nl.multiply(acc, scale, dtype=dtype))
     return dq, dk, dv
+
+
+def query_blocks(q, o, d_o, lse, seqlen: int, dtype) -> tuple[list, list, list, list, list, list]:
+    """What the backward keeps in SBUF per block of TILE_Q queries, across every key
+    block: q and d_o as rows [TILE_Q, d] and as columns [d, TILE_Q] (transposed on the PE
+    array), -lse, and -delta = -rowsum(d_o * o) in fp32 [TILE_Q, 1]."""
+    q_rows, q_cols, do_rows, do_cols, neg_lse, neg_delta = [], [], [], [], [], []
+    for qi in nl.affine_range(seqlen // TILE_Q):
+        rows = slice(qi * TILE_Q, (qi + 1) * TILE_Q)
+        q_rows.append(nl.load(q[rows, :]))
+        q_cols.append(nl.copy(nl.transpose(q_rows[-1]), dtype=dtype))
+        do_rows.append(nl.load(d_o[rows, :]))
+        do_cols.append(nl.copy(nl.transpose(do_rows[-1]), dtype=dtype))
+        neg_lse.append(nl.multiply(nl.load(lse[rows, :]), -1.0, dtype=nl.float32))
+        do_times_o = nl.multiply(do_rows[-1], nl.load(o[rows, :]), dtype=nl.float32)
+        neg_delta.append(nisa.tensor_reduce(op=nl.add, data=do_times_o, axis=1, negate=True, keepdims=True,
+                                            dtype=nl.float32))
+    return q_rows, q_cols, do_rows, do_cols, neg_lse, neg_delta
 
 
 def probs_and_d_scores(group, k0, k_cols, v_cols, q_cols, do_cols, neg_lse, neg_delta, scale, mask_block, dtype):

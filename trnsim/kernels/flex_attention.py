@@ -27,8 +27,8 @@ import math
 import trnsim.nki as nki
 import trnsim.nki.isa as nisa
 import trnsim.nki.language as nl
-from trnsim.kernels.attention import (KEY_TILES, MASKED_SCORE, Q_GROUP, TILE_K, TILE_Q, _check_keys_and_values,
-                                      gradients, online_softmax_step, probs_and_d_scores)
+from trnsim.kernels.attention import (KEY_TILES, MASKED_SCORE, Q_GROUP, TILE_K, TILE_Q, check_keys_and_values,
+                                      gradients, online_softmax_step, probs_and_d_scores, query_blocks)
 from trnsim.kernels.preconditions import require
 
 #: Per 128-query tile, the 128-key blocks it attends to: ``(block, partial)`` pairs, ascending.
@@ -41,7 +41,7 @@ def _check(name: str, q, k, v, mask, blocks: Blocks) -> tuple[int, int, int]:
     require(seqlen % TILE_Q == 0 and keys % TILE_K == 0 and d <= nl.tile_size.pmax, name,
             f"needs seqlen and keys multiples of {TILE_Q} and d at most {nl.tile_size.pmax}, got q [{seqlen}, {d}] "
             f"and k {list(k.shape)}; pad the sequences (masked) and split the head")
-    _check_keys_and_values(k, v, keys, d)
+    check_keys_and_values(k, v, keys, d)
     require(tuple(mask.shape) == (seqlen, keys), name,
             f"needs a mask [{seqlen}, {keys}] (queries, keys), got {list(mask.shape)}")
     require(len(blocks) == seqlen // TILE_Q and all(0 <= b < keys // TILE_K for tile in blocks for b, _ in tile),
@@ -182,17 +182,7 @@ def block_sparse_attention_bwd(q, k, v, o, d_o, lse, mask, blocks, scale=None):
     dk = nl.ndarray((keys, d), dtype, buffer=nl.shared_hbm)
     dv = nl.ndarray((keys, d), dtype, buffer=nl.shared_hbm)
 
-    q_rows, q_cols, do_rows, do_cols, neg_lse, neg_delta = [], [], [], [], [], []
-    for qi in nl.affine_range(seqlen // TILE_Q):
-        rows = slice(qi * TILE_Q, (qi + 1) * TILE_Q)
-        q_rows.append(nl.load(q[rows, :]))
-        q_cols.append(nl.copy(nl.transpose(q_rows[-1]), dtype=dtype))
-        do_rows.append(nl.load(d_o[rows, :]))
-        do_cols.append(nl.copy(nl.transpose(do_rows[-1]), dtype=dtype))
-        neg_lse.append(nl.multiply(nl.load(lse[rows, :]), -1.0, dtype=nl.float32))
-        do_times_o = nl.multiply(do_rows[-1], nl.load(o[rows, :]), dtype=nl.float32)
-        neg_delta.append(nisa.tensor_reduce(op=nl.add, data=do_times_o, axis=1, negate=True, keepdims=True,
-                                            dtype=nl.float32))
+    q_rows, q_cols, do_rows, do_cols, neg_lse, neg_delta = query_blocks(q, o, d_o, lse, seqlen, dtype)
     dq_acc = [None] * (seqlen // TILE_Q)
 
     def zero_dropped(probs, q0, k0):
