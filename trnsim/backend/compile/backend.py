@@ -46,16 +46,13 @@ def skip_internal_frames() -> None:
         trace_rules.add(name)
 
 
-_warned: set[str] = set()
-
-
 def _check_options(mode: str | None, options: dict | None) -> None:
-    if mode is not None and mode != "default" and f"mode {mode}" not in _warned:
-        _warned.add(f"mode {mode}")
+    # Python's warning filters say how often (by default once per line of the caller's
+    # code), not a set kept here: a set would hide the warning from a later test or caller
+    if mode is not None and mode != "default":
         warnings.warn(f"torch.compile(mode={mode!r}) has no meaning on the neuron backend, which compiles every "
                       "graph the one way; compiling as mode='default'", CompileModeWarning, stacklevel=3)
-    if options and f"options {sorted(options)}" not in _warned:
-        _warned.add(f"options {sorted(options)}")
+    if options:
         warnings.warn(f"torch.compile(options={options!r}): the neuron backend takes no options; ignoring "
                       f"{', '.join(map(repr, options))}", CompileModeWarning, stacklevel=3)
     if not torch._dynamo.config.assume_static_by_default:
