@@ -2,9 +2,15 @@
 with the script's own output, and gone at the end."""
 
 import io
+import os
 import re
+import signal
 import sys
+import threading
+import time
 from pathlib import Path
+
+import pytest
 
 from trnsim.backend.progress import Progress
 from trnsim.testing.procs import run_pty, with_repo_on_path
@@ -105,3 +111,48 @@ def test_progress_erases_itself_before_each_write_of_the_program(monkeypatch):
     assert sys.stdout is terminal and sys.stderr is terminal
     assert p.shown == 2
     assert render(terminal.getvalue().encode()) == ["one two", ""]
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork")
+def test_a_child_forked_while_the_line_is_held_can_still_print(monkeypatch):
+    """A DataLoader worker forked while the progress thread held its lock inherits the
+    lock held: the child must write to its streams directly, not wait on it forever."""
+    class Tty(io.StringIO):
+        def isatty(self) -> bool:
+            return True
+
+    terminal = Tty()
+    monkeypatch.delenv("TRNSIM_PROGRESS", raising=False)
+    monkeypatch.setattr(sys, "stdout", terminal)
+    with Progress(terminal, interval_s=3600) as p:
+        held, release = threading.Event(), threading.Event()
+
+        def draw():   # the progress thread, holding the lock while it draws
+            with p._lock:
+                held.set()
+                release.wait(30)
+
+        drawer = threading.Thread(target=draw)
+        drawer.start()
+        held.wait(30)
+        pid = os.fork()
+        if pid == 0:   # the child: print through what sys.stdout now is, then leave at once
+            try:
+                print("child", flush=True)
+                code = 0 if sys.stdout is terminal else 3
+            except BaseException:   # noqa: BLE001 - any failure is the child's exit status
+                code = 4
+            os._exit(code)
+        release.set()
+        drawer.join()
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            done, status = os.waitpid(pid, os.WNOHANG)
+            if done:
+                break
+            time.sleep(0.05)
+        else:
+            os.kill(pid, signal.SIGKILL)
+            os.waitpid(pid, 0)
+            pytest.fail("the forked child hung on its first print")
+    assert os.waitstatus_to_exitcode(status) == 0

@@ -9,7 +9,10 @@ tensors made pinned from the start (``torch.empty(..., pin_memory=True)``, any f
 with ``pin_memory=True``, and the pinned buffers PyTorch's C++ makes, such as DDP's map
 of used parameters under ``find_unused_parameters=True``) all reach the CPU kernels of
 ``empty`` and ``empty_strided``, which make them in ordinary host memory, remembered as
-pinned, while ``neuron`` is the accelerator (:func:`_pinned_factory`).
+pinned, while ``neuron`` is the accelerator (:func:`_pinned_factory`). That kernel is
+installed once the process uses the device (its first op, a ``neuron`` process group,
+``Tensor.pin_memory()``, ``trnsim.profile``, ``trnsim run``), not at ``import torch``:
+a factory asking for pinned memory before any of those gets PyTorch's own error.
 
 ``torch.load`` onto ``neuron`` (saved neuron tensors, or ``map_location="neuron"``)
 would ask the device for an allocator; trnsim's deserializer adopts the loaded host
@@ -81,6 +84,7 @@ def _remember_pinned(t: torch.Tensor) -> torch.Tensor:
 def _pin_memory(self: torch.Tensor, device=None) -> torch.Tensor:
     if not _for_neuron(device):
         return torch.ops.aten._pin_memory.default.redispatch(_ORIGINAL, self, device)
+    install_pinned_factories()   # a script that pins batches will make pinned tensors too
     out = torch.empty_like(self, memory_format=torch.contiguous_format) if self.numel() else self.clone()
     out.copy_(self)
     return _remember_pinned(out)
@@ -249,16 +253,17 @@ def _trunc_normal_(tensor: torch.Tensor, mean: float, std: float, a: float, b: f
     """``nn.init.trunc_normal_`` draws again until no value lies outside [a, b], which needs
     values; a tensor made under timing fidelity has none, so it is drawn once (one timed
     ``normal_``), as PyTorch makes sampling a no-op on meta tensors."""
-    if tensor.device.type == "neuron" and not tensor.is_meta and _no_values(tensor):
+    if type(tensor) is torch.Tensor and tensor.device.type == "neuron" and _no_values(tensor):
         with torch.no_grad():
             return tensor.normal_(mean, std, generator=generator)
     return _trunc_normal(tensor, mean, std, a, b, generator=generator)
 
 
 def _no_values(t: torch.Tensor) -> bool:
-    from trnsim.backend import storage
-
-    return storage.block_of(t).host is None
+    """Whether plain neuron tensor ``t`` was made under timing fidelity (its storage keeps
+    no host values); a storage trnsim did not make counts as holding values."""
+    block = getattr(t.untyped_storage(), "_trnsim_block", None)
+    return block is not None and block.host is None
 
 
 def install_storage() -> None:

@@ -23,6 +23,7 @@ from __future__ import annotations
 import os
 import sys
 import threading
+import weakref
 from typing import Any, TextIO
 
 from trnsim.backend import state
@@ -129,6 +130,7 @@ class Progress:
     def __enter__(self) -> Progress:
         self._ops0, self._device0 = state.clock.ops, state.clock.device
         if self.active:
+            _shown.add(self)
             for name in _STREAMS:
                 stream = getattr(sys, name)
                 if _isatty(stream):
@@ -147,10 +149,35 @@ class Progress:
         self._thread = None
         with self._lock:
             self._erase()
+        self._unguard()
+        _shown.discard(self)
+
+    def _unguard(self) -> None:
         for name, guard in self._guards.items():
             if getattr(sys, name) is guard:   # a stream the program put there itself stays
                 setattr(sys, name, guard._stream)
         self._guards.clear()
+
+    def _after_fork_in_child(self) -> None:
+        """A forked child (a DataLoader worker) has no progress thread, and the lock may
+        have been held by it at the fork: the child writes to its streams directly."""
+        self._lock = threading.RLock()
+        self._thread, self._drawn, self._mid_line = None, False, False
+        self._unguard()
+
+
+# the lines on screen now, so that a forked child can let go of them
+_shown: weakref.WeakSet[Progress] = weakref.WeakSet()
+
+
+def _forget_in_child() -> None:
+    for progress in list(_shown):
+        progress._after_fork_in_child()
+    _shown.clear()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_forget_in_child)
 
 
 def _ends_line(data: Any) -> bool:
