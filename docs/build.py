@@ -29,6 +29,7 @@ import re
 import subprocess
 import sys
 import tempfile
+import threading
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -123,7 +124,7 @@ for line in sys.stdin:
         traceback.print_exc()
         status = "error"
     sys.stdout.flush(); sys.stderr.flush()
-    print({SENTINEL!r} + status, flush=True)
+    print("\\n" + {SENTINEL!r} + status, flush=True)
 """
 
 
@@ -139,8 +140,8 @@ class Workspace:
         self.env = dict(os.environ, TRNSIM_PROGRESS="0", HF_HUB_OFFLINE="1", PYTHONUNBUFFERED="1",
                         PYTHONPATH=os.pathsep.join(p for p in (str(REPO), os.environ.get("PYTHONPATH")) if p),
                         PATH=os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")]))
-        for name in ("TRNSIM_CHIP", "TRNSIM_FIDELITY"):
-            self.env.pop(name, None)
+        for name in [n for n in self.env if n.startswith("TRNSIM_") and n != "TRNSIM_PROGRESS"]:
+            self.env.pop(name)   # the outputs are those of the defaults, whatever the caller's shell sets
         self._python: subprocess.Popen | None = None
 
     def run(self, block: Block) -> str:
@@ -171,12 +172,18 @@ class Workspace:
         self._python.stdin.write(json.dumps(script) + "\n")
         self._python.stdin.flush()
         lines = []
-        for line in self._python.stdout:
-            if line.startswith(SENTINEL):
-                if line[len(SENTINEL):].strip() != "ok":
-                    raise RuntimeError(f"a python block failed:\n{script}\n{''.join(lines)}")
-                return "".join(lines)
-            lines.append(line)
+        timer = threading.Timer(TIMEOUT_S, self._python.kill)   # a block that hangs ends the session
+        timer.start()
+        try:
+            for line in self._python.stdout:
+                if line.startswith(SENTINEL):
+                    if line[len(SENTINEL):].strip() != "ok":
+                        raise RuntimeError(f"a python block failed:\n{script}\n{''.join(lines)}")
+                    # the newline printed before the sentinel, so that it starts a line
+                    return "".join(lines)[:-1]
+                lines.append(line)
+        finally:
+            timer.cancel()
         raise RuntimeError(f"the python session ended while running:\n{script}\n{''.join(lines)}")
 
     def close(self) -> None:

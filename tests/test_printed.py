@@ -38,6 +38,7 @@ def test_temporary_folders_are_not_compared():
 @pytest.mark.parametrize("other, says", [
     (RUN.replace("1,343.858", "1,375.374"), "1,343.858 became 1,375.374"),
     (RUN.replace("67.0%", "66.9%"), "67.0 became 66.9"),
+    (RUN.replace("1,343.858", "1,343.859"), "1,343.858 became 1,343.859"),
     (RUN.replace("160 calls", "161 calls"), "160 became 161"),
     (RUN.replace("on neuron", "on cpu"), "line 3"),
     (RUN.replace("losses         7.07513 6.20641", "losses         7.07513"), "line 3"),

@@ -251,6 +251,8 @@ def test_a_slower_compiled_run_names_its_costliest_unfused_ops():
         "b is slower than a: 1.67x its simulated time (1.000 us more); the costliest unfused ops of its compiled "
         "graphs where it spends more: sum (batch_norm_backward) 1.600 us in 2 calls")
     assert str(T.compare(eager, eager)).splitlines()[-1].startswith("simulated time")   # nothing slower
+    # against a trace in which nothing ran (a run that failed before its first op)
+    assert "its simulated time, where the other run has none" in str(T.compare(T.Trace(meta={}, slices=[]), compiled))
     lines = str(T.report(compiled)).splitlines()
     assert "unfused        64.0% of op time in ops without matmuls that the compiled graphs did not fuse; "\
         "costliest: sum (batch_norm_backward) 1.600 us in 2 calls" in lines

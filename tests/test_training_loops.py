@@ -219,3 +219,22 @@ def test_the_check_fails_on_losses_that_differ():
 
     with pytest.raises(AssertionError, match=r"loss of step 1: .* on neuron, .* on the CPU"):
         assert_trains_as_on_cpu(loop)
+
+
+def test_the_check_fails_a_loop_gone_nan():
+    """NaN compares false with everything: a loop whose losses and weights went NaN on
+    neuron must fail the check, not pass every comparison."""
+    def loop(device):
+        torch.manual_seed(0)
+        model = mlp().to(device)
+        before = snapshot(model)
+        losses = mlp_steps(model, torch.optim.SGD(model.parameters(), lr=1e-1), device)
+        if device != "cpu":
+            with torch.no_grad():
+                for p in model.parameters():
+                    p.fill_(float("nan"))
+            losses = [float("nan")] * len(losses)
+        return TrainingRun(losses, before, snapshot(model))
+
+    with pytest.raises(AssertionError, match=r"did not change on neuron|loss of step 0"):
+        assert_trains_as_on_cpu(loop)

@@ -77,7 +77,12 @@ def assert_trains_as_on_cpu(loop: Callable[[str], TrainingRun], device: str = "n
     cpu_moved, dev_moved = movement(cpu), movement(dev)
     if not any(cpu_moved.values()):
         raise AssertionError("no parameter changed on the CPU either: the loop trains nothing to compare")
-    frozen = [n for n, m in cpu_moved.items() if m > 0 and dev_moved[n] == 0]
+    if set(dev_moved) != set(cpu_moved):
+        raise AssertionError(f"the loop trained other parameters on {device} than on the CPU: only on {device} "
+                             f"{sorted(set(dev_moved) - set(cpu_moved))[:3]}, only on the CPU "
+                             f"{sorted(set(cpu_moved) - set(dev_moved))[:3]}")
+    # written so that NaN fails every comparison: a run gone NaN is not a run that trains
+    frozen = [n for n, m in cpu_moved.items() if m > 0 and not dev_moved[n] > 0]
     if frozen:
         raise AssertionError(
             f"{len(frozen)} of {len(cpu_moved)} parameters did not change on {device} while the CPU's did "
@@ -86,11 +91,11 @@ def assert_trains_as_on_cpu(loop: Callable[[str], TrainingRun], device: str = "n
     if len(dev.losses) != len(cpu.losses):
         raise AssertionError(f"{len(dev.losses)} losses on {device}, {len(cpu.losses)} on the CPU")
     for step, (a, b) in enumerate(zip(dev.losses, cpu.losses)):
-        if abs(a - b) > atol + rtol * abs(b):
+        if not abs(a - b) <= atol + rtol * abs(b):
             raise AssertionError(f"loss of step {step}: {a!r} on {device}, {b!r} on the CPU (rtol {rtol}); "
                                  f"all: {dev.losses} vs {cpu.losses}")
     for n, b in cpu_moved.items():
         a = dev_moved[n]
-        if abs(a - b) > atol + rtol * b:
+        if not abs(a - b) <= atol + rtol * b:
             raise AssertionError(f"parameter {n} moved by {a!r} on {device}, {b!r} on the CPU (rtol {rtol})")
     return cpu, dev

@@ -81,10 +81,10 @@ class Comparison:
             if not compiled:
                 continue
             if me.total_ns > them.total_ns:
-                line = (f"{mine} is slower than {other}: {me.total_ns / them.total_ns:.2f}x its simulated time "
+                line = (f"{mine} is slower than {other}: {_times(me.total_ns, them.total_ns, 'its simulated time')} "
                         f"({(me.total_ns - them.total_ns) / 1e3:,.3f} us more)")
             elif me.op_ns > them.op_ns:
-                line = (f"{mine}'s ops are slower than {other}'s: {me.op_ns / them.op_ns:.2f}x their time "
+                line = (f"{mine}'s ops are slower than {other}'s: {_times(me.op_ns, them.op_ns, 'their time')} "
                         f"({(me.op_ns - them.op_ns) / 1e3:,.3f} us more), though fewer launches shorten its "
                         "simulated time")
             else:
@@ -142,3 +142,10 @@ def compare(a: Trace | JobTrace | str | os.PathLike, b: Trace | JobTrace | str |
     worse_a = tuple(u for u in unfused(ops_a) if row_of[u.origin].saved_ns > 0)
     worse_b = tuple(u for u in unfused(ops_b) if row_of[u.origin].saved_ns < 0)
     return Comparison(report(a), report(b), tuple(rows), names, top, worse_a, worse_b, compiled)
+
+
+def _times(mine: float, theirs: float, what: str) -> str:
+    """``mine`` as a multiple of ``theirs``: "1.25x its simulated time", or, where
+    ``theirs`` is no time at all (a trace in which nothing ran), "its simulated time, where
+    the other run has none"."""
+    return f"{mine / theirs:.2f}x {what}" if theirs > 0 else f"{what}, where the other run has none"
