@@ -175,6 +175,9 @@ def _run(args: argparse.Namespace) -> int:
 
     code: int | str | None = 0
     failure: BaseException | None = None
+    from trnsim.backend import hostshims
+
+    hostshims.install_pinned_factories()   # the script is a device program, pinned buffers included
     prof = trnsim.profile()
     with follow.children_followed() as children:   # the Python processes it starts record their own ops
         try:

@@ -11,7 +11,7 @@ of used parameters under ``find_unused_parameters=True``) all reach the CPU kern
 ``empty`` and ``empty_strided``, which make them in ordinary host memory, remembered as
 pinned, while ``neuron`` is the accelerator (:func:`_pinned_factory`). That kernel is
 installed once the process uses the device (its first op, a ``neuron`` process group,
-``Tensor.pin_memory()``, ``trnsim.profile``, ``trnsim run``), not at ``import torch``:
+``Tensor.pin_memory()``, ``trnsim run``), not at ``import torch``:
 a factory asking for pinned memory before any of those gets PyTorch's own error.
 
 ``torch.load`` onto ``neuron`` (saved neuron tensors, or ``map_location="neuron"``)

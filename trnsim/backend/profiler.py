@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from trnsim.atomic import as_path, check_writable
-from trnsim.backend import hostshims, state, timeline
+from trnsim.backend import state, timeline
 from trnsim.errors import TrnSimError
 from trnsim.trace.partial import KEY as PARTIAL
 from trnsim.trace.partial import save_run, why_unfinished
@@ -108,7 +108,6 @@ class profile:
                               "itself: make a second trnsim.profile(...) to nest one")
         if self.path is not None:
             check_writable(self.path)
-        hostshims.install_pinned_factories()   # what is profiled is a device program
         from trnsim.backend.compile import metrics
 
         self.records, self.syncs, self._raw, self.compilations = [], [], [], []
