@@ -112,3 +112,18 @@ def test_set_chip_names_its_argument():
 def test_a_bad_timeout_is_one_clear_error(monkeypatch):
     monkeypatch.setenv("TRNSIM_DIST_TIMEOUT", "-5")
     clean_error(settings.check, "TRNSIM_DIST_TIMEOUT='-5'", "positive number of seconds", types=ConfigError)
+
+
+def test_report_and_diff_read_saved_traces_whatever_the_chip_variable_says(tmp_path):
+    """A stale TRNSIM_CHIP stops what simulates, not the commands that only read traces."""
+    import torch
+
+    path = tmp_path / "t.json"
+    with trnsim.profile(str(path)):
+        (torch.ones(4, device="neuron") + 1).cpu()
+    rc, out, err = cli("report", str(path), env={"TRNSIM_CHIP": "trn-2"})
+    assert (rc, err) == (0, "") and out.startswith("program")
+    rc, out, err = cli("diff", str(path), str(path), env={"TRNSIM_CHIP": "trn-2"})
+    assert (rc, err) == (0, "")
+    rc, _, err = cli("demo", env={"TRNSIM_CHIP": "trn-2"})
+    assert rc == 2 and "TRNSIM_CHIP='trn-2'" in err
