@@ -45,6 +45,7 @@ until it reads no value out of range) are served here, as writes that keep no va
 
 from __future__ import annotations
 
+import threading
 import warnings
 import weakref
 from typing import Any
@@ -134,6 +135,7 @@ def install() -> None:
 
 
 _factories_lib: torch.library.Library | None = None
+_factories_lock = threading.Lock()
 
 
 def install_pinned_factories() -> None:
@@ -146,13 +148,16 @@ def install_pinned_factories() -> None:
     global _factories_lib
     if _factories_lib is not None:
         return
-    lib = torch.library.Library("aten", "IMPL")
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")   # each registration warns that it overrides the CPU kernel
-        for name, op in (("empty.memory_format", torch.ops.aten.empty.memory_format),
-                         ("empty_strided", torch.ops.aten.empty_strided.default)):
-            lib.impl(name, _pinned_factory(torch.library.get_kernel(op, "CPU")), "CPU", with_keyset=True)
-    _factories_lib = lib
+    with _factories_lock:   # first ops from many threads at once: one registration
+        if _factories_lib is not None:
+            return
+        lib = torch.library.Library("aten", "IMPL")
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")   # each registration warns that it overrides the CPU kernel
+            for name, op in (("empty.memory_format", torch.ops.aten.empty.memory_format),
+                             ("empty_strided", torch.ops.aten.empty_strided.default)):
+                lib.impl(name, _pinned_factory(torch.library.get_kernel(op, "CPU")), "CPU", with_keyset=True)
+        _factories_lib = lib
 
 
 def _neuron_current() -> bool:
