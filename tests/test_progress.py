@@ -92,11 +92,14 @@ def test_progress_line_never_mixes_with_the_scripts_output_on_a_terminal(tmp_pat
     assert screen[screen.index(PRINTED[-1]) + 1].startswith("program        eager PyTorch")
 
 
-def test_progress_erases_itself_before_each_write_of_the_program(monkeypatch):
-    class Tty(io.StringIO):
-        def isatty(self) -> bool:
-            return True
+class Tty(io.StringIO):
+    """A stream that says it is a terminal."""
 
+    def isatty(self) -> bool:
+        return True
+
+
+def test_progress_erases_itself_before_each_write_of_the_program(monkeypatch):
     terminal = Tty()
     monkeypatch.delenv("TRNSIM_PROGRESS", raising=False)
     monkeypatch.setattr(sys, "stdout", terminal)
@@ -117,10 +120,6 @@ def test_progress_erases_itself_before_each_write_of_the_program(monkeypatch):
 def test_a_child_forked_while_the_line_is_held_can_still_print(monkeypatch):
     """A DataLoader worker forked while the progress thread held its lock inherits the
     lock held: the child must write to its streams directly, not wait on it forever."""
-    class Tty(io.StringIO):
-        def isatty(self) -> bool:
-            return True
-
     terminal = Tty()
     monkeypatch.delenv("TRNSIM_PROGRESS", raising=False)
     monkeypatch.setattr(sys, "stdout", terminal)
