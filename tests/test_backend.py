@@ -70,12 +70,15 @@ def test_import_torch_leaves_the_cpu_kernels_to_pytorch():
 
 def test_device_module_mirrors_torch_cuda():
     n = torch.neuron
-    assert n.is_available() and n.device_count() == 1 and n.current_device() == 0
+    # the logical NeuronCores of one trn2.48xlarge (16 chips, 4 logical cores each)
+    assert n.is_available() and n.device_count() == 64 and n.current_device() == 0
     n.set_device(0)
     with n.device(0):
         pass
-    with pytest.raises(RuntimeError, match="invalid neuron device index 1"):
+    with pytest.raises(RuntimeError, match="neuron:1 is another NeuronCore"):
         n.set_device(1)
+    with pytest.raises(RuntimeError, match="invalid neuron device index 64"):
+        n.set_device(64)
     assert n.is_bf16_supported() and torch.bfloat16 in n.get_amp_supported_dtype()
     assert n.chip().name == "trn2"
     free, total = n.mem_get_info()
@@ -102,8 +105,10 @@ def test_device_name_and_properties_name_the_chip_and_its_memory():
     assert n.get_device_name() == n.get_device_name(torch.device("neuron:0")) == "neuron:0"
     props = n.get_device_properties(0)
     assert (props.name, props.total_memory) == ("trn2", 24 * 2**30)
-    with pytest.raises(RuntimeError, match="invalid neuron device index 1"):
-        n.get_device_properties(1)
+    # every core of the instance is the same: any of them can be asked about
+    assert n.get_device_properties(63) == props and n.get_device_name(5) == "neuron:5"
+    with pytest.raises(RuntimeError, match="invalid neuron device index 64"):
+        n.get_device_properties(64)
 
 
 def test_memory_statistics_are_exact_and_freeing_returns_bytes():

@@ -63,7 +63,7 @@ def test_torch_neuronx_is_found_as_hugging_face_looks_for_it(monkeypatch):
     import torch_neuronx
 
     assert torch_neuronx is importlib.import_module("trnsim.compat.torch_neuronx")
-    assert torch_neuronx.device_count() == 1 and torch_neuronx.is_available()
+    assert torch_neuronx.device_count() == torch.neuron.device_count() == 64 and torch_neuronx.is_available()
     from transformers.utils import is_torch_neuron_available
 
     assert is_torch_neuron_available(check_device=True)

@@ -108,6 +108,35 @@ def dist_timeout_s(default: float) -> float:
     return seconds
 
 
+def visible_cores(total: int) -> int:
+    """How many of a server's ``total`` logical NeuronCores this process sees:
+    ``$NEURON_RT_VISIBLE_CORES`` (an index ``3``, a range ``0-3``, or a comma list of
+    them, as the Neuron runtime takes it), else ``$NEURON_RT_NUM_CORES`` (a count; 0 means
+    all), else all ``total``."""
+    raw = os.environ.get("NEURON_RT_VISIBLE_CORES", "").strip()
+    if raw:
+        label = f"NEURON_RT_VISIBLE_CORES={raw[:80]!r}"
+        cores: set[int] = set()
+        for part in raw.split(","):
+            ends = part.strip().split("-")
+            if len(ends) > 2 or not all(e.strip().isdigit() for e in ends):
+                raise ConfigError(f"{label} is not a core index, a range or a comma list of them; set it to "
+                                  f"e.g. 0, 0-3 or 0,2 (cores 0 to {total - 1} of this server) or unset it")
+            low, high = int(ends[0]), int(ends[-1])
+            if low > high or high >= total:
+                raise ConfigError(f"{label} names cores outside 0-{total - 1}, the logical NeuronCores of one "
+                                  "server of this instance; name cores in that range or unset it")
+            cores.update(range(low, high + 1))
+        return len(cores)
+    raw = os.environ.get("NEURON_RT_NUM_CORES", "").strip()
+    if raw:
+        if not raw.isdigit() or int(raw) > total:
+            raise ConfigError(f"NEURON_RT_NUM_CORES={raw[:80]!r} is not a count of NeuronCores from 0 (all) to "
+                              f"{total}, the logical cores of one server of this instance; set one or unset it")
+        return int(raw) or total
+    return total
+
+
 def _check_switch(name: str, allowed: Sequence[str]) -> None:
     value = os.environ.get(name, "").strip()
     if value:

@@ -1,8 +1,9 @@
 """PyTorch's DDP tutorial (ddp_tutorial.rst, its torchrun form) with ``cuda`` replaced by
 ``neuron``: run with ``torchrun --nproc-per-node=2 tutorial_ddp.py neuron|cpu OUT``.
 
-On ``neuron`` it calls ``init_process_group(device_id=...)``, moves the model with
-``.to(device_id)`` and wraps it in ``DDP(model, device_ids=[device_id])``; on the CPU
+On ``neuron``, as the tutorial: ``init_process_group("neuron")``, ``device_id = rank %
+torch.neuron.device_count()`` (rank 1 is ``neuron:1``), the model moved with
+``.to(device_id)`` and wrapped in ``DDP(model, device_ids=[device_id])``; on the CPU
 (the reference) it uses gloo and no device ids, as the tutorial's CPU form does. The model
 has a branch its forward never uses, so ``find_unused_parameters=True`` is needed (DDP's
 C++ then makes a pinned host buffer); the data comes through
@@ -55,7 +56,7 @@ def epoch(ddp_model, loader, optimizer, loss_fn, device):
 
 def main():
     if DEV == "neuron":
-        dist.init_process_group("neuron", device_id=torch.device("neuron", 0))
+        dist.init_process_group("neuron")
     else:
         dist.init_process_group("gloo")
     rank = dist.get_rank()

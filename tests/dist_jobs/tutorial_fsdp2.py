@@ -128,8 +128,8 @@ def restart(mesh, device, checkpoint, data):
 def main():
     rank = int(os.environ["LOCAL_RANK"])
     if DEV == "neuron":
-        device = torch.device(f"{torch.accelerator.current_accelerator()}:0")
-        torch.accelerator.set_device_index(0)
+        device = torch.device(f"{torch.accelerator.current_accelerator()}:{rank}")
+        torch.accelerator.set_device_index(rank)
         dist.init_process_group(backend=dist.get_default_backend_for_device(device), device_id=device)
         mesh = None   # fully_shard's default: the accelerator's, as in the tutorial
     else:

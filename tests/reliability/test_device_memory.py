@@ -153,10 +153,43 @@ BAD_INDEX = {
 
 
 @pytest.mark.parametrize("name", list(BAD_INDEX))
-def test_a_device_index_past_device_count_is_refused(name):
-    err = clean_error(BAD_INDEX[name], "invalid neuron device index", "device_count() == 1", "torchrun",
-                      "LOCAL_RANK", types=RuntimeError)
+def test_another_core_of_the_instance_is_refused(name):
+    """neuron:1 is a core of the instance (device_count() is 64) but not this process's."""
+    err = clean_error(BAD_INDEX[name], "neuron:", "is another NeuronCore", "torchrun", "LOCAL_RANK",
+                      types=RuntimeError)
     assert isinstance(err, trnsim.TrnSimError)
+
+
+PAST_COUNT = {
+    "ones": lambda: torch.ones(2, device="neuron:64"),
+    "to": lambda: torch.ones(2).to("neuron:64"),
+    "set_device": lambda: torch.neuron.set_device(64),
+    "Generator": lambda: torch.Generator(device="neuron:64"),
+    "Stream": lambda: torch.neuron.Stream(device="neuron:64"),
+    "memory_allocated": lambda: torch.neuron.memory_allocated(64),
+    "accelerator": lambda: torch.accelerator.set_device_index(64),
+}
+
+
+@pytest.mark.parametrize("name", list(PAST_COUNT))
+def test_a_device_index_past_device_count_is_refused(name, monkeypatch):
+    monkeypatch.setenv("LOCAL_RANK", "64")   # not even a launcher's index makes it a device
+    err = clean_error(PAST_COUNT[name], "invalid neuron device index 64", "64 neuron devices", "neuron:63",
+                      types=RuntimeError)
+    assert isinstance(err, trnsim.TrnSimError)
+
+
+@pytest.mark.parametrize("name", list(BAD_INDEX))
+def test_the_launchers_core_is_this_process_device(name, monkeypatch):
+    """Under torchrun, LOCAL_RANK=1 names this process's core: neuron:1 works everywhere and
+    is the device PyTorch numbers neuron:0; neuron:2 is still another core."""
+    monkeypatch.setenv("LOCAL_RANK", "1" if name not in ("current_stream", "torch.neuron.device") else
+                       {"current_stream": "3", "torch.neuron.device": "2"}[name])
+    got = BAD_INDEX[name]()
+    if isinstance(got, torch.Tensor) and name != "pin_memory":   # pinned memory is host memory
+        assert got.device == torch.device(N, 0)
+    monkeypatch.setenv("LOCAL_RANK", "5")
+    clean_error(BAD_INDEX[name], "is another NeuronCore", "LOCAL_RANK=5", types=RuntimeError)
 
 
 def test_device_zero_is_accepted_everywhere():

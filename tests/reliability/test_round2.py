@@ -180,13 +180,31 @@ def test_elapsed_time_refuses_what_is_not_an_event() -> None:
     clean_error(lambda: start.elapsed_time(None), "torch.neuron.Event", types=TypeError)
 
 
-@pytest.mark.parametrize("device", ["neuron:1", 1, "cpu"])
+@pytest.mark.parametrize("device", ["neuron:64", 64, "cpu"])
 def test_rng_state_of_a_device_that_is_not_there_is_refused(device: object) -> None:
-    """get_rng_state('neuron:1') returned neuron:0's state."""
+    """get_rng_state('neuron:1') returned neuron:0's state (now neuron:1 is another core
+    with its own generator, and neuron:64 is past device_count())."""
     clean_error(lambda: torch.neuron.get_rng_state(device), types=(RuntimeError, ValueError))
     state = torch.neuron.get_rng_state()
     clean_error(lambda: torch.neuron.set_rng_state(state, device), types=(RuntimeError, ValueError))
     assert torch.equal(torch.neuron.get_rng_state("neuron:0"), state)
+
+
+def test_another_cores_generator_is_its_own_and_fork_rng_restores_every_one() -> None:
+    torch.neuron.manual_seed_all(7)
+    mine, other = torch.neuron.get_rng_state(), torch.neuron.get_rng_state(1)
+    assert torch.equal(mine, other)               # seeded alike, as manual_seed_all seeds every device
+    torch.neuron.set_rng_state(torch.Generator().manual_seed(3).get_state(), 1)
+    assert torch.equal(torch.neuron.get_rng_state(), mine)            # this core's untouched
+    assert not torch.equal(torch.neuron.get_rng_state(1), other)
+    states = torch.neuron.get_rng_state_all()
+    assert len(states) == torch.neuron.device_count() and torch.equal(states[0], mine)
+    with torch.random.fork_rng(devices=range(torch.neuron.device_count()), device_type="neuron"):
+        torch.rand(3, device="neuron")
+    assert torch.equal(torch.neuron.get_rng_state(), mine)
+    torch.rand(3, device="neuron")
+    torch.neuron.set_rng_state_all(states)
+    assert all(torch.equal(a, b) for a, b in zip(torch.neuron.get_rng_state_all(), states))
 
 
 # -- NKI launch grids ---------------------------------------------------------------------

@@ -1,7 +1,9 @@
 """``torch.neuron``: the device module, named and shaped like ``torch.cuda``.
 
-One simulated NeuronCore per process (``device_count() == 1``), as Neuron runs one
-process per core; more cores come through torch.distributed. Besides the
+A process sees the NeuronCores of its instance (``device_count()``, 64 on a
+trn2.48xlarge) and drives one of them, as Neuron runs one process per core: the one
+``LOCAL_RANK`` names under torchrun, which PyTorch numbers ``neuron:0``; more cores come
+through torch.distributed. Besides the
 ``torch.cuda`` names it gives trnsim's own view of the device: :func:`chip`,
 :func:`elapsed_ms` / :func:`clock` (the simulated timeline) and :func:`current_trace`.
 """
@@ -42,8 +44,9 @@ def _is_in_bad_fork() -> bool:
 
 
 def device_count() -> int:
-    """Number of ``neuron`` devices this process drives: 1 (one logical NeuronCore)."""
-    return state.DEVICE_COUNT
+    """The ``neuron`` devices this process sees: the logical NeuronCores of one server of
+    the instance (``NEURON_RT_VISIBLE_CORES`` / ``NEURON_RT_NUM_CORES`` narrow them)."""
+    return state.device_count()
 
 
 def current_device() -> int:
@@ -54,7 +57,11 @@ _index = state.device_index
 
 
 def set_device(dev: Any) -> None:
-    """Select the current device; only ``0`` exists."""
+    """Select the current device: this process's NeuronCore, ``0`` or ``LOCAL_RANK``
+    (another core of the instance is refused, naming the fix); a negative index does
+    nothing, as in ``torch.cuda.set_device``."""
+    if isinstance(dev, int) and not isinstance(dev, bool) and dev < 0:
+        return
     _index(dev)
 
 
@@ -68,18 +75,20 @@ class DeviceProperties:
 
 
 def get_device_name(dev: Any = None) -> str:
-    """The device's name, ``"neuron:<index>"``, as torch_neuronx names it."""
-    return f"neuron:{_index(dev)}"
+    """The device's name, ``"neuron:<index>"``, as torch_neuronx names it (any core of the
+    instance: ``device_count()`` of them)."""
+    return f"neuron:{state.any_device_index(dev)}"
 
 
 def get_device_properties(dev: Any = None) -> DeviceProperties:
-    """The chip and the HBM capacity of the device (``.name``, ``.total_memory``)."""
-    _index(dev)
+    """The chip and the HBM capacity of the device (``.name``, ``.total_memory``); any core
+    of the instance, as each is the same."""
+    state.any_device_index(dev)
     return DeviceProperties(state.chip().name, state.device_capacity())
 
 
 class device(contextlib.ContextDecorator):
-    """Context manager that selects device ``idx`` (only 0 exists)."""
+    """Context manager that selects device ``idx`` (this process's core: 0 or ``LOCAL_RANK``)."""
 
     def __init__(self, idx: Any) -> None:
         self.idx = _index(idx)
@@ -161,28 +170,47 @@ def empty_cache() -> None:
 # -- random numbers ----------------------------------------------------------
 
 manual_seed = rng.manual_seed
-manual_seed_all = rng.manual_seed
+manual_seed_all = rng.manual_seed_all
 seed = rng.seed
-seed_all = rng.seed
+seed_all = rng.seed_all
 initial_seed = rng.initial_seed
+
+
+def _other_core(dev: Any) -> int | None:
+    """None if ``dev`` names this process's core (0, ``LOCAL_RANK``), else the index of
+    the instance's other core it names (an index past device_count() is refused)."""
+    index = state.any_device_index(dev)
+    return None if index == 0 or index == state.launcher_local_rank() else index
+
+
 def get_rng_state(device: Any = "neuron") -> torch.Tensor:
-    """The state of ``device``'s random generator (a uint8 CPU tensor)."""
-    _index(device)
-    return rng.get_rng_state()
+    """The state of ``device``'s random generator (a uint8 CPU tensor); another core of
+    the instance has its own generator, as each CUDA device has."""
+    other = _other_core(device)
+    return rng.get_rng_state() if other is None else rng.core_generator(other).get_state()
 
 
 def set_rng_state(new_state: torch.Tensor, device: Any = "neuron") -> None:
     """Restore ``device``'s random generator from :func:`get_rng_state`'s tensor."""
-    _index(device)
-    rng.set_rng_state(new_state)
+    other = _other_core(device)
+    if other is None:
+        rng.set_rng_state(new_state)
+    else:
+        rng.core_generator(other).set_state(new_state)
 
 
 def get_rng_state_all() -> list[torch.Tensor]:
-    return [get_rng_state()]
+    """The state of every device's generator, by index (``torch.cuda.get_rng_state_all``)."""
+    return [get_rng_state(i) for i in range(device_count())]
 
 
 def set_rng_state_all(states: list[torch.Tensor]) -> None:
-    set_rng_state(states[0])
+    """Restore every device's generator from :func:`get_rng_state_all`'s list."""
+    if not isinstance(states, (list, tuple)):
+        raise TypeError(f"set_rng_state_all expects the list get_rng_state_all() returns, "
+                        f"not {type(states).__name__}")
+    for index, one in enumerate(states):
+        set_rng_state(one, index)
 
 
 # -- dtypes ------------------------------------------------------------------

@@ -188,7 +188,21 @@ def _accelerator_calls() -> dict:
         "_accelerator_resetPeakStats": lambda index=None: device.reset_peak_memory_stats(index),
         "_accelerator_emptyCache": lambda: device.empty_cache(),
         "_accelerator_getMemoryInfo": lambda index=None: device.mem_get_info(index),
+        # device indices: checked as torch.neuron checks them (PyTorch's own calls accept any)
+        "_accelerator_setDeviceIndex": lambda index: device.set_device(index) if index >= 0 else None,
+        "_accelerator_getDeviceIndex": lambda: device.current_device(),
+        "_accelerator_exchangeDevice": _exchange_device,
+        "_accelerator_maybeExchangeDevice": _exchange_device,
     }
+
+
+def _exchange_device(index: int) -> int:
+    """Make ``index`` current and return the index that was (``torch.accelerator.device_index``)."""
+    from trnsim.backend import device
+
+    if index >= 0:
+        device.set_device(index)
+    return device.current_device()
 
 
 def install_accelerator() -> None:

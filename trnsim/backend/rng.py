@@ -92,6 +92,37 @@ def seed() -> int:
     return default_generator.seed()
 
 
+# The default generators of the instance's other cores. This process runs nothing there,
+# but as on a host with many devices their states can be read, set and seeded
+# (``torch.random.fork_rng`` saves and restores every device's; checkpoints keep them).
+_others: dict[int, torch._C.Generator] = {}
+_all_seed: list[int] = []   # the seed manual_seed_all gave every core last
+
+
+def core_generator(index: int) -> torch._C.Generator:
+    """The default generator of another core (``index``) of the instance."""
+    gen = _others.get(index)
+    if gen is None:
+        gen = _others[index] = _C_Generator()
+        gen.manual_seed(_all_seed[-1] if _all_seed else default_generator.initial_seed())
+    return gen
+
+
+def manual_seed_all(seed: int) -> None:
+    """Seed the default generator of every core: this process's and the instance's others."""
+    seed = int(seed)
+    manual_seed(seed)
+    _all_seed[:] = [seed]
+    _others.clear()
+
+
+def seed_all() -> int:
+    """Seed every core's default generator from one random number; return it."""
+    seed = default_generator.seed()
+    manual_seed_all(seed)
+    return seed
+
+
 def initial_seed() -> int:
     return default_generator.initial_seed()
 

@@ -142,36 +142,109 @@ def set_fidelity(value: str) -> None:
     _fidelity = settings.fidelity(value if isinstance(value, str) else "", f"set_fidelity({value!r})", "pass")
 
 
-DEVICE_COUNT = 1   # one logical NeuronCore per process, as Neuron runs one process per core
+# the instance each chip comes in when $TRNSIM_INSTANCE does not say
+DEFAULT_INSTANCE = {"trn1": "trn1.32xlarge", "trn2": "trn2.48xlarge", "trn3": "trn3.48xlarge"}
+
+
+def instance_name() -> str:
+    """The instance this process runs on: ``$TRNSIM_INSTANCE`` (``trnsim run --instance``
+    sets it), else the one the device's chip comes in (trn1.32xlarge for Trainium1,
+    trn2.48xlarge for Trainium2, the Trainium3 server for Trainium3)."""
+    name = settings.env_instance()
+    if name is not None:
+        return name
+    chip_name = chip().name
+    found = DEFAULT_INSTANCE.get(chip_name)
+    if found is None:
+        from trnsim.hw.fabric import instances
+
+        found = next((n for n, inst in instances().items() if inst.spec.chip == chip_name), None)
+    if found is None:
+        raise TrnSimError(f"no instance of chip {chip_name!r} is known to the fabric model; set TRNSIM_INSTANCE "
+                          "to one that `trnsim chips` lists")
+    return found
+
+
+_visible: dict[tuple, int] = {}
+
+
+def device_count() -> int:
+    """The ``neuron`` devices this process sees, as the Neuron runtime shows them: every
+    logical NeuronCore of one server of the instance (64 on a trn2.48xlarge, 32 on a
+    trn1.32xlarge), or those ``NEURON_RT_VISIBLE_CORES`` / ``NEURON_RT_NUM_CORES`` leave."""
+    key = (chip().name, settings.env_instance(), os.environ.get("NEURON_RT_VISIBLE_CORES"),
+           os.environ.get("NEURON_RT_NUM_CORES"))
+    count = _visible.get(key)
+    if count is None:
+        from trnsim.hw.fabric import instance
+
+        count = _visible[key] = settings.visible_cores(instance(instance_name()).cores_per_server)
+    return count
 
 
 def launcher_local_rank() -> int | None:
     """``$LOCAL_RANK`` as torchrun sets it (None outside a launcher): the NeuronCore of the
-    instance this process drives. ``torch.neuron.set_device(local_rank)`` and tensors on
-    ``neuron:<local_rank>`` name this process's one device, which PyTorch numbers 0."""
+    instance this process drives."""
     raw = os.environ.get("LOCAL_RANK")
     return int(raw) if raw is not None and raw.isdigit() else None
 
 
 class InvalidDeviceError(TrnSimError, RuntimeError):
     """A ``neuron`` device index outside ``range(torch.neuron.device_count())`` (CUDA's
-    "invalid device ordinal"; a RuntimeError, as CUDA's is)."""
+    "invalid device ordinal"; a RuntimeError, as CUDA's is), or another NeuronCore than the
+    one this process drives."""
+
+
+def visible_index(index: Any) -> int:
+    """``index`` if it is one of the devices this process sees (any core of the instance,
+    ``range(device_count())``); otherwise raise :class:`InvalidDeviceError`."""
+    if isinstance(index, bool) or not isinstance(index, int) or index < 0:
+        raise InvalidDeviceError(f"invalid neuron device index {index!r}; pass a whole number from 0 to "
+                                 f"{device_count() - 1} (torch.neuron.device_count())")
+    count = device_count() if index else 1
+    if index >= count:
+        raise InvalidDeviceError(
+            f"invalid neuron device index {index}: this process sees {count} neuron devices "
+            f"(torch.neuron.device_count(), the logical NeuronCores of one {instance_name()} server), "
+            f"so neuron:0 to neuron:{count - 1}")
+    return index
 
 
 def check_device_index(index: int | None) -> int:
-    """``index`` (None means the current device, 0) if it names a device of this
-    process; otherwise raise :class:`InvalidDeviceError` naming the index and the fix."""
-    if index is None:
+    """The index PyTorch gives this process's device (0) for ``index``, if ``index`` names
+    that device; otherwise raise :class:`InvalidDeviceError` naming the index and the fix.
+
+    A process drives one NeuronCore, as Neuron runs one process per core: the core
+    ``$LOCAL_RANK`` names under a launcher (``neuron:<LOCAL_RANK>``), which PyTorch numbers
+    ``neuron:0`` (every tensor reports ``neuron:0``). ``None`` and ``0`` name it too. Other
+    indices below :func:`device_count` are the instance's other cores: refused, because
+    PyTorch's autograd engine keeps work queues only for device 0 of a device written in
+    Python, so tensors on any other index could not train (see docs/device.md).
+    """
+    if index is None or visible_index(index) == 0:
         return 0
-    if index == launcher_local_rank() and not isinstance(index, bool):
-        return 0   # this process's own core, as torchrun numbers it: the one device it drives
-    if isinstance(index, bool) or not isinstance(index, int) or not 0 <= index < DEVICE_COUNT:
-        raise InvalidDeviceError(
-            f"invalid neuron device index {index!r}: this process has {DEVICE_COUNT} neuron device "
-            f"(torch.neuron.device_count() == {DEVICE_COUNT}, so only neuron:0), as Neuron runs one process per "
-            "NeuronCore; for more cores start one process per core with torchrun (each process's LOCAL_RANK "
-            "says which core it is) and use device 'neuron' in each (docs/device.md)")
-    return index
+    own = launcher_local_rank()
+    if index == own:
+        return 0
+    mine = (f"neuron:{own} (LOCAL_RANK={own}), which PyTorch numbers neuron:0" if own is not None
+            else "neuron:0, as no launcher set LOCAL_RANK")
+    raise InvalidDeviceError(
+        f"neuron:{index} is another NeuronCore of the instance; this process drives one core, {mine}. "
+        "trnsim runs one process per NeuronCore, as Neuron does: start one process per core with torchrun "
+        "(or accelerate launch) and use device 'neuron' or f'neuron:{LOCAL_RANK}' in each (docs/device.md)")
+
+
+def any_device_index(dev: Any) -> int:
+    """The index ``dev`` names (None: 0) if it is any device this process sees, its own or
+    another core of the instance: for what every core shares (its name, its properties)."""
+    if dev is None:
+        return 0
+    if isinstance(dev, int):
+        return visible_index(dev)
+    d = torch.device(dev)
+    if d.type != "neuron":
+        raise ValueError(f"expected a neuron device, got {d}; use torch.neuron for neuron devices only")
+    return 0 if d.index is None else visible_index(d.index)
 
 
 def device_index(dev: Any) -> int:

@@ -24,19 +24,39 @@ _index = state.device_index
 
 
 def _check(value: Any, cls: type, what: str) -> None:
-    """Refuse ``value`` unless it is a ``cls`` (a torch.neuron Stream or Event)."""
+    """Refuse ``value`` unless it is a ``cls`` (a torch.neuron Stream or Event). A generic
+    ``torch.Stream`` of the ``neuron`` device passes as a Stream (DDP makes its copy
+    streams so); on one in-order queue it orders what a neuron Stream would."""
+    if cls is Stream and isinstance(value, torch.Stream) and value.device.type == "neuron":
+        return
     if not isinstance(value, cls):
         raise TypeError(f"{what} takes a torch.neuron.{cls.__name__}, not {type(value).__name__} {value!r:.40}")
 
 
-class Stream:
-    """A ``neuron`` stream (``torch.cuda.Stream`` shape); ``priority`` is kept, not modelled."""
+_PRIVATEUSE1 = int(torch._C._autograd.DeviceType.PrivateUse1)
+_ids = iter(range(1 << 62))
 
-    def __init__(self, device: Any = None, priority: int = 0) -> None:
-        self.device = torch.device("neuron", _index(device))
+
+class Stream(torch.Stream):
+    """A ``neuron`` stream (``torch.cuda.Stream`` shape); ``priority`` is kept, not modelled.
+    It is a ``torch.Stream`` (of device ``neuron:0``, this process's core), so PyTorch's
+    generic calls (``Tensor.record_stream``, DDP's copy streams) take it."""
+
+    def __new__(cls, device: Any = None, priority: int = 0) -> Stream:
+        _index(device)
         if isinstance(priority, bool) or not isinstance(priority, int):
             raise TypeError(f"Stream priority must be an int (0, or negative for higher), not {priority!r}")
+        return super().__new__(cls, stream_id=next(_ids), device_index=0, device_type=_PRIVATEUSE1)
+
+    def __init__(self, device: Any = None, priority: int = 0) -> None:
         self.priority = priority
+
+    def __enter__(self) -> Stream:
+        _current().append(self)
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        _current().pop()
 
     def synchronize(self) -> None:
         timeline.sync("stream.synchronize")

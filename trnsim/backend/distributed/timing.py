@@ -16,13 +16,8 @@ import os
 from dataclasses import dataclass
 
 from trnsim.backend import state
-from trnsim import settings
-from trnsim.errors import TrnSimError
 
 PS_PER_NS = 1000
-# the instance each chip comes in when $TRNSIM_INSTANCE does not say
-DEFAULT_INSTANCE = {"trn1": "trn1.32xlarge", "trn2": "trn2.48xlarge", "trn3": "trn3.48xlarge"}
-
 _fabric: list = []
 
 
@@ -36,21 +31,7 @@ class Timing:
     tier: str = ""
 
 
-def instance_name() -> str:
-    """The instance of this job (see the module docstring)."""
-    name = settings.env_instance()
-    if name is not None:
-        return name
-    chip = state.chip().name
-    found = DEFAULT_INSTANCE.get(chip)
-    if found is None:
-        from trnsim.hw.fabric import instances
-
-        found = next((n for n, inst in instances().items() if inst.spec.chip == chip), None)
-    if found is None:
-        raise TrnSimError(f"no instance of chip {chip!r} is known to the fabric model; set TRNSIM_INSTANCE "
-                          "to one that `trnsim chips` lists")
-    return found
+instance_name = state.instance_name
 
 
 def fabric() -> object:
