@@ -17,10 +17,12 @@ its own: its ops run on the device as any others.
 
 from __future__ import annotations
 
+import copy
 import importlib
 import importlib.abc
 import importlib.machinery
 import sys
+import weakref
 from types import ModuleType
 from typing import Any
 
@@ -98,6 +100,35 @@ def _is_neuron(x: Any) -> bool:
     return isinstance(x, torch.Tensor) and x.device.type == "neuron"
 
 
+_host_graphs: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
+def _cpu(x: Any) -> Any:
+    if isinstance(x, torch.device) and x.type == "neuron":
+        return torch.device("cpu")
+    if isinstance(x, str) and x.startswith("neuron"):
+        return "cpu"
+    return x
+
+
+def _on_host(graph: torch.fx.GraphModule) -> torch.fx.GraphModule:
+    """``graph`` (a traced ``score_mod``/``mask_mod``) with the tensors it makes (``full``,
+    ``arange``, ... on ``device=neuron``) made on the host, beside the host aliases it is
+    given; made once per graph."""
+    host = _host_graphs.get(graph)
+    if host is None:
+        if not any(_cpu(v) is not v for node in graph.graph.nodes for v in (*node.args, *node.kwargs.values())):
+            host = graph
+        else:
+            copied = copy.deepcopy(graph.graph)
+            for node in copied.nodes:
+                node.args = tuple(_cpu(v) for v in node.args)
+                node.kwargs = {k: _cpu(v) for k, v in node.kwargs.items()}
+            host = torch.fx.GraphModule(graph, copied)
+        _host_graphs[graph] = host
+    return host
+
+
 def _computed(fn: Any, args: tuple, functions: tuple) -> Any:
     """``fn(*args)``, PyTorch's dense implementation, computed on the host: on host
     aliases of the neuron tensors among ``args``, its results taking over the memory of
@@ -110,7 +141,8 @@ def _computed(fn: Any, args: tuple, functions: tuple) -> Any:
     if state.fidelity() == "timing" or not all(isinstance(f, torch.fx.GraphModule) for f in functions):
         with timeline.graph_execution():
             return fn(*args)
-    host = tree_map(lambda x: storage.host_alias(x) if _is_neuron(x) else x, args)
+    host = tree_map(lambda x: storage.host_alias(x) if _is_neuron(x) else
+                    _on_host(x) if isinstance(x, torch.fx.GraphModule) else x, args)
     return tree_map(lambda x: storage.adopt(x) if isinstance(x, torch.Tensor) else x, fn(*host))
 
 

@@ -21,3 +21,14 @@ def register() -> None:
     if not dist.is_available() or "NEURON" in dist.Backend._plugins:
         return
     dist.Backend.register_backend("neuron", _create, extended_api=True, devices=["neuron"])
+    if not hasattr(dist, "set_timeout"):
+        dist.set_timeout = set_timeout
+
+
+def set_timeout(timeout, group=None) -> None:
+    """``torch.distributed.set_timeout`` of PyTorch 2.14 (TorchNeuron runs on 2.13 and 2.14;
+    torchtitan 0.3 calls it after its first step): the timeout of ``group``'s (default:
+    the default group's) collectives from now on. Given on 2.13, where it is missing."""
+    from torch.distributed.distributed_c10d import _set_pg_timeout
+
+    _set_pg_timeout(timeout, group)
