@@ -6,7 +6,10 @@ calls take the ``aot_eager`` backend, so FlexAttention runs in its dense form (I
 has no FlexAttention backward on the CPU; the dense form is what trnsim computes the
 ``neuron`` run's values with), and FlexAttention's argument check that refuses a
 backward on the CPU is lifted: the dense form has one. ``torch.distributed.set_timeout``,
-which torchtitan 0.3 takes from PyTorch 2.14, is given as trnsim gives it on 2.13.
+which torchtitan 0.3 takes from PyTorch 2.14, is given as trnsim gives it on 2.13. FSDP
+reduces gradients with a plain sum and a division after it (``PREMUL_SUM``, which it
+otherwise asks for, is a reduction gloo lacks; torchtitan's divide factor is 1, so both
+give the same numbers).
 Run it as torchtitan runs (``torchrun ... titan_cpu.py --module llama3 ...``) with
 ``TORCH_DEVICE_BACKEND_AUTOLOAD=0``, so that no ``neuron`` device is there."""
 
@@ -14,6 +17,7 @@ import runpy
 import types
 
 import torch
+import torch.distributed.fsdp._fully_shard._fsdp_collectives as fsdp_collectives
 import torch.nn.attention.flex_attention as flex
 from torch.distributed.distributed_c10d import _set_pg_timeout
 
@@ -32,4 +36,8 @@ utils.device_type, utils.device_module = "cpu", cpu
 flex.__dict__["_validate_device"] = lambda *args: None
 # PyTorch 2.14's call, which torchtitan 0.3 makes after its first step (trnsim gives it on 2.13)
 torch.distributed.set_timeout = lambda timeout, group=None: _set_pg_timeout(timeout, group)
+_divide_factors = fsdp_collectives._get_gradient_divide_factors
+fsdp_collectives._get_gradient_divide_factors = (
+    lambda rs_group, ar_group, dtype, device_type="", factor=None, force_sum=False:
+    _divide_factors(rs_group, ar_group, dtype, device_type, factor, True))
 runpy.run_module("torchtitan.train", run_name="__main__", alter_sys=True)
