@@ -264,3 +264,24 @@ def test_fused_matmul_bias_silu_beats_matmul_then_bias_then_silu():
     eager = matmul + time_ns(binary_kernel, out, bias, op="add") + time_ns(unary_kernel, out, op="silu")
     assert matmul < fused < matmul * 1.15
     assert 1.5 * fused < eager
+
+
+# -- each chip's own clocks --------------------------------------------------------
+
+NEG_CHAIN = Recipe(("full",), (Step("neg", (X,)), *(Step("neg", (s(j),)) for j in range(19))), (19,))
+
+
+@pytest.mark.parametrize("chip", ["trn1", "trn2", "trn3"])
+def test_work_either_lane_engine_can_do_is_split_by_the_chips_clocks(chip):
+    """neg runs as exactly on the vector as on the scalar engine; a fused kernel gives each
+    the share its clock earns on the chip traced for (trn2's clocks were used on every chip)."""
+    spec = load_chip(chip)
+    x = np.broadcast_to(np.zeros((), np.float32), (128, 512))
+    program = fused_rows_kernel.trace(x, recipe=NEG_CHAIN, shape=(128, 512), chip=chip).tracer.program
+    engines = [i.engine.name for i in program.instructions if i.engine.name in ("VECTOR", "SCALAR")]
+    vector, scalar = engines.count("VECTOR"), engines.count("SCALAR")
+    assert vector + scalar == 20
+    # the busier engine's time exceeds the other's by at most one step
+    vector_ns, scalar_ns = vector / spec.vector_engine.clock_ghz, scalar / spec.scalar_engine.clock_ghz
+    assert abs(vector_ns - scalar_ns) <= 1 / min(spec.vector_engine.clock_ghz, spec.scalar_engine.clock_ghz)
+    assert (vector, scalar) == {"trn1": (9, 11), "trn2": (9, 11), "trn3": (10, 10)}[chip]

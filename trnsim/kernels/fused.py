@@ -68,9 +68,6 @@ TILE_P = 128       # rows per tile: one per partition
 FREE_CHUNK = 2048  # columns per tile of a recipe without reductions
 GROUP_MAX = 4      # row tiles traced step by step together, so the engines overlap
 GROUP_SHARE = 5 / 8  # of an SBUF partition: what a group of row tiles and the shared tiles may take
-# Cost per element of a lane engine (ns at trn2's clocks), for splitting work between them.
-_VECTOR_NS, _SCALAR_NS = 1 / 0.96, 1 / 1.2
-RECIPROCAL_COST = 8  # the scalar engine's reciprocal takes this many cycles an element
 _REDUCE = {"sum": ReduceOp.ADD, "mean": ReduceOp.ADD, "max": ReduceOp.MAX, "min": ReduceOp.MIN}
 
 
@@ -243,13 +240,19 @@ def reference(recipe: Recipe, operands: Sequence[Any], shape: Sequence[int], mm:
 
 class Balance:
     """Which lane engine takes the next instruction that either can run: the one with
-    less work given so far (counted in nanoseconds of elements, at trace time)."""
+    less work given so far (counted in nanoseconds of elements, at trace time, at the
+    clocks of the chip being traced for)."""
 
-    def __init__(self) -> None:
+    def __init__(self, chip: Any = None) -> None:
+        chip = chip if chip is not None else _e.tracer().chip
         self.ns = {Engine.VECTOR: 0.0, Engine.SCALAR: 0.0}
+        self.per_element = {Engine.VECTOR: 1 / chip.vector_engine.clock_ghz,
+                            Engine.SCALAR: 1 / chip.scalar_engine.clock_ghz}
+        # the scalar engine's reciprocal takes this many cycles an element
+        self.reciprocal_cycles = chip.scalar_engine.reciprocal_cycle_factor
 
     def charge(self, engine: Engine, elements: int) -> Engine:
-        self.ns[engine] += elements * (_VECTOR_NS if engine is Engine.VECTOR else _SCALAR_NS)
+        self.ns[engine] += elements * self.per_element[engine]
         return engine
 
     def pick(self, elements: int) -> Engine:
@@ -362,7 +365,7 @@ def _unary(op: str, x: Any, dt: Any, balance: Balance, sums: dict[int, Any], sum
         return nisa.tensor_scalar(x, op0=nl.divide, operand0=1.0, reverse0=True, dtype=dt, engine=engine)
     if sum_step is None and op == "copy":
         return nisa.tensor_copy(x, dtype=dt, engine=balance.pick(n))
-    balance.charge(Engine.SCALAR, n * (RECIPROCAL_COST if op == "reciprocal" else 1))
+    balance.charge(Engine.SCALAR, n * (balance.reciprocal_cycles if op == "reciprocal" else 1))
     func = "identity" if op in ("neg", "copy") else op
     scale = -1.0 if op == "neg" else 1.0
     if sum_step is None:
