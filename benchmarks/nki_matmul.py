@@ -18,7 +18,7 @@ import time
 import numpy as np
 
 from trnsim import dtypes
-from trnsim.hw.core import run_timing
+from trnsim.simulator import run_timing
 from trnsim.kernels.matmul import matmul_basic, matmul_optimized
 from trnsim.nki import trace_program, typed
 

@@ -50,7 +50,7 @@ def measure(names: list[str], repeats: int) -> dict:
     """Trace each size (best of ``repeats``; the tutorial size once) and time the pipeline
     of the largest size measured; returns the figures as a dict."""
     import trnsim
-    from trnsim.hw.core import simulate
+    from trnsim.simulator import simulate
     from trnsim.kernels.matmul import matmul_basic
     from trnsim.nki import trace_program
 

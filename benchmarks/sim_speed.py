@@ -20,7 +20,7 @@ import time
 import numpy as np
 
 from trnsim import Program, dtypes
-from trnsim.hw.core import run_timing, simulate
+from trnsim.simulator import run_timing, simulate
 from trnsim.isa import Activation, ActivationFunc, AluOp, Engine, TensorReduce, TensorScalar
 
 RING = 4

@@ -154,7 +154,7 @@ def test_grouped_matmul_kernel_matches_reference():
 
 def test_grouped_matmul_time_grows_with_the_groups_that_have_rows():
     """An expert with no tokens costs nothing: its weight is never loaded."""
-    from trnsim.hw.core import simulate
+    from trnsim.simulator import simulate
 
     def ps(rows):
         traced = grouped_matmul.trace(np.zeros((256, 16), np.float32), np.zeros((4, 256, 512), np.float32),

@@ -8,7 +8,7 @@ import pytest
 import trnsim.nki as nki
 from trnsim.compute import reference as cref
 from trnsim import dtypes
-from trnsim.hw.core import simulate
+from trnsim.simulator import simulate
 from trnsim.hw.memory import OnChipAllocator
 from trnsim.hw.spec import load_chip
 from trnsim.kernels.elementwise import binary_kernel, unary_kernel

@@ -19,6 +19,7 @@ import pytest
 
 import trnsim.nki as nki
 import trnsim.nki.isa as nisa
+from trnsim.hw.static import static_timing
 import trnsim.nki.language as nl
 from trnsim import dtypes
 from trnsim.isa import View
@@ -128,7 +129,7 @@ def fingerprint(program) -> str:
     for t in program.tensors:
         put([t.name, t.memory.value, list(t.shape), t.dtype.name, t.start_partition, t.byte_offset])
     put(["inputs"] + [t.name for t in program.inputs] + ["outputs"] + [t.name for t in program.outputs])
-    timing = program.timing
+    timing = static_timing(program)
     for inst in program.instructions:
         fields = {f.name: _value(getattr(inst, f.name)) for f in dataclasses.fields(inst)
                   if f.name not in ("source", "deps", "index")}

@@ -4,9 +4,12 @@ every instruction been costed afresh, including for instructions that differ onl
 what the signature must tell apart (function, reduction, dtype, memory, stationary M,
 back-to-back dependency, DMA direction)."""
 
-from trnsim import Program, dtypes
+import pytest
+
+from trnsim import Program, ProgramError, dtypes
 from trnsim.hw.dma import plan_key
 from trnsim.hw.engines import cost_key
+from trnsim.hw.static import static_timing
 from trnsim.isa import (Activation, ActivationFunc, AluOp, DmaCopy, Engine, ReduceOp, TensorCopy, TensorReduce,
                         TensorScalar, TensorTensor)
 
@@ -53,7 +56,8 @@ def _add(p, inst, deps):
 
 
 def _costs(p):
-    return list(p.timing.costs), [p.timing.plans.get(i) for i in range(len(p))]
+    timing = static_timing(p)
+    return list(timing.costs), [timing.plans.get(i) for i in range(len(p))]
 
 
 def test_cached_costs_and_plans_match_fresh_ones():
@@ -86,3 +90,31 @@ def test_keys_tell_apart_what_decides_the_cost():
     assert cost_key(add, False, 0) == cost_key(add, False, 128)
     dmas = [inst for s in _scenarios(p)[-3:] for inst, _ in s]
     assert len({plan_key(d) for d in dmas}) == 3
+
+
+def test_timing_follows_a_program_that_grows_and_takes_an_instruction_back():
+    """A Program holds no timing: what static_timing worked out for it is extended when
+    the Program grows, and worked out again when the Program took an instruction back
+    (a matmul whose multiply failed leaves no load behind)."""
+    grown = Program("trn2")
+    scenarios = _scenarios(grown)
+    static_timing(grown)   # timed while empty, then grown
+    for scenario in scenarios:
+        first = len(grown)
+        for inst, deps in scenario:
+            _add(grown, inst, tuple(first + d for d in deps))
+            static_timing(grown)
+    fresh = Program("trn2")
+    for scenario in _scenarios(fresh):
+        first = len(fresh)
+        for inst, deps in scenario:
+            _add(fresh, inst, tuple(first + d for d in deps))
+    assert _costs(grown) == _costs(fresh)
+    a = grown.sbuf([128, 128], dtypes.float32)
+    wrong = grown.psum([64, 128], dtypes.float32)
+    before = static_timing(grown)
+    with pytest.raises(ProgramError):
+        grown.matmul(wrong.view(), a.view(), a.view())   # the load joins, then the multiply is refused
+    assert len(grown) == len(fresh) and grown.revision == 1
+    after = static_timing(grown)
+    assert after is not before and _costs(grown) == _costs(fresh)

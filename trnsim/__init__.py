@@ -14,14 +14,14 @@ from trnsim.errors import AllocationError, ChipSpecError, ProgramError, Simulati
 
 if TYPE_CHECKING:
     from trnsim.hw.spec import ChipSpec, load_chip, shipped_chips
-    from trnsim.isa import Program
+    from trnsim.program import Program
 
 __version__ = "0.1.0"
 
 # Loaded on first use: ``import torch`` imports trnsim (the backend autoload), and the
 # device's registration needs none of the simulator.
 _LAZY = {"ChipSpec": "trnsim.hw.spec", "load_chip": "trnsim.hw.spec", "shipped_chips": "trnsim.hw.spec",
-         "Program": "trnsim.isa"}
+         "Program": "trnsim.program"}
 
 
 def __getattr__(name: str) -> Any:
@@ -59,8 +59,8 @@ __all__ = [
 
 
 def simulate(program: Program, inputs: dict | None = None, *, fidelity: str = "timing", trace: object = None):
-    """Run ``program`` on its chip; see :func:`trnsim.hw.core.simulate`."""
-    from trnsim.hw.core import simulate as _simulate
+    """Run ``program`` on its chip; see :func:`trnsim.simulator.simulate`."""
+    from trnsim.simulator import simulate as _simulate
 
     return _simulate(program, inputs, fidelity=fidelity, trace=trace)
 

@@ -42,7 +42,7 @@ def run_demo(m: int = 1024, k: int = 1024, n: int = 1024, chip: object = None, t
              seed: int = 0) -> DemoResult:
     """Trace, simulate (instruction fidelity) and check the bf16 matmul; write its trace."""
     from trnsim.compute import decode, encode
-    from trnsim.hw.core import simulate
+    from trnsim.simulator import simulate
     from trnsim.kernels.matmul import matmul_optimized
     from trnsim.nki import trace_program, typed
 

@@ -914,7 +914,3 @@ class SemaphoreWait(Instruction):
 
 
 ALU_COMPARISONS = (AluOp.IS_EQUAL, AluOp.NOT_EQUAL, AluOp.IS_GT, AluOp.IS_GE, AluOp.IS_LT, AluOp.IS_LE)
-
-
-# Program is defined beside the checks it makes; it is part of the instruction set's API.
-from trnsim.program import Program  # noqa: E402, F401

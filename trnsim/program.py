@@ -61,15 +61,14 @@ class Program:
 
     Tensors are placed by :meth:`hbm`, :meth:`sbuf` and :meth:`psum` (which check
     capacity against ``chip``); instructions are appended by :meth:`add` or the
-    helpers named after them, each checked against the chip's limits and costed
-    on it (:class:`trnsim.hw.static.StaticTiming`) as it joins; simulating the
-    Program then only schedules.
+    helpers named after them, each checked against the chip's limits as it joins.
+    A Program holds no timing: :func:`trnsim.hw.static.static_timing` costs it on its
+    chip and :mod:`trnsim.hw.core` schedules it.
     """
 
     def __init__(self, chip: object = None, name: str = "program") -> None:
         from trnsim.hw.memory import OnChipAllocator
         from trnsim.hw.spec import load_chip
-        from trnsim.hw.static import StaticTiming
 
         self.chip = load_chip(chip)
         self.name = name
@@ -83,7 +82,9 @@ class Program:
         self._hbm_bytes = 0
         self._names: set[str] = set()
         self._tensor_ids: set[int] = set()
-        self.timing = StaticTiming(self.chip)
+        #: moves on when an instruction is taken back, so what was worked out from the
+        #: instruction list before (its timing) is worked out again
+        self.revision = 0
         #: where (file, line) the source that traced this Program made each tensor it did
         #: not name; :meth:`source_names` reads it
         self.made_at: dict[str, tuple[str, int] | None] = {}
@@ -181,7 +182,6 @@ class Program:
             inst.index = -1
             raise
         self.instructions.append(inst)
-        self.timing.add(inst)
         inst._seal(self.name)
         return inst.index
 
@@ -198,7 +198,6 @@ class Program:
             _set(inst, "index", -1)
             raise
         self.instructions.append(inst)
-        self.timing.add(inst)
         _set(inst, "_owner", self.name)
         return index
 
@@ -408,7 +407,7 @@ class Program:
             return self.add(MultiplyMoving(dst, moving, accumulate, engine=Engine.TENSOR, deps=(i, *deps), source=source))
         except ProgramError:
             self.instructions.pop()  # a failed matmul leaves no half behind
-            self.timing.pop()
+            self.revision += 1
             raise
 
     def dma(self, dst: View | Tensor, src: View | Tensor, *, queue: int = 0, deps: Sequence[int] = (), source: str = "") -> int:

@@ -150,7 +150,7 @@ def execute(launch: Launch) -> tuple[Any, Any]:
     """Trace and simulate ``launch`` at instruction fidelity on the device's chip: the op's
     result (CPU tensors) and the simulator's RunResult (its ``total_ps`` is the Program's
     time)."""
-    from trnsim.hw.core import simulate
+    from trnsim.simulator import simulate
     from trnsim.errors import TrnSimError
 
     try:

@@ -144,7 +144,7 @@ def _call(kernel: Any, args: tuple, kwargs: dict) -> Any:
         return _fake_call(kernel, args, kwargs)
     timing = where == "neuron" and state.fidelity() == "timing"
     convert = _placeholder if timing else _values
-    from trnsim.hw.core import simulate
+    from trnsim.simulator import simulate
 
     with timeline.simulating:
         traced = kernel.trace(*(_convert(a, convert) for a in args), chip=_chip(kernel) if where == "neuron"
@@ -229,7 +229,7 @@ def _key_part(v: Any) -> Any:
 def _fake_call(kernel: Any, args: tuple, kwargs: dict) -> Any:
     """A kernel call on fake tensors: results of the traced shapes and dtypes; while
     :func:`op_cost` collects, the kernel's timed cost is recorded."""
-    from trnsim.hw.core import simulate
+    from trnsim.simulator import simulate
 
     chip = _chip(kernel)
     key = (kernel.fn, kernel.grid, chip.name, tuple(_key_part(a) for a in args),

@@ -75,7 +75,7 @@ def _chip_dtype(dtype: torch.dtype) -> str:
 
 
 def _run(kernel: Callable, name: str, *args: Any, repeat: int = 1, **kwargs: Any) -> OpCost:
-    from trnsim.hw.core import simulate
+    from trnsim.simulator import simulate
 
     traced = kernel.trace(*args, chip=state.chip(), **kwargs)
     run = simulate(traced.tracer.program, None, fidelity="timing")

@@ -22,9 +22,10 @@ from trnsim.dtypes import check_values
 from trnsim.errors import ProgramError, UninitializedReadWarning, UnwrittenOutputWarning, warn
 from trnsim.isa import (BN_STATS_WIDTH, SHUFFLE_KEEP, SHUFFLE_QUADRANT, Activation, AffineSelect, AluOp, BlockTranspose, GATHER_GROUP, Gather, LocalGather, BnAggr, BnStats, DmaCopy,
                         Dropout, FindIndex8, Instruction, Iota, LoadStationary, MatchReplace8, Max8, Memset, MultiplyMoving, NonzeroWithCount,
-                        PartitionReduce, Program, RandomUniform, Reciprocal, RangeSelect, ReduceOp, RngSeed, RngState, ScalarTensorTensor, Select,
+                        PartitionReduce, RandomUniform, Reciprocal, RangeSelect, ReduceOp, RngSeed, RngState, ScalarTensorTensor, Select,
                         SemaphoreSignal, SemaphoreWait, SequenceBounds, StreamShuffle, Tensor, TensorCopy, TensorReduce,
                         TensorScalar, TensorTensor, TensorTensorScan, Transpose, View)
+from trnsim.program import Program
 
 
 class Machine:

@@ -17,7 +17,8 @@ import numpy as np
 
 from trnsim.compute.reference import encode
 from trnsim.errors import ProgramError
-from trnsim.isa import Memory, Program, Tensor, View
+from trnsim.isa import Memory, Tensor, View
+from trnsim.program import Program
 
 
 class CoreMemory:

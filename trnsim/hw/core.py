@@ -1,4 +1,4 @@
-"""One NeuronCore: simpy processes that run a Program and time every instruction.
+"""One NeuronCore: the scheduler that books every instruction of a Program in time.
 
 Each engine, and each DMA queue, takes its own instructions in program order. An instruction starts when its engine is free and
 every dependency has ended (plus the semaphore latency when the dependency ran
@@ -8,6 +8,9 @@ share the engine pool and HBM, so each queue is a simpy process that waits on th
 simulated clock until its transfer's start and books the shared resources then,
 in start order.
 
+As it books an instruction the scheduler records why it started then (its cause,
+see :data:`CAUSES`): the start rules live here only, and traces read the causes.
+
 Simulated time is kept in integer picoseconds: the same Program on the same chip
 gives the same times on every run and every machine.
 """
@@ -16,22 +19,44 @@ from __future__ import annotations
 
 from collections import deque
 from dataclasses import dataclass, field
-from typing import Any, Mapping
+from typing import Any, NamedTuple
 
-from trnsim.errors import ProgramError, SimulationError
+from trnsim.errors import SimulationError
 from trnsim.hw.dma import DmaPlan, DmaSystem
-from trnsim.hw.static import DMA, LOAD, MULTIPLY, SIGNAL, WAIT, StaticTiming
 from trnsim.hw.spec import ChipSpec
-from trnsim.isa import Engine, Program
+from trnsim.hw.static import DMA, LOAD, MULTIPLY, SIGNAL, WAIT, StaticTiming, static_timing
+from trnsim.isa import Engine
+from trnsim.program import Program
 
 Picos = int
 
-FIDELITIES = ("timing", "instruction")
+#: Kinds of cause: ``"dma"`` (a dependency on a DMA transfer), ``"engine"`` (a dependency
+#: on another engine's instruction, another track of the same engine, or the tensor
+#: engine's stationary-load rules), ``"semaphore"`` (a semaphore wait reached its count:
+#: ``on`` is the signal that reached it), ``"busy"`` (the track was busy with its own
+#: previous instruction ``on``) and ``"launch"`` (nothing to wait for: the run's start).
+#: When two causes end at the same moment a dependency (the first listed) wins over a
+#: semaphore, and both over the engine's own rules and ``busy``.
+CAUSES = ("dma", "engine", "semaphore", "busy", "launch")
+
+
+class Cause(NamedTuple):
+    """Why an instruction started when it did: ``kind`` (one of :data:`CAUSES`), the
+    instruction it waited on (``on``), the semaphore (``sem``), and how long its track
+    sat idle before it (since its previous instruction on the track ended, or since
+    the run's start)."""
+
+    kind: str
+    on: int | None
+    sem: str | None
+    idle_ps: Picos
 
 
 @dataclass
-class RunResult:
-    """What a simulated run produced: per-instruction times, outputs, and the Program."""
+class TimedRun:
+    """A Program booked on its chip: each instruction's track, start, end and cause, and
+    each DMA transfer's plan; ``outputs`` holds the output tensors when a run also
+    computed the data (``fidelity="instruction"``)."""
 
     program: Program
     fidelity: str
@@ -39,6 +64,7 @@ class RunResult:
     starts: list[Picos]
     ends: list[Picos]
     dma_plans: dict[int, DmaPlan]
+    causes: list[Cause]
     outputs: dict[str, Any] = field(default_factory=dict)
 
     @property
@@ -54,12 +80,6 @@ class RunResult:
     def time_ns(self) -> float:
         """Simulated time of the whole program in nanoseconds."""
         return self.total_ps / 1000
-
-    def summary(self) -> Any:
-        """Simulated time, engine busy percentages, HBM traffic and FLOP/s (a :class:`trnsim.trace.Summary`)."""
-        from trnsim.trace.analysis import summarize
-
-        return summarize(self)
 
 
 class _Schedule:
@@ -81,6 +101,8 @@ class _Schedule:
         self.events: dict[int, Any] = {}           # simpy events DMA queues wait on
         self.wakes: dict[int, list[_Engine]] = {}  # engines waiting for an instruction
         self.sem_times: dict[str, list[Picos]] = {}
+        self.sem_signals: dict[str, list[tuple[Picos, int]]] = {}   # (end, signal) booked, per semaphore
+        self.causes: list[Cause | None] = [None] * n
         self.sem_events: dict[str, Any] = {}
         self.sem_wakes: dict[str, list[_Engine]] = {}
         self.ready_engines: deque[_Engine] = deque()
@@ -116,6 +138,7 @@ class _Schedule:
             sem = self.program.instructions[i].sem
             self.pending_signals[sem].discard(i)
             self.sem_times.setdefault(sem, []).append(end)
+            self.sem_signals.setdefault(sem, []).append((end, i))
             self.ready_engines.extend(self.sem_wakes.pop(sem, ()))
             event = self.sem_events.pop(sem, None)
             if event is not None:
@@ -158,6 +181,39 @@ class _Schedule:
             ready = max(ready, reached + self.sem_ps)
         return ready, None
 
+    def record(self, i: int, start: Picos, own: list[tuple[Picos, str, int]], previous: int) -> None:
+        """Record why instruction ``i`` starts at ``start``: the first of its dependencies
+        (in order), its semaphore, and its track's own rules ``own`` ((time, kind,
+        instruction) in order, ``busy`` last) whose time is ``start``; when none is
+        (a semaphore wait let go early), the latest of them. ``previous`` is the
+        instruction before ``i`` on its track (-1: none)."""
+        static = self.static
+        tracks, groups, ends = static.tracks, static.groups, self.ends
+        group = groups[i]
+        latency = self.sem_to_dma_ps if group.startswith("dma.") else self.sem_ps
+        track = tracks[i]
+        candidates: list[tuple[Picos, str, int, str | None]] = []
+        for d in static.deps[i]:
+            how = "dma" if tracks[d].startswith("dma.") else "busy" if tracks[d] == track else "engine"
+            candidates.append((ends[d] + (latency if groups[d] != group else 0), how, d, None))  # type: ignore[operator]
+        if static.kinds[i] == WAIT:
+            inst = self.program.instructions[i]
+            done = sorted(self.sem_signals.get(inst.sem, ()))
+            if len(done) >= inst.count:
+                end, s = done[inst.count - 1]
+                candidates.append((end + self.sem_ps, "semaphore", s, inst.sem))
+        candidates.extend((t, how, on, None) for t, how, on in own)
+        idle = start - (ends[previous] if previous >= 0 else 0)  # type: ignore[operator]
+        for c in candidates:
+            if c[0] == start:
+                self.causes[i] = Cause(c[1], c[2], c[3], idle)
+                return
+        if candidates and start > 0:
+            _, how, on, sem = max(candidates, key=lambda c: c[0])
+            self.causes[i] = Cause(how, on, sem, idle)
+        else:
+            self.causes[i] = Cause("launch", None, None, idle)
+
     def why(self, i: int, missing: int | str) -> str:
         if isinstance(missing, str):
             inst = self.program.instructions[i]
@@ -177,6 +233,7 @@ class _Engine:
         self.indices = indices
         self.pos = 0
         self.free: Picos = 0
+        self.previous = -1   # the latest instruction booked on the engine's track
 
     def advance(self) -> None:
         sched = self.sched
@@ -198,7 +255,10 @@ class _Engine:
 
     def book(self, i: int, ready: Picos) -> None:
         start = self.free if self.free > ready else ready
+        previous = self.previous
+        self.sched.record(i, start, [(self.free, "busy", previous)] if previous >= 0 else [], previous)
         self.free = start + self.sched.static.costs[i]
+        self.previous = i
         if self.sched.watch_floors:
             self.sched.floors[self.track] = self.free
         self.sched.book(i, start, self.free)
@@ -215,21 +275,40 @@ class _TensorEngine(_Engine):
         self.loaded_at: Picos = 0    # the latest stationary is in place from then
         self.last_start: Picos = 0   # start of the latest multiply: a new load may begin then
         self.after: Picos = 0        # end of the latest transpose or semaphore on the engine
+        # the instructions those times come from (-1: none yet)
+        self.last_load = self.last_multiply = self.last_hold = -1
 
     def book(self, i: int, ready: Picos) -> None:
         kind = self.sched.static.kinds[i]
         cost = self.sched.static.costs[i]
+        own: list[tuple[Picos, str, int]] = []
         if kind == LOAD:
             start = max(self.load_free, self.last_start, self.after, ready)
+            if self.last_multiply >= 0:
+                own.append((self.last_start, "engine", self.last_multiply))
+            if self.last_hold >= 0:
+                own.append((self.after, "engine", self.last_hold))
+            if self.last_load >= 0:
+                own.append((self.load_free, "busy", self.last_load))
+            self.sched.record(i, start, own, self.last_load)
             self.load_free = self.loaded_at = end = start + cost
+            self.last_load = i
         else:
             start = max(self.free, self.loaded_at, ready)
+            if self.last_load >= 0:
+                own.append((self.loaded_at, "engine", self.last_load))
+            if self.previous >= 0:
+                own.append((self.free, "busy", self.previous))
+            self.sched.record(i, start, own, self.previous)
             self.free = end = start + cost
+            self.previous = i
             if kind == MULTIPLY:
                 self.last_start = start
+                self.last_multiply = i
             else:
                 # transposes and semaphores hold the array: no load may start before they end
                 self.after = end
+                self.last_hold = i
         if self.sched.watch_floors:
             self.sched.floors[self.track] = min(self.free, self.load_free)
         self.sched.book(i, start, end)
@@ -242,6 +321,7 @@ def _dma_process(sched: _Schedule, track: str, indices: list[int], dma: DmaSyste
     kinds, plans = sched.static.kinds, sched.static.plans
     wait = sched.sem_to_dma_ps
     free = 0
+    previous = -1
     for i in indices:
         while True:
             ready, missing = sched.ready_now(i, wait)
@@ -254,6 +334,8 @@ def _dma_process(sched: _Schedule, track: str, indices: list[int], dma: DmaSyste
             yield events[missing]
         sched.blocked.pop(track, None)
         start = free if free > ready else ready
+        sched.record(i, start, [(free, "busy", previous)] if previous >= 0 else [], previous)
+        previous = i
         if start > env.now:
             yield env.timeout(start - env.now)
         free = dma.transfer(start, plans[i]) if kinds[i] == DMA else start
@@ -281,25 +363,22 @@ def _relax(sched: _Schedule) -> bool:
     return True
 
 
-def _check_intact(program: Program) -> None:
+def _check_intact(program: Program, static: StaticTiming) -> None:
     """Raise SimulationError unless ``program.instructions`` is exactly what ``Program.add``
-    accepted, in order: the schedule runs on what was checked and timed then."""
-    insts = program.instructions
-    if len(insts) != len(program.timing.kinds):
-        raise SimulationError(f"program {program.name!r} lists {len(insts)} instructions but {len(program.timing.kinds)} "
-                              "were added; append instructions with Program.add, never to Program.instructions")
-    for i, inst in enumerate(insts):
-        if inst.index != i or inst.owner is None:
+    accepted, in order: the schedule runs on what was checked then."""
+    for i, inst in enumerate(program.instructions):
+        if inst.index != i or inst.owner != program.name:
             raise SimulationError(f"instruction {i} of program {program.name!r} ({inst.opcode}, added as {inst.index}) "
                                   "was put into Program.instructions directly; append instructions with Program.add")
 
 
-def run_timing(program: Program) -> RunResult:
-    """Time ``program`` on its chip without computing any data."""
+def schedule(program: Program) -> TimedRun:
+    """Book every instruction of ``program`` on its chip: when each starts and ends, and
+    why it started then. No data is computed."""
     import simpy
 
-    static = program.timing
-    _check_intact(program)
+    static = static_timing(program)
+    _check_intact(program, static)
     env = simpy.Environment()
     sched = _Schedule(env, program, static)
     by_group: dict[str, list[int]] = {}
@@ -320,47 +399,5 @@ def run_timing(program: Program) -> RunResult:
     if any(e is None for e in sched.ends):
         stuck = "; ".join(f"{t}: {sched.why(*why)}" for t, why in sorted(sched.blocked.items()))
         raise SimulationError(f"program {program.name!r} cannot finish: {stuck}; signal the semaphore or remove the wait")
-    return RunResult(program, "timing", static.tracks, sched.starts, sched.ends, static.plans)  # type: ignore[arg-type]
-
-
-def simulate(program: Program, inputs: Mapping[str, Any] | None = None, *, fidelity: str = "timing",
-             trace: Any = None, backend: str = "numba") -> RunResult:
-    """Run ``program`` on one simulated NeuronCore of its chip.
-
-    ``fidelity="timing"`` times the program and computes no data;
-    ``"instruction"`` also executes every instruction on simulated SBUF, PSUM and
-    HBM (``inputs`` maps input tensor names to numpy arrays) and fills
-    ``result.outputs`` with the output tensors; output elements nothing wrote read
-    as NaN (0 for integer dtypes) and raise an UnwrittenOutputWarning. ``trace`` is
-    a path: the Chrome trace-event JSON of the run is written there.
-    """
-    if not isinstance(program, Program):
-        raise ProgramError(f"simulate takes a Program, not {type(program).__name__} {program!r:.60}; build one with "
-                           "trnsim.Program or trace a kernel with trnsim.nki.trace_program")
-    if fidelity not in FIDELITIES:
-        raise ProgramError(f"fidelity {fidelity!r} is not one of: {', '.join(FIDELITIES)}")
-    if inputs is not None and not isinstance(inputs, Mapping):
-        raise ProgramError(f"inputs must map input tensor names to arrays, not {type(inputs).__name__}")
-    if inputs and fidelity == "timing":
-        raise ProgramError("inputs were given but fidelity='timing' computes no data; pass fidelity='instruction'")
-    result = run_timing(program)
-    if fidelity == "instruction":
-        from trnsim.compute import Machine
-
-        machine = Machine(program, backend=backend)
-        given = dict(inputs or {})
-        for t in program.inputs:
-            if t.name not in given:
-                raise ProgramError(f"input tensor {t.name!r} of program {program.name!r} has no data; pass inputs={{{t.name!r}: array}}")
-            machine.bind(t, given.pop(t.name))
-        if given:
-            raise ProgramError(f"inputs {sorted(given)} name no input tensor of program {program.name!r}; its inputs: {[t.name for t in program.inputs]}")
-        machine.run()
-        result.fidelity = "instruction"
-        result.outputs = {t.name: machine.result(t) for t in program.outputs}
-        machine.warn_unwritten()
-    if trace is not None:
-        from trnsim.trace import write_trace
-
-        write_trace(result, trace)
-    return result
+    return TimedRun(program, "timing", static.tracks, sched.starts, sched.ends, static.plans,  # type: ignore[arg-type]
+                    sched.causes)  # type: ignore[arg-type]

@@ -1,17 +1,21 @@
-"""What each instruction asks of the hardware, worked out once as it joins a Program.
+"""What each instruction asks of the hardware, worked out once per Program.
 
 An instruction's track, duration on its engine (or its DMA plan) and dependencies
-do not depend on when it runs, so :class:`StaticTiming` records them as
-:meth:`trnsim.isa.Program.add` accepts each instruction; the simpy run in
-:mod:`trnsim.hw.core` then only schedules.
+do not depend on when it runs, so :func:`static_timing` works them out once for a
+Program (and only for what was added since, when the Program grew) before the
+scheduler in :mod:`trnsim.hw.core` books it. A Program itself holds no timing: it is
+the instruction list and its checks against the chip description.
 """
 
 from __future__ import annotations
+
+import weakref
 
 from trnsim.hw.dma import DmaPlan, plan_dma, plan_key
 from trnsim.hw.engines import CostKey, cost_key, cost_ps
 from trnsim.hw.spec import ChipSpec
 from trnsim.isa import DmaCopy, Engine, Instruction, LoadStationary, MultiplyMoving, SemaphoreSignal, SemaphoreWait
+from trnsim.program import Program
 
 Picos = int
 
@@ -76,10 +80,22 @@ class StaticTiming:
             cost = self._cost_of[key] = cost_ps(self.chip, inst, dependent=dependent, stationary_free=stationary_free)
         self.costs.append(cost)
 
-    def pop(self) -> None:
-        """Forget the last instruction recorded (its Program took it back)."""
-        i = len(self.kinds) - 1
-        for column in (self.tracks, self.groups, self.kinds, self.deps, self.costs, self._stationary_free):
-            column.pop()
-        self.plans.pop(i, None)
-        self._last_on_engine = {e: j for e, j in self._last_on_engine.items() if j < i}
+
+
+# Each Program's timing, kept while the Program lives; a Program that took an
+# instruction back (its ``revision`` moved on) is timed afresh.
+_TIMINGS: weakref.WeakKeyDictionary[Program, tuple[int, StaticTiming]] = weakref.WeakKeyDictionary()
+
+
+def static_timing(program: Program) -> StaticTiming:
+    """The tracks, kinds, dependencies, costs and DMA plans of ``program``'s
+    instructions on its chip; worked out once, then extended by what was added since."""
+    kept = _TIMINGS.get(program)
+    if kept is None or kept[0] != program.revision:
+        kept = (program.revision, StaticTiming(program.chip))
+        _TIMINGS[program] = kept
+    timing = kept[1]
+    insts = program.instructions
+    for i in range(len(timing.kinds), len(insts)):
+        timing.add(insts[i])
+    return timing

@@ -287,7 +287,7 @@ def _run(kernel: Kernel, chip: Any, numerics: bool, trace: str | os.PathLike | N
 
 def _simulate_call(kernel: Kernel, chip: Any, numerics: bool, trace: str | os.PathLike | None,
                    args: tuple, kwargs: dict) -> tuple[Traced, Any]:
-    from trnsim.hw.core import simulate as sim
+    from trnsim.simulator import simulate as sim
 
     traced = kernel.trace(*args, chip=_chip(chip, kernel), **kwargs)
     program = traced.tracer.program

@@ -15,7 +15,8 @@ import sys
 from typing import Any
 
 from trnsim.errors import ProgramError, TrnSimError
-from trnsim.isa import MEMORY_NAMES, DmaCopy, Engine, Instruction, LoadStationary, Memory, Memset, Program, Tensor, View
+from trnsim.isa import MEMORY_NAMES, DmaCopy, Engine, Instruction, LoadStationary, Memory, Memset, Tensor, View
+from trnsim.program import Program
 from trnsim.nki.hazards import Hazards, UnwrittenRead, region_of, region_of_tensor
 
 _NKI_DIR = os.path.dirname(os.path.abspath(__file__))

@@ -1,7 +1,7 @@
 """The critical path of a run, and what each engine waited on.
 
 Every instruction slice of a trace from :func:`trnsim.trace.trace_from_run` carries a
-``wait`` argument (:mod:`trnsim.trace.causes`): what set its start. The critical path
+``wait`` argument (the cause :mod:`trnsim.hw.core` recorded): what set its start. The critical path
 starts at the last instruction to finish and follows those causes back to the
 launch; each step says what it waited on. A ``trnsim.profile`` trace runs its ops one
 after another, so its path is every op (and collective) in order, each waiting on
@@ -138,7 +138,7 @@ def waits(trace_or_run: Any) -> Any:
     :class:`trnsim.trace.Table` with columns ``track``, ``waited_on``, ``count`` (the
     instructions that waited so), ``wait_ns`` and ``share`` (of the run's time).
 
-    Idle time before an instruction goes to its cause (see :mod:`trnsim.trace.causes`);
+    Idle time before an instruction goes to its cause (see :data:`trnsim.hw.core.CAUSES`);
     ``between_ops`` is idle time between a profile's ops (from the end of an op's work
     on the track to the next op's work on it), ``finished`` the time after the
     track's last instruction until the run ended. A JobTrace adds a ``rank`` column.

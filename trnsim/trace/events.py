@@ -141,13 +141,13 @@ def _effective_peak(program: Any) -> float:
 
 def as_trace(value: Any, what: str) -> Trace:
     """``value`` as a Trace: a Trace itself, a simulated run (a
-    :class:`trnsim.hw.core.RunResult`, traced), or the path of a saved trace (loaded).
+    :class:`trnsim.simulator.RunResult`, traced), or the path of a saved trace (loaded).
     ``what`` names the caller in the refusal of anything else."""
-    from trnsim.hw.core import RunResult
+    from trnsim.hw.core import TimedRun
 
     if isinstance(value, Trace):
         return value
-    if isinstance(value, RunResult):
+    if isinstance(value, TimedRun):
         return trace_from_run(value)
     if isinstance(value, (str, os.PathLike)):
         from trnsim.trace.export import load
@@ -171,7 +171,7 @@ def portable(path: str | None) -> str | None:
 
 
 def trace_from_run(result: Any) -> Trace:
-    """A Trace of a :class:`trnsim.hw.core.RunResult`: one slice per instruction, an HBM
+    """A Trace of a run (a :class:`trnsim.hw.core.TimedRun`, such as :class:`trnsim.simulator.RunResult`): one slice per instruction, an HBM
     traffic counter, and SBUF/PSUM occupancy counters (a tensor occupies its bytes from
     the first instruction that touches it to the end of the last)."""
     program = result.program
@@ -187,9 +187,7 @@ def trace_from_run(result: Any) -> Trace:
         "peak_flops": _effective_peak(program),
         "hbm_bw_gbps": chip.hbm_bw_per_core_gbps,
     })
-    from trnsim.trace.causes import wait_causes
-
-    causes = wait_causes(result)
+    causes = result.causes
     matmul_flops = {inst.index: (f, inst.src.dtype.name) for f, inst in program.matmuls()}
     hbm_spans = []
     live: dict[str, list[float]] = {}
@@ -200,7 +198,8 @@ def trace_from_run(result: Any) -> Trace:
         args: dict[str, Any] = {"index": i, "opcode": inst.opcode, "operands": inst.describe(), "deps": list(inst.deps)}
         if inst.source:
             args["source"] = portable(inst.source)
-        args["wait"] = causes[i]
+        cause = causes[i]
+        args["wait"] = {"kind": cause.kind, "on": cause.on, "sem": cause.sem, "idle_ns": cause.idle_ps / 1000}
         if i in matmul_flops:
             args["flops"], args["dtype"] = matmul_flops[i]
         views = inst.reads() + inst.writes()

@@ -128,7 +128,7 @@ def _result(g: Group, arr: np.ndarray, shape: tuple[int, ...]) -> torch.Tensor:
 def _fused(g: Group, env: dict[fx.Node, Any], vals: dict[fx.Node, Any]) -> bool:
     """Run fusion ``g`` as its kernel and put its outputs in ``env``; False where it
     runs node by node instead."""
-    from trnsim.hw.core import simulate
+    from trnsim.simulator import simulate
     from trnsim.kernels.fused import fused_rows_kernel
     from trnsim.kernels.fused_matmul import fused_matmul_kernel
 
