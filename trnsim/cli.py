@@ -227,7 +227,7 @@ def _with_children(prof: Any, children: list) -> tuple[Any, str | None]:
     the work where that is not this one alone (None then): one child alone (its trace is
     the run's), several (merged as the ranks of a job), or none at all."""
     from trnsim.backend.follow import command_line
-    from trnsim.trace.job import merge
+    from trnsim.trace.export import merge
 
     own = prof.trace()
     if not children:

@@ -11,8 +11,8 @@ from trnsim.trace.analysis import Summary, busy_ns, summarize
 from trnsim.trace.comparison import Comparison, compare
 from trnsim.trace.critical import critical_path, waits
 from trnsim.trace.events import Counter, Slice, Trace, trace_from_run
-from trnsim.trace.export import load, save, to_chrome
-from trnsim.trace.job import JobTrace, merge, save_job
+from trnsim.trace.export import load, merge, save, save_job, to_chrome
+from trnsim.trace.job import JobTrace
 from trnsim.trace.plot import (plot_busy, plot_comparison, plot_memory, plot_roofline, plot_timeline,
                                plot_utilisation)
 from trnsim.trace.reporting import Report, report

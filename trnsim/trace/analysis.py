@@ -6,7 +6,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from trnsim.errors import TrnSimError
-from trnsim.trace.events import Slice, Trace, as_trace, track_label, track_sort_key
+from trnsim.trace.events import Slice, Trace, track_label, track_sort_key
+from trnsim.trace.export import as_trace
 from trnsim.trace.partial import summary_line
 
 

@@ -8,7 +8,8 @@ from typing import Any
 
 from trnsim.errors import TrnSimError
 from trnsim.trace.critical import engine_slices
-from trnsim.trace.events import Counter, Trace, _step_counter, as_trace, track_label
+from trnsim.trace.events import Counter, Trace, _step_counter, track_label
+from trnsim.trace.export import as_trace
 from trnsim.trace.figure import finish, fmt_ns, new_figure, plot_title, time_unit, total_of, traces_of
 from trnsim.trace.matching import match
 from trnsim.trace.table import Table

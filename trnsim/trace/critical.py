@@ -15,7 +15,8 @@ from typing import Any
 
 from trnsim.errors import TrnSimError
 from trnsim.trace.analysis import busy_ns
-from trnsim.trace.events import Slice, Trace, as_trace, track_sort_key
+from trnsim.trace.events import Slice, Trace, track_sort_key
+from trnsim.trace.export import as_trace
 from trnsim.trace.job import JobTrace
 
 # a saved trace keeps times in microseconds to 6 places: closer than this is the same time

@@ -12,8 +12,6 @@ import os
 from dataclasses import dataclass, field
 from typing import Any
 
-from trnsim.errors import TrnSimError
-
 Nanos = float
 
 # Display names and order of a NeuronCore's tracks, as a Neuron profile shows them.
@@ -139,25 +137,6 @@ def _effective_peak(program: Any) -> float:
     return flops / ideal_s if ideal_s else te.peak_flops()
 
 
-def as_trace(value: Any, what: str) -> Trace:
-    """``value`` as a Trace: a Trace itself, a simulated run (a
-    :class:`trnsim.simulator.RunResult`, traced), or the path of a saved trace (loaded).
-    ``what`` names the caller in the refusal of anything else."""
-    from trnsim.hw.core import TimedRun
-
-    if isinstance(value, Trace):
-        return value
-    if isinstance(value, TimedRun):
-        return trace_from_run(value)
-    if isinstance(value, (str, os.PathLike)):
-        from trnsim.trace.export import load
-
-        return load(value)
-    raise TrnSimError(f"{what} takes a trnsim.trace.Trace, a simulated run (trnsim.simulate's result) or the "
-                      f"path of a saved trace, not {type(value).__name__} {value!r:.60}; for a trnsim.profile, "
-                      "pass its .trace()")
-
-
 _PACKAGE_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))) + os.sep
 
 
@@ -171,7 +150,8 @@ def portable(path: str | None) -> str | None:
 
 
 def trace_from_run(result: Any) -> Trace:
-    """A Trace of a run (a :class:`trnsim.hw.core.TimedRun`, such as :class:`trnsim.simulator.RunResult`): one slice per instruction, an HBM
+    """A Trace of a run (a :class:`trnsim.hw.core.TimedRun`, such as
+    :class:`trnsim.simulator.RunResult`): one slice per instruction, an HBM
     traffic counter, and SBUF/PSUM occupancy counters (a tensor occupies its bytes from
     the first instruction that touches it to the end of the last)."""
     program = result.program

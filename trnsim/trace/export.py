@@ -1,10 +1,15 @@
-"""Chrome trace-event JSON (what Perfetto and chrome://tracing open), written and read back.
+"""Chrome trace-event JSON (what Perfetto and chrome://tracing open), written and read back:
+one run's trace, and a job's ranks merged on one clock.
 
 The file is a JSON object: ``traceEvents`` (complete events ``"ph": "X"`` for
 slices, ``"C"`` for counters, ``"M"`` metadata naming the process and each track)
 and ``otherData`` with the run's metadata. Timestamps are microseconds, as the
 format requires, with nanosecond precision. Output is deterministic: the same run
 gives the same bytes.
+
+A job's file is a ``trnsim-job/1`` object: ``traceEvents`` with ``pid`` = rank + 1 and
+each rank's track numbers as ``tid``; ``otherData.ranks`` lists, per rank, its process
+name, tracks and metadata.
 """
 
 from __future__ import annotations
@@ -15,8 +20,9 @@ from pathlib import Path
 from typing import Any
 
 from trnsim.atomic import write_atomic
-from trnsim.trace.events import Counter, Slice, Trace, track_label, track_sort_key
-from trnsim.trace.job import JobTrace, from_chrome
+from trnsim.errors import TraceFileError, TrnSimError
+from trnsim.trace.events import Counter, Slice, Trace, trace_from_run, track_label, track_sort_key
+from trnsim.trace.job import JobTrace
 from trnsim.trace.validate import FORMAT, JOB_FORMAT, read_checked
 
 PID = 1
@@ -63,12 +69,12 @@ def save(trace: Trace, path: str | os.PathLike) -> Path:
 
 def load(path: str | os.PathLike) -> Trace | JobTrace:
     """Read a trace written by :func:`save` back into a :class:`Trace`, or a merged job
-    trace (:func:`trnsim.trace.job.save_job`) into a :class:`JobTrace` (a damaged or
+    trace (:func:`save_job`) into a :class:`JobTrace` (a damaged or
     foreign file raises :class:`TraceFileError` naming what is wrong)."""
     data = read_checked(path)
     other = data["otherData"]
     if other["format"] == JOB_FORMAT:
-        return from_chrome(data)
+        return job_from_chrome(data)
     by_tid = {n + 1: t for n, t in enumerate(other["tracks"])}
     meta = {k: v for k, v in other.items() if k not in ("format", "process", "tracks")}
     trace = Trace(process=other["process"], meta=meta)
@@ -83,3 +89,91 @@ def load(path: str | os.PathLike) -> Trace | JobTrace:
     trace.counters = list(counters.values())
     trace.slices.sort(key=lambda s: (track_sort_key(s.track), s.start_ns))
     return trace
+
+
+def as_trace(value: Any, what: str) -> Trace:
+    """``value`` as a Trace: a Trace itself, a simulated run (a
+    :class:`trnsim.simulator.RunResult`, traced), or the path of a saved trace (loaded).
+    ``what`` names the caller in the refusal of anything else."""
+    from trnsim.hw.core import TimedRun
+
+    if isinstance(value, Trace):
+        return value
+    if isinstance(value, TimedRun):
+        return trace_from_run(value)
+    if isinstance(value, (str, os.PathLike)):
+        return load(value)
+    raise TrnSimError(f"{what} takes a trnsim.trace.Trace, a simulated run (trnsim.simulate's result) or the "
+                      f"path of a saved trace, not {type(value).__name__} {value!r:.60}; for a trnsim.profile, "
+                      "pass its .trace()")
+
+
+def _as_trace(item: Trace | str | os.PathLike) -> Trace:
+    if isinstance(item, Trace):
+        return item
+    loaded = load(item)
+    if isinstance(loaded, JobTrace):
+        raise TraceFileError(f"{item} is already a merged job trace; merge the per-rank traces it was made from")
+    return loaded
+
+
+def merge(traces: list[Trace | str | os.PathLike], meta: dict[str, Any] | None = None) -> JobTrace:
+    """The per-rank ``traces`` (rank order; Trace objects or trace files) on the shared clock."""
+    loaded = [_as_trace(t) for t in traces]
+    if not loaded:
+        raise TraceFileError("merge needs at least one rank's trace")
+    origins = [int(t.meta.get("origin_ps", 0)) for t in loaded]
+    base = min(origins)
+    ranks = []
+    for rank, (t, origin) in enumerate(zip(loaded, origins)):
+        shift = (origin - base) / 1000
+        process = t.meta.get("rank_name", f"rank {rank}")
+        moved = Trace(process=process, meta={**t.meta, "rank": rank})
+        moved.slices = [Slice(s.track, s.name, s.start_ns + shift, s.dur_ns, s.args) for s in t.slices]
+        moved.counters = [Counter(c.name, c.unit, [(at + shift, v) for at, v in c.points]) for c in t.counters]
+        ranks.append(moved)
+    return JobTrace(ranks, {"origin_ps": base, **(meta or {})})
+
+
+def job_to_chrome(job: JobTrace) -> dict[str, Any]:
+    """The merged trace as one Chrome trace-event JSON object (a process per rank)."""
+    events: list[dict[str, Any]] = []
+    ranks_meta = []
+    for rank, t in enumerate(job.ranks):
+        pid = rank + 1
+        rank_events, tracks = process_events(t, pid, partial=job.partial or t.partial)
+        rank_events.insert(1, {"ph": "M", "pid": pid, "name": "process_sort_index", "args": {"sort_index": pid}})
+        events += rank_events
+        ranks_meta.append({"process": t.process, "tracks": tracks, "meta": t.meta})
+    return {"traceEvents": events, "displayTimeUnit": "ns",
+            "otherData": {"format": JOB_FORMAT, "ranks": ranks_meta, **job.meta}}
+
+
+def save_job(job: JobTrace, path: str | os.PathLike) -> Path:
+    """Write the merged trace, whole or not at all."""
+    data = job_to_chrome(job)
+    return write_atomic(path, lambda f: json.dump(data, f, separators=(",", ":")))
+
+
+def job_from_chrome(data: dict[str, Any]) -> JobTrace:
+    """A merged trace from its checked JSON object (see :func:`trnsim.trace.validate.read_checked`)."""
+    other = data["otherData"]
+    ranks = []
+    for info in other["ranks"]:
+        ranks.append(Trace(process=info["process"], meta=dict(info.get("meta", {}))))
+    counters: list[dict[str, Counter]] = [{} for _ in ranks]
+    for e in data["traceEvents"]:
+        if e["ph"] == "M":
+            continue
+        rank = e["pid"] - 1
+        if e["ph"] == "X":
+            track = other["ranks"][rank]["tracks"][e["tid"] - 1]
+            ranks[rank].slices.append(Slice(track, e["name"], e["ts"] * 1000, e["dur"] * 1000, e["args"]))
+        else:
+            name, _, unit = e["name"].rpartition(" (")
+            c = counters[rank].setdefault(name, Counter(name, unit.rstrip(")")))
+            c.points.append((e["ts"] * 1000, e["args"]["value"]))
+    for t, cs in zip(ranks, counters):
+        t.counters = list(cs.values())
+    meta = {k: v for k, v in other.items() if k not in ("format", "ranks")}
+    return JobTrace(ranks, meta)

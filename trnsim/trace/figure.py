@@ -34,8 +34,8 @@ def colour_of(kind: str, spares: dict[str, str]) -> str:
 
 def traces_of(trace: Any, what: str) -> list[tuple[int | None, Any]]:
     """(rank, Trace) pairs to plot: one per rank of a JobTrace; else one, rank None, of
-    anything :func:`trnsim.trace.events.as_trace` takes (``what`` names the caller)."""
-    from trnsim.trace.events import as_trace
+    anything :func:`trnsim.trace.export.as_trace` takes (``what`` names the caller)."""
+    from trnsim.trace.export import as_trace
     from trnsim.trace.job import JobTrace
 
     if isinstance(trace, JobTrace):

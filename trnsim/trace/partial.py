@@ -55,8 +55,7 @@ def save_run(trace: Trace | JobTrace, path: str | os.PathLike, unfinished: str |
     """Write a run's trace: to ``path`` if the run finished (``unfinished`` is None),
     else marked partial (``unfinished`` says why) to :func:`partial_path`. Returns the
     path written."""
-    from trnsim.trace.export import save
-    from trnsim.trace.job import save_job
+    from trnsim.trace.export import save, save_job
 
     if unfinished is not None:
         trace.meta[KEY] = unfinished

@@ -35,7 +35,8 @@ import os
 from dataclasses import dataclass, field
 from trnsim.errors import TraceFileError, TrnSimError
 from trnsim.trace.analysis import busy_ns, hbm_bytes
-from trnsim.trace.events import Slice, Trace, as_trace, track_label, track_sort_key
+from trnsim.trace.events import Slice, Trace, track_label, track_sort_key
+from trnsim.trace.export import as_trace
 from trnsim.trace.job import JobTrace
 from trnsim.trace.matching import Unfused, unfused
 from trnsim.trace.partial import summary_line

@@ -180,7 +180,7 @@ def run_job(program: Program, args: list[str], nproc: int, trace: str | None, *,
                       "wrote a trace", file=sys.stderr)
             return failed if stop or rc else 0
         from trnsim.trace import load, report
-        from trnsim.trace.job import merge
+        from trnsim.trace.export import merge
         from trnsim.trace.partial import save_run
 
         job = merge(paths, {"world_size": len(paths), "instance": env.get("TRNSIM_INSTANCE", "")})
