@@ -678,12 +678,13 @@ def test_a_logical_core_splits_the_work_among_its_physical_cores():
 
     import trnsim  # noqa: F401
     from trnsim.backend import opkernels
+    from trnsim.backend.lowering import Call, placeholder, run_kernel
     from trnsim.kernels.gemm import matmul_general
 
     def program_ps(rows):
-        lhs_t = opkernels._ph((1024, rows), torch.float32)
-        rhs = opkernels._ph((1024, 1024), torch.float32)
-        return opkernels._run(matmul_general, "matmul_general", lhs_t, rhs, dtype="float32").ps
+        lhs_t = placeholder((1024, rows), torch.float32)
+        rhs = placeholder((1024, 1024), torch.float32)
+        return run_kernel(matmul_general, "matmul_general", lhs_t, rhs, dtype="float32").ps
 
     before = torch.neuron.chip()
     try:
@@ -691,8 +692,12 @@ def test_a_logical_core_splits_the_work_among_its_physical_cores():
             torch.neuron.set_chip(chip)
             a = torch.empty(512, 1024, device="neuron")
             b = torch.empty(1024, 1024, device="neuron")
-            cost = opkernels.kernel_cost(opkernels.Call("aten::mm", (a, b), {}, [a, b], None))
+            call = Call("aten::mm", (a, b), {}, [a, b], None)
+            cost = opkernels.kernel_cost(call)
             assert cost.ps == program_ps(rows)
+            # the share is the call's own: the rows split in two on trn2, none on trn1
+            assert call.shares.factors == ([2.0] if chip == "trn2" else [])
+            assert cost.cores == (2.0 if chip == "trn2" else 1.0)
             if chip == "trn2":
                 assert cost.ps < program_ps(512)
     finally:
@@ -707,6 +712,7 @@ def test_a_physical_cores_share_of_an_elementwise_op_is_never_slower_than_the_wh
 
     import trnsim  # noqa: F401
     from trnsim.backend import opkernels
+    from trnsim.backend.lowering import Call
 
     lnc1 = tmp_path / "trn2_lnc1.toml"
     lnc1.write_text('extends = "trn2"\n\n[chip]\nname = "trn2-lnc1"\nlogical_core_size = 1\n')
@@ -717,7 +723,7 @@ def test_a_physical_cores_share_of_an_elementwise_op_is_never_slower_than_the_wh
         for shape in ((129, 7), (128, 3), (128, 129), (3, 100), (2, 64), (300, 700)):
             x, y = torch.empty(shape, device="neuron"), torch.empty(shape, device="neuron")
             for name, args in (("aten::exp", (x,)), ("aten::add.Tensor", (x, y)), ("aten::mul.Tensor", (x, 2.0))):
-                out.append(opkernels.kernel_cost(opkernels.Call(name, args, {}, list(args), None)).ps)
+                out.append(opkernels.kernel_cost(Call(name, args, {}, list(args), None)).ps)
         return out
 
     before = torch.neuron.chip()
@@ -749,3 +755,30 @@ def test_the_device_times_nearest_upsampling_and_clamp_by_their_kernels():
     assert timed == [("aten::upsample_nearest2d", "kernel", "upsample_nearest2d_kernel"),
                      ("aten::clamp", "kernel", "clamp_kernel"), ("aten::clamp_min", "kernel", "clamp_kernel"),
                      ("aten::upsample_nearest2d", "estimate", "")]   # a 1.5x scale picks rows unevenly
+
+
+def test_a_kernel_bug_is_raised_not_timed_as_an_estimate(monkeypatch):
+    """A kernel refuses a shape it does not take with a TrnSimError, and the estimate
+    times that op; any other exception in a kernel or its lowering is a bug, and it
+    reaches the caller instead of becoming a bandwidth estimate."""
+    import torch
+
+    import trnsim  # noqa: F401
+    from trnsim.backend import opkernels
+    from trnsim.backend.lowering import Call
+    from trnsim.errors import ProgramError
+
+    x = torch.empty(4, 4, device="neuron")
+    call = lambda: Call("aten::exp", (x,), {}, [x], None)  # noqa: E731
+
+    def refuses(call):
+        raise ProgramError("no tile fits")
+
+    def broken(call):
+        return call.args[7]
+
+    monkeypatch.setitem(opkernels.KERNEL_OPS, "aten::exp", refuses)
+    assert opkernels.kernel_cost(call()) is None
+    monkeypatch.setitem(opkernels.KERNEL_OPS, "aten::exp", broken)
+    with pytest.raises(IndexError):
+        opkernels.kernel_cost(call())

@@ -9,13 +9,13 @@ bandwidth. :func:`coverage` lists which is which.
 
 from __future__ import annotations
 
-import math
-from typing import Any
+from typing import Any, Callable
 
 import torch
 
-from trnsim.backend import state
-from trnsim.backend.timeline import OpCost
+from trnsim.backend import opkernels
+from trnsim.backend.lowering import Call
+from trnsim.backend.opcost import OpCost, estimate, moved_bytes
 
 # Ops that make, free or re-describe memory without device work.
 NO_DEVICE_WORK = frozenset({
@@ -25,35 +25,14 @@ NO_DEVICE_WORK = frozenset({
 })
 
 
-def tensor_bytes(x: torch.Tensor) -> int:
-    return x.numel() * x.element_size()
-
-
-def moved_bytes(flat: list, out: Any) -> int:
-    """Bytes an op reads (its tensor arguments) and writes (its new results)."""
-    total = sum(tensor_bytes(x) for x in flat if isinstance(x, torch.Tensor))
-    outs = out if isinstance(out, (list, tuple)) else (out,)
-    ids = {id(x) for x in flat}
-    total += sum(tensor_bytes(o) for o in outs if isinstance(o, torch.Tensor) and id(o) not in ids)
-    return total
-
-
-def estimate(nbytes: int) -> OpCost:
-    """Bandwidth-bound time of moving ``nbytes`` through HBM on the device's core(s)."""
-    chip = state.chip()
-    bw = chip.hbm_bw_per_core_gbps * chip.logical_core_size  # GB/s == bytes/ns
-    ns = chip.dma.fixed_ns + nbytes / bw
-    return OpCost(ps=math.ceil(ns * 1000), source="estimate", hbm_bytes=nbytes)
-
-
-def op_cost(name: str, args: tuple, kwargs: dict, flat: list, out: Any) -> OpCost:
+def op_cost(name: str, args: tuple, kwargs: dict, flat: list, out: Any,
+            cost_of: Callable[..., OpCost] | None = None) -> OpCost:
     """Simulated cost of op ``name`` (arguments ``args``/``kwargs``, flattened ``flat``;
-    results ``out``)."""
+    results ``out``). ``cost_of`` costs another op, for ops made of others (the
+    caller's memoized costing)."""
     if name in NO_DEVICE_WORK:
         return OpCost(ps=0, source="none")
-    from trnsim.backend import opkernels
-
-    cost = opkernels.kernel_cost(opkernels.Call(name, args, kwargs, flat, out))
+    cost = opkernels.kernel_cost(Call(name, args, kwargs, flat, out, cost_of))
     if cost is not None:
         return cost
     return estimate(moved_bytes(flat, out))
@@ -66,8 +45,6 @@ def coverage() -> dict[str, list[str]]:
     kernel from trnsim.kernels, ops the device runs with an estimated time (every
     other aten op with a CPU kernel), and ops that do no device work.
     """
-    from trnsim.backend import opkernels
-
     every = [q for q in torch._C._dispatch_get_all_op_names() if q.startswith("aten::")]
     # the kernel table names overload families; list the overloads PyTorch has
     kernel = sorted(q for q in every if q in opkernels.KERNEL_OPS)

@@ -81,7 +81,7 @@ def _put(name: str, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
          backward: bool) -> None:
     """Put the op on the timeline; inside a compiled graph, report its cost to the graph,
     which charges it in its kernel's place."""
-    from trnsim.backend.costs import estimate, tensor_bytes
+    from trnsim.backend.opcost import estimate, tensor_bytes
     from trnsim.backend.flextiming import attention_cost
 
     with timeline.simulating:

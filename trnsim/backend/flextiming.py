@@ -25,7 +25,7 @@ import numpy as np
 import torch
 
 from trnsim.backend import state
-from trnsim.backend.timeline import OpCost
+from trnsim.backend.opcost import OpCost
 
 TILE = 128
 _memo: dict[tuple, OpCost] = {}
@@ -90,15 +90,15 @@ def _simulate(backward: bool, blocks: tuple, sq: int, sk: int, d: int, dtype: to
     key = (backward, blocks, sq, sk, d, dtype, state.chip().name)
     cost = _memo.get(key)
     if cost is None:
-        from trnsim.backend.opkernels import _ph, _run
+        from trnsim.backend.lowering import placeholder, run_kernel
         from trnsim.kernels.flex_attention import block_sparse_attention_bwd, block_sparse_attention_fwd
 
-        q, kv, mask = _ph((sq, d), dtype), _ph((sk, d), dtype), _ph((sq, sk), torch.bool)
+        q, kv, mask = placeholder((sq, d), dtype), placeholder((sk, d), dtype), placeholder((sq, sk), torch.bool)
         if backward:
-            cost = _run(block_sparse_attention_bwd, "block_sparse_attention_bwd", q, kv, kv, q, q,
-                        _ph((sq,), torch.float32), mask, blocks)
+            cost = run_kernel(block_sparse_attention_bwd, "block_sparse_attention_bwd", q, kv, kv, q, q,
+                        placeholder((sq,), torch.float32), mask, blocks)
         else:
-            cost = _run(block_sparse_attention_fwd, "block_sparse_attention_fwd", q, kv, kv, mask, blocks)
+            cost = run_kernel(block_sparse_attention_fwd, "block_sparse_attention_fwd", q, kv, kv, mask, blocks)
         _memo[key] = cost
     return cost
 

@@ -47,7 +47,7 @@ import torch
 from torch.utils._pytree import tree_map
 
 from trnsim.backend import state, storage
-from trnsim.backend.opkernels import _BINARY, _UNARY, MAX_MULTIPLIES, Call, _base, _chip_dtype
+from trnsim.backend.lowering import BINARY, MAX_MULTIPLIES, UNARY, Call, chip_dtype, op_base
 
 CHIP_FLOATS = frozenset({torch.float32, torch.bfloat16, torch.float16, torch.float8_e4m3fn, torch.float8_e5m2})
 _CHIP_INTS = frozenset({torch.int32, torch.int16, torch.int8, torch.uint8})
@@ -248,11 +248,11 @@ def _matmul(call: Call) -> Launch | None:
     """``matmul_general(a^T [K, M], b [K, N])``, batched for bmm; the bias after it."""
     from trnsim.kernels.gemm import matmul_general
 
-    bias_at, a_at, b_at, rank = _MATMULS[_base(call.name)]
+    bias_at, a_at, b_at, rank = _MATMULS[op_base(call.name)]
     a, b = call.args[a_at], call.args[b_at]
     bias = call.args[bias_at] if bias_at is not None else None
     vector = b.dim() == 1
-    if not _float(a, b) or a.dim() != rank or b.dim() != (1 if _base(call.name).endswith("mv") else rank):
+    if not _float(a, b) or a.dim() != rank or b.dim() != (1 if op_base(call.name).endswith("mv") else rank):
         return None
     rhs = b.unsqueeze(-1) if vector else b
     batch = a.shape[0] if rank == 3 else 1
@@ -273,7 +273,7 @@ def _matmul(call: Call) -> Launch | None:
     def finish(outs: list[np.ndarray]) -> torch.Tensor:
         return _epilogue(_tensor(outs[0], out_shape, a.dtype), bias, beta, alpha)
 
-    return Launch(matmul_general, (lhsT, rhs), {"dtype": _chip_dtype(a.dtype)}, finish)
+    return Launch(matmul_general, (lhsT, rhs), {"dtype": chip_dtype(a.dtype)}, finish)
 
 
 # -- elementwise -------------------------------------------------------------
@@ -283,8 +283,8 @@ def _unary(call: Call) -> Launch | None:
     from trnsim.kernels.elementwise import unary_kernel
 
     x = call.args[0]
-    base = _base(call.name)
-    func = _UNARY[base]
+    base = op_base(call.name)
+    func = UNARY[base]
     if not _float(x):
         return None
     if base == "gelu" and call.kwargs.get("approximate", "none") == "tanh":
@@ -312,8 +312,8 @@ def _binary(call: Call) -> Launch | None:
     anything else expanded to the broadcast shape (the layouts the timing path uses)."""
     from trnsim.kernels.elementwise import binary_kernel, scalar_kernel
 
-    base = _base(call.name)
-    op = _BINARY[base]
+    base = op_base(call.name)
+    op = BINARY[base]
     first = call.arg(0, "self")
     second = call.arg(1, "other", call.kwargs.get("exponent"))
     if call.arg(2, "alpha", 1) != 1 or call.kwargs.get("rounding_mode") is not None:
@@ -385,7 +385,7 @@ def _cast(call: Call) -> Launch | None:
     def finish(outs: list[np.ndarray]) -> torch.Tensor:
         return _tensor(outs[0], x.shape, dtype)
 
-    return Launch(cast_kernel, (x,), {"dtype": _chip_dtype(dtype)}, finish)
+    return Launch(cast_kernel, (x,), {"dtype": chip_dtype(dtype)}, finish)
 
 
 # -- reductions, softmax, norms --------------------------------------------
@@ -398,7 +398,7 @@ def _reduce(call: Call) -> Launch | None:
     from trnsim.kernels.reduce import reduce_kernel
 
     x = call.args[0]
-    base = _base(call.name)
+    base = op_base(call.name)
     if not _float(x) or x.dim() == 0 or call.kwargs.get("dtype") not in (None, x.dtype):
         return None
     dims = _dims(x, call.arg(1, "dim") if base not in ("max", "min") else None)
@@ -627,10 +627,10 @@ def _register() -> dict[str, Callable[[Call], Launch | None]]:
     for n in ("mm", "mm.out", "addmm", "addmm.out", "addmm_", "bmm", "bmm.out", "baddbmm", "baddbmm_",
               "baddbmm.out", "mv", "mv.out", "addmv", "addmv_", "addmv.out"):
         table[f"aten::{n}"] = _matmul
-    for u in _UNARY:
+    for u in UNARY:
         for n in (u, f"{u}_", f"{u}.out"):
             table[f"aten::{n}"] = _unary
-    for b in _BINARY:
+    for b in BINARY:
         for ov in ("Tensor", "Scalar", "out", "Tensor_out", "Scalar_out", "Tensor_Tensor", "Tensor_Scalar",
                    "Tensor_Tensor_out", "Tensor_Scalar_out"):
             table[f"aten::{b}.{ov}"] = _binary

@@ -41,7 +41,7 @@ import torch
 
 from trnsim import dtypes as _dt
 from trnsim.backend import state, storage, timeline
-from trnsim.backend.timeline import OpCost
+from trnsim.backend.opcost import OpCost
 from trnsim.nki.jit import named_arguments, written_inputs
 from trnsim.errors import TrnSimError
 

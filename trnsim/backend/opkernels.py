@@ -6,10 +6,8 @@ no memory), traces it into a Program and simulates its timing. Layout changes th
 chip would need (a transpose for ``mm``'s stationary operand, flattening leading
 dimensions) are free here: the kernel sees the operands in its own layout.
 
-On a chip whose logical NeuronCore spans several physical cores (trn2's LNC=2), the
-physical cores split an op's independent work (batch, rows, heads, images), as the
-Neuron compiler shards it: the Program traced is one physical core's share, and the
-cores run their shares at the same time, so it is the op's time.
+On a chip whose logical NeuronCore spans several physical cores (trn2's LNC=2), each
+entry traces one physical core's share of the op (see :mod:`trnsim.backend.lowering`).
 
 Very large ops are traced on a slice and scaled: a matmul whose Program would pass
 :data:`MAX_MULTIPLIES` multiplies is timed on a slab of its batch, rows or columns and
@@ -21,101 +19,15 @@ from __future__ import annotations
 import dataclasses
 import functools
 import math
-from dataclasses import dataclass
 from typing import Any, Callable
 
-import numpy as np
 import torch
 
 from trnsim.backend import state
-from trnsim.backend.timeline import OpCost
-
-
-@dataclass(frozen=True)
-class Call:
-    """One op call being costed: its name, arguments (also flattened) and results."""
-
-    name: str
-    args: tuple
-    kwargs: dict
-    flat: list
-    out: Any
-
-    def arg(self, index: int, name: str, default: Any = None) -> Any:
-        if index < len(self.args):
-            return self.args[index]
-        return self.kwargs.get(name, default)
-
-MAX_MULTIPLIES = 8192   # [128 x 128] x [128 x 512] multiplies a traced matmul may have before it is sliced
-
-_NP = {torch.float32: np.float32, torch.float16: np.float16, torch.int32: np.int32, torch.int8: np.int8,
-       torch.uint8: np.uint8, torch.int16: np.int16}
-_TYPED = {torch.bfloat16: "bfloat16", torch.float8_e4m3fn: "float8_e4m3", torch.float8_e5m2: "float8_e5m2"}
-
-
-def _ph(shape, dtype: torch.dtype) -> Any:
-    """A zero-memory placeholder array standing for a tensor of ``shape`` and ``dtype``."""
-    import trnsim.nki as nki
-
-    shape = tuple(int(s) for s in shape) or (1,)
-    if dtype in _TYPED:
-        return nki.typed(np.broadcast_to(np.zeros((), np.float32), shape), _TYPED[dtype])
-    np_dtype = _NP.get(dtype)
-    if np_dtype is None:   # int64, bool, float64: timed as the chip's 32-bit or 8-bit types
-        np_dtype = np.uint8 if dtype == torch.bool else (np.float32 if dtype.is_floating_point else np.int32)
-    return np.broadcast_to(np.zeros((), np_dtype), shape)
-
-
-def _chip_dtype(dtype: torch.dtype) -> str:
-    if dtype in _TYPED:
-        return _TYPED[dtype]
-    if dtype in (torch.float16,):
-        return "float16"
-    return "float32" if dtype.is_floating_point else "int32"
-
-
-def _run(kernel: Callable, name: str, *args: Any, repeat: int = 1, **kwargs: Any) -> OpCost:
-    from trnsim.simulator import simulate
-
-    traced = kernel.trace(*args, chip=state.chip(), **kwargs)
-    run = simulate(traced.tracer.program, None, fidelity="timing")
-    return OpCost(ps=run.total_ps * repeat, source="kernel", kernel=name, run=run, scale=repeat)
-
-
-def _lnc() -> int:
-    return state.chip().logical_core_size
-
-
-# the op's work over the share traced, for each split made while costing one op
-_shares: list[float] = []
-
-
-def _split(n: int) -> int:
-    """One physical core's share of ``n`` independent pieces of work (rows, heads, ...)."""
-    share = max(1, math.ceil(n / _lnc()))
-    _shares.append(max(n, 1) / share)
-    return share
-
-
-def _per_core(shape) -> tuple[int, ...]:
-    """One physical core's share of an elementwise op over ``shape``, for the flat
-    elementwise kernels (``flat_views``: 128-partition columns, then a row of the last
-    ``numel % 128``). A share that fits one row is that row; a bigger one is half the
-    columns, and one core also takes the last row, so a share is never laid out worse
-    than the whole (a split of the first axis can be: [129, 7] is 7 columns and a row of
-    7, while [65, 7] is 3 columns and a row of 71). Unchanged with LNC=1."""
-    shape = tuple(int(s) for s in shape)
-    lnc = _lnc()
-    numel = math.prod(shape)
-    if lnc == 1 or numel < lnc:
-        return shape
-    share = math.ceil(numel / lnc)
-    if share >= 128:
-        cols, rest = divmod(numel, 128)
-        share = 128 * math.ceil(cols / lnc) + rest
-    _shares.append(numel / share)
-    return (share,)
-
+from trnsim.backend.lowering import (BINARY, MAX_MULTIPLIES, UNARY, Call, chip_dtype, lnc, op_base, placeholder,
+                                     run_kernel)
+from trnsim.backend.opcost import OpCost, estimate, tensor_bytes
+from trnsim.errors import TrnSimError
 
 def _tensors(flat: list) -> list[torch.Tensor]:
     return [x for x in flat if isinstance(x, torch.Tensor)]
@@ -123,65 +35,30 @@ def _tensors(flat: list) -> list[torch.Tensor]:
 
 # -- matmul family -----------------------------------------------------------
 
-def matmul_share(b: int, m: int, k: int, n: int) -> tuple[int, int, int, int]:
-    """One physical core's share of a matmul [b, m, k] x [b, k, n], as traced: (b, m, n,
-    scale), the slab of at most :data:`MAX_MULTIPLIES` multiplies whose Program, run
-    ``scale`` times, times the share (see the module)."""
-    m, k, n = max(m, 1), max(k, 1), max(n, 1)
-    lnc = _lnc()
-    if lnc > 1:   # the physical cores of a logical core take a share of the batch, rows or columns each
-        if b >= lnc:
-            b = _split(b)
-        elif m >= 128 * lnc or (n < 512 * lnc and m >= lnc):
-            m = _split(m)
-        else:
-            n = _split(n)
-    steps = math.ceil(k / 128)
-    scale = 1
-    # trace at most MAX_MULTIPLIES multiplies: slice the batch, then rows, then columns
-    for axis in ("b", "m", "n"):
-        mults = b * math.ceil(m / 128) * math.ceil(n / 512) * steps
-        if mults <= MAX_MULTIPLIES:
-            break
-        if axis == "b" and b > 1:
-            keep = max(1, b * MAX_MULTIPLIES // mults)
-            scale *= math.ceil(b / keep)
-            b = keep
-        elif axis == "m" and m > 128:
-            keep = max(128, (m * MAX_MULTIPLIES // mults) // 128 * 128)
-            scale *= math.ceil(m / keep)
-            m = keep
-        elif axis == "n" and n > 512:
-            keep = max(512, (n * MAX_MULTIPLIES // mults) // 512 * 512)
-            scale *= math.ceil(n / keep)
-            n = keep
-    return b, m, n, scale
-
-
-def _matmul(b: int, m: int, k: int, n: int, dtype: torch.dtype) -> OpCost:
+def _matmul(call: Call, b: int, m: int, k: int, n: int, dtype: torch.dtype) -> OpCost:
     from trnsim.kernels.gemm import matmul_general
 
-    b, m, n, scale = matmul_share(b, m, k, n)
+    b, m, n, scale = call.shares.matmul(b, m, k, n)
     k = max(k, 1)
     lhs = (b, k, m) if b > 1 else (k, m)
     rhs = (b, k, n) if b > 1 else (k, n)
-    out_dtype = _chip_dtype(dtype) if dtype.is_floating_point else "float32"
-    return _run(matmul_general, "matmul_general", _ph(lhs, dtype), _ph(rhs, dtype), dtype=out_dtype, repeat=scale)
+    out_dtype = chip_dtype(dtype) if dtype.is_floating_point else "float32"
+    return run_kernel(matmul_general, "matmul_general", placeholder(lhs, dtype), placeholder(rhs, dtype), dtype=out_dtype, repeat=scale)
 
 
 def _mm(call: Call) -> OpCost:
     a, b = _tensors(list(call.args))[-2:]   # positional: an out= tensor is keyword-only
-    return _matmul(1, a.shape[0], a.shape[1], b.shape[1], a.dtype)
+    return _matmul(call, 1, a.shape[0], a.shape[1], b.shape[1], a.dtype)
 
 
 def _bmm(call: Call) -> OpCost:
     a, b = _tensors(list(call.args))[-2:]
-    return _matmul(a.shape[0], a.shape[1], a.shape[2], b.shape[2], a.dtype)
+    return _matmul(call, a.shape[0], a.shape[1], a.shape[2], b.shape[2], a.dtype)
 
 
 def _mv(call: Call) -> OpCost:
     a, v = _tensors(list(call.args))[-2:]
-    return _matmul(1, a.shape[0], a.shape[1], 1, a.dtype)
+    return _matmul(call, 1, a.shape[0], a.shape[1], 1, a.dtype)
 
 
 def _grouped_mm(call: Call) -> OpCost | None:
@@ -194,22 +71,22 @@ def _grouped_mm(call: Call) -> OpCost | None:
     a, b = call.arg(0, "self"), call.arg(1, "mat2")
     offs = call.arg(2, "offs")
     if a.dim() == 3 and b.dim() == 3:
-        return _matmul(a.shape[0], a.shape[1], a.shape[2], b.shape[2], a.dtype)
+        return _matmul(call, a.shape[0], a.shape[1], a.shape[2], b.shape[2], a.dtype)
     if a.dim() != 2 or b.dim() != 3 or offs is None:
         return None   # offsets that group K (a weight gradient): the estimate times it
     (m, k), (groups, n) = a.shape, (b.shape[0], b.shape[2])
     ends = _group_ends(offs, m, groups)
     rows = tuple(e - s for s, e in zip((0,) + ends[:-1], ends))
-    if _lnc() > 1:
-        n = _split(n)   # the physical cores take half the columns of every group each
+    if lnc() > 1:
+        n = call.shares.split(n)   # the physical cores take half the columns of every group each
     mults = sum(math.ceil(r / 128) for r in rows) * math.ceil(n / 512) * math.ceil(k / 128)
     scale = 1
     if mults > MAX_MULTIPLIES and n > 512:
         keep = max(512, (n * MAX_MULTIPLIES // mults) // 512 * 512)
         scale, n = math.ceil(n / keep), keep
     dtype = call.arg(4, "out_dtype") or a.dtype
-    return _run(grouped_matmul, "grouped_matmul", _ph((k, m), a.dtype), _ph((groups, k, n), b.dtype), rows=rows,
-                dtype=_chip_dtype(dtype), repeat=scale)
+    return run_kernel(grouped_matmul, "grouped_matmul", placeholder((k, m), a.dtype), placeholder((groups, k, n), b.dtype), rows=rows,
+                dtype=chip_dtype(dtype), repeat=scale)
 
 
 def _group_ends(offs: torch.Tensor, m: int, groups: int) -> tuple[int, ...]:
@@ -225,57 +102,43 @@ def _group_ends(offs: torch.Tensor, m: int, groups: int) -> tuple[int, ...]:
 
 # -- elementwise -------------------------------------------------------------
 
-_UNARY = {"exp": "exp", "log": "log", "sqrt": "sqrt", "rsqrt": "rsqrt", "reciprocal": "reciprocal",
-          "tanh": "tanh", "sigmoid": "sigmoid", "relu": "relu", "gelu": "gelu", "silu": "silu", "abs": "abs",
-          "neg": "identity", "sin": "sin", "cos": "cos", "erf": "erf", "sign": "sign", "softplus": "softplus",
-          "square": "square"}
-_BINARY = {"add": "add", "sub": "subtract", "mul": "multiply", "div": "divide", "maximum": "maximum",
-           "minimum": "minimum", "pow": "power", "eq": "equal", "ne": "not_equal", "gt": "greater",
-           "ge": "greater_equal", "lt": "less", "le": "less_equal", "rsub": "subtract"}
-
-
-def _base(name: str) -> str:
-    base = name.removeprefix("aten::").split(".")[0]
-    return base[:-1] if base.endswith("_") and not base.startswith("_") else base
-
-
 def _unary(call: Call) -> OpCost:
-    flat, out = call.flat, call.out
+    flat = call.flat
     from trnsim.kernels.elementwise import unary_kernel
 
     x = _tensors(flat)[0]
-    func = _UNARY[_base(call.name)]
-    return _run(unary_kernel, f"unary_kernel[{func}]", _ph(_per_core(x.shape), x.dtype), op=func,
+    func = UNARY[op_base(call.name)]
+    return run_kernel(unary_kernel, f"unary_kernel[{func}]", placeholder(call.shares.per_core(x.shape), x.dtype), op=func,
                 scale=1.0 if func != "identity" else -1.0)
 
 
 def _binary(call: Call) -> OpCost:
-    flat, out = call.flat, call.out
+    out = call.out
     from trnsim.kernels.elementwise import binary_kernel, scalar_kernel
 
     ts = _tensors(list(call.args))   # not an out= tensor
-    op = _BINARY[_base(call.name)]
+    op = BINARY[op_base(call.name)]
     x = ts[0]
     big = [t for t in ts if t.dim() > 0]
     if len(ts) == 1 or len(big) <= 1:
         y = big[0] if big else x
-        return _run(scalar_kernel, f"scalar_kernel[{op}]", _ph(_per_core(y.shape), y.dtype), op=op, value=1.0)
+        return run_kernel(scalar_kernel, f"scalar_kernel[{op}]", placeholder(call.shares.per_core(y.shape), y.dtype), op=op, value=1.0)
     a, b = big[0], big[1]
     shape = torch.broadcast_shapes(a.shape, b.shape)
     if tuple(a.shape) == tuple(b.shape):
-        part = _per_core(shape)
-        return _run(binary_kernel, f"binary_kernel[{op}]", _ph(part, a.dtype), _ph(part, b.dtype), op=op)
+        part = call.shares.per_core(shape)
+        return run_kernel(binary_kernel, f"binary_kernel[{op}]", placeholder(part, a.dtype), placeholder(part, b.dtype), op=op)
     rows = math.prod(shape[:-1]) if len(shape) > 1 else 1
     d = shape[-1] if shape else 1
     small = b if b.numel() <= a.numel() else a
-    part = _split(rows)
+    part = call.shares.split(rows)
     if small.numel() == d and small.shape[-1] == d:       # a row broadcast over the rows
-        return _run(binary_kernel, f"binary_kernel[{op}]", _ph((part, d), a.dtype), _ph((d,), small.dtype), op=op)
+        return run_kernel(binary_kernel, f"binary_kernel[{op}]", placeholder((part, d), a.dtype), placeholder((d,), small.dtype), op=op)
     if small.numel() == rows and small.shape[-1] == 1:  # a column broadcast along the rows
-        return _run(binary_kernel, f"binary_kernel[{op}]", _ph((part, d), a.dtype), _ph((part, 1), small.dtype),
+        return run_kernel(binary_kernel, f"binary_kernel[{op}]", placeholder((part, d), a.dtype), placeholder((part, 1), small.dtype),
                     op=op)
-    part = _per_core(shape)
-    return _run(binary_kernel, f"binary_kernel[{op}]", _ph(part, a.dtype), _ph(part, a.dtype), op=op)
+    part = call.shares.per_core(shape)
+    return run_kernel(binary_kernel, f"binary_kernel[{op}]", placeholder(part, a.dtype), placeholder(part, a.dtype), op=op)
 
 
 
@@ -289,7 +152,7 @@ def _cast(call: Call) -> OpCost:
     src = next((t for t in _tensors(flat) if t is not out), _tensors(flat)[0])
     if src.device.type != "neuron" or out.device.type != "neuron":
         return None
-    return _run(cast_kernel, "cast_kernel", _ph(_per_core(out.shape), src.dtype), dtype=_chip_dtype(out.dtype))
+    return run_kernel(cast_kernel, "cast_kernel", placeholder(call.shares.per_core(out.shape), src.dtype), dtype=chip_dtype(out.dtype))
 
 
 # -- reductions, softmax, norms --------------------------------------------
@@ -304,11 +167,11 @@ def _rows_cols(x: torch.Tensor, dims: Any) -> tuple[int, int]:
 
 
 def _reduce(call: Call) -> OpCost:
-    flat, out = call.flat, call.out
+    flat = call.flat
     from trnsim.kernels.reduce import reduce_kernel
 
     x = _tensors(flat)[0]
-    base = _base(call.name)
+    base = op_base(call.name)
     op = {"sum": "sum", "mean": "mean", "amax": "max", "amin": "min", "max": "max", "min": "min",
           "argmax": "max", "argmin": "min", "norm": "sum", "linalg_vector_norm": "sum", "var": "mean",
           "std": "mean", "prod": "sum", "logsumexp": "sum", "any": "max", "all": "min"}[base]
@@ -317,11 +180,11 @@ def _reduce(call: Call) -> OpCost:
         dims = None
     rows, d = _rows_cols(x, dims)
     dtype = x.dtype if x.dtype.is_floating_point else torch.float32
-    return _run(reduce_kernel, f"reduce_kernel[{op}]", _ph((_split(rows), d), dtype), op=op)
+    return run_kernel(reduce_kernel, f"reduce_kernel[{op}]", placeholder((call.shares.split(rows), d), dtype), op=op)
 
 
 def _softmax(call: Call) -> OpCost:
-    flat, out = call.flat, call.out
+    flat = call.flat
     from trnsim.kernels.reduce import log_softmax_kernel
     from trnsim.kernels.softmax import softmax_kernel
 
@@ -329,31 +192,31 @@ def _softmax(call: Call) -> OpCost:
     dim = call.arg(1, "dim", -1)
     rows, d = _rows_cols(x, dim % max(x.dim(), 1) if x.dim() else None)
     kernel = log_softmax_kernel if "log" in call.name else softmax_kernel
-    return _run(kernel, kernel.__name__, _ph((_split(rows), d), x.dtype))
+    return run_kernel(kernel, kernel.__name__, placeholder((call.shares.split(rows), d), x.dtype))
 
 
 def _layer_norm(call: Call) -> OpCost:
-    flat, out = call.flat, call.out
+    flat = call.flat
     from trnsim.kernels.norms import layernorm_kernel
 
     x = _tensors(flat)[0]
     d = math.prod(call.arg(1, "normalized_shape"))
-    return _run(layernorm_kernel, "layernorm_kernel", _ph((_split(x.numel() // max(d, 1)), d), x.dtype),
-                _ph((d,), x.dtype), _ph((d,), x.dtype))
+    return run_kernel(layernorm_kernel, "layernorm_kernel", placeholder((call.shares.split(x.numel() // max(d, 1)), d), x.dtype),
+                placeholder((d,), x.dtype), placeholder((d,), x.dtype))
 
 
 def _rms_norm(call: Call) -> OpCost:
-    flat, out = call.flat, call.out
+    flat = call.flat
     from trnsim.kernels.norms import rmsnorm_kernel
 
     x = _tensors(flat)[0]
     d = math.prod(call.arg(1, "normalized_shape"))
-    return _run(rmsnorm_kernel, "rmsnorm_kernel", _ph((_split(x.numel() // max(d, 1)), d), x.dtype),
-                _ph((d,), x.dtype))
+    return run_kernel(rmsnorm_kernel, "rmsnorm_kernel", placeholder((call.shares.split(x.numel() // max(d, 1)), d), x.dtype),
+                placeholder((d,), x.dtype))
 
 
 def _group_norm(call: Call) -> OpCost:
-    flat, out = call.flat, call.out
+    flat = call.flat
     from trnsim.kernels.norms import groupnorm_kernel
 
     x = _tensors(flat)[0]
@@ -361,14 +224,9 @@ def _group_norm(call: Call) -> OpCost:
     if groups > 128 or x.dim() < 2:
         return None
     c = x.shape[1]
-    xs = (_split(x.shape[0]),) + tuple(x.shape[1:])   # a share of the batch on each physical core
-    return _run(groupnorm_kernel, "groupnorm_kernel", _ph(xs, x.dtype), _ph((c,), x.dtype),
-                _ph((c,), x.dtype), groups=groups)
-
-
-def _images_share(shape) -> tuple[int, ...]:
-    """One physical core's share of an [N, C, ...] tensor: a share of the images."""
-    return (_split(shape[0]),) + tuple(shape[1:])
+    xs = (call.shares.split(x.shape[0]),) + tuple(x.shape[1:])   # a share of the batch on each physical core
+    return run_kernel(groupnorm_kernel, "groupnorm_kernel", placeholder(xs, x.dtype), placeholder((c,), x.dtype),
+                placeholder((c,), x.dtype), groups=groups)
 
 
 # batch norm forward ops -> (index of their training argument, None for eval only; whether they take running statistics)
@@ -393,9 +251,9 @@ def _batch_norm(call: Call, relu: bool = False) -> OpCost | None:
     training = at is not None and bool(call.arg(at, "training"))
     if x.dim() < 2 or (not training and None in running):
         return None
-    vectors = [_ph((x.shape[1],), t.dtype) if t is not None else None for t in (weight, bias, *running)]
-    return _run(batchnorm_kernel, "batchnorm_kernel[relu]" if relu else "batchnorm_kernel",
-                _ph(_images_share(x.shape), x.dtype), *vectors, training=training, relu=relu)
+    vectors = [placeholder((x.shape[1],), t.dtype) if t is not None else None for t in (weight, bias, *running)]
+    return run_kernel(batchnorm_kernel, "batchnorm_kernel[relu]" if relu else "batchnorm_kernel",
+                placeholder(call.shares.images(x.shape), x.dtype), *vectors, training=training, relu=relu)
 
 
 def _batch_norm_backward(call: Call, relu: bool = False) -> OpCost | None:
@@ -414,11 +272,11 @@ def _batch_norm_backward(call: Call, relu: bool = False) -> OpCost | None:
     if x.dim() < 2 or mean is None or invstd is None or not any(mask):
         return None
     c = x.shape[1]
-    share = _images_share(x.shape)
-    return _run(batchnorm_backward_kernel, "batchnorm_backward_kernel[relu]" if relu else "batchnorm_backward_kernel",
-                _ph(share, grad.dtype), _ph(share, x.dtype), _ph((c,), weight.dtype) if weight is not None else None,
-                _ph((c,), mean.dtype), _ph((c,), invstd.dtype), training=train, need_input=bool(mask[0]),
-                need_weight=bool(mask[1]), need_bias=bool(mask[2]), relu_out=_ph(share, x.dtype) if relu else None)
+    share = call.shares.images(x.shape)
+    return run_kernel(batchnorm_backward_kernel, "batchnorm_backward_kernel[relu]" if relu else "batchnorm_backward_kernel",
+                placeholder(share, grad.dtype), placeholder(share, x.dtype), placeholder((c,), weight.dtype) if weight is not None else None,
+                placeholder((c,), mean.dtype), placeholder((c,), invstd.dtype), training=train, need_input=bool(mask[0]),
+                need_weight=bool(mask[1]), need_bias=bool(mask[2]), relu_out=placeholder(share, x.dtype) if relu else None)
 
 
 def _group_norm_backward(call: Call) -> OpCost | None:
@@ -431,11 +289,11 @@ def _group_norm_backward(call: Call) -> OpCost | None:
     mask = list(call.arg(9, "output_mask", (True, True, True)))
     if x.dim() < 2 or groups > 128 or not any(mask):
         return None
-    share = _images_share(x.shape)
+    share = call.shares.images(x.shape)
     c = x.shape[1]
-    return _run(groupnorm_backward_kernel, "groupnorm_backward_kernel", _ph(share, grad.dtype), _ph(share, x.dtype),
-                _ph((share[0], groups), mean.dtype), _ph((share[0], groups), mean.dtype),
-                _ph((c,), weight.dtype) if weight is not None else None, groups, need_input=bool(mask[0]),
+    return run_kernel(groupnorm_backward_kernel, "groupnorm_backward_kernel", placeholder(share, grad.dtype), placeholder(share, x.dtype),
+                placeholder((share[0], groups), mean.dtype), placeholder((share[0], groups), mean.dtype),
+                placeholder((c,), weight.dtype) if weight is not None else None, groups, need_input=bool(mask[0]),
                 need_weight=bool(mask[1]), need_bias=bool(mask[2]))
 
 
@@ -452,16 +310,16 @@ def _activation_backward(call: Call) -> OpCost:
     from trnsim.kernels.backward import activation_backward_kernel
 
     grad, saved = call.arg(0, "grad_output"), call.arg(1, "self")
-    op = _ACTIVATION_BACKWARD[_base(call.name)]
+    op = _ACTIVATION_BACKWARD[op_base(call.name)]
     kwargs: dict[str, Any] = {}
     if op == "threshold":
         kwargs["threshold"] = float(call.arg(2, "threshold", 0.0))
     elif op == "gelu" and call.kwargs.get("approximate", "none") == "tanh":
         op = "gelu_tanh"
     shape = torch.broadcast_shapes(grad.shape, saved.shape)
-    part = _per_core(shape)
-    return _run(activation_backward_kernel, f"activation_backward_kernel[{op}]", _ph(part, grad.dtype),
-                _ph(part, saved.dtype), op=op, **kwargs)
+    part = call.shares.per_core(shape)
+    return run_kernel(activation_backward_kernel, f"activation_backward_kernel[{op}]", placeholder(part, grad.dtype),
+                placeholder(part, saved.dtype), op=op, **kwargs)
 
 
 def _softmax_backward(call: Call) -> OpCost:
@@ -472,8 +330,8 @@ def _softmax_backward(call: Call) -> OpCost:
     grad, y = call.arg(0, "grad_output"), call.arg(1, "output")
     dim = call.arg(2, "dim", -1)
     rows, d = _rows_cols(grad, dim % max(grad.dim(), 1) if grad.dim() else None)
-    rows = _split(rows)
-    return _run(softmax_backward_kernel, "softmax_backward_kernel", _ph((rows, d), grad.dtype), _ph((rows, d), y.dtype),
+    rows = call.shares.split(rows)
+    return run_kernel(softmax_backward_kernel, "softmax_backward_kernel", placeholder((rows, d), grad.dtype), placeholder((rows, d), y.dtype),
                 log="log" in call.name)
 
 
@@ -486,12 +344,12 @@ def _layer_norm_backward(call: Call) -> OpCost:
     mean, rstd, weight = call.arg(3, "mean"), call.arg(4, "rstd"), call.arg(5, "weight")
     mask = list(call.arg(7, "output_mask", (True, True, True)))
     d = math.prod(call.arg(2, "normalized_shape"))
-    n = _split(x.numel() // max(d, 1))
+    n = call.shares.split(x.numel() // max(d, 1))
     if not any(mask):
         return None
-    gamma = _ph((d,), weight.dtype) if weight is not None else None
-    return _run(layernorm_backward_kernel, "layernorm_backward_kernel", _ph((n, d), grad.dtype), _ph((n, d), x.dtype),
-                _ph((n,), mean.dtype), _ph((n,), rstd.dtype), gamma, need_input=bool(mask[0]),
+    gamma = placeholder((d,), weight.dtype) if weight is not None else None
+    return run_kernel(layernorm_backward_kernel, "layernorm_backward_kernel", placeholder((n, d), grad.dtype), placeholder((n, d), x.dtype),
+                placeholder((n,), mean.dtype), placeholder((n,), rstd.dtype), gamma, need_input=bool(mask[0]),
                 need_weight=bool(mask[1]), need_bias=bool(mask[2]))
 
 
@@ -504,7 +362,7 @@ _ATTENTION_ARGS = {
 }
 
 
-def _attention_shape(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> tuple[int, int, int, int] | None:
+def _attention_shape(call: Call, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> tuple[int, int, int, int] | None:
     """(one physical core's share of the (batch, head) pairs, Sq and Sk padded to the
     kernels' 128-row tile, D) of attention over q [..., Sq, D], k and v [..., Sk, D];
     None where the kernels do not apply."""
@@ -512,13 +370,11 @@ def _attention_shape(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> tuple
     if q.dim() < 2 or k.shape[-1] != d or v.shape[-1] != d or k.shape[-2] != v.shape[-2]:
         return None
     sq, sk = (-(-n // 128) * 128 for n in (q.shape[-2], k.shape[-2]))
-    return _split(math.prod(q.shape[:-2])), sq, sk, d
+    return call.shares.split(math.prod(q.shape[:-2])), sq, sk, d
 
 
 def _with_mask(cost: OpCost, mask: torch.Tensor | None) -> OpCost:
     """``cost`` plus a mask's bytes over HBM bandwidth (the flash kernels read none)."""
-    from trnsim.backend.costs import estimate, tensor_bytes
-
     if mask is None:
         return cost
     return OpCost(ps=cost.ps + estimate(tensor_bytes(mask)).ps, source="kernel", kernel=f"{cost.kernel} + mask",
@@ -533,12 +389,12 @@ def _attention(call: Call) -> OpCost:
 
     q, k, v = call.arg(0, "query"), call.arg(1, "key"), call.arg(2, "value")
     (ci, cname), (mi, mname) = _ATTENTION_ARGS[call.name]
-    shape = _attention_shape(q, k, v)
+    shape = _attention_shape(call, q, k, v)
     if shape is None:
         return None
     heads, sq, sk, d = shape
-    cost = _run(flash_attention_fwd, "flash_attention_fwd", _ph((sq, d), q.dtype), _ph((sk, d), k.dtype),
-                _ph((sk, d), v.dtype), causal=bool(call.arg(ci, cname, False)), repeat=heads)
+    cost = run_kernel(flash_attention_fwd, "flash_attention_fwd", placeholder((sq, d), q.dtype), placeholder((sk, d), k.dtype),
+                placeholder((sk, d), v.dtype), causal=bool(call.arg(ci, cname, False)), repeat=heads)
     return _with_mask(cost, call.arg(mi, mname))
 
 
@@ -550,12 +406,12 @@ def _attention_backward(call: Call) -> OpCost:
     from trnsim.kernels.attention import flash_attention_bwd
 
     q, k, v, bias = (call.arg(i, n) for i, n in enumerate(("query", "key", "value", "attn_bias"), start=1))
-    shape = _attention_shape(q, k, v)
+    shape = _attention_shape(call, q, k, v)
     if shape is None:
         return None
     heads, sq, sk, d = shape
-    cost = _run(flash_attention_bwd, "flash_attention_bwd", _ph((sq, d), q.dtype), _ph((sk, d), k.dtype),
-                _ph((sk, d), v.dtype), _ph((sq, d), q.dtype), _ph((sq, d), q.dtype), _ph((sq,), torch.float32),
+    cost = run_kernel(flash_attention_bwd, "flash_attention_bwd", placeholder((sq, d), q.dtype), placeholder((sk, d), k.dtype),
+                placeholder((sk, d), v.dtype), placeholder((sq, d), q.dtype), placeholder((sq, d), q.dtype), placeholder((sq,), torch.float32),
                 scale=call.arg(99, "scale"), causal=bool(call.arg(13, "is_causal", False)), repeat=heads)
     return _with_mask(cost, bias)
 
@@ -563,19 +419,18 @@ def _attention_backward(call: Call) -> OpCost:
 # -- gather and scatter, losses, conv, movement, optimizers -----------------
 
 def _embedding(call: Call) -> OpCost:
-    flat, out = call.flat, call.out
+    flat = call.flat
     from trnsim.kernels.gather import embedding_kernel
 
     ts = _tensors(flat)
     table, idx = ts[0], ts[1]
     if table.dim() != 2:
         return None
-    return _run(embedding_kernel, "embedding_kernel", _ph(table.shape, table.dtype),
-                _ph((_split(idx.numel()),), torch.int32))
+    return run_kernel(embedding_kernel, "embedding_kernel", placeholder(table.shape, table.dtype),
+                placeholder((call.shares.split(idx.numel()),), torch.int32))
 
 
 def _index_select(call: Call) -> OpCost:
-    flat, out = call.flat, call.out
     from trnsim.kernels.gather import embedding_kernel
 
     ts = _tensors(list(call.args))
@@ -585,8 +440,8 @@ def _index_select(call: Call) -> OpCost:
         return None
     rows = x.shape[dim]
     d = max(x.numel() // max(rows, 1), 1)
-    return _run(embedding_kernel, "embedding_kernel", _ph((max(rows, 1), d), x.dtype),
-                _ph((_split(idx.numel()),), torch.int32))
+    return run_kernel(embedding_kernel, "embedding_kernel", placeholder((max(rows, 1), d), x.dtype),
+                placeholder((call.shares.split(idx.numel()),), torch.int32))
 
 
 def _embedding_backward(call: Call) -> OpCost:
@@ -601,10 +456,10 @@ def _embedding_backward(call: Call) -> OpCost:
     if call.arg(4, "scale_grad_by_freq", False) or grad.dim() == 0:
         return None
     d = grad.shape[-1]
-    n = _split(idx.numel())
-    table_rows = max(1, math.ceil(num_weights / _lnc()))
-    return _run(embedding_backward_kernel, "embedding_backward_kernel", _ph((n, d), grad.dtype),
-                _ph((n,), torch.int32), table_rows, padding_idx=padding_idx)
+    n = call.shares.split(idx.numel())
+    table_rows = max(1, math.ceil(num_weights / lnc()))
+    return run_kernel(embedding_backward_kernel, "embedding_backward_kernel", placeholder((n, d), grad.dtype),
+                placeholder((n,), torch.int32), table_rows, padding_idx=padding_idx)
 
 
 _REDUCTIONS = ("none", "mean", "sum")   # at::Reduction's order
@@ -626,10 +481,10 @@ def _nll_loss(call: Call) -> OpCost:
     shape = _nll_rows(x)
     if shape is None:
         return None
-    n, c = _split(shape[0]), shape[1]
+    n, c = call.shares.split(shape[0]), shape[1]
     reduction = _REDUCTIONS[int(call.arg(3, "reduction", 1))]
-    return _run(nll_loss_kernel, "nll_loss_kernel", _ph((n, c), x.dtype), _ph((n,), torch.int32),
-                _ph((c,), weight.dtype) if weight is not None else None, reduction=reduction,
+    return run_kernel(nll_loss_kernel, "nll_loss_kernel", placeholder((n, c), x.dtype), placeholder((n,), torch.int32),
+                placeholder((c,), weight.dtype) if weight is not None else None, reduction=reduction,
                 ignore_index=int(call.arg(4, "ignore_index", -100)))
 
 
@@ -642,17 +497,17 @@ def _nll_loss_backward(call: Call) -> OpCost:
     shape = _nll_rows(x)
     if shape is None:
         return None
-    n, c = _split(shape[0]), shape[1]
+    n, c = call.shares.split(shape[0]), shape[1]
     reduction = _REDUCTIONS[int(call.arg(4, "reduction", 1))]
-    return _run(nll_loss_backward_kernel, "nll_loss_backward_kernel",
-                _ph((n,) if reduction == "none" else (), grad.dtype), _ph((n, c), x.dtype), _ph((n,), torch.int32),
-                _ph((c,), weight.dtype) if weight is not None else None,
+    return run_kernel(nll_loss_backward_kernel, "nll_loss_backward_kernel",
+                placeholder((n,) if reduction == "none" else (), grad.dtype), placeholder((n, c), x.dtype), placeholder((n,), torch.int32),
+                placeholder((c,), weight.dtype) if weight is not None else None,
                 reduction=reduction, ignore_index=int(call.arg(5, "ignore_index", -100)),
-                total_weight=_ph((), x.dtype))
+                total_weight=placeholder((), x.dtype))
 
 
 def _conv(call: Call) -> OpCost:
-    flat, out = call.flat, call.out
+    flat = call.flat
     from trnsim.kernels.conv import conv2d_kernel
 
     ts = _tensors(flat)
@@ -662,11 +517,11 @@ def _conv(call: Call) -> OpCost:
     if x.dim() != 4 or w.dim() != 4 or groups != 1 or transposed or any(dd != 1 for dd in dilation):
         return None
     xs, ws = tuple(x.shape), tuple(w.shape)
-    if xs[0] >= _lnc():              # the physical cores take a share of the images each,
-        xs = (_split(xs[0]),) + xs[1:]
+    if xs[0] >= lnc():              # the physical cores take a share of the images each,
+        xs = (call.shares.split(xs[0]),) + xs[1:]
     else:                            # or of the output channels
-        ws = (_split(ws[0]),) + ws[1:]
-    return _run(conv2d_kernel, "conv2d_kernel", _ph(xs, x.dtype), _ph(ws, w.dtype),
+        ws = (call.shares.split(ws[0]),) + ws[1:]
+    return run_kernel(conv2d_kernel, "conv2d_kernel", placeholder(xs, x.dtype), placeholder(ws, w.dtype),
                 stride=tuple(stride), padding=tuple(padding))
 
 
@@ -686,19 +541,19 @@ def _conv_backward(call: Call) -> OpCost | None:
     if x.dim() != 4 or w.dim() != 4 or groups != 1 or transposed or any(d != 1 for d in dilation) or not any(mask):
         return None
     xs, gs = tuple(x.shape), tuple(grad.shape)
-    if xs[0] >= _lnc():
-        xs, gs = _images_share(xs), _images_share(gs)
-    return _run(conv2d_backward_kernel, "conv2d_backward_kernel", _ph(gs, grad.dtype), _ph(xs, x.dtype),
-                _ph(w.shape, w.dtype), stride=tuple(stride), padding=tuple(padding), need_input=bool(mask[0]),
+    if xs[0] >= lnc():
+        xs, gs = call.shares.images(xs), call.shares.images(gs)
+    return run_kernel(conv2d_backward_kernel, "conv2d_backward_kernel", placeholder(gs, grad.dtype), placeholder(xs, x.dtype),
+                placeholder(w.shape, w.dtype), stride=tuple(stride), padding=tuple(padding), need_input=bool(mask[0]),
                 need_weight=bool(mask[1]), need_bias=bool(mask[2]))
 
 
-def _pool_args(x: torch.Tensor, kernel: Any, stride: Any, padding: Any) -> tuple | None:
+def _pool_args(call: Call, x: torch.Tensor, kernel: Any, stride: Any, padding: Any) -> tuple | None:
     """(the images share of ``x``'s shape, kernel, stride, padding) of a 2-D pooling of an
     NCHW ``x`` as the pooling kernels take them; None for other inputs."""
     if not isinstance(x, torch.Tensor) or x.dim() != 4 or not x.numel():
         return None
-    return _images_share(x.shape), tuple(kernel), tuple(stride) if stride else None, tuple(padding)
+    return call.shares.images(x.shape), tuple(kernel), tuple(stride) if stride else None, tuple(padding)
 
 
 def _max_pool(call: Call) -> OpCost | None:
@@ -710,11 +565,11 @@ def _max_pool(call: Call) -> OpCost | None:
     x = call.arg(0, "self")
     if any(d != 1 for d in call.arg(4, "dilation", (1,))):
         return None
-    pool = _pool_args(x, call.arg(1, "kernel_size"), call.arg(2, "stride", ()), call.arg(3, "padding", (0,)))
+    pool = _pool_args(call, x, call.arg(1, "kernel_size"), call.arg(2, "stride", ()), call.arg(3, "padding", (0,)))
     if pool is None:
         return None
     shape, kernel, stride, padding = pool
-    return _run(maxpool2d_kernel, "maxpool2d_kernel", _ph(shape, x.dtype), kernel, stride, padding,
+    return run_kernel(maxpool2d_kernel, "maxpool2d_kernel", placeholder(shape, x.dtype), kernel, stride, padding,
                 bool(call.arg(5, "ceil_mode", False)))
 
 
@@ -727,13 +582,13 @@ def _max_pool_backward(call: Call) -> OpCost | None:
     grad, x = call.arg(0, "grad_output"), call.arg(1, "self")
     if any(d != 1 for d in call.arg(5, "dilation", (1,))):
         return None
-    pool = _pool_args(x, call.arg(2, "kernel_size"), call.arg(3, "stride", ()), call.arg(4, "padding", (0,)))
+    pool = _pool_args(call, x, call.arg(2, "kernel_size"), call.arg(3, "stride", ()), call.arg(4, "padding", (0,)))
     if pool is None:
         return None
     shape, kernel, stride, padding = pool
-    g = _images_share(grad.shape)
-    return _run(maxpool2d_backward_kernel, "maxpool2d_backward_kernel", _ph(g, grad.dtype), _ph(g, torch.int32),
-                _ph(shape, x.dtype), kernel, stride, padding, bool(call.arg(6, "ceil_mode", False)))
+    g = call.shares.images(grad.shape)
+    return run_kernel(maxpool2d_backward_kernel, "maxpool2d_backward_kernel", placeholder(g, grad.dtype), placeholder(g, torch.int32),
+                placeholder(shape, x.dtype), kernel, stride, padding, bool(call.arg(6, "ceil_mode", False)))
 
 
 def _avg_pool(call: Call) -> OpCost | None:
@@ -742,10 +597,10 @@ def _avg_pool(call: Call) -> OpCost | None:
     or ``avgpool2d_backward_kernel`` on a share of the images per physical core."""
     from trnsim.kernels.pool import avgpool2d_backward_kernel, avgpool2d_kernel
 
-    back = _base(call.name) == "avg_pool2d_backward"
+    back = op_base(call.name) == "avg_pool2d_backward"
     at = 1 if back else 0
     x = call.arg(at, "self")
-    pool = _pool_args(x, call.arg(at + 1, "kernel_size"), call.arg(at + 2, "stride", ()),
+    pool = _pool_args(call, x, call.arg(at + 1, "kernel_size"), call.arg(at + 2, "stride", ()),
                       call.arg(at + 3, "padding", (0,)))
     if pool is None:
         return None
@@ -755,9 +610,9 @@ def _avg_pool(call: Call) -> OpCost | None:
                "divisor_override": call.arg(at + 6, "divisor_override")}
     if back:
         grad = call.arg(0, "grad_output")
-        return _run(avgpool2d_backward_kernel, "avgpool2d_backward_kernel", _ph(_images_share(grad.shape), grad.dtype),
-                    _ph(shape, x.dtype), kernel, stride, padding, **options)
-    return _run(avgpool2d_kernel, "avgpool2d_kernel", _ph(shape, x.dtype), kernel, stride, padding, **options)
+        return run_kernel(avgpool2d_backward_kernel, "avgpool2d_backward_kernel", placeholder(call.shares.images(grad.shape), grad.dtype),
+                    placeholder(shape, x.dtype), kernel, stride, padding, **options)
+    return run_kernel(avgpool2d_kernel, "avgpool2d_kernel", placeholder(shape, x.dtype), kernel, stride, padding, **options)
 
 
 def _adaptive_avg_pool(call: Call) -> OpCost | None:
@@ -767,7 +622,7 @@ def _adaptive_avg_pool(call: Call) -> OpCost | None:
     windows of uneven sizes take the estimate."""
     from trnsim.kernels.pool import avgpool2d_backward_kernel, avgpool2d_kernel
 
-    back = _base(call.name) == "_adaptive_avg_pool2d_backward"
+    back = op_base(call.name) == "_adaptive_avg_pool2d_backward"
     x = call.arg(1 if back else 0, "self")
     if not isinstance(x, torch.Tensor) or x.dim() != 4 or not x.numel():
         return None
@@ -776,12 +631,12 @@ def _adaptive_avg_pool(call: Call) -> OpCost | None:
     if not oh or not ow or h % oh or w % ow:
         return None
     kernel = (h // oh, w // ow)
-    shape = _images_share(x.shape)
+    shape = call.shares.images(x.shape)
     if back:
         grad = call.arg(0, "grad_output")
-        return _run(avgpool2d_backward_kernel, "avgpool2d_backward_kernel", _ph(shape[:2] + (oh, ow), grad.dtype),
-                    _ph(shape, x.dtype), kernel)
-    return _run(avgpool2d_kernel, "avgpool2d_kernel", _ph(shape, x.dtype), kernel)
+        return run_kernel(avgpool2d_backward_kernel, "avgpool2d_backward_kernel", placeholder(shape[:2] + (oh, ow), grad.dtype),
+                    placeholder(shape, x.dtype), kernel)
+    return run_kernel(avgpool2d_kernel, "avgpool2d_kernel", placeholder(shape, x.dtype), kernel)
 
 
 def _cat(call: Call) -> OpCost:
@@ -792,7 +647,7 @@ def _cat(call: Call) -> OpCost:
     if not ts or not isinstance(out, torch.Tensor):
         return None
     dim = call.arg(1, "dim", 0) % out.dim()
-    return _run(concat_kernel, "concat_kernel", *[_ph(t.shape, t.dtype) for t in ts], axis=dim)
+    return run_kernel(concat_kernel, "concat_kernel", *[placeholder(t.shape, t.dtype) for t in ts], axis=dim)
 
 
 def _upsample_nearest(call: Call) -> OpCost | None:
@@ -805,8 +660,8 @@ def _upsample_nearest(call: Call) -> OpCost | None:
     (h, w), (oh, ow) = x.shape[2:], out.shape[2:]
     if oh % h or ow % w:
         return None   # a fractional scale picks rows unevenly: the estimate times it
-    images = _split(x.shape[0] * x.shape[1])   # the physical cores take a share of the images x channels
-    return _run(upsample_nearest2d_kernel, "upsample_nearest2d_kernel", _ph((1, images, h, w), x.dtype),
+    images = call.shares.split(x.shape[0] * x.shape[1])   # the physical cores take a share of the images x channels
+    return run_kernel(upsample_nearest2d_kernel, "upsample_nearest2d_kernel", placeholder((1, images, h, w), x.dtype),
                 scale_h=oh // h, scale_w=ow // w)
 
 
@@ -815,7 +670,7 @@ def _clamp(call: Call) -> OpCost | None:
     from trnsim.kernels.elementwise import clamp_kernel
 
     x = _tensors(call.flat)[0]
-    base = _base(call.name)
+    base = op_base(call.name)
     if base == "clamp_min":
         lo, hi = call.arg(1, "min"), None
     elif base == "clamp_max":
@@ -826,11 +681,11 @@ def _clamp(call: Call) -> OpCost | None:
         lo, hi = call.arg(1, "min"), call.arg(2, "max")
     if isinstance(lo, torch.Tensor) or isinstance(hi, torch.Tensor) or (lo is None and hi is None):
         return None   # tensor bounds are a binary maximum and minimum: the estimate times them
-    return _run(clamp_kernel, "clamp_kernel", _ph(_per_core(x.shape), x.dtype), lo=lo, hi=hi)
+    return run_kernel(clamp_kernel, "clamp_kernel", placeholder(call.shares.per_core(x.shape), x.dtype), lo=lo, hi=hi)
 
 
 def _adamw(call: Call) -> OpCost:
-    flat, out = call.flat, call.out
+    flat = call.flat
     from trnsim.kernels.elementwise import fused_adamw_kernel
 
     lists = [a for a in flat if isinstance(a, torch.Tensor)]
@@ -840,9 +695,9 @@ def _adamw(call: Call) -> OpCost:
         return None
     ps = total = hbm = 0
     for p in params[:n]:
-        c = _cost_cached(fused_adamw_kernel, "fused_adamw_kernel", p)
+        c = _cost_cached(call, fused_adamw_kernel, "fused_adamw_kernel", p)
         ps += c.ps
-        hbm += (c.hbm_moved() or 0) * p.numel() // max(1, math.prod(_per_core(p.shape)))  # c is one core's share
+        hbm += (c.hbm_moved() or 0) * p.numel() // max(1, math.prod(call.shares.per_core(p.shape)))  # c is one core's share
         total += 1
     return OpCost(ps=ps, source="kernel", kernel=f"fused_adamw_kernel x{total}", hbm_bytes=hbm)
 
@@ -850,26 +705,24 @@ def _adamw(call: Call) -> OpCost:
 _adam_memo: dict = {}
 
 
-def _cost_cached(kernel, name, p: torch.Tensor) -> OpCost:
+def _cost_cached(call: Call, kernel: Any, name: str, p: torch.Tensor) -> OpCost:
     key = (name, tuple(p.shape), p.dtype, state.chip().name)
     c = _adam_memo.get(key)
     if c is None:
         f = torch.float32
-        part = _per_core(p.shape)
-        c = _adam_memo[key] = _run(kernel, name, _ph(part, f), _ph(part, f), _ph(part, f), _ph(part, f))
+        part = call.shares.per_core(p.shape)
+        c = _adam_memo[key] = run_kernel(kernel, name, placeholder(part, f), placeholder(part, f), placeholder(part, f), placeholder(part, f))
     return c
 
 
 def _foreach(call: Call) -> OpCost:
     """A ``_foreach_*`` op: one elementwise kernel per tensor of the first list."""
-    flat, out = call.flat, call.out
-    from trnsim.backend.timeline import cost_of
-
-    base = _base(call.name).removeprefix("_foreach_").removesuffix("_")   # in-place forms too
+    cost_of = call.cost_of
+    base = op_base(call.name).removeprefix("_foreach_").removesuffix("_")   # in-place forms too
     first = call.args[0] if call.args and isinstance(call.args[0], (list, tuple)) else []
     if not first:
         return None
-    name = f"aten::{base}.Tensor" if base in _BINARY else f"aten::{base}"
+    name = f"aten::{base}.Tensor" if base in BINARY else f"aten::{base}"
     if name not in KERNEL_OPS:
         return None
     second = call.args[1] if len(call.args) > 1 else None
@@ -877,7 +730,7 @@ def _foreach(call: Call) -> OpCost:
         else [1.0] * len(first)   # a list of tensors, or numbers: the scalar form
     ps = hbm = 0
     for t, o in zip(first, others):
-        c = cost_of(name, (t, o) if base in _BINARY else (t,), {}, t)
+        c = cost_of(name, (t, o) if base in BINARY else (t,), {}, t)
         ps += c.ps
         hbm += c.hbm_moved() or 0
     return OpCost(ps=ps, source="kernel", kernel=f"{base} x{len(first)}", hbm_bytes=hbm)
@@ -890,7 +743,7 @@ def _fill(call: Call) -> OpCost | None:
     out = call.out
     if not isinstance(out, torch.Tensor) or out.device.type != "neuron":
         return None
-    return _run(fill_kernel, "fill_kernel", _per_core(out.shape), value=0.0, dtype=_chip_dtype(out.dtype))
+    return run_kernel(fill_kernel, "fill_kernel", call.shares.per_core(out.shape), value=0.0, dtype=chip_dtype(out.dtype))
 
 
 def _isnan(call: Call) -> OpCost:
@@ -898,8 +751,8 @@ def _isnan(call: Call) -> OpCost:
     from trnsim.kernels.elementwise import binary_kernel
 
     x = call.args[0]
-    part = _per_core(x.shape)
-    return _run(binary_kernel, "binary_kernel[not_equal]", _ph(part, x.dtype), _ph(part, x.dtype), op="not_equal")
+    part = call.shares.per_core(x.shape)
+    return run_kernel(binary_kernel, "binary_kernel[not_equal]", placeholder(part, x.dtype), placeholder(part, x.dtype), op="not_equal")
 
 
 def _cumsum(call: Call) -> OpCost | None:
@@ -911,13 +764,12 @@ def _cumsum(call: Call) -> OpCost | None:
         return None
     d = x.shape[-1]
     dtype = x.dtype if x.dtype.is_floating_point else torch.float32
-    return _run(cumsum_kernel, "cumsum_kernel", _ph((_split(max(x.numel() // max(d, 1), 1)), d), dtype))
+    return run_kernel(cumsum_kernel, "cumsum_kernel", placeholder((call.shares.split(max(x.numel() // max(d, 1), 1)), d), dtype))
 
 
 def _foreach_norm(call: Call) -> OpCost | None:
     """``_foreach_norm``: one whole-tensor norm (a reduction) per tensor."""
-    from trnsim.backend.timeline import cost_of
-
+    cost_of = call.cost_of
     tensors = call.args[0] if call.args and isinstance(call.args[0], (list, tuple)) else []
     if not tensors:
         return None
@@ -934,10 +786,10 @@ def _register() -> dict[str, Callable]:
     for n in ("mv", "mv.out", "addmv", "addmv_", "addmv.out"):
         table[f"aten::{n}"] = _mv
     table["aten::_grouped_mm"] = _grouped_mm
-    for u in _UNARY:
+    for u in UNARY:
         for n in (u, f"{u}_", f"{u}.out"):
             table[f"aten::{n}"] = _unary
-    for b in _BINARY:
+    for b in BINARY:
         for ov in ("Tensor", "Scalar", "out", "Tensor_out", "Scalar_out", "Tensor_Tensor", "Tensor_Scalar", "Self",
                    "Tensor_Tensor_out", "Tensor_Scalar_out"):
             table[f"aten::{b}.{ov}"] = _binary
@@ -1031,34 +883,21 @@ WITH_RELU: dict[str, Callable] = {
     "aten::native_batch_norm_backward": functools.partial(_batch_norm_backward, relu=True)}
 
 
-def with_core_shares(fn: Callable[[], Any]) -> tuple[Any, float]:
-    """``fn()`` and the work it costed over the share it traced: the product of the
-    splits (:func:`_split`, :func:`_per_core`) it made, 1 where it made none. Re-entrant:
-    a ``_foreach`` op costs its tensors through here again."""
-    outer = _shares[:]
-    _shares.clear()
-    try:
-        result = fn()
-        return result, math.prod(_shares)
-    finally:
-        _shares[:] = outer
-
-
 def kernel_cost(call: Call, relu: bool = False) -> OpCost | None:
     """The kernel-simulated cost of ``call``, or None where no kernel applies; ``relu``:
-    of its kernel with a ReLU in the same pass (the ops of :data:`WITH_RELU`)."""
+    of its kernel with a ReLU in the same pass (the ops of :data:`WITH_RELU`).
+
+    A kernel refuses a shape it does not take with a :class:`trnsim.errors.TrnSimError`
+    (an empty tensor, an SBUF that cannot hold its tiles): the estimate times that op.
+    Any other exception is a bug in the kernel or its lowering and is raised."""
     fn = (WITH_RELU if relu else KERNEL_OPS).get(call.name)
     if fn is None:
         return None
-    from trnsim.errors import TrnSimError
-
-    def timed() -> OpCost | None:
-        try:
-            return fn(call)
-        except (TrnSimError, StopIteration, IndexError, ValueError, ZeroDivisionError, TypeError):
-            return None   # a shape the kernel does not take: the estimate times it
-
-    cost, cores = with_core_shares(timed)
+    try:
+        cost = fn(call)
+    except TrnSimError:
+        return None
+    cores = call.shares.factor
     if cost is not None and cost.run is not None and cores != 1:
         cost = dataclasses.replace(cost, cores=cores)
     return cost

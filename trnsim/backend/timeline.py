@@ -26,38 +26,7 @@ import torch
 from torch.utils._pytree import tree_flatten
 
 from trnsim.backend import state
-
-
-@dataclass(frozen=True)
-class OpCost:
-    """Simulated device time of one op and where it came from.
-
-    ``source`` is ``"kernel"`` (a Program from trnsim.kernels was simulated; ``run`` is
-    its RunResult and ``kernel`` its name), ``"estimate"`` (bytes moved over HBM
-    bandwidth) or ``"none"`` (no device work, such as allocation). ``hbm_bytes`` is the
-    HBM traffic of an op whose time has no one Program to count it from (an estimate,
-    a group of kernels); None where ``run``'s DMAs count it (:meth:`hbm_moved`).
-    """
-
-    ps: int
-    source: str
-    kernel: str = ""
-    run: Any = field(default=None, repr=False, compare=False)
-    scale: int = 1     # the kernel's Program covered 1/scale of the op, repeated
-    cores: float = 1.0  # the op's work over the Program's (scale aside): the physical cores' shares
-    hbm_bytes: int | None = None
-
-    def hbm_moved(self) -> int | None:
-        """Bytes the op moves to and from HBM on all its cores, or None where unknown."""
-        if self.hbm_bytes is not None:
-            return self.hbm_bytes
-        if self.run is None:
-            return None
-        return round(sum(p.hbm_bytes for p in self.run.dma_plans.values()) * self.scale * self.cores)
-
-    def flops(self) -> int:
-        """Matmul FLOPs of the op on all its cores (2 per MAC; 0 without a Program)."""
-        return round(self.run.program.flops() * self.scale * self.cores) if self.run is not None else 0
+from trnsim.backend.opcost import OpCost
 
 
 @dataclass(frozen=True)
@@ -79,7 +48,10 @@ _memo: dict[tuple, OpCost] = {}
 executed: dict[str, str] = {}
 _LAUNCH: list[int] = []
 _clock_lock = threading.Lock()
-simulating = threading.RLock()   # re-entrant: a _foreach op costs its tensors through cost_of
+# one kernel simulation at a time (tracing uses process-wide state); re-entrant, since a
+# compiled graph's lowering, and an op made of others (``_foreach``), cost ops through
+# cost_of while they hold it
+simulating = threading.RLock()
 _RECORDERS = "trnsim.recorders"
 _recording = [0]   # recordings active in all threads; ops look for their thread's only then
 
@@ -147,7 +119,7 @@ def cost_of(name: str, args: tuple, kwargs: dict, out: Any, flat: list | None = 
         with simulating:
             cost = _memo.get(key)
             if cost is None:
-                cost = _memo[key] = costs.op_cost(name, args, kwargs, flat, out)
+                cost = _memo[key] = costs.op_cost(name, args, kwargs, flat, out, cost_of)
     return cost
 
 

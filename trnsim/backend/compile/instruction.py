@@ -13,7 +13,7 @@ one by one, as eager instruction fidelity does (batch norm's backward keeps the 
 numerics there).
 
 A matmul larger than op fidelity traces whole (more than
-:data:`trnsim.backend.opkernels.MAX_MULTIPLIES` multiplies) runs its nodes one by one,
+:data:`trnsim.backend.lowering.MAX_MULTIPLIES` multiplies) runs its nodes one by one,
 as eager instruction fidelity does.
 """
 
@@ -31,7 +31,7 @@ from trnsim.backend import state, storage, timeline
 from trnsim.backend.compile.lower import operand_shape
 from trnsim.backend.compile.partition import Group
 from trnsim.backend.compile.patterns import op_name
-from trnsim.backend.opkernels import MAX_MULTIPLIES, Call
+from trnsim.backend.lowering import MAX_MULTIPLIES, Call
 
 
 def run(gm: fx.GraphModule, lowered: Any, args: list) -> Any:

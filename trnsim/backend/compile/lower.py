@@ -31,8 +31,8 @@ import torch.fx as fx
 from trnsim.backend import nkicall, opkernels, state, timeline
 from trnsim.backend.compile.partition import Group
 from trnsim.backend.compile.patterns import FREE, op_name, tensors_in, substituted
-from trnsim.backend.costs import estimate, moved_bytes
-from trnsim.backend.timeline import OpCost
+from trnsim.backend.lowering import Call, Shares, placeholder, run_kernel
+from trnsim.backend.opcost import OpCost, estimate, moved_bytes
 
 _memo: dict[tuple, OpCost] = {}
 
@@ -116,7 +116,7 @@ def _norm_kernel(g: Group, vals: dict[fx.Node, Any]) -> Kernel:
     key = ("relu", *timeline.key_of(name, flat))
     cost = _memo.get(key)
     if cost is None:
-        call = opkernels.Call(name, tuple(args), kwargs, flat, vals.get(node))
+        call = Call(name, tuple(args), kwargs, flat, vals.get(node))
         cost = _memo[key] = opkernels.kernel_cost(call, relu=True) or estimate(moved_bytes(flat, vals.get(node)))
     hbm = sum(_bytes(vals.get(a)) for a in g.inputs) + sum(_bytes(t) for t in tensors_in(vals.get(node)))
     eager = sum(moved_bytes(tensors_in(substituted(list(n.args), vals)), vals.get(n)) for n in g.nodes
@@ -174,7 +174,7 @@ def _fused_kernel(g: Group, vals: dict[fx.Node, Any]) -> Kernel:
         key = ("rows", recipe, n, d, dtypes, chip.name)
         cost = _memo.get(key)
         if cost is None:
-            ops = [opkernels._ph(operand_shape(layout, *share), t.dtype) for layout, t in zip(g.layouts, ins)]
+            ops = [placeholder(operand_shape(layout, *share), t.dtype) for layout, t in zip(g.layouts, ins)]
             cost = _memo[key] = _simulate(fused_rows_kernel, "fused_rows_kernel", ops,
                                           cores=n * d / (share[0] * share[1]), recipe=recipe, shape=share)
     else:
@@ -183,12 +183,14 @@ def _fused_kernel(g: Group, vals: dict[fx.Node, Any]) -> Kernel:
         key = ("matmul", recipe, g.domain, str(a.dtype), str(w.dtype), dtypes, chip.name)
         cost = _memo.get(key)
         if cost is None:
-            (sb, sm, sn, scale), cores = opkernels.with_core_shares(lambda: opkernels.matmul_share(b, m, k, n))
+            shares = Shares()
+            sb, sm, sn, scale = shares.matmul(b, m, k, n)
+            cores = shares.factor
             lhs = (sb, k, sm) if b > 1 else (k, sm)
             rhs = (sb, k, sn) if b > 1 else (k, sn)
-            ops = [opkernels._ph(lhs, a.dtype), opkernels._ph(rhs, w.dtype)]
+            ops = [placeholder(lhs, a.dtype), placeholder(rhs, w.dtype)]
             lead = (sb,) if b > 1 else ()
-            ops += [opkernels._ph(operand_shape(layout, sm, sn, lead), t.dtype) for layout, t in zip(g.layouts, ins)]
+            ops += [placeholder(operand_shape(layout, sm, sn, lead), t.dtype) for layout, t in zip(g.layouts, ins)]
             out_dtype = recipe.steps[0].dtype
             cost = _memo[key] = _simulate(fused_matmul_kernel, "fused_matmul_kernel", ops, cores=cores,
                                           repeat=scale, recipe=recipe, dtype=out_dtype)
@@ -206,7 +208,7 @@ def operand_shape(layout: str, rows: int, cols: int, lead: tuple[int, ...] = ())
 
 def _simulate(kernel: Any, name: str, operands: list, cores: float, repeat: int = 1, **kwargs: Any) -> OpCost:
     """The kernel timed as eager ops' kernels are, its work ``cores`` times the share traced."""
-    return dataclasses.replace(opkernels._run(kernel, name, *operands, repeat=repeat, **kwargs), cores=cores)
+    return dataclasses.replace(run_kernel(kernel, name, *operands, repeat=repeat, **kwargs), cores=cores)
 
 
 _SHORT = re.compile(r"^\w+::")
