@@ -51,7 +51,8 @@ def register() -> None:
     _aten_lib = torch.library.Library("aten", "IMPL")
     dispatch.register_overrides(_aten_lib)
     sdpa.register(_aten_lib)
-    sparse.install(_lib, _aten_lib)
+    sparse.install(_lib, _aten_lib, sparse.DenseFallback(dispatch._info, dispatch.sync_mutated_args, dispatch.kernel_for,
+                                                         dispatch.overload))
     mathbits.install(_aten_lib)
     rng.install()
     reductions.install()

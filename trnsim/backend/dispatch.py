@@ -108,7 +108,10 @@ def fallback(op, *args, **kwargs):
         args = _initialized_view(args)
     info = _infos.get(op) or _info(op)
     if info.special is not None:
-        return info.special(op, info, args, kwargs)
+        result = info.special(op, info, args, kwargs)
+        if isinstance(result, edge_ops.OnHost):
+            return _compute(op, info, args, kwargs, host_op=result.host_op)
+        return result
     if info.kind == "view":
         return op.redispatch(_CPU_KS, *args, **kwargs)
     return _compute(op, info, args, kwargs)

@@ -1,5 +1,6 @@
 """Ops at the edges of what a pure-Python device can be, each with its own handling in
-the neuron fallback (entries of ``dispatch._SPECIAL``).
+the neuron fallback (entries of ``dispatch._SPECIAL``). A handler returns the op's
+result, or :class:`OnHost`: compute the op as any other, with the host function given.
 
 - ``_efficientzerotensor``: autograd's free zeros (a ZeroTensor has no memory). A
   ZeroTensor carries its own dispatch key, which Python cannot put on a neuron tensor,
@@ -18,7 +19,18 @@ numbers that PyTorch hands the fallback in ``Tensor`` arguments.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from typing import Callable
+
 import torch
+
+
+@dataclass(frozen=True)
+class OnHost:
+    """A special op's answer to the fallback: compute the op as any other, running
+    ``host_op`` on the host aliases of its arguments (None: the op itself)."""
+
+    host_op: Callable | None
 
 
 def efficient_zeros(op, info, args: tuple, kwargs: dict) -> torch.Tensor:
@@ -31,11 +43,8 @@ def efficient_zeros(op, info, args: tuple, kwargs: dict) -> torch.Tensor:
 def histc(op, info, args: tuple, kwargs: dict) -> torch.Tensor:
     """``histc`` and ``histc.out`` on neuron: the CPU's kernel for floating-point input,
     :func:`integer_histc` for integers."""
-    from trnsim.backend import dispatch
-
     x = args[0] if args else kwargs["self"]
-    host = None if x.dtype.is_floating_point or x.dtype.is_complex else integer_histc
-    return dispatch._compute(op, info, args, kwargs, host_op=host)
+    return OnHost(None if x.dtype.is_floating_point or x.dtype.is_complex else integer_histc)
 
 
 def integer_histc(self: torch.Tensor, bins: int = 100, min: float = 0, max: float = 0, *,
@@ -120,9 +129,7 @@ def wrap_numbers(op, args: tuple, kwargs: dict) -> tuple[tuple, dict] | None:
 
 def rnn_cell(op, info, args: tuple, kwargs: dict):
     """A fused LSTM or GRU cell op on neuron: its host version from :data:`_RNN_CELLS`."""
-    from trnsim.backend import dispatch
-
-    return dispatch._compute(op, info, args, kwargs, host_op=_RNN_CELLS[op.name().removeprefix("aten::")])
+    return OnHost(_RNN_CELLS[op.name().removeprefix("aten::")])
 
 
 def _gates(input_gates: torch.Tensor, hidden_gates: torch.Tensor, input_bias, hidden_bias, chunks: int):

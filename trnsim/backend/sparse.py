@@ -19,12 +19,15 @@ build one, and a Python device cannot add it, so ops that would return one
 
 from __future__ import annotations
 
-from typing import Any
+import functools
+from dataclasses import dataclass
+from typing import Any, Callable
 
 import torch
 from torch.utils._pytree import tree_flatten, tree_unflatten
 
 from trnsim.backend import storage, timeline
+from trnsim.backend.edge_ops import OnHost
 
 _SPARSE_CSR_CPU = torch._C.DispatchKeySet(torch._C.DispatchKey.SparseCsrCPU)
 _COMPRESSED = (torch.sparse_csr, torch.sparse_csc, torch.sparse_bsr, torch.sparse_bsc)
@@ -58,11 +61,10 @@ class _Charged:
         self.name = name
 
 
-def fallback(op, *args, **kwargs):
-    """The neuron kernel of every op called with a compressed neuron tensor."""
-    from trnsim.backend import dispatch
-
-    info = dispatch._info(op)
+def fallback(dense_fallback: DenseFallback, op, *args, **kwargs):
+    """The neuron kernel of every op called with a compressed neuron tensor
+    (``dense_fallback``: what it takes from the fallback of dense tensors)."""
+    info = dense_fallback.info_of(op)
     if info.kind == "view":
         return op.redispatch(_SPARSE_CSR_CPU, *args, **kwargs)
     flat, spec = tree_flatten((args, kwargs))
@@ -101,7 +103,7 @@ def fallback(op, *args, **kwargs):
             host_flat.append(x)
     h_args, h_kwargs = tree_unflatten(host_flat, spec)
     result = op(*h_args, **h_kwargs)
-    dispatch.sync_mutated_args(info, args, kwargs, h_args, h_kwargs)   # dense out= tensors may be resized
+    dense_fallback.sync_mutated_args(info, args, kwargs, h_args, h_kwargs)   # dense out= tensors may be resized
     ids = {id(h): n for h, n in zip(host_flat, flat) if h is not n}
     out = ids.get(id(result)) if isinstance(result, torch.Tensor) and id(result) in ids else _back(result, owners)
     timeline.charge(op, _Charged(f"{info.name} (sparse)"), (), {}, dense, _dense_parts(out))
@@ -153,9 +155,7 @@ def to_sparse(op, info, args: tuple, kwargs: dict):
     """``_to_sparse`` of a dense neuron tensor: compressed layouts as any op, COO (the
     default) a clear error rather than a CPU result."""
     if kwargs.get("layout") in _COMPRESSED:
-        from trnsim.backend import dispatch
-
-        return dispatch._compute(op, info, args, kwargs)
+        return OnHost(None)
     raise coo_unsupported(info.name)
 
 
@@ -178,13 +178,24 @@ def _composite_sparse_ops() -> list[str]:
     return [n for n in names if n not in ("aten::_pin_memory", "aten::is_pinned")]
 
 
-def install(fallback_lib: torch.library.Library, aten_lib: torch.library.Library) -> None:
+@dataclass(frozen=True)
+class DenseFallback:
+    """What the compressed-tensor fallback takes from the dense one
+    (:mod:`trnsim.backend.dispatch`, which installs it): an op's schema facts, the sync
+    of written arguments, and how kernels are made for op overloads."""
+
+    info_of: Callable[[Any], Any]
+    sync_mutated_args: Callable[..., None]
+    kernel_for: Callable[[Any, Callable], Callable]
+    overload: Callable[[str], Any]
+
+
+def install(fallback_lib: torch.library.Library, aten_lib: torch.library.Library, dense: DenseFallback) -> None:
     """Register :func:`fallback` for compressed neuron tensors: as the key's fallback
     (``fallback_lib``, the global ``_`` IMPL library) and as the kernel of the ops whose
     composite kernel would otherwise win (``aten_lib``, an ``aten`` IMPL library)."""
-    from trnsim.backend import dispatch
-
-    fallback_lib.fallback(fallback, "SparseCsrPrivateUse1")
+    handler = functools.partial(fallback, dense)
+    fallback_lib.fallback(handler, "SparseCsrPrivateUse1")
     for name in _composite_sparse_ops():
-        aten_lib.impl(name.removeprefix("aten::"), dispatch.kernel_for(dispatch.overload(name), fallback),
+        aten_lib.impl(name.removeprefix("aten::"), dense.kernel_for(dense.overload(name), handler),
                       "SparseCsrPrivateUse1")
