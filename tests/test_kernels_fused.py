@@ -9,7 +9,7 @@ import trnsim.nki as nki
 from trnsim.compute import reference as cref
 from trnsim import dtypes
 from trnsim.simulator import simulate
-from trnsim.hw.memory import OnChipAllocator
+from trnsim.hw.placement import OnChipAllocator
 from trnsim.hw.spec import load_chip
 from trnsim.kernels.elementwise import binary_kernel, unary_kernel
 from trnsim.kernels.fused import Recipe, Ref, Step, fused_rows_kernel, reference, sbuf_bytes

@@ -67,7 +67,7 @@ class Program:
     """
 
     def __init__(self, chip: object = None, name: str = "program") -> None:
-        from trnsim.hw.memory import OnChipAllocator
+        from trnsim.hw.placement import OnChipAllocator
         from trnsim.hw.spec import load_chip
 
         self.chip = load_chip(chip)

@@ -27,8 +27,7 @@ from trnsim.hw.spec import ChipSpec
 from trnsim.hw.static import DMA, LOAD, MULTIPLY, SIGNAL, WAIT, StaticTiming, static_timing
 from trnsim.isa import Engine
 from trnsim.program import Program
-
-Picos = int
+from trnsim.units import Picos
 
 #: Kinds of cause: ``"dma"`` (a dependency on a DMA transfer), ``"engine"`` (a dependency
 #: on another engine's instruction, another track of the same engine, or the tensor

@@ -21,8 +21,7 @@ from dataclasses import dataclass
 
 from trnsim.hw.spec import ChipSpec
 from trnsim.isa import DmaCopy, Memory
-
-Picos = int
+from trnsim.units import Picos
 
 
 @dataclass(frozen=True)

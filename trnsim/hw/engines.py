@@ -12,13 +12,40 @@ import math
 
 from trnsim import dtypes
 from trnsim.hw.spec import ChipSpec, VectorEngineSpec
-from trnsim.isa import (Activation, ActivationFunc, AffineSelect, BnAggr, BnStats, Engine, FindIndex8, Instruction, Iota,
-                        LoadStationary, MatchReplace8, Max8, Memory, Memset, MultiplyMoving, PartitionReduce, Reciprocal,
-                        ReduceOp, ScalarTensorTensor, Select, SemaphoreSignal, SemaphoreWait, SequenceBounds, TensorCopy,
-                        TensorReduce, TensorScalar, TensorTensor, TensorTensorScan, Transpose, View)
+from trnsim.isa import (
+    Activation,
+    ActivationFunc,
+    AffineSelect,
+    BnAggr,
+    BnStats,
+    Engine,
+    FindIndex8,
+    Instruction,
+    Iota,
+    LoadStationary,
+    MatchReplace8,
+    Max8,
+    Memory,
+    Memset,
+    MultiplyMoving,
+    PartitionReduce,
+    Reciprocal,
+    ReduceOp,
+    ScalarTensorTensor,
+    Select,
+    SemaphoreSignal,
+    SemaphoreWait,
+    SequenceBounds,
+    TensorCopy,
+    TensorReduce,
+    TensorScalar,
+    TensorTensor,
+    TensorTensorScan,
+    Transpose,
+    View,
+)
+from trnsim.units import Cycles, Picos
 
-Cycles = float
-Picos = int
 CostKey = tuple
 
 _HALF = (dtypes.bfloat16, dtypes.float16)

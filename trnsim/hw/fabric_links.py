@@ -13,7 +13,7 @@ from __future__ import annotations
 import bisect
 import math
 
-Nanos = float
+from trnsim.units import Nanos
 
 
 class LinkTimeline:

@@ -16,8 +16,7 @@ from trnsim.hw.engines import CostKey, cost_key, cost_ps
 from trnsim.hw.spec import ChipSpec
 from trnsim.isa import DmaCopy, Engine, Instruction, LoadStationary, MultiplyMoving, SemaphoreSignal, SemaphoreWait
 from trnsim.program import Program
-
-Picos = int
+from trnsim.units import Picos
 
 # What an instruction does to the schedule beyond taking time on its track.
 PLAIN, LOAD, MULTIPLY, SIGNAL, WAIT, DMA = range(6)

@@ -12,7 +12,7 @@ import os
 from dataclasses import dataclass, field
 from typing import Any
 
-Nanos = float
+from trnsim.units import Nanos
 
 # Display names and order of a NeuronCore's tracks, as a Neuron profile shows them.
 TRACK_NAMES = {

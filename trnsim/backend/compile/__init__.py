@@ -22,7 +22,7 @@ def __getattr__(name: str) -> Any:
     # the backend (and with it torch._dynamo) loads when backend="neuron" is looked up,
     # not when a profile reads the compile metrics
     if name == "neuron_backend":
-        from trnsim.backend.compile.backend import neuron_backend
+        from trnsim.backend.compile.dynamo import neuron_backend
 
         return neuron_backend
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -48,7 +48,7 @@ def _init(self, mode: str | None, options: dict | None, dynamic: bool | None, na
 
 def _call(self, model_, inputs_, **kwargs) -> Any:
     if holds_neuron_tensors(model_, inputs_):
-        from trnsim.backend.compile.backend import neuron_backend
+        from trnsim.backend.compile.dynamo import neuron_backend
 
         mode, options = getattr(self, "neuron_mode", None), getattr(self, "neuron_options", None)
         return neuron_backend(model_, inputs_, mode=mode, options=options)

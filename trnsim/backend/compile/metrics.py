@@ -33,8 +33,7 @@ from typing import Any, Sequence
 from trnsim.backend.compile import causes
 from trnsim.backend.compile.causes import GuardFailure
 from trnsim.errors import RecompileWarning, TrnSimError, warn
-
-Picos = int
+from trnsim.units import Picos
 
 #: A function's recompilation count at which the warning is issued (once per function):
 #: the third recompile, that is the fourth compile of one code object. Fewer is common

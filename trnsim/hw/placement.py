@@ -12,8 +12,7 @@ from bisect import bisect_left
 from typing import NamedTuple
 
 from trnsim.errors import AllocationError
-
-Bytes = int
+from trnsim.units import Bytes
 
 
 class Allocation(NamedTuple):
