@@ -150,16 +150,15 @@ def execute(launch: Launch) -> tuple[Any, Any]:
     """Trace and simulate ``launch`` at instruction fidelity on the device's chip: the op's
     result (CPU tensors) and the simulator's RunResult (its ``total_ps`` is the Program's
     time)."""
-    from trnsim.simulator import simulate
     from trnsim.errors import TrnSimError
+    from trnsim.nki.launch import run_traced
 
     try:
         traced = launch.kernel.trace(*launch.args, chip=state.chip(), **launch.kwargs)
     except TrnSimError:
         return None, None   # a shape the kernel does not take
-    result = simulate(traced.tracer.program, traced.inputs, fidelity="instruction")
-    outputs = [result.outputs[t.tensor.name] for t in traced.output_tensors]
-    return launch.finish(outputs), result
+    launched = run_traced(traced, numerics=True)
+    return launch.finish(launched.outputs), launched.run
 
 
 def _place(result: Any, info: Any, args: tuple, kwargs: dict) -> Any:

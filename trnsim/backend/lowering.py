@@ -177,8 +177,7 @@ def chip_dtype(dtype: torch.dtype) -> str:
 def run_kernel(kernel: Callable, name: str, *args: Any, repeat: int = 1, **kwargs: Any) -> OpCost:
     """The time of ``kernel`` traced on ``args`` for the device's chip and simulated
     (timing only), ``repeat`` times: the op's cost as the kernel named ``name``."""
-    from trnsim.simulator import simulate
+    from trnsim.nki.launch import launch
 
-    traced = kernel.trace(*args, chip=state.chip(), **kwargs)
-    run = simulate(traced.tracer.program, None, fidelity="timing")
+    run = launch(kernel, args, kwargs, chip=state.chip(), numerics=False).run
     return OpCost(ps=run.total_ps * repeat, source="kernel", kernel=name, run=run, scale=repeat)

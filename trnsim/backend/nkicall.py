@@ -42,7 +42,7 @@ import torch
 from trnsim import dtypes as _dt
 from trnsim.backend import state, storage, timeline
 from trnsim.backend.opcost import OpCost
-from trnsim.nki.jit import named_arguments, written_inputs
+from trnsim.nki.jit import named_arguments
 from trnsim.errors import TrnSimError
 
 _TO_CHIP = {torch.float32: _dt.float32, torch.bfloat16: _dt.bfloat16, torch.float16: _dt.float16,
@@ -144,32 +144,29 @@ def _call(kernel: Any, args: tuple, kwargs: dict) -> Any:
         return _fake_call(kernel, args, kwargs)
     timing = where == "neuron" and state.fidelity() == "timing"
     convert = _placeholder if timing else _values
-    from trnsim.simulator import simulate
+    from trnsim.nki.launch import launch
 
     with timeline.simulating:
-        traced = kernel.trace(*(_convert(a, convert) for a in args), chip=_chip(kernel) if where == "neuron"
-                              else kernel.chip, **{k: _convert(v, convert) for k, v in kwargs.items()})
-        program = traced.tracer.program
-        written = written_inputs(program)
-        program.outputs.extend(t for t in written if t not in program.outputs)
-        run = simulate(program, None if timing else traced.inputs, fidelity="timing" if timing else "instruction")
+        launched = launch(kernel, tuple(_convert(a, convert) for a in args),
+                          {k: _convert(v, convert) for k, v in kwargs.items()},
+                          chip=_chip(kernel) if where == "neuron" else kernel.chip, numerics=not timing)
+    traced, run = launched.traced, launched.run
     named = _argument_tensors(kernel, args, kwargs)
-    if not timing:
-        for t in written:
-            dst = named[t.name]
-            host = storage.host_alias(dst, fresh=True) if dst.device.type == "neuron" else dst.data
-            host.copy_(torch.from_numpy(np.ascontiguousarray(run.outputs[t.name])).reshape(host.shape))
+    for name, values in launched.written.items():
+        dst = named[name]
+        host = storage.host_alias(dst, fresh=True) if dst.device.type == "neuron" else dst.data
+        host.copy_(torch.from_numpy(np.ascontiguousarray(values)).reshape(host.shape))
     if where == "neuron" and not timeline.host_only():
         ins = list(named.values())
         cost = OpCost(ps=run.total_ps, source="kernel", kernel=kernel.fn.__name__, run=run)
         timeline.charge_kernel(kernel.fn.__name__, cost, tuple(tuple(t.shape) for t in ins),
                                tuple(str(t.dtype).removeprefix("torch.") for t in ins))
     results = []
-    for r in traced.output_tensors:
+    for i, r in enumerate(traced.output_tensors):
         if r.tensor.name in named:
             results.append(named[r.tensor.name])
             continue
-        results.append(_result(r.tensor, None if timing else run.outputs[r.tensor.name], where))
+        results.append(_result(r.tensor, None if timing else launched.outputs[i], where))
     return _structured(traced.outputs, results)
 
 
@@ -229,7 +226,7 @@ def _key_part(v: Any) -> Any:
 def _fake_call(kernel: Any, args: tuple, kwargs: dict) -> Any:
     """A kernel call on fake tensors: results of the traced shapes and dtypes; while
     :func:`op_cost` collects, the kernel's timed cost is recorded."""
-    from trnsim.simulator import simulate
+    from trnsim.nki.launch import launch
 
     chip = _chip(kernel)
     key = (kernel.fn, kernel.grid, chip.name, tuple(_key_part(a) for a in args),
@@ -237,9 +234,9 @@ def _fake_call(kernel: Any, args: tuple, kwargs: dict) -> Any:
     memo = _timing_memo.get(key)
     if memo is None:
         with timeline.simulating:
-            traced = kernel.trace(*(_convert(a, _placeholder) for a in args), chip=chip,
-                                  **{k: _convert(v, _placeholder) for k, v in kwargs.items()})
-            run = simulate(traced.tracer.program, None, fidelity="timing")
+            launched = launch(kernel, tuple(_convert(a, _placeholder) for a in args),
+                              {k: _convert(v, _placeholder) for k, v in kwargs.items()}, chip=chip, numerics=False)
+        traced, run = launched.traced, launched.run
         named = _argument_tensors(kernel, args, kwargs)
         shapes = [(r.tensor.name if r.tensor.name in named else None, tuple(r.tensor.shape),
                    _TO_TORCH[r.tensor.dtype.name]) for r in traced.output_tensors]

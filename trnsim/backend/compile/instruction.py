@@ -128,14 +128,14 @@ def _result(g: Group, arr: np.ndarray, shape: tuple[int, ...]) -> torch.Tensor:
 def _fused(g: Group, env: dict[fx.Node, Any], vals: dict[fx.Node, Any]) -> bool:
     """Run fusion ``g`` as its kernel and put its outputs in ``env``; False where it
     runs node by node instead."""
-    from trnsim.simulator import simulate
     from trnsim.kernels.fused import fused_rows_kernel
     from trnsim.kernels.fused_matmul import fused_matmul_kernel
+    from trnsim.nki.launch import launch
 
     recipe = g.recipe
     operands = [_operand(g, layout, env[a] if isinstance(a, fx.Node) else a) for layout, a in zip(g.layouts, g.inputs)]
     if g.kind == "rows":
-        traced = fused_rows_kernel.trace(*operands, chip=state.chip(), recipe=recipe, shape=g.kernel_rows)
+        kernel, args, kwargs = fused_rows_kernel, operands, {"recipe": recipe, "shape": g.kernel_rows}
     else:
         b, m, k, n = g.domain
         if b * math.ceil(m / 128) * math.ceil(n / 512) * math.ceil(k / 128) > MAX_MULTIPLIES:
@@ -145,10 +145,9 @@ def _fused(g: Group, env: dict[fx.Node, Any], vals: dict[fx.Node, Any]) -> bool:
         rhs = rhs.contiguous()
         if b == 1 and lhsT.dim() == 3:
             lhsT, rhs = lhsT[0], rhs[0]
-        traced = fused_matmul_kernel.trace(lhsT, rhs, *operands, chip=state.chip(), recipe=recipe,
-                                           dtype=recipe.steps[0].dtype)
-    result = simulate(traced.tracer.program, traced.inputs, fidelity="instruction")
-    values = [result.outputs[t.tensor.name] for t in traced.output_tensors]
+        kernel, args, kwargs = fused_matmul_kernel, [lhsT, rhs, *operands], {"recipe": recipe,
+                                                                            "dtype": recipe.steps[0].dtype}
+    values = launch(kernel, tuple(args), kwargs, chip=state.chip(), numerics=True).outputs
     made: dict[fx.Node, torch.Tensor] = {}
     for node, arr in zip(g.outputs, values):
         ref = vals[node]

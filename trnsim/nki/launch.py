@@ -1,0 +1,76 @@
+"""Launching a kernel: trace it for a call, simulate the Program, and hand back what it
+computed. Every caller runs kernels through here: NKI kernels on numpy arrays
+(:mod:`trnsim.nki.jit`) and on torch tensors (:mod:`trnsim.backend.nkicall`), eager
+ops' kernels timed (:func:`trnsim.backend.lowering.run_kernel`) or computed at
+instruction fidelity (:mod:`trnsim.backend.instruction`), and compiled graphs' fused
+kernels (:mod:`trnsim.backend.compile`).
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from trnsim.errors import ProgramError
+from trnsim.nki.tracer import KernelError
+from trnsim.simulator import RunResult, simulate
+
+if TYPE_CHECKING:
+    from trnsim.nki.jit import Traced
+    from trnsim.program import Program
+
+
+@dataclass
+class Launched:
+    """One launch of a kernel: its trace, the simulated run, and (when the run computed
+    values) the values of the kernel's results, in the order of ``traced.output_tensors``,
+    and of the arguments it wrote in place (destination passing), by tensor name."""
+
+    traced: Traced
+    run: RunResult
+    outputs: list[np.ndarray] | None = None
+    written: dict[str, np.ndarray] = field(default_factory=dict)
+
+    @property
+    def program(self) -> Program:
+        return self.traced.tracer.program
+
+
+def written_inputs(program: Program) -> list[Any]:
+    """The input tensors some instruction of ``program`` writes (destination passing)."""
+    inputs = {id(t): t for t in program.inputs}
+    written: dict[int, Any] = {}
+    for inst in program:
+        for v in inst.writes():
+            if id(v.tensor) in inputs:
+                written[id(v.tensor)] = v.tensor
+    return list(written.values())
+
+
+def run_traced(traced: Traced, *, numerics: bool, trace: str | os.PathLike | None = None) -> Launched:
+    """Simulate a traced kernel: its timing only, or (``numerics``) instruction by
+    instruction on the traced inputs' values, with the results and the arguments it
+    wrote. ``trace`` is a path to write the run's trace to."""
+    program = traced.tracer.program
+    if not numerics:
+        return Launched(traced, simulate(program, None, fidelity="timing", trace=trace))
+    written = written_inputs(program)
+    program.outputs.extend(t for t in written if t not in program.outputs)
+    try:
+        run = simulate(program, traced.inputs, fidelity="instruction", trace=trace)
+    except KernelError:
+        raise
+    except ProgramError as e:   # found only when values are known (a gather index): still the kernel's fault
+        raise KernelError(program.source_names(str(e))) from e
+    return Launched(traced, run, [run.outputs[t.tensor.name] for t in traced.output_tensors],
+                    {t.name: run.outputs[t.name] for t in written})
+
+
+def launch(kernel: Any, args: tuple, kwargs: dict, *, chip: Any, numerics: bool,
+           trace: str | os.PathLike | None = None) -> Launched:
+    """Trace ``kernel`` (a :class:`trnsim.nki.jit.Kernel`) on ``args`` and ``kwargs`` for
+    ``chip`` and run it (see :func:`run_traced`)."""
+    return run_traced(kernel.trace(*args, chip=chip, **kwargs), numerics=numerics, trace=trace)
