@@ -2,7 +2,6 @@
 timeline, fidelities, what training scripts touch, and profiling."""
 
 import copy
-import io
 import json
 import os
 import subprocess

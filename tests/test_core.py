@@ -234,7 +234,7 @@ def test_wait_that_is_never_signalled_is_reported():
 
 
 def test_same_program_same_times_and_trace(tmp_path, small_matmul):
-    
+
     runs = [simulate(small_matmul(), trace=tmp_path / f"{i}.json") for i in range(2)]
     assert runs[0].starts == runs[1].starts and runs[0].ends == runs[1].ends
     assert (tmp_path / "0.json").read_bytes() == (tmp_path / "1.json").read_bytes()

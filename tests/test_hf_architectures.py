@@ -16,10 +16,10 @@ import torch
 pytest.importorskip("transformers", reason="the Hugging Face tests need transformers (the hf extra)")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
-import trnsim  # noqa: E402
-import trnsim.nki as nki  # noqa: E402
-from trnsim.kernels.grouped import grouped_matmul  # noqa: E402
-from trnsim.testing import hf_coverage  # noqa: E402
+import trnsim
+import trnsim.nki as nki
+from trnsim.kernels.grouped import grouped_matmul
+from trnsim.testing import hf_coverage
 
 
 @pytest.mark.parametrize("arch, steps", [
