@@ -182,7 +182,8 @@ def encode(values: np.ndarray, dtype: DType) -> np.ndarray:
         out = _encode_bf16(bits)
     else:
         fmt = FLOAT_FORMATS[dtype]
-        out = _encode_narrow(bits, fmt.exp_bits, fmt.man_bits, fmt.overflow, fmt.nan).astype(f"u{dtype.itemsize}").view(dtype.storage)
+        narrow = _encode_narrow(bits, fmt.exp_bits, fmt.man_bits, fmt.overflow, fmt.nan)
+        out = narrow.astype(f"u{dtype.itemsize}").view(dtype.storage)
     return out.reshape(x.shape)
 
 

@@ -20,9 +20,10 @@ from trnsim.compute.backends import Backend, get_backend
 from trnsim.compute.memory import CoreMemory, describe_region
 from trnsim.dtypes import check_values
 from trnsim.errors import ProgramError, UninitializedReadWarning, UnwrittenOutputWarning, warn
-from trnsim.isa import (BN_STATS_WIDTH, SHUFFLE_KEEP, SHUFFLE_QUADRANT, Activation, AffineSelect, AluOp, BlockTranspose, GATHER_GROUP, Gather, LocalGather, BnAggr, BnStats, DmaCopy,
-                        Dropout, FindIndex8, Instruction, Iota, LoadStationary, MatchReplace8, Max8, Memset, MultiplyMoving, NonzeroWithCount,
-                        PartitionReduce, Program, RandomUniform, Reciprocal, RangeSelect, ReduceOp, RngSeed, RngState, ScalarTensorTensor, Select,
+from trnsim.isa import (BN_STATS_WIDTH, GATHER_GROUP, SHUFFLE_KEEP, SHUFFLE_QUADRANT, Activation, AffineSelect, AluOp,
+                        BlockTranspose, BnAggr, BnStats, DmaCopy, Dropout, FindIndex8, Gather, Instruction, Iota, LoadStationary,
+                        LocalGather, MatchReplace8, Max8, Memset, MultiplyMoving, NonzeroWithCount, PartitionReduce, Program,
+                        RandomUniform, RangeSelect, Reciprocal, ReduceOp, RngSeed, RngState, ScalarTensorTensor, Select,
                         SemaphoreSignal, SemaphoreWait, SequenceBounds, StreamShuffle, Tensor, TensorCopy, TensorReduce,
                         TensorScalar, TensorTensor, TensorTensorScan, Transpose, View)
 
@@ -53,7 +54,8 @@ class Machine:
             MatchReplace8: self._match_replace8, RangeSelect: self._range_select, SequenceBounds: self._sequence_bounds,
             StreamShuffle: self._stream_shuffle, PartitionReduce: self._partition_reduce, RandomUniform: self._random,
             Dropout: self._dropout, RngSeed: self._rng_seed, RngState: self._rng_state, Reciprocal: self._reciprocal,
-            NonzeroWithCount: self._nonzero, LocalGather: self._local_gather, Gather: self._gather, BlockTranspose: self._transpose,
+            NonzeroWithCount: self._nonzero, LocalGather: self._local_gather, Gather: self._gather,
+            BlockTranspose: self._transpose,
         }
         self.rng = np.random.default_rng(0)
 

@@ -79,7 +79,8 @@ def storage_operand(storage: np.ndarray, dtype: DType) -> np.ndarray:
     """``storage`` as an array, checked to be of ``dtype``'s storage type."""
     s = np.asarray(storage)
     if s.dtype != dtype.storage:
-        raise ProgramError(f"{dtype.name} values are stored as {dtype.storage}, got an array of {s.dtype}; encode the values first")
+        raise ProgramError(f"{dtype.name} values are stored as {dtype.storage}, got an array of {s.dtype}; "
+                           "encode the values first")
     return s
 
 
@@ -89,7 +90,8 @@ def activation_operands(x: np.ndarray, scale: np.ndarray, bias: np.ndarray) -> t
     scale = np.ascontiguousarray(scale, dtype=np.float64)
     bias = np.ascontiguousarray(bias, dtype=np.float64)
     if x.ndim != 2 or scale.shape != (x.shape[0],) or bias.shape != (x.shape[0],):
-        raise ProgramError(f"activation needs x [P, F] with scale and bias [P]; got {list(x.shape)}, {list(scale.shape)}, {list(bias.shape)}")
+        raise ProgramError(f"activation needs x [P, F] with scale and bias [P]; "
+                           f"got {list(x.shape)}, {list(scale.shape)}, {list(bias.shape)}")
     return x, scale, bias
 
 
@@ -98,7 +100,8 @@ def alu_operands(a: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     try:
         wide_a, wide_b = np.broadcast_arrays(np.asarray(a, np.float64), np.asarray(b, np.float64))
     except ValueError:
-        raise ProgramError(f"ALU operands of shapes {list(np.shape(a))} and {list(np.shape(b))} do not broadcast; give b the shape of a or [P, 1]") from None
+        raise ProgramError(f"ALU operands of shapes {list(np.shape(a))} and {list(np.shape(b))} do not broadcast; "
+                           "give b the shape of a or [P, 1]") from None
     return np.array(wide_a, order="C"), np.array(wide_b, order="C")
 
 
@@ -124,7 +127,8 @@ def matmul_operands(acc: np.ndarray, stationary: np.ndarray, moving: np.ndarray)
     s = np.ascontiguousarray(stationary, dtype=np.float64)
     m = np.ascontiguousarray(moving, dtype=np.float64)
     if s.ndim != 2 or m.ndim != 2 or s.shape[0] != m.shape[0] or out.shape != (s.shape[1], m.shape[1]):
-        raise ProgramError(f"matmul needs acc [M, N], stationary [K, M] and moving [K, N]; got {list(out.shape)}, {list(s.shape)}, {list(m.shape)}")
+        raise ProgramError(f"matmul needs acc [M, N], stationary [K, M] and moving [K, N]; "
+                           f"got {list(out.shape)}, {list(s.shape)}, {list(m.shape)}")
     return out, s, m
 
 
