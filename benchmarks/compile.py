@@ -99,7 +99,7 @@ def tinyllama_rows() -> list[dict]:
         torch._dynamo.reset()
         c = torch.compile(m, backend="neuron")
         with torch.no_grad():
-            rows.append(compare(f"TinyLlama prefill {batch}x{seq}", lambda: m(x), lambda: c(x)))
+            rows.append(compare(f"TinyLlama prefill {batch}x{seq}", lambda m=m, x=x: m(x), lambda c=c, x=x: c(x)))
     return rows
 
 
@@ -116,14 +116,15 @@ def hf_rows() -> list[dict]:
         torch._dynamo.reset()
         compiled = torch.compile(model, backend="neuron")
         with torch.no_grad():
-            rows.append(compare(f"HF Llama prefill {batch}x{seq}", lambda: model(ids), lambda: compiled(ids)))
+            rows.append(compare(f"HF Llama prefill {batch}x{seq}", lambda model=model, ids=ids: model(ids),
+                                lambda compiled=compiled, ids=ids: compiled(ids)))
             caches = {k: StaticCache(config=cfg, max_cache_len=seq + 8) for k in ("eager", "compiled")}
             position = torch.tensor([seq], device="neuron")
             token = ids[:, -1:]
             for k in caches:   # the prefill fills each cache
                 model(ids, past_key_values=caches[k], cache_position=torch.arange(seq, device="neuron"))
 
-            def step(fn, cache):
+            def step(fn, cache, token=token, position=position):
                 return lambda: fn(token, past_key_values=cache, cache_position=position)
 
             rows.append(compare(f"HF Llama decode {batch}x1 (cache {seq})", step(model, caches["eager"]),
@@ -172,7 +173,7 @@ def training_rows() -> list[dict]:
             fn = torch.compile(model, backend="neuron") if compiled else model
             xd = x.to("neuron")
 
-            def step(fn=fn, opt=opt, xd=xd):
+            def step(fn=fn, opt=opt, xd=xd, loss_of=loss_of):
                 opt.zero_grad()
                 loss_of(fn(xd)).backward()
                 opt.step()

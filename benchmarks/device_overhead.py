@@ -20,7 +20,7 @@ import time
 
 import torch
 
-import trnsim  # noqa: F401  (registers neuron even with autoload off)
+import trnsim  # registers neuron even with autoload off
 from trnsim.tinyllama import TinyLlama
 
 

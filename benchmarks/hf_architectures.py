@@ -19,7 +19,7 @@ import sys
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
 
-from trnsim.testing import hf_coverage  # noqa: E402
+from trnsim.testing import hf_coverage
 
 
 def main(argv: list[str] | None = None) -> int:

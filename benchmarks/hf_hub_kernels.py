@@ -26,11 +26,11 @@ from pathlib import Path
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
-import torch  # noqa: E402
-from kernels import Mode  # noqa: E402
-from transformers import LlamaConfig, LlamaForCausalLM  # noqa: E402
+import torch
+from kernels import Mode
+from transformers import LlamaConfig, LlamaForCausalLM
 
-from trnsim.backend import state  # noqa: E402
+from trnsim.backend import state
 
 EXAMPLE = Path(__file__).resolve().parent.parent / "examples" / "hub_kernel.py"
 SHAPES = {
@@ -69,7 +69,7 @@ def measure(example, config: dict, shape: tuple[int, int]) -> dict:
         for name, fn in (("eager", plain), ("eager + hub kernels", kernelized), ("compiled", compiled),
                          ("compiled + hub kernels", compiled_k)):
             logits[name] = fn(ids).logits.cpu()
-            times[name] = example.profile_call(lambda: fn(ids)).device_ps / 1e6
+            times[name] = example.profile_call(lambda fn=fn: fn(ids)).device_ps / 1e6
     gap = max((logits[k] - logits["eager"]).abs().max().item() for k in logits)
     return {"times": times, "gap": gap}
 

@@ -213,7 +213,7 @@ def _is_device_like(x) -> bool:
         try:
             torch.device(x)
             return True
-        except Exception:
+        except RuntimeError:   # torch.device's error for a string that names no device
             return False
     return False
 
@@ -269,11 +269,11 @@ def _compare(expected, actual, tols, *, values=True, check_on_device=True) -> st
                 try:
                     a = a.to_dense()
                     e = e.to_dense()
-                except Exception:
+                except Exception:  # noqa: BLE001 - a layout that cannot be made dense is compared as it is
                     pass
             try:
                 a_cpu = a.detach().cpu()
-            except Exception as ex:
+            except Exception as ex:  # noqa: BLE001 - any failure to copy back is the op's failure, reported
                 return f"copy to cpu failed: {_first_line(ex)}"
             if not values:
                 if a_cpu.shape != e.shape or a_cpu.dtype != e.dtype:
@@ -297,7 +297,7 @@ def _compare(expected, actual, tols, *, values=True, check_on_device=True) -> st
                 same = True
             try:
                 same = bool(same)
-            except Exception:
+            except Exception:  # noqa: BLE001 - an equality without one truth value (a tensor, an odd object) is a mismatch
                 same = False
             if not same:
                 return f"mismatch: output {i}: {a!r} != {e!r}"[:_REASON_LEN]
@@ -330,7 +330,7 @@ def _assert_close_summary(ex: AssertionError) -> str:
 def _run_safely(fn, *args):
     try:
         return fn(*args), None
-    except Exception as e:  # an op raising is a result, not an error
+    except Exception as e:  # noqa: BLE001 - an op raising is a result, not an error
         return None, e
 
 
@@ -366,13 +366,13 @@ def check_op(opinfo, mode: str, samples: int = 8) -> tuple[str, str]:
         torch.manual_seed(0)
         try:
             sample_list = list(itertools.islice(op.sample_inputs("cpu", dtype, requires_grad=grad), samples))
-        except Exception as e:
+        except Exception as e:  # noqa: BLE001 - the OpInfo's own failure is reported as the op's
             return FAIL, f"sample_inputs failed on cpu: {_first_line(e)}"
         # the same samples made for the device, only to see where the OpInfo puts each tensor
         torch.manual_seed(0)
         try:
             placements = list(itertools.islice(op.sample_inputs(DEVICE, dtype, requires_grad=grad), samples))
-        except Exception:
+        except Exception:  # noqa: BLE001 - without the device's samples, tensors go where the CPU's are
             placements = []
         # ops that return uninitialised memory (empty, new_empty_strided, ...) are never comparable
         nondet = "empty" in op.name
@@ -385,7 +385,7 @@ def check_op(opinfo, mode: str, samples: int = 8) -> tuple[str, str]:
             try:
                 n_inp, n_args, n_kwargs = _to_device((s.input, tuple(s.args), dict(s.kwargs)), DEVICE, p)
                 n_kwargs = _fix_device_kwargs(n_kwargs, DEVICE)
-            except Exception as e:
+            except Exception as e:  # noqa: BLE001 - reported as the op's failure
                 return FAIL, f"sample {si}: moving inputs to {DEVICE} failed: {_first_line(e)}"
             # the CPU reference, twice (on a fresh copy) to tell nondeterministic ops
             c_inp, c_args, c_kwargs = _to_device((s.input, tuple(s.args), dict(s.kwargs)), "cpu")
@@ -395,7 +395,7 @@ def check_op(opinfo, mode: str, samples: int = 8) -> tuple[str, str]:
                 try:
                     nondet = (cpu2 is None or cpu1[0] != cpu2[0]
                               or _compare(cpu1[1], cpu2[1], tols, check_on_device=False) is not None)
-                except Exception:
+                except Exception:  # noqa: BLE001 - CPU results that cannot be compared count as nondeterministic
                     nondet = True
                 del cpu2
             runs.append((si, proc, (n_inp, n_args, n_kwargs), cpu1, cpu_err))
@@ -416,7 +416,7 @@ def check_op(opinfo, mode: str, samples: int = 8) -> tuple[str, str]:
             on_device = any(_names_device(x) for x in tree_leaves((n_inp, n_args, n_kwargs)))
             try:
                 reason = _compare(cpu1[1], dev[1], tols, values=not nondet, check_on_device=on_device)
-            except Exception as e:
+            except Exception as e:  # noqa: BLE001 - reported as the op's failure
                 reason = f"compare failed: {_first_line(e)}"
             if reason is not None:
                 return FAIL, f"sample {si}: {reason}"[:_REASON_LEN]
@@ -440,7 +440,7 @@ def _worker_main(conn, samples: int) -> None:
 
         torch.set_num_threads(1)
         db = op_db()
-    except BaseException:
+    except BaseException:  # noqa: BLE001 - the parent must hear why the worker could not start
         conn.send(("import-error", traceback.format_exc()))
         return
     warnings.simplefilter("ignore")
@@ -457,7 +457,7 @@ def _worker_main(conn, samples: int) -> None:
         _inject_fault(op_key(db[idx]))
         try:
             status, reason = check_op(db[idx], mode, samples)
-        except BaseException as e:
+        except BaseException as e:  # noqa: BLE001 - anything an op does is its result; the worker goes on
             status, reason = FAIL, f"harness error: {_first_line(e)}"
         conn.send(("result", (idx, mode, status, reason, time.time() - t0)))
 

@@ -76,19 +76,22 @@ def main() -> None:
     for blocks in (s // PER_BLOCK for s in sizes):
         prog = pipeline(blocks)
         n = len(prog)
-        rate = _rate(lambda: run_timing(prog), n)
+        rate = _rate(lambda prog=prog: run_timing(prog), n)
         per_inst[n] = 1 / rate
         print(f"{n:>12,}  {rate:>21,.0f}  {run_timing(prog).time_ns / 1e3:>12,.1f} us")
     small, large = min(per_inst), max(per_inst)
-    print(f"host time per instruction, {large:,} vs {small:,} instructions: ratio {per_inst[large] / per_inst[small]:.2f} (1.00 = linear)")
+    print(f"host time per instruction, {large:,} vs {small:,} instructions: "
+          f"ratio {per_inst[large] / per_inst[small]:.2f} (1.00 = linear)")
 
     prog = pipeline(2_000 // PER_BLOCK)
     rng = np.random.default_rng(0)
-    inputs = {"a": rng.standard_normal((128, 512), dtype=np.float32), "w": rng.standard_normal((128, 128), dtype=np.float32)}
+    inputs = {"a": rng.standard_normal((128, 512), dtype=np.float32),
+              "w": rng.standard_normal((128, 128), dtype=np.float32)}
     simulate(pipeline(8), inputs, fidelity="instruction")  # compile (or load cached) numba kernels
     timing = _rate(lambda: run_timing(prog), len(prog))
     numerics = _rate(lambda: simulate(prog, inputs, fidelity="instruction"), len(prog), repeats=1)
-    print(f"with numerics ({len(prog):,} instructions): {numerics:,.0f} inst/s; timing only / with numerics: ratio {timing / numerics:.1f}")
+    print(f"with numerics ({len(prog):,} instructions): {numerics:,.0f} inst/s; "
+          f"timing only / with numerics: ratio {timing / numerics:.1f}")
 
 
 if __name__ == "__main__":

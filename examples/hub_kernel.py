@@ -108,8 +108,8 @@ def layer_costs(plain: LlamaForCausalLM, kernelized: LlamaForCausalLM, ids: torc
     rows = []
     for name, get in (("RMSNorm", lambda m: m.model.layers[0].input_layernorm),
                       ("MLP", lambda m: m.model.layers[0].mlp)):
-        before = profile_call(lambda: get(plain)(hidden))
-        after = profile_call(lambda: get(kernelized)(hidden))
+        before = profile_call(lambda get=get: get(plain)(hidden))
+        after = profile_call(lambda get=get: get(kernelized)(hidden))
         rows.append({"layer": name, "ops": [r.name for r in before.records], "ops_ps": kernel_ps(before),
                      "ops_device_ps": before.device_ps, "kernel": [r.name for r in after.records],
                      "kernel_ps": kernel_ps(after), "kernel_device_ps": after.device_ps})

@@ -77,8 +77,8 @@ def main(output_dir: str) -> dict:
           f"unpadded {tuple(unpadded['input_ids'].shape)} on neuron {loss_unpadded:.6f}")
     print(f"adapter {adapter_dir} on a cpu base model: max logit difference to neuron {gap:.2e}")
     return {"device": str(args.device), "bf16": args.bf16, "steps": result.global_step,
-            "padded_shape": tuple(batch["input_ids"].shape), "loss_device": loss_device, "loss_cpu": loss_cpu, "loss_unpadded": loss_unpadded,
-            "logit_gap": gap}
+            "padded_shape": tuple(batch["input_ids"].shape), "loss_device": loss_device, "loss_cpu": loss_cpu,
+            "loss_unpadded": loss_unpadded, "logit_gap": gap}
 
 
 if __name__ == "__main__":

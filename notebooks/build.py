@@ -79,7 +79,9 @@ PyTorch ops. Each matmul first loads its operands' tiles on the DMA queues, then
 TensorE multiplies while VectorE and ScalarE copy the finished PSUM tiles to SBUF and
 queues 12-15 store them; GELU is one activation on ScalarE between a load and a store."""),
     ("code", "tt.plot_timeline(t)"),
-    ("md", "Zoomed to the first `addmm`: the tiles' loads on the queues, TensorE's loads and multiplies, the PSUM copies to SBUF."),
+    ("md", """\
+Zoomed to the first `addmm`: the tiles' loads on the queues, TensorE's loads and
+multiplies, the PSUM copies to SBUF."""),
     ("code", "tt.plot_timeline(t, op=\"addmm\")"),
     ("md", """\
 ## Engines' busy share over time
@@ -155,7 +157,9 @@ and the rotary embeddings' concatenations run the same kernels in both."""),
     ("code", """\
 te, tc = tt.load("out/llama_eager.json"), tt.load("out/llama_compiled.json")
 tt.plot_comparison(te, tc, labels=("eager", "compiled"))"""),
-    ("md", "The compiled graph's kernels with their roofline figures: at this size (128 tokens, width 256) even the matmuls are memory bound."),
+    ("md", """\
+The compiled graph's kernels with their roofline figures: at this size (128 tokens,
+width 256) even the matmuls are memory bound."""),
     ("code", "print(tt.kernels(tc))"),
     ("md", """\
 ## Timelines
@@ -306,8 +310,11 @@ The steps above were timed on shapes only. Run the tuned kernel with its numeric
 (every instruction computed, bf16 inputs, fp32 PSUM) and compare it with numpy on the
 same bf16-rounded inputs."""),
     ("code", """\
+def bf16(x):   # the values HBM holds
+    return torch.from_numpy(x).bfloat16().float().numpy()
+
+
 out = nki.simulate(matmul_optimized, chip="trn2")(lhsT, rhs, tiles_in_block_k=4)
-bf16 = lambda x: torch.from_numpy(x).bfloat16().float().numpy()   # the values HBM holds
 expected = bf16(a).T.astype(np.float64) @ bf16(b).astype(np.float64)
 print(f"max abs error {np.abs(out - expected).max():.2e} (largest value {np.abs(expected).max():.1f})")"""),
 ]
@@ -331,9 +338,10 @@ import warnings
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 warnings.filterwarnings("ignore", message="IProgress not found")   # tqdm's note: no notebook widgets here
-from kernels import LocalLayerRepository, Mode, kernelize, replace_kernel_forward_from_hub, use_kernel_mapping
-from transformers import LlamaConfig, LlamaForCausalLM
-from transformers.models.llama.modeling_llama import LlamaMLP
+# imported after that filter: tqdm gives its note as they import it
+from kernels import LocalLayerRepository, Mode, kernelize, replace_kernel_forward_from_hub, use_kernel_mapping  # noqa: E402
+from transformers import LlamaConfig, LlamaForCausalLM  # noqa: E402
+from transformers.models.llama.modeling_llama import LlamaMLP  # noqa: E402
 
 logging.getLogger("kernels").setLevel(logging.ERROR)   # notes on the layers the repository does not map
 REPO = Path(trnsim.__file__).resolve().parents[1] / "examples" / "hub_kernels" / "llama-nki"
@@ -412,10 +420,11 @@ notice about it):"""),
 Rank 0 prints the loss of each step; then `trnsim run` prints the job's summary
 (`TRNSIM_PROGRESS=0` keeps its progress line out of the notebook). Its last table is
 per rank: the device's busy time, the time in collectives, the part of that no op
-overlapped (`exposed`) and the time collectives waited for a slower rank. Each rank's device is busy for 1,427 of the job's 2,752 simulated us;
-the rest it waits for the host to issue the next op, as eager PyTorch issues one op
-at a time. Its 30 collectives take 96 us, all exposed: the ops after a collective
-need its result. The merged trace loads as a `JobTrace`, one `Trace` per rank:"""),
+overlapped (`exposed`) and the time collectives waited for a slower rank. Each rank's
+device is busy for 1,427 of the job's 2,752 simulated us; the rest it waits for the
+host to issue the next op, as eager PyTorch issues one op at a time. Its 30
+collectives take 96 us, all exposed: the ops after a collective need its result. The
+merged trace loads as a `JobTrace`, one `Trace` per rank:"""),
     ("code", """\
 job = tt.load("out/job.json")
 print(f"{job.world_size} ranks, {job.total_ns / 1000:,.1f} us of simulated time")

@@ -1,7 +1,5 @@
 """Shared fixtures, and the check that a test run leaves the checkout as it found it."""
 
-pytest_plugins = ["pytester"]
-
 import os
 from pathlib import Path
 
@@ -9,6 +7,8 @@ import numpy as np
 import pytest
 
 from trnsim import dtypes
+
+pytest_plugins = ["pytester"]
 
 
 @pytest.fixture

@@ -2,7 +2,6 @@
 timeline, fidelities, what training scripts touch, and profiling."""
 
 import copy
-import io
 import json
 import os
 import subprocess
@@ -204,7 +203,8 @@ LAZY_MODULES = {
     "LazyBatchNorm3d": (lambda **kw: torch.nn.LazyBatchNorm3d(**kw), (4, 3, 3, 3, 3)),
     "LazyInstanceNorm1d": (lambda **kw: torch.nn.LazyInstanceNorm1d(affine=True, **kw), (4, 3, 6)),
     "LazyInstanceNorm2d": (lambda **kw: torch.nn.LazyInstanceNorm2d(affine=True, **kw), (4, 3, 5, 5)),
-    "LazyInstanceNorm3d": (lambda **kw: torch.nn.LazyInstanceNorm3d(affine=True, track_running_stats=True, **kw), (4, 3, 3, 3, 3)),
+    "LazyInstanceNorm3d": (lambda **kw: torch.nn.LazyInstanceNorm3d(affine=True, track_running_stats=True, **kw),
+                           (4, 3, 3, 3, 3)),
 }
 
 

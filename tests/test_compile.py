@@ -14,7 +14,7 @@ import torch.nn.functional as F
 
 import trnsim
 from trnsim.backend import state
-from trnsim.backend.compile.partition import Group, partition
+from trnsim.backend.compile.partition import partition
 from trnsim.errors import CompileError, CompileModeWarning
 from trnsim.tinyllama import TinyLlama, causal_lm_loss
 

@@ -140,6 +140,6 @@ def test_compiled_llama_forward_time_against_eager(graphs_compiled):
         ids = torch.randint(0, 1000, (batch, seq), device="neuron")
         with torch.no_grad():
             compiled(ids)
-            eager_ps = device_ps(lambda: model(ids))
-            compiled_ps = device_ps(lambda: compiled(ids))
+            eager_ps = device_ps(lambda ids=ids: model(ids))
+            compiled_ps = device_ps(lambda ids=ids: compiled(ids))
         assert compiled_ps < at_most * eager_ps, (batch, seq, compiled_ps, eager_ps)

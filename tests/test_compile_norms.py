@@ -273,7 +273,7 @@ def test_relu_backward_left_whole_joins_batch_norm_backward():
                                                                     for _ in range(3)]
     ran = {}
     for also_read in (False, True):
-        gm = make_fx(lambda *a: backward(*a, also_read))(*t)
+        gm = make_fx(lambda *a, also_read=also_read: backward(*a, also_read))(*t)
         ran[also_read] = [(g.kind, g.ops) for g in partition(gm, lambda r, rows, sizes: True) if g.kind != "free"]
     assert ran[False] == [("norm", ["aten::threshold_backward", "aten::native_batch_norm_backward"])]
     assert ran[True][:2] == [("op", ["aten::threshold_backward"]), ("op", ["aten::native_batch_norm_backward"])]

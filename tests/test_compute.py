@@ -18,8 +18,8 @@ import torch.nn.functional as F
 
 from trnsim import Program, ProgramError, dtypes
 from trnsim.compute import Machine, decode, encode, get_backend
-from trnsim.isa import (Activation, ActivationFunc, AffineSelect, AluOp, BnAggr, BnStats, Engine, Instruction, Iota, Memset, ReduceOp,
-                        Select, SemaphoreSignal, SemaphoreWait, TensorCopy, TensorReduce, TensorScalar, TensorTensor,
+from trnsim.isa import (Activation, ActivationFunc, AffineSelect, AluOp, BnAggr, BnStats, Engine, Instruction, Iota, Memset,
+                        ReduceOp, Select, SemaphoreSignal, SemaphoreWait, TensorCopy, TensorReduce, TensorScalar, TensorTensor,
                         Transpose, View)
 
 pytestmark = pytest.mark.filterwarnings("error")  # no numpy warning may leak out of the kernels
@@ -121,7 +121,8 @@ def test_float32_rounds_to_nearest_even(backend):
 def test_floats_round_through_float32_first(backend, dtype):
     rng = np.random.default_rng(3)
     x = rng.standard_normal(20_000) * 2.0 ** rng.uniform(-30, 15, 20_000)
-    np.testing.assert_array_equal(bits_of(backend.encode(x, dtype)), bits_of(backend.encode(x.astype(np.float32).astype(np.float64), dtype)))
+    np.testing.assert_array_equal(bits_of(backend.encode(x, dtype)),
+                                  bits_of(backend.encode(x.astype(np.float32).astype(np.float64), dtype)))
     # 1 + 2^-8 + 2^-30 is above the bf16 midpoint 1 + 2^-8, but float32 rounds it onto the
     # midpoint, and the midpoint rounds to the even 1.0.
     assert bits_of(backend.encode(np.array([1 + 2**-8 + 2**-30]), dtypes.bfloat16)).tolist() == [0x3F80]
@@ -150,7 +151,8 @@ def test_kernels_keep_the_shape_of_their_operands(backend):
 
 
 def test_decode_rejects_the_wrong_storage_type(backend):
-    with pytest.raises(ProgramError, match="bfloat16 values are stored as uint16, got an array of float32; encode the values first"):
+    with pytest.raises(ProgramError,
+                       match="bfloat16 values are stored as uint16, got an array of float32; encode the values first"):
         backend.decode(np.zeros(3, np.float32), dtypes.bfloat16)
 
 
@@ -322,7 +324,8 @@ def test_matmul_is_exact_on_small_integers_and_close_on_floats(backend):
     m = rng.standard_normal((128, 96)).astype(np.float32).astype(np.float64)
     got = backend.matmul(acc, s, m)
     assert got.dtype == np.float32
-    np.testing.assert_allclose(got, acc + s.T @ m, rtol=0, atol=128 * 2**-23 * float(np.max(np.abs(acc) + np.abs(s).T @ np.abs(m))))
+    np.testing.assert_allclose(got, acc + s.T @ m, rtol=0,
+                               atol=128 * 2**-23 * float(np.max(np.abs(acc) + np.abs(s).T @ np.abs(m))))
     assert get_backend("numpy").matmul(acc, s, m).tobytes() == get_backend("numba").matmul(acc, s, m).tobytes()
 
 
@@ -494,10 +497,12 @@ def test_tensor_scalar_reverse_and_second_op():
     x = p.hbm([128, 40], dtypes.float16, "x", kind="input")
     c = p.hbm([128, 1], dtypes.float32, "c", kind="input")
     out = p.hbm([128, 40], dtypes.float32, "out", kind="output")
-    sx, sc, so = p.sbuf([128, 40], dtypes.float16, "sx"), p.sbuf([128, 1], dtypes.float32, "sc"), p.sbuf([128, 40], dtypes.float32, "so")
+    sx, sc = p.sbuf([128, 40], dtypes.float16, "sx"), p.sbuf([128, 1], dtypes.float32, "sc")
+    so = p.sbuf([128, 40], dtypes.float32, "so")
     dma(p, sx, x)
     dma(p, sc, c)
-    add(p, TensorScalar(so.view(), sx.view(), AluOp.SUBTRACT, sc.view(), AluOp.MULTIPLY, 2.5, reverse0=True, engine=Engine.VECTOR))
+    add(p, TensorScalar(so.view(), sx.view(), AluOp.SUBTRACT, sc.view(), AluOp.MULTIPLY, 2.5, reverse0=True,
+                        engine=Engine.VECTOR))
     dma(p, out, so)
     rng = np.random.default_rng(17)
     inputs = {"x": rng.standard_normal((128, 40)), "c": rng.standard_normal((128, 1))}
@@ -527,7 +532,8 @@ def test_bn_stats_and_bn_aggr_give_mean_and_variance(dtype):
     p = Program("trn1")
     x = p.hbm([128, 1536], dtype, "x", kind="input")
     out = p.hbm([128, 2], dtypes.float32, "out", kind="output")
-    sx, stats, res = p.sbuf([128, 1536], dtype, "sx"), p.sbuf([128, 18], dtypes.float32, "st"), p.sbuf([128, 2], dtypes.float32, "r")
+    sx, stats = p.sbuf([128, 1536], dtype, "sx"), p.sbuf([128, 18], dtypes.float32, "st")
+    res = p.sbuf([128, 2], dtypes.float32, "r")
     dma(p, sx, x)
     for c in range(3):
         add(p, BnStats(stats[:, 6 * c:6 * c + 6], sx[:, 512 * c:512 * (c + 1)], engine=Engine.VECTOR))
@@ -567,7 +573,8 @@ def test_tensor_copy_converts_to_every_dtype(src_dtype):
     got = run_both(p, {"x": values})
     for dst_dtype in dtypes.ALL:
         expected = rounded(rounded(values, src_dtype), dst_dtype).reshape(32, 2, 24)
-        np.testing.assert_array_equal(got[f"o_{dst_dtype}"], expected.astype(np.float32 if dst_dtype.is_float else dst_dtype.storage))
+        np.testing.assert_array_equal(got[f"o_{dst_dtype}"],
+                                      expected.astype(np.float32 if dst_dtype.is_float else dst_dtype.storage))
 
 
 def test_memset_iota_select_and_affine_select():
@@ -575,7 +582,8 @@ def test_memset_iota_select_and_affine_select():
     mask = p.hbm([64, 64], dtypes.uint8, "mask", kind="input")
     x = p.hbm([64, 64], dtypes.float32, "x", kind="input")
     outs = {name: p.hbm([64, 64], dt, name, kind="output") for name, dt in
-            (("ms", dtypes.int8), ("io", dtypes.int32), ("iof", dtypes.bfloat16), ("sel", dtypes.float32), ("causal", dtypes.float32))}
+            (("ms", dtypes.int8), ("io", dtypes.int32), ("iof", dtypes.bfloat16), ("sel", dtypes.float32),
+             ("causal", dtypes.float32))}
     smask, sx = p.sbuf([64, 64], dtypes.uint8, "smask"), p.sbuf([64, 64], dtypes.float32, "sx")
     s = {name: p.sbuf([64, 64], t.dtype, f"s_{name}") for name, t in outs.items()}
     dma(p, smask, mask)
@@ -629,7 +637,8 @@ def test_tensors_sharing_partitions_do_not_overlap():
 def test_bind_rejects_a_wrong_shape_and_non_numbers():
     p, a, _ = small_program()
     m = Machine(p, backend="numpy")
-    with pytest.raises(ProgramError, match=r"bind hbm:a\[128, 16\]:bfloat16: the array has shape \[16, 128\] but the tensor has shape \[128, 16\]"):
+    with pytest.raises(ProgramError, match=r"bind hbm:a\[128, 16\]:bfloat16: the array has shape \[16, 128\] "
+                                           r"but the tensor has shape \[128, 16\]"):
         m.bind(a, np.zeros((16, 128)))
     with pytest.raises(ProgramError, match="cannot load an array of <U1; pass real numbers"):
         m.bind(a, np.full((128, 16), "x"))
@@ -638,15 +647,18 @@ def test_bind_rejects_a_wrong_shape_and_non_numbers():
 def test_views_outside_their_tensor_are_refused():
     p, a, s = small_program()
     m = Machine(p, backend="numpy")
-    with pytest.raises(ProgramError, match=r"view sbuf:s@0\[128, 17\]:bfloat16 reaches elements 0..16 but each partition of the tensor holds 16"):
+    with pytest.raises(ProgramError, match=r"view sbuf:s@0\[128, 17\]:bfloat16 reaches elements 0..16 "
+                                           r"but each partition of the tensor holds 16"):
         m.read(View(s, 0, ((16, 128), (1, 17))))
     with pytest.raises(ProgramError, match=r"covers partitions 100..131 of sbuf:s\[128, 16\]:bfloat16, which has 128"):
         m.read(View(s, 1600, ((16, 32), (1, 16))))
-    with pytest.raises(ProgramError, match=r"view hbm:a@2040\[16\]:bfloat16 reaches elements 2040..2055 but the tensor holds 2048"):
+    with pytest.raises(ProgramError,
+                       match=r"view hbm:a@2040\[16\]:bfloat16 reaches elements 2040..2055 but the tensor holds 2048"):
         m.write(View(a, 2040, ((1, 16),)), np.zeros(16))
     with pytest.raises(ProgramError, match="belongs to no tensor of program"):
         m.read(Program("trn1").sbuf([4, 4], dtypes.float32, "elsewhere").view())
-    with pytest.raises(ProgramError, match=r"values of shape \[3\] do not match sbuf:s@0\[128, 16\]:bfloat16 of shape \[128, 16\]"):
+    with pytest.raises(ProgramError,
+                       match=r"values of shape \[3\] do not match sbuf:s@0\[128, 16\]:bfloat16 of shape \[128, 16\]"):
         m.write(s.view(), np.zeros(3))
 
 

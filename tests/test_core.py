@@ -12,8 +12,8 @@ import json
 import pytest
 
 from trnsim import Program, SimulationError, dtypes, simulate
-from trnsim.isa import (Activation, ActivationFunc, AffineSelect, BnAggr, BnStats, Engine, Iota, Memset, SemaphoreSignal, SemaphoreWait,
-                        TensorCopy, TensorReduce, TensorScalar, TensorTensor, Transpose, AluOp)
+from trnsim.isa import (Activation, ActivationFunc, AffineSelect, BnAggr, BnStats, Engine, Iota, Memset, SemaphoreSignal,
+                        SemaphoreWait, TensorCopy, TensorReduce, TensorScalar, TensorTensor, Transpose, AluOp)
 
 
 def ps(cycles, ghz):
@@ -60,7 +60,8 @@ def test_stationary_load_overlaps_previous_multiply():
     assert r.starts == [0, load, load, load + mult] and r.ends[3] == load + 2 * mult
     # small moving tiles: max(min(64, M), N) = 64 when N = 32
     p2 = prog()
-    p2.matmul(p2.psum([128, 32], dtypes.float32, "a"), p2.sbuf([128, 128], dtypes.bfloat16, "s"), p2.sbuf([128, 32], dtypes.bfloat16, "m"))
+    p2.matmul(p2.psum([128, 32], dtypes.float32, "a"), p2.sbuf([128, 128], dtypes.bfloat16, "s"),
+              p2.sbuf([128, 32], dtypes.bfloat16, "m"))
     assert simulate(p2).ends[1] == load + ps(64 + 64, 2.8)
 
 
@@ -234,7 +235,7 @@ def test_wait_that_is_never_signalled_is_reported():
 
 
 def test_same_program_same_times_and_trace(tmp_path, small_matmul):
-    
+
     runs = [simulate(small_matmul(), trace=tmp_path / f"{i}.json") for i in range(2)]
     assert runs[0].starts == runs[1].starts and runs[0].ends == runs[1].ends
     assert (tmp_path / "0.json").read_bytes() == (tmp_path / "1.json").read_bytes()

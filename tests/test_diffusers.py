@@ -7,15 +7,14 @@ import importlib.util
 import pathlib
 
 import pytest
-
-for _name in ("diffusers", "transformers"):
-    pytest.importorskip(_name, reason=f"{_name} is not installed: install trnsim's test extra (pip install -e .[test])")
-
 import torch
 from torch._dynamo.utils import counters
 
 import trnsim
 from tests.test_distributed_parallel import check_job
+
+for _name in ("diffusers", "transformers"):
+    pytest.importorskip(_name, reason=f"{_name} is not installed: install trnsim's test extra (pip install -e .[test])")
 
 EXAMPLE = pathlib.Path(__file__).resolve().parent.parent / "examples" / "diffusers_pipeline.py"
 STEPS = 2

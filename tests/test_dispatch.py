@@ -7,7 +7,7 @@ import gc
 import pytest
 import torch
 
-import trnsim  # noqa: F401
+import trnsim
 from trnsim.backend import storage
 
 

@@ -5,7 +5,7 @@ ops, fused CPU kernels, and layouts the device does not hold."""
 import pytest
 import torch
 
-import trnsim  # noqa: F401  (registers neuron)
+import trnsim  # registers neuron
 from trnsim.backend import storage
 
 DEV = "neuron"

@@ -165,9 +165,9 @@ def test_a_killed_rank_is_named_by_the_others():
 def test_mismatched_collectives_are_reported_not_hung():
     results = _ranks("faults.py", 2, "mismatch", timeout=90)
     for rank, (rc, err, _) in enumerate(results):
-        assert rc != 0
+        assert rc != 0, f"rank {rank} did not fail"
         assert "collective mismatch" in err and "all_reduce(float32, 32 bytes, sum)" in err \
-            and "broadcast(float32, 32 bytes, root 0)" in err, err[-2000:]
+            and "broadcast(float32, 32 bytes, root 0)" in err, f"rank {rank}: {err[-2000:]}"
 
 
 def test_two_torchrun_launchers_make_one_job(tmp_path):

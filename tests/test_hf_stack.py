@@ -9,12 +9,12 @@ import subprocess
 import sys
 
 import pytest
+import torch
 
 for _name in ("transformers", "accelerate", "peft", "trl", "datasets"):
     pytest.importorskip(_name, reason=f"{_name} is not installed: install trnsim's test extra (pip install -e .[test])")
 
-import torch
-from safetensors.torch import load_file
+from safetensors.torch import load_file  # noqa: E402 - safetensors comes with transformers, checked for above
 
 EXAMPLES = pathlib.Path(__file__).resolve().parent.parent / "examples"
 DEVICE_FLAGS = ("ACCELERATE_TORCH_DEVICE", "ACCELERATE_USE_CPU", "ACCELERATE_MIXED_PRECISION")

@@ -13,8 +13,8 @@ import torch
 
 pytest.importorskip("kernels", reason="the hub-kernel tests need the `kernels` library (pip install 'kernels>=0.18.2')")
 
-import kernels  # noqa: E402
-from kernels import Mode, get_local_kernel  # noqa: E402
+import kernels
+from kernels import Mode, get_local_kernel
 
 EXAMPLES = pathlib.Path(__file__).resolve().parent.parent / "examples"
 

@@ -152,8 +152,9 @@ def test_ops_the_kernels_do_not_take_keep_cpu_numerics(runs, name, f, ts):
 
 # ops that are one device op each (baddbmm is not: PyTorch copies its input first),
 # so the device time is one launch and one Program
-TIMED = ["mm", "addmm", "linear", "bmm", "mv", "neg", "gelu_tanh", "silu", "rsub_scalar", "max_column_first", "amax", "exp", "add", "sub_row", "mul_column", "div_scalar", "pow", "gt", "sum",
-         "mean_keepdim", "softmax", "log_softmax", "conv2d", "cat"]
+TIMED = ["mm", "addmm", "linear", "bmm", "mv", "neg", "gelu_tanh", "silu", "rsub_scalar", "max_column_first", "amax", "exp",
+         "add", "sub_row", "mul_column", "div_scalar", "pow", "gt", "sum", "mean_keepdim", "softmax", "log_softmax", "conv2d",
+         "cat"]
 
 
 def _device_ps(f, ts) -> int:

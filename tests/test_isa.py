@@ -37,7 +37,8 @@ def test_sbuf_overflow_names_sizes_live_tiles_and_fix():
     assert "SBUF allocation 'more' of 100 KiB per partition" in msg
     assert "192 KiB per partition" in msg and "big (120 KiB at byte 0)" in msg
     assert "free a tile or make this one smaller" in msg
-    with pytest.raises(AllocationError, match="200 KiB per partition exceeds the 192 KiB of each partition on trn1; tile the free dimension"):
+    with pytest.raises(AllocationError,
+                       match="200 KiB per partition exceeds the 192 KiB of each partition on trn1; tile the free dimension"):
         p.sbuf([1, 200 * 256], dtypes.float32)
 
 
@@ -55,7 +56,8 @@ def test_freed_space_is_reused_and_disjoint_partitions_share_bytes():
 
 def test_partition_dimension_above_128():
     p = prog()
-    with pytest.raises(ProgramError, match="partition dimension 256 exceeds the 128 partitions of trn1; tile the first axis into pieces of 128"):
+    with pytest.raises(ProgramError, match="partition dimension 256 exceeds the 128 partitions of trn1; "
+                                           "tile the first axis into pieces of 128"):
         p.sbuf([256, 16], dtypes.float32)
 
 
@@ -70,7 +72,8 @@ def test_misaligned_operand_view_names_instruction():
     p = prog()
     t = p.sbuf([128, 16], dtypes.float32, "t")
     o = p.sbuf([128, 16], dtypes.float32, "o")
-    with pytest.raises(ProgramError, match=r"instruction 0 tensor_tensor operand .*start partition 16 is misaligned for 32 partitions"):
+    with pytest.raises(ProgramError,
+                       match=r"instruction 0 tensor_tensor operand .*start partition 16 is misaligned for 32 partitions"):
         p.add(TensorTensor(o[16:48], t[16:48], t[16:48], engine=Engine.VECTOR))
 
 

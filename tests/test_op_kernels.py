@@ -95,7 +95,9 @@ def log_softmax_reference(x):
 
 
 def groupnorm_reference(x, gamma, beta, groups, eps):
-    t = lambda a: None if a is None else torch.from_numpy(a)
+    def t(a):
+        return None if a is None else torch.from_numpy(a)
+
     return torch.nn.functional.group_norm(t(x), groups, t(gamma), t(beta), eps).numpy()
 
 
@@ -207,7 +209,9 @@ def test_binary(op, dtype):
     ((130, 700), (130, 1)), ((5, 1), (5, 1))])  # columns
 def test_binary_broadcasts(x_shape, y_shape, dtype):
     x, y = arrays(23, dtype, x_shape, y_shape)
-    expected = lambda a, b, _: a - (b.reshape(a.shape) if b.size == a.size else b)
+    def expected(a, b, _):
+        return a - (b.reshape(a.shape) if b.size == a.size else b)
+
     assert_dtype(assert_kernel_matches(binary_kernel, expected, x, y, "subtract"), dtype)
 
 
@@ -642,12 +646,14 @@ BENCHMARKS = {
     "binary": (binary_kernel, lambda: arrays(41, torch.bfloat16, (200, 700), (700,))),
     "scalar": (scalar_kernel, lambda: arrays(42, torch.bfloat16, (200, 700)) + ["add", 1.0]),
     "cast": (cast_kernel, lambda: arrays(43, torch.float32, (200, 700)) + ["bfloat16"]),
-    "adamw": (fused_adamw_kernel, lambda: arrays(44, torch.float32, *[(200, 700)] * 3) + arrays(45, torch.float32, (200, 700), positive=True)),
+    "adamw": (fused_adamw_kernel, lambda: arrays(44, torch.float32, *[(200, 700)] * 3)
+              + arrays(45, torch.float32, (200, 700), positive=True)),
     "reduce": (reduce_kernel, lambda: arrays(46, torch.bfloat16, (200, 700)) + ["max"]),
     "log_softmax": (log_softmax_kernel, lambda: arrays(47, torch.bfloat16, (200, 700))),
     "groupnorm": (groupnorm_kernel, lambda: arrays(48, torch.bfloat16, (2, 64, 9, 9), (64,), (64,)) + [8]),
     "matmul": (matmul_general, lambda: arrays(49, torch.bfloat16, (300, 200), (300, 700))),
-    "embedding": (embedding_kernel, lambda: arrays(50, torch.bfloat16, (500, 64)) + [np.arange(200, dtype=np.int32) * 2, list(range(0, 400, 2))]),
+    "embedding": (embedding_kernel, lambda: arrays(50, torch.bfloat16, (500, 64))
+                  + [np.arange(200, dtype=np.int32) * 2, list(range(0, 400, 2))]),
     "embedding_backward": (embedding_backward_kernel,
                            lambda: arrays(63, torch.bfloat16, (200, 64)) + [np.arange(200, dtype=np.int32) % 70, 500,
                                                                            -1, [i % 70 for i in range(200)]]),
@@ -658,7 +664,8 @@ BENCHMARKS = {
     "gelu_backward": (activation_backward_kernel, lambda: arrays(58, torch.bfloat16, (200, 700), (200, 700)) + ["gelu"]),
     "softmax_backward": (softmax_backward_kernel, lambda: arrays(59, torch.bfloat16, (200, 700), (200, 700))),
     "layernorm_backward": (layernorm_backward_kernel,
-                           lambda: arrays(60, torch.bfloat16, (200, 700), (200, 700)) + arrays(61, torch.float32, (200,), (200,)) + arrays(62, torch.bfloat16, (700,))),
+                           lambda: arrays(60, torch.bfloat16, (200, 700), (200, 700)) + arrays(61, torch.float32, (200,), (200,))
+                           + arrays(62, torch.bfloat16, (700,))),
 }
 
 

@@ -85,7 +85,8 @@ def test_load_rejects_other_files(tmp_path):
 
 def test_fp32_matmul_peak_is_the_fp32_peak():
     p = Program("trn1")
-    p.matmul(p.psum([128, 512], dtypes.float32, "a"), p.sbuf([128, 128], dtypes.float32, "s"), p.sbuf([128, 512], dtypes.float32, "m"))
+    p.matmul(p.psum([128, 512], dtypes.float32, "a"), p.sbuf([128, 128], dtypes.float32, "s"),
+             p.sbuf([128, 512], dtypes.float32, "m"))
     assert to_chrome(trace_from_run(simulate(p)))["otherData"]["peak_flops"] == p.chip.tensor_engine.peak_flops(fp32=True)
 
 

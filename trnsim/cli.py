@@ -28,7 +28,8 @@ def _chips(args: argparse.Namespace) -> int:
         ("vector clock", lambda c: f"{c.vector_engine.clock_ghz:g} GHz"),
         ("scalar clock", lambda c: f"{c.scalar_engine.clock_ghz:g} GHz"),
         ("GpSimd clock", lambda c: f"{c.gpsimd.clock_ghz:g} GHz"),
-        ("SBUF", lambda c: f"{c.sbuf.partitions * c.sbuf.partition_kib // 1024} MiB ({c.sbuf.partitions}x{c.sbuf.partition_kib} KiB)"),
+        ("SBUF", lambda c: f"{c.sbuf.partitions * c.sbuf.partition_kib // 1024} MiB "
+                           f"({c.sbuf.partitions}x{c.sbuf.partition_kib} KiB)"),
         ("PSUM", lambda c: f"{c.psum.partitions * c.psum.partition_kib // 1024} MiB ({c.psum.banks} banks)"),
         ("HBM", lambda c: f"{c.hbm.capacity_gib:g} GiB"),
         ("HBM bandwidth", lambda c: f"{c.hbm.bw_gbps:g} GB/s"),
@@ -185,7 +186,7 @@ def _run(args: argparse.Namespace) -> int:
                 program.run(args.args)
         except SystemExit as e:   # the script's own exit: summarise what ran, then exit as it did
             code = e.code
-        except BaseException as e:   # Ctrl-C or the script's exception: a partial trace, one line
+        except BaseException as e:  # noqa: BLE001 - Ctrl-C or the script's exception: a partial trace, one line
             failure = e
     interrupted = isinstance(failure, KeyboardInterrupt)
     if failure is not None and not interrupted:
@@ -317,7 +318,8 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument("what", nargs="?", choices=("matmul", "llama", "compile"), default="matmul",
                       help="which demo (default matmul)")
     demo.add_argument("--steps", type=int, default=3, help="llama: training steps (default 3)")
-    demo.add_argument("--chip", default=None, help="chip name (trn1, trn2, trn3) or path to a chip TOML; default $TRNSIM_CHIP or trn2")
+    demo.add_argument("--chip", default=None,
+                      help="chip name (trn1, trn2, trn3) or path to a chip TOML; default $TRNSIM_CHIP or trn2")
     demo.add_argument("--trace", default=_DEMO_TRACE,
                       help="where to write the trace (default traces/demo.json; llama: traces/llama.json)")
     demo.add_argument("--size", type=int, nargs=3, metavar=("M", "K", "N"), default=(1024, 1024, 1024),

@@ -14,10 +14,17 @@ when a kernel reads them), uint32 for the packed four-in-one types, bool for boo
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TypeAlias
 
 import numpy as np
+from numpy.typing import NDArray
 
 from trnsim.errors import ProgramError
+
+#: Values of a chip dtype on the host: float64, which holds every chip dtype's values exactly.
+Values: TypeAlias = NDArray[np.float64]
+#: A chip dtype's storage array: its values or bit patterns in the dtype's numpy storage type.
+Storage: TypeAlias = NDArray[np.generic]
 
 
 @dataclass(frozen=True, eq=False)

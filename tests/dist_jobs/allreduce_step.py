@@ -14,7 +14,7 @@ want = sum(x.T @ (x @ w) for x in xs) / world
 
 wd = w.to("neuron")
 x = xs[rank].to("neuron")
-for step in range(2):
+for _ in range(2):
     grad = x.T @ (x @ wd)
     dist.all_reduce(grad, op=dist.ReduceOp.AVG)
     torch.testing.assert_close(grad.cpu(), want, rtol=1e-4, atol=1e-3)

@@ -115,7 +115,8 @@ def train(kind: str, root: str, tp: int, fsdp: int, batch: int) -> None:
     logits = logits.full_tensor() if hasattr(logits, "full_tensor") else logits
     if trainer.args.process_index == 0:
         result = {"losses": [h["loss"] for h in trainer.state.log_history if "loss" in h],
-                  "step_ms": clock.ms, "step_spans_ns": clock.spans_ns, "device": str(trainer.args.device), "world_size": trainer.args.world_size,
+                  "step_ms": clock.ms, "step_spans_ns": clock.spans_ns, "device": str(trainer.args.device),
+                  "world_size": trainer.args.world_size,
                   "model": type(model).__name__,
                   "param": type(next(model.parameters())).__name__, "logits": logits.cpu().tolist()}
         with open(os.path.join(out, "result.json"), "w") as f:

@@ -62,7 +62,7 @@ def cli(*args: str, env: dict[str, str] | None = None) -> tuple[int, str, str]:
                 rc = main(list(args))
             except SystemExit as e:       # argparse's usage errors
                 rc = e.code if isinstance(e.code, int) else 1
-            except BaseException as e:    # noqa: BLE001 - this is the failure being tested for
+            except BaseException as e:    # this is the failure being tested for
                 raise AssertionError(f"trnsim {' '.join(args)} raised {type(e).__name__}: {e}") from e
     finally:
         os.environ.clear()

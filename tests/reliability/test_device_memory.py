@@ -115,7 +115,7 @@ def test_views_of_a_freed_storage_get_the_cpus_view_error():
     for dev in ("cpu", N):
         x = torch.ones(4, device=dev)
         x.untyped_storage().resize_(0)
-        clean_error(lambda: x[1:], "setStorage", "out of bounds for storage of size 0", types=RuntimeError)
+        clean_error(lambda x=x: x[1:], "setStorage", "out of bounds for storage of size 0", types=RuntimeError)
 
 
 def test_a_storage_resized_down_refuses_views_past_its_end():

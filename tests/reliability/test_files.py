@@ -59,8 +59,8 @@ def test_bad_output_paths_are_refused_by_name(tmp_path):
         (Path("/proc/t.json"), "choose a folder you can write to"),
         (Path("/proc/trnsim-no-such-folder/t.json"), "cannot create the folder"),
     ]:
-        clean_error(lambda: save(small_trace(), path), str(path), fragment, types=FileWriteError)
-        clean_error(lambda: check_writable(path), str(path), fragment, types=FileWriteError)
+        clean_error(lambda path=path: save(small_trace(), path), str(path), fragment, types=FileWriteError)
+        clean_error(lambda path=path: check_writable(path), str(path), fragment, types=FileWriteError)
     assert a_file.read_text() == "x"
 
 
@@ -231,7 +231,7 @@ def test_a_save_killed_at_any_point_leaves_the_old_or_the_new_trace(tmp_path):
             children.append((proc, sig, path))
         for proc, _, _ in children:
             assert _wait_for_line(proc, 120).strip() == "ready"
-        for proc, sig, path in children:
+        for proc, sig, _ in children:
             time.sleep(rng.uniform(0.0, 0.4))
             proc.send_signal(sig)
         for proc, sig, path in children:

@@ -124,7 +124,7 @@ def test_a_profile_misused_does_not_stop_later_profiles_recording(misuse: str) -
 @pytest.mark.parametrize("bad", [None, 3, [1, 2]])
 def test_trace_helpers_refuse_what_is_not_a_trace(bad: object) -> None:
     for fn in (T.summarize, T.plot_busy, T.plot_timeline):
-        clean_error(lambda: fn(bad), "Trace", type(bad).__name__, types=TrnSimError)
+        clean_error(lambda fn=fn: fn(bad), "Trace", type(bad).__name__, types=TrnSimError)
     clean_error(lambda: T.busy_ns(bad), "Slice", types=TrnSimError)
 
 

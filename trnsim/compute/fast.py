@@ -20,13 +20,14 @@ from __future__ import annotations
 import math
 
 import numpy as np
+from numpy.typing import NDArray
 
 from trnsim import dtypes
 from trnsim.compute import jitcache
-from trnsim.compute.reference import (F32_NAN, FLOAT_FORMATS, GELU_TANH_CUBIC, GELU_TANH_SCALE, INV_SQRT_2PI, SQRT_2,
+from trnsim.compute.reference import (F32_NAN, FLOAT_FORMATS, Accumulator, GELU_TANH_CUBIC, GELU_TANH_SCALE, INV_SQRT_2PI, SQRT_2,
                                       activation_operands, alu_operands, bn_aggr_operand, find_index8, match_replace8,
                                       matmul_operands, max8, reduce_operand, scan_operands, sequence_bounds, storage_operand)
-from trnsim.dtypes import DType
+from trnsim.dtypes import DType, Storage, Values
 from trnsim.isa import ActivationFunc, AluOp, ReduceOp
 
 # max8, find_index8, match_replace8 and sequence_bounds are the reference's own: they are not hot loops.
@@ -66,7 +67,7 @@ _REDUCE_CODES = {ReduceOp.ADD: _ADD, ReduceOp.MAX: _MAXIMUM, ReduceOp.MIN: _MINI
 
 
 @_jit
-def _fp32_bits(x):
+def _fp32_bits(x: Values) -> NDArray[np.uint32]:
     f = np.empty(x.size, np.float32)
     for i in range(x.size):
         f[i] = x[i]
@@ -78,7 +79,7 @@ def _fp32_bits(x):
 
 
 @_jit
-def _encode_bf16(bits):
+def _encode_bf16(bits: NDArray[np.uint32]) -> NDArray[np.uint16]:
     out = np.empty(bits.size, np.uint16)
     for i in range(bits.size):
         b = np.int64(bits[i])
@@ -87,7 +88,7 @@ def _encode_bf16(bits):
 
 
 @_jit
-def _encode_narrow(bits, exp_bits, man_bits, overflow, nan):
+def _encode_narrow(bits: NDArray[np.uint32], exp_bits: int, man_bits: int, overflow: int, nan: int) -> NDArray[np.uint16]:
     bias = (1 << (exp_bits - 1)) - 1
     out = np.empty(bits.size, np.uint16)
     for i in range(bits.size):
@@ -119,7 +120,7 @@ def _encode_narrow(bits, exp_bits, man_bits, overflow, nan):
 
 
 @_jit
-def _encode_int(x, lo, hi):
+def _encode_int(x: Values, lo: float, hi: float) -> NDArray[np.int64]:
     out = np.empty(x.size, np.int64)
     for i in range(x.size):
         v = x[i]
@@ -137,7 +138,7 @@ def _encode_int(x, lo, hi):
 
 
 @_jit
-def _decode_bf16(bits):
+def _decode_bf16(bits: Storage) -> Values:
     wide = np.empty(bits.size, np.uint32)
     for i in range(bits.size):
         wide[i] = np.uint32(bits[i]) << 16
@@ -145,7 +146,7 @@ def _decode_bf16(bits):
 
 
 @_jit
-def _decode_narrow(bits, exp_bits, man_bits, finite_only):
+def _decode_narrow(bits: NDArray[np.uint16], exp_bits: int, man_bits: int, finite_only: bool) -> Values:
     bias = (1 << (exp_bits - 1)) - 1
     width = exp_bits + man_bits
     exp_max = (1 << exp_bits) - 1
@@ -168,7 +169,7 @@ def _decode_narrow(bits, exp_bits, man_bits, finite_only):
     return out
 
 
-def encode(values: np.ndarray, dtype: DType) -> np.ndarray:
+def encode(values: Values, dtype: DType) -> Storage:
     """Round float64 ``values`` to ``dtype``'s storage array; see :func:`trnsim.compute.reference.encode`."""
     x = np.asarray(values, dtype=np.float64)
     flat = np.ascontiguousarray(x.reshape(-1))
@@ -176,17 +177,19 @@ def encode(values: np.ndarray, dtype: DType) -> np.ndarray:
         lo, hi = dtypes.int_range(dtype)
         return _encode_int(flat, float(lo), float(hi)).astype(dtype.storage).reshape(x.shape)
     bits = _fp32_bits(flat)
+    out: Storage
     if dtype is dtypes.float32:
         out = bits.view(np.float32)
     elif dtype is dtypes.bfloat16:
         out = _encode_bf16(bits)
     else:
         fmt = FLOAT_FORMATS[dtype]
-        out = _encode_narrow(bits, fmt.exp_bits, fmt.man_bits, fmt.overflow, fmt.nan).astype(f"u{dtype.itemsize}").view(dtype.storage)
+        narrow = _encode_narrow(bits, fmt.exp_bits, fmt.man_bits, fmt.overflow, fmt.nan)
+        out = narrow.astype(f"u{dtype.itemsize}").view(dtype.storage)
     return out.reshape(x.shape)
 
 
-def decode(storage: np.ndarray, dtype: DType) -> np.ndarray:
+def decode(storage: Storage, dtype: DType) -> Values:
     """The float64 values of a ``dtype`` storage array; see :func:`trnsim.compute.reference.decode`."""
     s = storage_operand(storage, dtype)
     if not dtype.is_float or dtype is dtypes.float32:
@@ -205,12 +208,12 @@ def decode(storage: np.ndarray, dtype: DType) -> np.ndarray:
 
 
 @_jit
-def _sigmoid(z):
+def _sigmoid(z: float) -> float:
     return 1.0 / (1.0 + math.exp(-z))
 
 
 @_jit
-def _act(code, z):
+def _act(code: int, z: float) -> float:
     if code == _IDENTITY:
         return z
     if code == _EXP:
@@ -259,7 +262,7 @@ def _act(code, z):
 
 
 @_jit
-def _activation(x, code, scale, bias):
+def _activation(x: Values, code: int, scale: Values, bias: Values) -> Values:
     out = np.empty(x.shape, np.float64)
     for p in range(x.shape[0]):
         s = scale[p]
@@ -270,7 +273,7 @@ def _activation(x, code, scale, bias):
     return out
 
 
-def activation(x: np.ndarray, func: ActivationFunc | str, scale: np.ndarray, bias: np.ndarray) -> np.ndarray:
+def activation(x: Values, func: ActivationFunc | str, scale: Values, bias: Values) -> Values:
     """``func(x * scale + bias)`` in float64 (a zero bias adds nothing, keeping -0);
     see :func:`trnsim.compute.reference.activation`."""
     code = _ACT_CODES[ActivationFunc(func)]
@@ -282,15 +285,15 @@ def activation(x: np.ndarray, func: ActivationFunc | str, scale: np.ndarray, bia
 
 
 @_jit
-def _int(x):
+def _int(x: float) -> np.int64:
     """A bitwise operand as int64, as :func:`trnsim.compute.reference._int` makes it."""
-    if x != x:
-        return np.int64(0)
-    return np.int64(min(max(x, -_INT_LIMIT), _INT_LIMIT))
+    # numpy's stubs type np.int64(...) as Any; the annotation keeps the result an int64
+    n: np.int64 = np.int64(0) if x != x else np.int64(min(max(x, -_INT_LIMIT), _INT_LIMIT))
+    return n
 
 
 @_jit
-def _alu_op(code, a, b):
+def _alu_op(code: int, a: float, b: float) -> float:
     if code == _ADD:
         return a + b
     if code == _SUBTRACT:
@@ -333,14 +336,14 @@ def _alu_op(code, a, b):
 
 
 @_jit
-def _alu(a, b, code):
+def _alu(a: Values, b: Values, code: int) -> Values:
     out = np.empty(a.size, np.float64)
     for i in range(a.size):
         out[i] = _alu_op(code, a[i], b[i])
     return out
 
 
-def alu(a: np.ndarray, b: np.ndarray, op: AluOp | str) -> np.ndarray:
+def alu(a: Values, b: Values, op: AluOp | str) -> Values:
     """``op(a, b)`` elementwise in float64; see :func:`trnsim.compute.reference.alu`."""
     code = _ALU_CODES[AluOp(op)]
     a, b = alu_operands(a, b)
@@ -351,7 +354,7 @@ def alu(a: np.ndarray, b: np.ndarray, op: AluOp | str) -> np.ndarray:
 
 
 @_jit
-def _reduce(x, code):
+def _reduce(x: Values, code: int) -> Values:
     out = np.empty(x.shape[0], np.float64)
     for p in range(x.shape[0]):
         if code == _ADD:
@@ -367,14 +370,14 @@ def _reduce(x, code):
     return out
 
 
-def reduce(x: np.ndarray, op: ReduceOp | str) -> np.ndarray:
+def reduce(x: Values, op: ReduceOp | str) -> Values:
     """Reduce ``x`` [P, F] along its free axis to [P]; see :func:`trnsim.compute.reference.reduce`."""
     code = _REDUCE_CODES[ReduceOp(op)]
     return _reduce(reduce_operand(x), code)
 
 
 @_jit
-def _matmul(out, stationary, moving):
+def _matmul(out: NDArray[np.float32], stationary: Values, moving: Values) -> NDArray[np.float32]:
     for i in range(stationary.shape[1]):
         for k in range(stationary.shape[0]):
             s = stationary[k, i]
@@ -383,14 +386,14 @@ def _matmul(out, stationary, moving):
     return out
 
 
-def matmul(acc: np.ndarray, stationary: np.ndarray, moving: np.ndarray) -> np.ndarray:
+def matmul(acc: Accumulator, stationary: Values, moving: Values) -> NDArray[np.float32]:
     """``acc + stationary.T @ moving`` as the PE array computes it; see :func:`trnsim.compute.reference.matmul`."""
     out, s, m = matmul_operands(acc, stationary, moving)
     return _matmul(out, s, m)
 
 
 @_jit
-def _bn_stats(x):
+def _bn_stats(x: Values) -> Values:
     p_count, n = x.shape
     out = np.empty((p_count, 3), np.float64)
     for p in range(p_count):
@@ -408,13 +411,13 @@ def _bn_stats(x):
     return out
 
 
-def bn_stats(x: np.ndarray) -> np.ndarray:
+def bn_stats(x: Values) -> Values:
     """Mean, m2 and count per row; see :func:`trnsim.compute.reference.bn_stats`."""
     return _bn_stats(reduce_operand(x))
 
 
 @_jit
-def _bn_aggr(stats):
+def _bn_aggr(stats: Values) -> Values:
     out = np.empty((stats.shape[0], 2), np.float64)
     for p in range(stats.shape[0]):
         mean, m2, n = stats[p, 0, 0], stats[p, 0, 1], stats[p, 0, 2]
@@ -430,13 +433,13 @@ def _bn_aggr(stats):
     return out
 
 
-def bn_aggr(stats: np.ndarray) -> np.ndarray:
+def bn_aggr(stats: Values) -> Values:
     """Combine (mean, m2, count) chunks; see :func:`trnsim.compute.reference.bn_aggr`."""
     return _bn_aggr(bn_aggr_operand(stats))
 
 
 @_jit
-def _scan(a, b, initial, code0, code1, reverse0, reverse1):
+def _scan(a: Values, b: Values, initial: Values, code0: int, code1: int, reverse0: bool, reverse1: bool) -> Values:
     out = np.empty_like(a)
     for p in range(a.shape[0]):
         prev = np.float64(np.float32(initial[p]))
@@ -449,8 +452,8 @@ def _scan(a, b, initial, code0, code1, reverse0, reverse1):
     return out
 
 
-def scan(a: np.ndarray, b: np.ndarray, initial: np.ndarray, op0: AluOp | str, op1: AluOp | str,
-         reverse0: bool = False, reverse1: bool = False) -> np.ndarray:
+def scan(a: Values, b: Values, initial: Values, op0: AluOp | str, op1: AluOp | str,
+         reverse0: bool = False, reverse1: bool = False) -> Values:
     """The running scan of ``a`` and ``b``; see :func:`trnsim.compute.reference.scan`."""
     a, b, initial = scan_operands(a, b, initial)
     return _scan(a, b, initial, _ALU_CODES[AluOp(op0)], _ALU_CODES[AluOp(op1)], bool(reverse0), bool(reverse1))

@@ -18,7 +18,7 @@ import stat
 import tempfile
 import warnings
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any, Callable, Iterator, TypeVar, cast
 
 import numba
 from numba.core import config
@@ -26,10 +26,19 @@ from numba.core import config
 _fallback: Path | None = None
 _warned = False
 
+F = TypeVar("F", bound=Callable[..., Any])
 
-def njit(**options: Any) -> Callable[[Callable[..., Any]], Any]:
-    """``numba.njit(cache=True, **options)`` with a cache folder that works on read-only installs."""
-    return lambda fn: _decorate(fn, options)
+
+def njit(**options: Any) -> Callable[[F], F]:
+    """``numba.njit(cache=True, **options)`` with a cache folder that works on read-only installs.
+
+    The compiled function is typed as ``fn``: numba's dispatcher takes the same arguments,
+    and the annotations of ``fn`` say what they are (numba itself does not read them)."""
+
+    def decorate(fn: F) -> F:
+        return cast(F, _decorate(fn, options))
+
+    return decorate
 
 
 def _decorate(fn: Callable[..., Any], options: dict[str, Any]) -> Any:
@@ -48,12 +57,12 @@ def _decorate(fn: Callable[..., Any], options: dict[str, Any]) -> Any:
 @contextlib.contextmanager
 def _cache_dir(folder: Path) -> Iterator[None]:
     """numba reads ``config.CACHE_DIR`` when a function is decorated; set it for trnsim's only."""
-    saved = config.CACHE_DIR
-    config.CACHE_DIR = str(folder)
+    saved = config.CACHE_DIR  # type: ignore[attr-defined]  # numba makes its settings at import, from the environment
+    config.CACHE_DIR = str(folder)  # type: ignore[attr-defined]
     try:
         yield
     finally:
-        config.CACHE_DIR = saved
+        config.CACHE_DIR = saved  # type: ignore[attr-defined]
 
 
 def _private_folder() -> Path | None:

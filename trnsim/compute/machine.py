@@ -15,14 +15,16 @@ import math
 from typing import Callable
 
 import numpy as np
+from numpy.typing import NDArray
 
 from trnsim.compute.backends import Backend, get_backend
 from trnsim.compute.memory import CoreMemory, describe_region
-from trnsim.dtypes import check_values
+from trnsim.dtypes import Storage, Values, check_values, int_range
 from trnsim.errors import ProgramError, UninitializedReadWarning, UnwrittenOutputWarning, warn
-from trnsim.isa import (BN_STATS_WIDTH, SHUFFLE_KEEP, SHUFFLE_QUADRANT, Activation, AffineSelect, AluOp, BlockTranspose, GATHER_GROUP, Gather, LocalGather, BnAggr, BnStats, DmaCopy,
-                        Dropout, FindIndex8, Instruction, Iota, LoadStationary, MatchReplace8, Max8, Memset, MultiplyMoving, NonzeroWithCount,
-                        PartitionReduce, RandomUniform, Reciprocal, RangeSelect, ReduceOp, RngSeed, RngState, ScalarTensorTensor, Select,
+from trnsim.isa import (BN_STATS_WIDTH, GATHER_GROUP, SHUFFLE_KEEP, SHUFFLE_QUADRANT, Activation, AffineSelect, AluOp,
+                        BlockTranspose, BnAggr, BnStats, DmaCopy, Dropout, FindIndex8, Gather, Instruction, Iota, LoadStationary,
+                        LocalGather, MatchReplace8, Max8, Memset, MultiplyMoving, NonzeroWithCount, PartitionReduce,
+                        RandomUniform, RangeSelect, Reciprocal, ReduceOp, RngSeed, RngState, ScalarTensorTensor, Select,
                         SemaphoreSignal, SemaphoreWait, SequenceBounds, StreamShuffle, Tensor, TensorCopy, TensorReduce,
                         TensorScalar, TensorTensor, TensorTensorScan, Transpose, View)
 from trnsim.program import Program
@@ -42,8 +44,9 @@ class Machine:
         self.backend: Backend = get_backend(backend)
         self.memory = CoreMemory(program)
         # Values [K, M] of the PE array's stationary operand, once one is loaded.
-        self.stationary: np.ndarray | None = None
-        self._handlers: dict[type, Callable] = {
+        self.stationary: Values | None = None
+        # each handler takes an instruction of its class
+        self._handlers: dict[type[Instruction], Callable[..., None]] = {
             LoadStationary: self._load_stationary, MultiplyMoving: self._multiply_moving,
             Transpose: self._transpose, Activation: self._activation, TensorTensor: self._tensor_tensor,
             TensorScalar: self._tensor_scalar, TensorReduce: self._tensor_reduce, TensorCopy: self._tensor_copy,
@@ -54,7 +57,8 @@ class Machine:
             MatchReplace8: self._match_replace8, RangeSelect: self._range_select, SequenceBounds: self._sequence_bounds,
             StreamShuffle: self._stream_shuffle, PartitionReduce: self._partition_reduce, RandomUniform: self._random,
             Dropout: self._dropout, RngSeed: self._rng_seed, RngState: self._rng_state, Reciprocal: self._reciprocal,
-            NonzeroWithCount: self._nonzero, LocalGather: self._local_gather, Gather: self._gather, BlockTranspose: self._transpose,
+            NonzeroWithCount: self._nonzero, LocalGather: self._local_gather, Gather: self._gather,
+            BlockTranspose: self._transpose,
         }
         self.rng = np.random.default_rng(0)
 
@@ -69,22 +73,23 @@ class Machine:
         check_values(values, tensor.dtype, f"bind {tensor!r}")
         self.write(tensor.view(), values.astype(np.float64))
 
-    def read(self, view: View) -> np.ndarray:
+    def read(self, view: View) -> Values:
         """The float64 values of ``view``, of shape ``view.shape``."""
         return self.backend.decode(self.memory.array(view), view.dtype)
 
-    def write(self, view: View, values: np.ndarray) -> None:
+    def write(self, view: View, values: NDArray[np.floating]) -> None:
         """Round float64 ``values`` (of shape ``view.shape``) to ``view``'s dtype and store them."""
-        values = np.asarray(values, dtype=np.float64)
-        _check_shape(view, values, "values")
-        self.memory.array(view)[...] = self.backend.encode(values, view.dtype)
+        wide = np.asarray(values, dtype=np.float64)
+        _check_shape(view, wide, "values")
+        self.memory.array(view)[...] = self.backend.encode(wide, view.dtype)
         self.memory.mark_written(view)
 
-    def read_raw(self, view: View) -> np.ndarray:
+    def read_raw(self, view: View) -> Storage:
         """A copy of the storage (bit patterns) of ``view``, of shape ``view.shape``."""
-        return self.memory.array(view).copy()
+        bits: Storage = self.memory.array(view).copy()
+        return bits
 
-    def write_raw(self, view: View, bits: np.ndarray) -> None:
+    def write_raw(self, view: View, bits: Storage) -> None:
         """Store bit patterns ``bits`` (``view``'s storage type, of shape ``view.shape``) unchanged."""
         bits = np.asarray(bits)
         _check_shape(view, bits, "bits")
@@ -94,7 +99,7 @@ class Machine:
         self.memory.array(view)[...] = bits
         self.memory.mark_written(view)
 
-    def result(self, tensor: Tensor) -> np.ndarray:
+    def result(self, tensor: Tensor) -> NDArray[np.generic]:
         """The values of ``tensor``: float32 for float dtypes (narrow ones widened), the integer type for ints."""
         bits = self.read_raw(tensor.view())
         if not tensor.dtype.is_float:
@@ -130,17 +135,17 @@ class Machine:
         except ProgramError as err:
             raise ProgramError(f"instruction {inst.index} {inst.opcode}: {err}") from err
 
-    def _rows(self, view: View) -> np.ndarray:
+    def _rows(self, view: View) -> Values:
         """Values of ``view`` as [partitions, free elements]."""
         return self.read(view).reshape(view.partitions, view.free_size)
 
-    def _per_partition(self, operand: float | View, partitions: int) -> np.ndarray:
+    def _per_partition(self, operand: float | View, partitions: int) -> Values:
         """A number or a [P, 1] view as float64 [P, 1]."""
         if isinstance(operand, View):
             return self._rows(operand)
         return np.full((partitions, 1), float(operand))
 
-    def _put(self, view: View, values: np.ndarray) -> None:
+    def _put(self, view: View, values: NDArray[np.floating]) -> None:
         """Write ``values`` in logical order into ``view``, whatever its free shape."""
         if values.size != view.size:
             raise ProgramError(f"{values.size} results do not fit {view!r}, which has {view.size} elements")
@@ -174,12 +179,12 @@ class Machine:
         out = self.backend.activation(x, inst.func, scale, bias)
         bits = self.backend.encode(out, inst.dst.dtype)
         self.write_raw(inst.dst, bits.reshape(inst.dst.shape))
-        if inst.reduce_op is not None:
+        if inst.reduce_op is not None and inst.reduce_dst is not None:   # a Program gives both or neither
             # The engine reduces what it wrote: the outputs after rounding to dst's dtype.
             rounded = self.backend.decode(bits, inst.dst.dtype)
             self._put(inst.reduce_dst, self.backend.reduce(rounded, inst.reduce_op))
 
-    def _alu(self, a: np.ndarray, b: np.ndarray, op: AluOp, width: np.dtype | None) -> np.ndarray:
+    def _alu(self, a: Values, b: Values, op: AluOp, width: np.dtype[np.integer] | None) -> Values:
         """``backend.alu(a, b, op)``, a left shift wrapped to the integer type ``width`` (None: no wrap).
 
         Integer shifts drop the bits shifted out of the operand's width, as C's ``<<`` and numpy's
@@ -202,7 +207,7 @@ class Machine:
         width = _int_width(inst.src, inst.operand0, inst.operand1)
         operand0 = self._per_partition(inst.operand0, x.shape[0])
         out = self._alu(operand0, x, inst.op0, width) if inst.reverse0 else self._alu(x, operand0, inst.op0, width)
-        if inst.op1 is not None:
+        if inst.op1 is not None and inst.operand1 is not None:   # a Program gives both or neither
             out = self._alu(out, self._per_partition(inst.operand1, x.shape[0]), inst.op1, width)
         self._put(inst.dst, out)
 
@@ -321,9 +326,9 @@ class Machine:
     def _max8(self, inst: Max8) -> None:
         self._put(inst.dst, self.backend.max8(self._rows(inst.src)))
 
-    def _indices(self, idx: np.ndarray, view: View) -> np.ndarray:
+    def _indices(self, idx: NDArray[np.int64], view: View) -> Values:
         """Positions as values of ``view``'s dtype: -1 (not found) is all ones of an unsigned dtype."""
-        ones = float(np.iinfo(view.dtype.storage).max) if view.dtype.storage.kind == "u" else -1.0
+        ones = float(int_range(view.dtype)[1]) if view.dtype.storage.kind == "u" else -1.0
         return np.where(idx < 0, ones, idx).astype(np.float64)
 
     def _find_index8(self, inst: FindIndex8) -> None:
@@ -387,7 +392,7 @@ class Machine:
         self._put(inst.dst, np.broadcast_to(rng_state_words(self.rng, inst.dst.shape[-1]), inst.dst.shape))
 
 
-def rng_state_words(rng: np.random.Generator, count: int) -> np.ndarray:
+def rng_state_words(rng: np.random.Generator, count: int) -> NDArray[np.uint32]:
     """``count`` uint32 words of ``rng``'s PCG64 state: the 128-bit state then the 128-bit
     increment, least significant word first, repeated to fill ``count``."""
     state = rng.bit_generator.state["state"]
@@ -404,7 +409,7 @@ def _where(inst: Instruction) -> str:
     return f"{inst.source}: " if inst.source else ""
 
 
-def _int_width(*operands: float | View | None) -> np.dtype | None:
+def _int_width(*operands: float | View | None) -> np.dtype[np.integer] | None:
     """The integer type a shift of these operands wraps to: numpy's promotion of the integer
     dtypes of the Views among them (int8 with int32 gives int32), or None when none is an
     integer View (numbers take the tile's type, as numpy's do)."""
@@ -416,7 +421,7 @@ def _no_data(inst: Instruction) -> None:
     """Semaphores order engines; they move no data."""
 
 
-def _affine(shape: tuple[int, ...], offset: int, channel_multiplier: int, steps: tuple[int, ...]) -> np.ndarray:
+def _affine(shape: tuple[int, ...], offset: int, channel_multiplier: int, steps: tuple[int, ...]) -> NDArray[np.int64]:
     """int64 ``offset + channel_multiplier * p + sum(steps[k] * i_k)`` over ``shape``, p counted from 0."""
     if len(steps) != len(shape) - 1:
         raise ProgramError(f"{len(steps)} steps given for the {len(shape) - 1} free dimensions of shape {list(shape)}; "
@@ -429,7 +434,7 @@ def _affine(shape: tuple[int, ...], offset: int, channel_multiplier: int, steps:
     return value
 
 
-def _check_shape(view: View, array: np.ndarray, what: str) -> None:
+def _check_shape(view: View, array: NDArray[np.generic], what: str) -> None:
     if array.shape != view.shape:
         raise ProgramError(f"{what} of shape {list(array.shape)} do not match {view!r} of shape {list(view.shape)}; "
                            "reshape them to the view's shape")

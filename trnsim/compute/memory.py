@@ -14,8 +14,10 @@ no NaN; every HBM tensor but the inputs keeps a mask of the elements written, so
 from __future__ import annotations
 
 import numpy as np
+from numpy.typing import NDArray
 
 from trnsim.compute.reference import encode
+from trnsim.dtypes import Storage
 from trnsim.errors import ProgramError
 from trnsim.isa import Memory, Tensor, View
 from trnsim.program import Program
@@ -32,8 +34,8 @@ class CoreMemory:
         chip = program.chip
         self.sbuf = np.zeros((chip.sbuf.partitions, chip.sbuf.partition_bytes), dtype=np.uint8)
         self.psum = np.zeros((chip.psum.partitions, chip.psum.partition_bytes), dtype=np.uint8)
-        self.hbm: dict[int, np.ndarray] = {}
-        self._written: dict[int, np.ndarray] = {}
+        self.hbm: dict[int, NDArray[np.uint8]] = {}
+        self._written: dict[int, NDArray[np.bool_]] = {}
         self._tensors: set[int] = set()
         self._program_name = program.name
         inputs = {id(t) for t in program.inputs}
@@ -59,7 +61,7 @@ class CoreMemory:
         return bool(np.ndarray(view.shape, dtype=bool, buffer=mask, offset=view.offset,
                                strides=tuple(s for s, _ in view.dims)).all())
 
-    def unwritten(self, tensor: Tensor) -> np.ndarray | None:
+    def unwritten(self, tensor: Tensor) -> NDArray[np.bool_] | None:
         """A bool array of ``tensor``'s shape, True where nothing wrote (None if all was written
         or the tensor is an input)."""
         mask = self._written.get(id(tensor))
@@ -67,7 +69,7 @@ class CoreMemory:
             return None
         return ~mask.reshape(tensor.shape)
 
-    def array(self, view: View) -> np.ndarray:
+    def array(self, view: View) -> Storage:
         """The elements of ``view`` as a numpy view (shape ``view.shape``, the dtype's storage type).
 
         Writing to the result writes the simulated memory. Raises ProgramError
@@ -86,9 +88,10 @@ class CoreMemory:
         else:
             _check_span(view, view.offset, view.dims, t.size, "the tensor")
             buffer, offset, strides = self.hbm[id(t)], view.offset * item, tuple(s * item for s, _ in view.dims)
-        return np.ndarray(view.shape, dtype=storage, buffer=buffer, offset=offset, strides=strides)
+        elements: Storage = np.ndarray(view.shape, dtype=storage, buffer=buffer, offset=offset, strides=strides)
+        return elements
 
-    def _on_chip(self, view: View) -> tuple[np.ndarray, int, tuple[int, ...]]:
+    def _on_chip(self, view: View) -> tuple[NDArray[np.uint8], int, tuple[int, ...]]:
         t = view.tensor
         mem = self.sbuf if t.memory is Memory.SBUF else self.psum
         row_bytes = mem.shape[1]
@@ -117,7 +120,7 @@ def _check_span(view: View, start: int, dims: tuple[tuple[int, int], ...], limit
                            f"({view.tensor!r}); fix the view's offset or strides")
 
 
-def _undefined(t: Tensor) -> np.ndarray:
+def _undefined(t: Tensor) -> NDArray[np.uint8]:
     """The bytes of HBM tensor ``t`` before anything writes it: NaN for floats, 0 for integers."""
     buffer = np.zeros(t.nbytes, dtype=np.uint8)
     if t.dtype.is_float:
@@ -125,7 +128,7 @@ def _undefined(t: Tensor) -> np.ndarray:
     return buffer
 
 
-def describe_region(missing: np.ndarray) -> str:
+def describe_region(missing: NDArray[np.bool_]) -> str:
     """Where ``missing`` (a bool array with a True) is True: ``rows 128:200``, ``columns 5:8``,
     ``elements [2:4, 2:4]``, or a count of elements within such a box."""
     spans = []

@@ -15,12 +15,13 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Callable
+from typing import Callable, TypeAlias
 
 import numpy as np
+from numpy.typing import NDArray
 
 from trnsim import dtypes
-from trnsim.dtypes import DType
+from trnsim.dtypes import DType, Storage, Values
 from trnsim.errors import ProgramError
 from trnsim.isa import ActivationFunc, AluOp, ReduceOp
 
@@ -32,6 +33,9 @@ SQRT_2 = math.sqrt(2.0)
 INV_SQRT_2PI = 1.0 / math.sqrt(2.0 * math.pi)
 GELU_TANH_SCALE = math.sqrt(2.0 / math.pi)
 GELU_TANH_CUBIC = 0.044715
+
+#: A PSUM tile's values, as a matmul accumulates into them: float32, or float64 read back from PSUM.
+Accumulator: TypeAlias = NDArray[np.float32] | Values
 
 
 @dataclass(frozen=True)
@@ -75,34 +79,37 @@ FLOAT_FORMATS: dict[DType, FloatFormat] = {
 # -- operand checks, shared by every backend ------------------------------
 
 
-def storage_operand(storage: np.ndarray, dtype: DType) -> np.ndarray:
+def storage_operand(storage: Storage, dtype: DType) -> Storage:
     """``storage`` as an array, checked to be of ``dtype``'s storage type."""
     s = np.asarray(storage)
     if s.dtype != dtype.storage:
-        raise ProgramError(f"{dtype.name} values are stored as {dtype.storage}, got an array of {s.dtype}; encode the values first")
+        raise ProgramError(f"{dtype.name} values are stored as {dtype.storage}, got an array of {s.dtype}; "
+                           "encode the values first")
     return s
 
 
-def activation_operands(x: np.ndarray, scale: np.ndarray, bias: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def activation_operands(x: Values, scale: Values, bias: Values) -> tuple[Values, Values, Values]:
     """Contiguous float64 ``x`` [P, F], ``scale`` [P] and ``bias`` [P], checked."""
     x = np.ascontiguousarray(x, dtype=np.float64)
     scale = np.ascontiguousarray(scale, dtype=np.float64)
     bias = np.ascontiguousarray(bias, dtype=np.float64)
     if x.ndim != 2 or scale.shape != (x.shape[0],) or bias.shape != (x.shape[0],):
-        raise ProgramError(f"activation needs x [P, F] with scale and bias [P]; got {list(x.shape)}, {list(scale.shape)}, {list(bias.shape)}")
+        raise ProgramError(f"activation needs x [P, F] with scale and bias [P]; "
+                           f"got {list(x.shape)}, {list(scale.shape)}, {list(bias.shape)}")
     return x, scale, bias
 
 
-def alu_operands(a: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def alu_operands(a: Values, b: Values) -> tuple[Values, Values]:
     """Contiguous float64 ``a`` and ``b`` broadcast to one shape."""
     try:
         wide_a, wide_b = np.broadcast_arrays(np.asarray(a, np.float64), np.asarray(b, np.float64))
     except ValueError:
-        raise ProgramError(f"ALU operands of shapes {list(np.shape(a))} and {list(np.shape(b))} do not broadcast; give b the shape of a or [P, 1]") from None
+        raise ProgramError(f"ALU operands of shapes {list(np.shape(a))} and {list(np.shape(b))} do not broadcast; "
+                           "give b the shape of a or [P, 1]") from None
     return np.array(wide_a, order="C"), np.array(wide_b, order="C")
 
 
-def reduce_operand(x: np.ndarray) -> np.ndarray:
+def reduce_operand(x: Values) -> Values:
     """Contiguous float64 ``x`` [P, F] with F >= 1, checked."""
     x = np.ascontiguousarray(x, dtype=np.float64)
     if x.ndim != 2 or x.shape[1] == 0:
@@ -110,7 +117,7 @@ def reduce_operand(x: np.ndarray) -> np.ndarray:
     return x
 
 
-def bn_aggr_operand(stats: np.ndarray) -> np.ndarray:
+def bn_aggr_operand(stats: Values) -> Values:
     """Contiguous float64 ``stats`` [P, k, 3] with k >= 1, checked."""
     stats = np.ascontiguousarray(stats, dtype=np.float64)
     if stats.ndim != 3 or stats.shape[2] != 3 or stats.shape[1] == 0:
@@ -118,20 +125,21 @@ def bn_aggr_operand(stats: np.ndarray) -> np.ndarray:
     return stats
 
 
-def matmul_operands(acc: np.ndarray, stationary: np.ndarray, moving: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def matmul_operands(acc: Accumulator, stationary: Values, moving: Values) -> tuple[NDArray[np.float32], Values, Values]:
     """A float32 copy of ``acc`` [M, N] and contiguous float64 ``stationary`` [K, M], ``moving`` [K, N], checked."""
     out = np.array(acc, dtype=np.float32)
     s = np.ascontiguousarray(stationary, dtype=np.float64)
     m = np.ascontiguousarray(moving, dtype=np.float64)
     if s.ndim != 2 or m.ndim != 2 or s.shape[0] != m.shape[0] or out.shape != (s.shape[1], m.shape[1]):
-        raise ProgramError(f"matmul needs acc [M, N], stationary [K, M] and moving [K, N]; got {list(out.shape)}, {list(s.shape)}, {list(m.shape)}")
+        raise ProgramError(f"matmul needs acc [M, N], stationary [K, M] and moving [K, N]; "
+                           f"got {list(out.shape)}, {list(s.shape)}, {list(m.shape)}")
     return out, s, m
 
 
 # -- conversions ---------------------------------------------------------
 
 
-def encode(values: np.ndarray, dtype: DType) -> np.ndarray:
+def encode(values: Values, dtype: DType) -> Storage:
     """Round float64 ``values`` to ``dtype`` and return its storage array (same shape).
 
     Floats round first to float32, then to the target, both to nearest even;
@@ -146,11 +154,12 @@ def encode(values: np.ndarray, dtype: DType) -> np.ndarray:
         return bits.view(np.float32)
     if dtype is dtypes.bfloat16:
         # The canonical fp32 NaN rounds to the canonical bf16 NaN, so NaN needs no case of its own.
-        return ((bits + np.uint32(0x7FFF) + ((bits >> 16) & 1)) >> 16).astype(np.uint16)
+        rounded: NDArray[np.uint32] = (bits + np.uint32(0x7FFF) + ((bits >> 16) & 1)) >> 16
+        return rounded.astype(np.uint16)
     return _encode_narrow(bits, FLOAT_FORMATS[dtype]).astype(f"u{dtype.itemsize}").view(dtype.storage)
 
 
-def decode(storage: np.ndarray, dtype: DType) -> np.ndarray:
+def decode(storage: Storage, dtype: DType) -> Values:
     """The float64 values of a ``dtype`` storage array (exact: every chip dtype fits in float64)."""
     s = storage_operand(storage, dtype)
     # Widening a signalling NaN raises numpy's "invalid" flag; the result is a NaN all the same.
@@ -162,20 +171,20 @@ def decode(storage: np.ndarray, dtype: DType) -> np.ndarray:
     return _decode_narrow(s.view(f"u{dtype.itemsize}"), FLOAT_FORMATS[dtype])
 
 
-def _fp32_bits(x: np.ndarray) -> np.ndarray:
+def _fp32_bits(x: Values) -> NDArray[np.uint32]:
     """float64 values rounded to float32, as uint32 bit patterns with every NaN made ``F32_NAN``."""
     with np.errstate(over="ignore", invalid="ignore"):
         f = x.astype(np.float32)
     return np.where(np.isnan(f), np.uint32(F32_NAN), f.view(np.uint32))
 
 
-def _encode_int(x: np.ndarray, dtype: DType) -> np.ndarray:
+def _encode_int(x: Values, dtype: DType) -> Storage:
     lo, hi = dtypes.int_range(dtype)
-    clean = np.where(np.isnan(x), 0.0, x)
+    clean: Values = np.where(np.isnan(x), 0.0, x)
     return np.rint(np.clip(clean, lo, hi)).astype(dtype.storage)
 
 
-def _encode_narrow(bits: np.ndarray, fmt: FloatFormat) -> np.ndarray:
+def _encode_narrow(bits: NDArray[np.uint32], fmt: FloatFormat) -> NDArray[np.int64]:
     """fp32 bit patterns rounded to nearest even in ``fmt``; returns int64 patterns."""
     b = bits.astype(np.int64)
     magnitude = b & 0x7FFFFFFF
@@ -198,7 +207,7 @@ def _encode_narrow(bits: np.ndarray, fmt: FloatFormat) -> np.ndarray:
     return np.where(magnitude > 0x7F800000, fmt.nan, result)
 
 
-def _decode_narrow(bits: np.ndarray, fmt: FloatFormat) -> np.ndarray:
+def _decode_narrow(bits: NDArray[np.unsignedinteger], fmt: FloatFormat) -> Values:
     b = bits.astype(np.int64)
     width = fmt.exp_bits + fmt.man_bits
     exp_max = (1 << fmt.exp_bits) - 1
@@ -219,7 +228,7 @@ def _decode_narrow(bits: np.ndarray, fmt: FloatFormat) -> np.ndarray:
 # -- scalar-engine activation ------------------------------------------------
 
 
-def _elementwise(fn: Callable[[float], float]) -> Callable[[np.ndarray], np.ndarray]:
+def _elementwise(fn: Callable[[float], float]) -> Callable[[Values], Values]:
     ufunc = np.frompyfunc(fn, 1, 1)
     return lambda z: np.asarray(ufunc(z), dtype=np.float64)
 
@@ -251,11 +260,11 @@ _SIN = _elementwise(_periodic(math.sin))
 _COS = _elementwise(_periodic(math.cos))
 
 
-def _sigmoid(z: np.ndarray) -> np.ndarray:
+def _sigmoid(z: Values) -> Values:
     return 1.0 / (1.0 + _EXP(-z))
 
 
-_ACTIVATIONS: dict[ActivationFunc, Callable[[np.ndarray], np.ndarray]] = {
+_ACTIVATIONS: dict[ActivationFunc, Callable[[Values], Values]] = {
     ActivationFunc.IDENTITY: lambda z: z,
     ActivationFunc.EXP: _EXP,
     ActivationFunc.LOG: _LOG,
@@ -284,7 +293,7 @@ _ACTIVATIONS: dict[ActivationFunc, Callable[[np.ndarray], np.ndarray]] = {
 }
 
 
-def activation(x: np.ndarray, func: ActivationFunc | str, scale: np.ndarray, bias: np.ndarray) -> np.ndarray:
+def activation(x: Values, func: ActivationFunc | str, scale: Values, bias: Values) -> Values:
     """``func(x * scale + bias)`` in float64, for ``x`` [P, F] and per-partition ``scale``, ``bias`` [P].
 
     A zero bias adds nothing, not even the sign change IEEE gives ``-0 + 0``: so -0
@@ -321,39 +330,39 @@ def _pow(x: float, y: float) -> float:
 _POW = np.frompyfunc(_pow, 2, 1)
 
 
-def _maximum(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+def _maximum(a: Values, b: Values) -> Values:
     # NaN in either operand wins; of equal operands (such as -0 and +0) b is returned.
     return np.where(np.isnan(a) | (a > b), a, b)
 
 
-def _minimum(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+def _minimum(a: Values, b: Values) -> Values:
     return np.where(np.isnan(a) | (a < b), a, b)
 
 
-def _flag(cond: np.ndarray) -> np.ndarray:
+def _flag(cond: NDArray[np.bool_]) -> Values:
     return cond.astype(np.float64)
 
 
 _INT_LIMIT = 2.0**63 - 1024.0  # the largest float64 below 2**63
 
 
-def _int(x: np.ndarray) -> np.ndarray:
+def _int(x: Values) -> NDArray[np.int64]:
     """Bitwise operands as 64-bit integers: fractions truncated toward zero, NaN as 0, and
     values beyond the int64 range clamped to it."""
     return np.trunc(np.clip(np.nan_to_num(x, nan=0.0), -_INT_LIMIT, _INT_LIMIT)).astype(np.int64)
 
 
-def _bits(fn: Callable[[np.ndarray, np.ndarray], np.ndarray]) -> Callable[[np.ndarray, np.ndarray], np.ndarray]:
+def _bits(fn: Callable[[NDArray[np.int64], NDArray[np.int64]], NDArray[np.int64]]) -> Callable[[Values, Values], Values]:
     """``fn`` on the operands as 64-bit integers (see :func:`_int`)."""
     return lambda a, b: fn(_int(a), _int(b)).astype(np.float64)
 
 
-def _shift(fn: Callable[[np.ndarray, np.ndarray], np.ndarray]) -> Callable[[np.ndarray, np.ndarray], np.ndarray]:
+def _shift(fn: Callable[[NDArray[np.int64], NDArray[np.int64]], NDArray[np.int64]]) -> Callable[[Values, Values], Values]:
     """``fn`` with the shift amount ``b`` clamped to 0..63."""
     return lambda a, b: fn(_int(a), np.clip(_int(b), 0, 63)).astype(np.float64)
 
 
-_ALU: dict[AluOp, Callable[[np.ndarray, np.ndarray], np.ndarray]] = {
+_ALU: dict[AluOp, Callable[[Values, Values], Values]] = {
     AluOp.ADD: np.add,
     AluOp.SUBTRACT: np.subtract,
     AluOp.MULTIPLY: np.multiply,
@@ -377,7 +386,7 @@ _ALU: dict[AluOp, Callable[[np.ndarray, np.ndarray], np.ndarray]] = {
 }
 
 
-def alu(a: np.ndarray, b: np.ndarray, op: AluOp | str) -> np.ndarray:
+def alu(a: Values, b: Values, op: AluOp | str) -> Values:
     """``op(a, b)`` elementwise in float64; ``a`` and ``b`` broadcast (such as [P, F] with [P, 1]).
 
     Comparisons give 1.0 or 0.0; ``bypass`` returns ``a``. Division by zero gives
@@ -392,7 +401,7 @@ def alu(a: np.ndarray, b: np.ndarray, op: AluOp | str) -> np.ndarray:
 # -- reductions and the PE array ----------------------------------------------
 
 
-def reduce(x: np.ndarray, op: ReduceOp | str) -> np.ndarray:
+def reduce(x: Values, op: ReduceOp | str) -> Values:
     """Reduce ``x`` [P, F] along its free axis to [P] (float64).
 
     ``add`` accumulates in float32 in index order from +0, as the engines do; ``max`` and
@@ -402,18 +411,18 @@ def reduce(x: np.ndarray, op: ReduceOp | str) -> np.ndarray:
     x = reduce_operand(x)
     with np.errstate(all="ignore"):
         if r is ReduceOp.ADD:
-            acc = np.float32(0.0) + x[:, 0].astype(np.float32)   # from +0, as PyTorch: a sum of -0s is +0
+            acc: NDArray[np.float32] = np.float32(0.0) + x[:, 0].astype(np.float32)   # from +0, as PyTorch: a sum of -0s is +0
             for i in range(1, x.shape[1]):
                 acc = acc + x[:, i].astype(np.float32)
             return acc.astype(np.float64)
         pick = _maximum if r is ReduceOp.MAX else _minimum
-        acc64 = x[:, 0].copy()
+        acc64: Values = x[:, 0].copy()
         for i in range(1, x.shape[1]):
             acc64 = pick(acc64, x[:, i])
         return acc64
 
 
-def matmul(acc: np.ndarray, stationary: np.ndarray, moving: np.ndarray) -> np.ndarray:
+def matmul(acc: Accumulator, stationary: Values, moving: Values) -> NDArray[np.float32]:
     """``acc + stationary.T @ moving`` as the PE array computes it; returns the new float32 [M, N].
 
     ``acc`` is the float32 [M, N] PSUM tile, ``stationary`` [K, M] and ``moving``
@@ -428,7 +437,7 @@ def matmul(acc: np.ndarray, stationary: np.ndarray, moving: np.ndarray) -> np.nd
     return out
 
 
-def bn_stats(x: np.ndarray) -> np.ndarray:
+def bn_stats(x: Values) -> Values:
     """Mean, sum of squared deviations and count of each row of ``x`` [P, F], as [P, 3].
 
     Both sums run in float64 in index order: the mean first, then the deviations from it.
@@ -446,7 +455,7 @@ def bn_stats(x: np.ndarray) -> np.ndarray:
     return np.stack([mean, m2, np.full(x.shape[0], float(n))], axis=1)
 
 
-def bn_aggr(stats: np.ndarray) -> np.ndarray:
+def bn_aggr(stats: Values) -> Values:
     """Combine per-chunk (mean, m2, count) ``stats`` [P, k, 3] into [P, 2] (mean, variance).
 
     Chunks join in index order by the pairwise update (Chan et al.): with ``delta`` the
@@ -469,7 +478,7 @@ def bn_aggr(stats: np.ndarray) -> np.ndarray:
 # -- scans, top-8 searches and segments --------------------------------------
 
 
-def scan_operands(a: np.ndarray, b: np.ndarray, initial: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def scan_operands(a: Values, b: Values, initial: Values) -> tuple[Values, Values, Values]:
     """Contiguous float64 ``a`` and ``b`` [P, F] and ``initial`` [P], checked."""
     a = np.ascontiguousarray(a, dtype=np.float64)
     b = np.ascontiguousarray(b, dtype=np.float64)
@@ -480,8 +489,8 @@ def scan_operands(a: np.ndarray, b: np.ndarray, initial: np.ndarray) -> tuple[np
     return a, b, initial
 
 
-def scan(a: np.ndarray, b: np.ndarray, initial: np.ndarray, op0: AluOp | str, op1: AluOp | str,
-         reverse0: bool = False, reverse1: bool = False) -> np.ndarray:
+def scan(a: Values, b: Values, initial: Values, op0: AluOp | str, op1: AluOp | str,
+         reverse0: bool = False, reverse1: bool = False) -> Values:
     """The running scan ``out[:, i] = op1(op0(a[:, i], out[:, i - 1]), b[:, i])`` of ``a`` and
     ``b`` [P, F] from ``out[:, -1] = initial`` [P], in float32 math: each op's result is
     rounded to float32. ``reverse0`` makes it ``op0(prev, a)``, ``reverse1`` ``op1(b, .)``."""
@@ -499,7 +508,7 @@ def scan(a: np.ndarray, b: np.ndarray, initial: np.ndarray, op0: AluOp | str, op
     return out
 
 
-def max8(x: np.ndarray) -> np.ndarray:
+def max8(x: Values) -> Values:
     """The 8 largest values of each row of ``x`` [P, F] (F >= 8) in descending order, [P, 8]."""
     x = reduce_operand(x)
     if x.shape[1] < 8:
@@ -507,14 +516,14 @@ def max8(x: np.ndarray) -> np.ndarray:
     return -np.sort(-x, axis=1, kind="stable")[:, :8]
 
 
-def _first_unclaimed(row: np.ndarray, value: float, claimed: set[int]) -> int:
+def _first_unclaimed(row: Values, value: float, claimed: set[int]) -> int:
     for j in np.flatnonzero(row == value):
         if int(j) not in claimed:
             return int(j)
     return -1
 
 
-def find_index8(x: np.ndarray, vals: np.ndarray) -> np.ndarray:
+def find_index8(x: Values, vals: Values) -> NDArray[np.int64]:
     """Per row of ``x`` [P, F], the index of each of the 8 ``vals`` [P, 8]: vals in order each
     take the first occurrence no earlier val took; -1 where none is left. int64 [P, 8]."""
     x = reduce_operand(x)
@@ -528,7 +537,7 @@ def find_index8(x: np.ndarray, vals: np.ndarray) -> np.ndarray:
     return out
 
 
-def match_replace8(x: np.ndarray, vals: np.ndarray, imm: float) -> tuple[np.ndarray, np.ndarray]:
+def match_replace8(x: Values, vals: Values, imm: float) -> tuple[Values, NDArray[np.int64]]:
     """``x`` [P, F] with the first occurrence of each of the 8 ``vals`` [P, 8] replaced by ``imm``,
     vals taken last to first, and the positions (int64 [P, 8], -1 where none matched)."""
     x = reduce_operand(x).copy()
@@ -544,7 +553,7 @@ def match_replace8(x: np.ndarray, vals: np.ndarray, imm: float) -> tuple[np.ndar
     return x, idx
 
 
-def sequence_bounds(ids: np.ndarray) -> np.ndarray:
+def sequence_bounds(ids: Values) -> Values:
     """For segment ids [N], [2, N]: the first index of each element's segment and one past its
     last; id 0 (padding) gives (N, -1). Segments are runs of equal ids."""
     ids = np.asarray(ids, np.float64).reshape(-1)

@@ -4,8 +4,10 @@
 - :mod:`trnsim.kernels.gemm`: matmul of any sizes, batched
 - :mod:`trnsim.kernels.softmax`: row softmax, with a masked last tile of rows
 - :mod:`trnsim.kernels.reduce`: sum, max, min, mean and log-softmax over the last axis, rows of any length
-- :mod:`trnsim.kernels.norms`: RMSNorm and LayerNorm over the last axis; GroupNorm; BatchNorm (training and eval, optionally with ReLU)
-- :mod:`trnsim.kernels.backward`: gradients of activations, softmax, log-softmax, LayerNorm, BatchNorm (optionally through ReLU) and GroupNorm
+- :mod:`trnsim.kernels.norms`: RMSNorm and LayerNorm over the last axis; GroupNorm; BatchNorm (training and eval,
+  optionally with ReLU)
+- :mod:`trnsim.kernels.backward`: gradients of activations, softmax, log-softmax, LayerNorm, BatchNorm (optionally
+  through ReLU) and GroupNorm
 - :mod:`trnsim.kernels.attention`: fused (flash-style) attention forward for one head, optionally causal
 - :mod:`trnsim.kernels.elementwise`: unary, binary and scalar arithmetic, casts, the AdamW step
 - :mod:`trnsim.kernels.conv`: 2-D convolution as an implicit GEMM

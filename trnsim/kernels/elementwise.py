@@ -279,7 +279,8 @@ def fused_adamw_kernel(param, grad, exp_avg, exp_avg_sq, lr=1e-3, beta1=0.9, bet
     """
     shapes = {tuple(t.shape) for t in (param, grad, exp_avg, exp_avg_sq)}
     if len(shapes) != 1:
-        raise nki.KernelError(f"fused_adamw_kernel: param, grad, exp_avg and exp_avg_sq must share one shape, got {sorted(shapes)}")
+        raise nki.KernelError(f"fused_adamw_kernel: param, grad, exp_avg and exp_avg_sq must share one shape, "
+                              f"got {sorted(shapes)}")
     new_p, new_m, new_v = (_new_like(t, None) for t in (param, exp_avg, exp_avg_sq))
     step_size = lr / (1.0 - beta1 ** step)
     inv_bc2 = 1.0 / (1.0 - beta2 ** step)

@@ -53,7 +53,7 @@ import trnsim.nki.isa as nisa
 import trnsim.nki.language as nl
 from trnsim import dtypes
 from trnsim.compute import reference as ref
-from trnsim.hw.spec import load_chip
+from trnsim.hw.spec import ChipSpec, load_chip
 from trnsim.isa import ActivationFunc, AluOp, Engine, ReduceOp, Select
 from trnsim.nki import emit as _e
 
@@ -243,7 +243,7 @@ class Balance:
     less work given so far (counted in nanoseconds of elements, at trace time, at the
     clocks of the chip being traced for)."""
 
-    def __init__(self, chip: Any = None) -> None:
+    def __init__(self, chip: ChipSpec | None = None) -> None:
         chip = chip if chip is not None else _e.tracer().chip
         self.ns = {Engine.VECTOR: 0.0, Engine.SCALAR: 0.0}
         self.per_element = {Engine.VECTOR: 1 / chip.vector_engine.clock_ghz,
@@ -473,7 +473,7 @@ def _shared_bytes(recipe: Recipe, w: int, operand_itemsizes: Sequence[int]) -> l
             for i, lay in enumerate(recipe.layouts) if lay in ("row", "scalar")]
 
 
-def sbuf_bytes(recipe: Recipe, shape: Sequence[int], operand_itemsizes: Sequence[int], chip: Any = None) -> int:
+def sbuf_bytes(recipe: Recipe, shape: Sequence[int], operand_itemsizes: Sequence[int], chip: ChipSpec | str | None = None) -> int:
     """An upper bound of the SBUF bytes per partition :func:`fused_rows_kernel` has placed
     at any one time for ``recipe`` over the domain ``shape`` [N, D] on ``chip`` (a
     ChipSpec or chip name; ``$TRNSIM_CHIP`` or the default when None), with operand i
@@ -488,7 +488,7 @@ def sbuf_bytes(recipe: Recipe, shape: Sequence[int], operand_itemsizes: Sequence
     w = chunk_columns(recipe, int(shape[1]))
     shared = _shared_bytes(recipe, w, operand_itemsizes)
     per_tile, largest = _tile_bytes(recipe, step_kinds, w, operand_itemsizes)
-    spec = chip if hasattr(chip, "sbuf") else load_chip(chip)
+    spec = load_chip(chip)
     group = group_size(per_tile, sum(shared), spec.sbuf.partition_bytes)
     return sum(shared) + group * per_tile + max(shared + [largest])
 

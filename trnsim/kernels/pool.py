@@ -242,7 +242,7 @@ def maxpool2d_backward_kernel(grad, indices, x, kernel_size, stride=None, paddin
     out = nl.ndarray(x.shape, x.dtype, buffer=nl.shared_hbm)
     g_src, i_src, g_dst = (_plane_views(t, geo.planes) for t in (grad, indices, out))
     for p0, p in geo.tiles:
-        def fill(band, o0, o1):
+        def fill(band, o0, o1, p0=p0, p=p):
             rows = o1 - o0
             g = nl.load(g_src[p0:p0 + p, o0:o1, :])
             offset = nisa.tensor_tensor(nl.load(i_src[p0:p0 + p, o0:o1, :]), geo.window_starts(p, o0, rows),
@@ -371,7 +371,7 @@ def avgpool2d_backward_kernel(grad, x, kernel_size, stride=None, padding=0, ceil
     out = nl.ndarray(x.shape, x.dtype, buffer=nl.shared_hbm)
     g_src, g_dst = _plane_views(grad, geo.planes), _plane_views(out, geo.planes)
     for p0, p in geo.tiles:
-        def fill(band, o0, o1):
+        def fill(band, o0, o1, p0=p0, p=p):
             g = nl.load(g_src[p0:p0 + p, o0:o1, :])
             if divisor is not None:
                 share = nisa.tensor_scalar(g, op0=nl.multiply, operand0=1.0 / divisor, dtype=nl.float32)

@@ -63,7 +63,8 @@ class Summary:
                   f"simulated time {self.total_ns / 1000:,.3f} us"]
         for track, pct in self.busy_pct.items():
             lines.append(f"  {track_label(track):<27} {pct:6.1f}% busy")
-        share = f" ({100 * self.hbm_gbps / self.hbm_peak_gbps:.1f}% of {self.hbm_peak_gbps:,.0f} GB/s per core)" if self.hbm_peak_gbps else ""
+        share = (f" ({100 * self.hbm_gbps / self.hbm_peak_gbps:.1f}% of {self.hbm_peak_gbps:,.0f} GB/s per core)"
+                 if self.hbm_peak_gbps else "")
         lines.append(f"HBM traffic    {self.hbm_bytes / 2**20:,.2f} MiB at {self.hbm_gbps:,.1f} GB/s{share}")
         if self.flops:
             lines.append(f"matmul         {self.flops / 1e9:,.3f} GFLOP at {self.achieved_flops / 1e12:,.2f} TFLOP/s "

@@ -20,9 +20,9 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
-import trnsim  # noqa: F401  (registers the neuron device)
+import trnsim  # registers the neuron device
 from trnsim.backend import timeline
-from trnsim.backend.device import (  # noqa: F401  (the device functions, as torch.neuron has them)
+from trnsim.backend.device import (  # the device functions, as torch.neuron has them
     Event, Stream, current_device, current_stream, default_stream, device, device_count, empty_cache,
     get_amp_supported_dtype, get_device_name, get_device_properties, get_rng_state, get_rng_state_all,
     initial_seed, is_available, is_bf16_supported, is_initialized, manual_seed, manual_seed_all,
