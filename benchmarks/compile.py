@@ -2,7 +2,7 @@
 
 Models (random weights, fp32, on trn2):
 
-- ``trnsim.tinyllama.TinyLlama``, 4 layers, width 256, 8 heads (2 key/value heads);
+- ``trnsim.models.tinyllama.TinyLlama``, 4 layers, width 256, 8 heads (2 key/value heads);
 - a transformers ``LlamaForCausalLM`` of the same shape, with a static KV cache.
 
 For each, in one run: the simulated time of a forward pass from an idle device, eager
@@ -36,7 +36,7 @@ import torch
 
 import trnsim
 from trnsim.backend import state
-from trnsim.tinyllama import TinyLlama
+from trnsim.models.tinyllama import TinyLlama
 
 LAYERS, WIDTH, HEADS, KV_HEADS, FF, VOCAB = 4, 256, 8, 2, 688, 1000
 

@@ -21,7 +21,7 @@ import time
 import torch
 
 import trnsim  # registers neuron even with autoload off
-from trnsim.tinyllama import TinyLlama
+from trnsim.models.tinyllama import TinyLlama
 
 
 def best(fn, repeats: int = 5) -> float:

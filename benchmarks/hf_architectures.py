@@ -7,7 +7,7 @@ Builds each causal-LM architecture of the installed transformers from a tiny con
 with seeded random weights, runs forward, greedy and sampled generation (dynamic
 cache) and static-cache generation (compiled with backend "neuron") on the CPU and on
 ``neuron``, and prints one row per architecture, each failure's cause and the pass rate
-(see :mod:`trnsim.testing.hf_coverage`).
+(see :mod:`trnsim.models.hf_coverage`).
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ import sys
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
 
-from trnsim.testing import hf_coverage
+from trnsim.models import hf_coverage
 
 
 def main(argv: list[str] | None = None) -> int:

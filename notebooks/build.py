@@ -110,13 +110,13 @@ LLAMA = [
     ("md", """\
 # A tiny Llama, eager against compiled
 
-`trnsim.tinyllama.TinyLlama` (RMSNorm, rotary embeddings, grouped-query attention,
+`trnsim.models.tinyllama.TinyLlama` (RMSNorm, rotary embeddings, grouped-query attention,
 SwiGLU MLP; random weights) runs its forward pass on `neuron` twice: eagerly, one
 kernel launch per PyTorch op, and under `torch.compile(backend="neuron")`, where the
 graph's ops are fused into fewer kernels launched as one graph."""),
     ("code", setup("torch", "trnsim")),
     ("code", """\
-from trnsim.tinyllama import TinyLlama
+from trnsim.models.tinyllama import TinyLlama
 
 torch.manual_seed(0)
 model = TinyLlama(vocab=1000, d=256, layers=2, seq=128).to("neuron").eval()

@@ -16,7 +16,7 @@ import trnsim
 from trnsim.backend import state
 from trnsim.backend.compile.partition import partition
 from trnsim.errors import CompileError, CompileModeWarning
-from trnsim.tinyllama import TinyLlama, causal_lm_loss
+from trnsim.models.tinyllama import TinyLlama, causal_lm_loss
 
 
 @pytest.fixture(autouse=True)

@@ -1,6 +1,6 @@
 """Hugging Face text-generation architectures on ``neuron`` give the CPU's results.
 
-By default a representative subset of :mod:`trnsim.testing.hf_coverage`'s sweep runs
+By default a representative subset of :mod:`trnsim.models.hf_coverage`'s sweep runs
 (a dense Llama, a mixture of experts on transformers' grouped-matmul expert path, a
 state-space Mamba, sliding-window Mistral, the Jamba hybrid), plus the two device ops
 mixture-of-experts layers needed: integer ``histc`` and ``_grouped_mm``. The sweep over
@@ -19,7 +19,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 import trnsim
 import trnsim.nki as nki
 from trnsim.kernels.grouped import grouped_matmul
-from trnsim.testing import hf_coverage
+from trnsim.models import hf_coverage
 
 
 @pytest.mark.parametrize("arch, steps", [

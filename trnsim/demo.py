@@ -7,7 +7,7 @@ HBM (the layout of the NKI matmul tutorial), traced from
 the chosen chip and checked against numpy.
 
 ``llama``: a few AdamW training steps of a small Llama-style model
-(:mod:`trnsim.tinyllama`) on the ``neuron`` device, with the same steps on the CPU for
+(:mod:`trnsim.models.tinyllama`) on the ``neuron`` device, with the same steps on the CPU for
 comparison; the last step is profiled.
 
 ``compile``: the same model's forward pass, eager and through
@@ -111,7 +111,7 @@ class LlamaDemoResult:
 
 def run_llama_demo(steps: int = 3, chip: object = None, trace: str = "traces/llama.json", seed: int = 0,
                    batch: int = 4, seq: int = 64) -> LlamaDemoResult:
-    """Train :class:`trnsim.tinyllama.TinyLlama` for ``steps`` AdamW steps on ``neuron``
+    """Train :class:`trnsim.models.tinyllama.TinyLlama` for ``steps`` AdamW steps on ``neuron``
     and on the CPU from the same weights and tokens; profile the last neuron step."""
     import contextlib
     import copy
@@ -120,7 +120,7 @@ def run_llama_demo(steps: int = 3, chip: object = None, trace: str = "traces/lla
 
     import trnsim
     from trnsim.backend import state
-    from trnsim.tinyllama import TinyLlama, causal_lm_loss
+    from trnsim.models.tinyllama import TinyLlama, causal_lm_loss
 
     if steps < 1:
         raise TrnSimError(f"llama demo steps={steps} must be at least 1; pass --steps 1 or more")
@@ -168,7 +168,7 @@ class CompileDemoResult:
 
 def run_compile_demo(chip: object = None, trace: str = "traces/compile.json", seed: int = 0, batch: int = 1,
                      seq: int = 128) -> CompileDemoResult:
-    """Run :class:`trnsim.tinyllama.TinyLlama`'s forward pass on ``neuron`` eagerly and
+    """Run :class:`trnsim.models.tinyllama.TinyLlama`'s forward pass on ``neuron`` eagerly and
     compiled with ``backend="neuron"``; profile both from an idle device and write the
     compiled one's trace."""
     import time
@@ -177,7 +177,7 @@ def run_compile_demo(chip: object = None, trace: str = "traces/compile.json", se
 
     import trnsim
     from trnsim.backend import state
-    from trnsim.tinyllama import TinyLlama
+    from trnsim.models.tinyllama import TinyLlama
 
     check_writable(trace)
     state.env_fidelity()

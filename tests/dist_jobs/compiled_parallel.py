@@ -14,7 +14,7 @@ from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.fsdp import fully_shard
 from torch.nn.parallel import DistributedDataParallel as DDP
 
-from trnsim.tinyllama import TinyLlama, causal_lm_loss
+from trnsim.models.tinyllama import TinyLlama, causal_lm_loss
 from _check import close
 
 VOCAB, SEQ, GLOBAL_B, STEPS = 512, 16, 4, 3

@@ -1,6 +1,6 @@
 """FSDP2 on ``neuron``: run with ``torchrun --nproc-per-node=2`` (or 4).
 
-A tiny Llama (:mod:`trnsim.tinyllama`, random weights) is sharded with ``fully_shard``
+A tiny Llama (:mod:`trnsim.models.tinyllama`, random weights) is sharded with ``fully_shard``
 per decoder block and at the root, and trained 5 steps with AdamW on a global batch
 split across ranks:
 
@@ -21,7 +21,7 @@ from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import checkpoi
 from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 
-from trnsim.tinyllama import TinyLlama, causal_lm_loss
+from trnsim.models.tinyllama import TinyLlama, causal_lm_loss
 from _check import close
 
 VOCAB, SEQ, GLOBAL_B, STEPS = 512, 16, 4, 5

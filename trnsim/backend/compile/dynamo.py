@@ -32,7 +32,7 @@ def decompositions() -> dict:
 
 # the simulator's own code, which Dynamo must run rather than trace: with a frame of the
 # user's code left to eager (after a graph break), every Python function the device calls
-# would otherwise be compiled too (trnsim.tinyllama, a model, is not in the list)
+# would otherwise be compiled too (trnsim.models.tinyllama, a model, is not in the list)
 INTERNAL = ("trnsim.backend", "trnsim.hw", "trnsim.kernels", "trnsim.nki", "trnsim.compute", "trnsim.trace",
             "trnsim.testing", "trnsim.atomic", "trnsim.dtypes", "trnsim.errors", "trnsim.isa", "trnsim.program")
 

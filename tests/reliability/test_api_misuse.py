@@ -1,4 +1,4 @@
-"""Second round of adversarial probes: what the first round left wrong.
+"""Public entry points misused: the probes of a second adversarial survey, one per fix.
 
 Instruction fidelity and out-of-range dims, numbers taken as file descriptors, a
 profile exited without being entered, trace helpers given what is not a trace,
