@@ -31,7 +31,8 @@ that DDP run is the reference for the FSDP2 run on ``neuron``.
 A gloo process can hang at exit after its work is done (pytorch/pytorch#56297): a CPU
 reference still running 20 s after printing its results is killed, with a warning.
 
-Slow (about a minute and a half): run by .ci/run with ``-m slow``.
+Slow (3 to 4 minutes on a 2-core machine; about 3 CPU-minutes): run by .ci/run with
+``-m slow``.
 """
 
 from __future__ import annotations
@@ -148,7 +149,8 @@ def _on_cpu(cmd: list[str], env: dict[str, str], cwd: Path, done: str) -> subpro
                 if finished is None:
                     fout.seek(0), ferr.seek(0)
                     pytest.fail(f"{' '.join(cmd)} ran past {TIMEOUT_S} s\n{fout.read()[-3000:]}\n{ferr.read()[-3000:]}")
-                warnings.warn(f"the CPU reference ({' '.join(cmd[:3])} ...) had not exited {EXIT_GRACE_S} s after "
+                what = " ".join(Path(c).name if c.startswith("/") else c for c in cmd[:6])
+                warnings.warn(f"the CPU reference ({what} ...) had not exited {EXIT_GRACE_S} s after "
                               "its results (gloo's hang at exit, pytorch/pytorch#56297): killed", stacklevel=2)
                 code = 0
         finally:
