@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from trnsim.testing.procs import kill_session, run_session, with_repo_on_path
+from trnsim.testing.procs import descendants, kill_session, run_session, with_repo_on_path
 
 JOBS = Path(__file__).parent / "dist_jobs"
 REPO = Path(__file__).resolve().parents[1]
@@ -201,3 +201,40 @@ def test_a_process_that_has_begun_to_exit_counts_as_lost(stat, running):
     from trnsim.backend.distributed.faults import _running
 
     assert _running(stat) is running
+
+
+def _alive(pid: int) -> bool:
+    """Whether ``pid`` runs (a zombie, dead but not reaped, does not)."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            stat = f.read()
+    except OSError:
+        return False
+    return stat[stat.rindex(b")") + 2:][:1] not in (b"Z", b"X")
+
+
+def test_kill_session_kills_workers_in_sessions_of_their_own():
+    """torchrun's agent starts its workers in new sessions (so do ``accelerate launch`` and
+    ``trl``, which run it): killing the launcher's process group alone would leave them
+    running. kill_session kills every descendant of the launcher too."""
+    launcher = (
+        "import subprocess, sys, time\n"
+        "child = subprocess.Popen([sys.executable, '-c', "
+        "'import subprocess, sys, time; subprocess.Popen([sys.executable, \"-c\", \"import time; time.sleep(120)\"],"
+        " start_new_session=True); time.sleep(120)'], start_new_session=True)\n"
+        "time.sleep(120)\n")
+    proc = subprocess.Popen([sys.executable, "-c", launcher], start_new_session=True)
+    try:
+        deadline = time.monotonic() + 30
+        while len(descendants(proc.pid)) < 2 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        workers = descendants(proc.pid)
+        assert len(workers) == 2, workers
+        kill_session(proc)
+        proc.wait(timeout=10)
+        deadline = time.monotonic() + 10
+        while any(map(_alive, workers)) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert not any(map(_alive, workers)), [w for w in workers if _alive(w)]
+    finally:
+        kill_session(proc)

@@ -10,6 +10,12 @@ trained on it, and the corpus as a dataset folder that ``datasets.load_dataset``
   ``c4_test`` layout), and ``train.txt`` with the same text for ``run_clm``-style scripts;
 - ``sft/data.json``: prompt/completion pairs for ``trl sft``.
 
+``python assets.py DIR tiny_llama`` also writes ``DIR/tiny_llama/``: a tiny Llama
+(``LlamaConfig``: hidden size 64, 2 layers, 4 attention heads, 2 key/value heads,
+intermediate size 128, the tokenizer's vocabulary) with random weights drawn from a
+fixed seed, saved with ``save_pretrained`` (safetensors) beside the tokenizer's files,
+so that ``--model_name_or_path DIR/tiny_llama`` loads it offline.
+
 Nothing is downloaded.
 """
 
@@ -74,5 +80,27 @@ def write(root: Path, docs: int = 400) -> Path:
     return root
 
 
+def tiny_llama(root: Path, seed: int = 0) -> Path:
+    """A tiny random Llama and the tokenizer under ``root/tiny_llama`` (the tokenizer is
+    the one :func:`write` made in ``root/tokenizer``)."""
+    import torch
+    from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM
+
+    root = Path(root)
+    out = root / "tiny_llama"
+    tok = AutoTokenizer.from_pretrained(root / "tokenizer")
+    config = LlamaConfig(vocab_size=len(tok), hidden_size=64, num_hidden_layers=2, num_attention_heads=4,
+                         num_key_value_heads=2, intermediate_size=128, max_position_embeddings=256,
+                         bos_token_id=tok.bos_token_id, eos_token_id=tok.eos_token_id,
+                         pad_token_id=tok.pad_token_id, tie_word_embeddings=False)
+    torch.manual_seed(seed)
+    model = LlamaForCausalLM(config)
+    model.save_pretrained(out, safe_serialization=True)
+    tok.save_pretrained(out)
+    return out
+
+
 if __name__ == "__main__":
     write(Path(sys.argv[1]))
+    if "tiny_llama" in sys.argv[2:]:
+        tiny_llama(Path(sys.argv[1]))

@@ -192,6 +192,35 @@ def test_the_launchers_core_is_this_process_device(name, monkeypatch):
     clean_error(BAD_INDEX[name], "is another NeuronCore", "LOCAL_RANK=5", types=RuntimeError)
 
 
+def test_to_the_launchers_core_returns_the_tensor_itself_as_cuda_does(monkeypatch):
+    """On CUDA, ``.to`` of a tensor already on the named device returns the tensor itself
+    (a Parameter stays that Parameter): so does ``.to("neuron:<LOCAL_RANK>")`` of a tensor
+    on this process's core, which PyTorch numbers neuron:0. accelerate's
+    ``set_module_tensor_to_device`` (``device_map`` dispatch on rank 1) relies on it."""
+    monkeypatch.setenv("LOCAL_RANK", "1")
+    p = torch.nn.Linear(2, 2).to("neuron:1").weight
+    for dev in (1, "neuron:1", torch.device(N, 1), N, 0):
+        assert p.to(dev) is p, dev
+        assert p.to(device=dev, non_blocking=True) is p, dev
+    assert p.to("neuron:1", torch.float64).dtype == torch.float64
+    copied = p.to("neuron:1", copy=True)
+    assert copied is not p and copied.device == torch.device(N, 0)
+    x = torch.ones(2, device=N, requires_grad=True)
+    y = (x * 3).to("neuron:1", torch.float64)   # a conversion on the way stays differentiable
+    y.sum().backward()
+    torch.testing.assert_close(x.grad.cpu(), torch.full((2,), 3.0))
+    with torch.inference_mode():
+        t = torch.ones(2, device=N)
+        assert t.to("neuron:1") is t
+    from accelerate.utils import set_module_tensor_to_device
+
+    m = torch.nn.Sequential(torch.nn.Linear(2, 2)).to(N)
+    set_module_tensor_to_device(m, "0.weight", 1)
+    assert type(m[0].weight) is torch.nn.Parameter
+    monkeypatch.setenv("LOCAL_RANK", "5")
+    clean_error(lambda: p.to("neuron:1"), "is another NeuronCore", "LOCAL_RANK=5", types=RuntimeError)
+
+
 def test_device_zero_is_accepted_everywhere():
     assert torch.ones(2, device="neuron:0").device == torch.device(N, 0)
     assert torch.ones(2).to("neuron:0").device == torch.device(N, 0)

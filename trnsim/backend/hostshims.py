@@ -38,6 +38,13 @@ new Parameter objects, which turns a LazyModule's uninitialized parameters into 
 ordinary ones. A neuron tensor is a plain TensorImpl on host memory, so trnsim answers
 that check as PyTorch does for CUDA (:func:`_shallow_copy_compatible`).
 
+``Tensor.to("neuron:<LOCAL_RANK>")`` of a tensor already on the process's core returns
+the tensor itself, as ``.to`` of a tensor already on the named CUDA device does: PyTorch
+numbers the core ``neuron:0``, so it would otherwise see another device and copy, and a
+Parameter's copy is a plain tensor (accelerate's ``set_module_tensor_to_device``, which
+``device_map`` dispatch uses on rank 1, then finds a module whose parameter is no
+Parameter). :func:`_to_own_core` names the core ``neuron:0`` before ``to`` decides.
+
 Under timing fidelity a neuron storage has no data pointer: ``UntypedStorage.fill_``
 (refused by PyTorch for such a storage) and ``nn.init.trunc_normal_`` (which redraws
 until it reads no value out of range) are served here, as writes that keep no values.
@@ -120,6 +127,30 @@ def _shallow_copy_compatible(self: torch.Tensor, other: torch.Tensor) -> bool:
                                        for dev, layout, quantized, nested in kinds)
 
 
+def _own_core(device: torch.device | None) -> torch.device | None:
+    """``neuron:0`` if ``device`` is ``neuron:<LOCAL_RANK>`` (this process's core under
+    another index), else ``device``."""
+    if device is not None and device.type == "neuron" and device.index and state.check_device_index(device.index) == 0:
+        return torch.device("neuron", 0)
+    return device
+
+
+def _to_own_core(op):
+    """A kernel for ``op`` (``aten::to.device`` or ``aten::to.dtype_layout``, which
+    PyTorch implements from other ops) that names this process's core ``neuron:0``, so
+    that ``to`` returns the tensor itself when nothing else changes, then runs PyTorch's
+    own implementation."""
+    if op is torch.ops.aten.to.device:
+        def kernel(self, device, dtype, non_blocking=False, copy=False, memory_format=None):
+            return op.decompose(self, _own_core(device), dtype, non_blocking, copy, memory_format)
+    else:
+        def kernel(self, *, dtype=None, layout=None, device=None, pin_memory=None, non_blocking=False, copy=False,
+                   memory_format=None):
+            return op.decompose(self, dtype=dtype, layout=layout, device=_own_core(device), pin_memory=pin_memory,
+                                non_blocking=non_blocking, copy=copy, memory_format=memory_format)
+    return kernel
+
+
 _lib = None
 
 
@@ -129,6 +160,11 @@ def install() -> None:
     _lib.impl("_pin_memory", _pin_memory, "CPU")
     _lib.impl("is_pinned", _is_pinned, "CPU")
     _lib.impl("_has_compatible_shallow_copy_type", _shallow_copy_compatible, "PrivateUse1")
+    for name, op in (("to.device", torch.ops.aten.to.device), ("to.dtype_layout", torch.ops.aten.to.dtype_layout)):
+        # the autograd key (where PyTorch's own implementation runs) and, for inference
+        # mode, which skips it, the backend key
+        for key in ("AutogradPrivateUse1", "PrivateUse1"):
+            _lib.impl(name, _to_own_core(op), key)
     install_serialization()
     install_storage()
     install_accelerator()

@@ -16,12 +16,49 @@ from pathlib import Path
 from typing import Mapping, Sequence
 
 
-def kill_session(proc: subprocess.Popen) -> None:
-    """Kill ``proc``'s whole session (a launcher and its ranks), if anything is left."""
+def descendants(pid: int) -> list[int]:
+    """The processes descended from ``pid`` (children, theirs, ...), from ``/proc``; empty
+    where there is no ``/proc``."""
+    parents: dict[int, list[int]] = {}
     try:
-        os.killpg(proc.pid, signal.SIGKILL)
+        entries = os.listdir("/proc")
+    except OSError:
+        return []
+    for entry in entries:
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat", "rb") as f:
+                stat = f.read()
+        except OSError:   # gone meanwhile
+            continue
+        # "pid (comm) state ppid ...": comm may hold spaces and parentheses
+        ppid = int(stat[stat.rindex(b")") + 2:].split()[1])
+        parents.setdefault(ppid, []).append(int(entry))
+    found, todo = [], [pid]
+    while todo:
+        for child in parents.get(todo.pop(), []):
+            found.append(child)
+            todo.append(child)
+    return found
+
+
+def kill_session(proc: subprocess.Popen) -> None:
+    """Kill ``proc``'s whole session (a launcher and its ranks) and every process descended
+    from it, if anything is left. Descendants count because launchers put their workers
+    in sessions of their own (torchrun's agent does, under ``accelerate launch`` and TRL's
+    CLI too), out of reach of the launcher's process group once the launcher is gone; they
+    are found while the launcher still lives."""
+    left = descendants(proc.pid) if proc.poll() is None else []
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)   # first, so that no launcher restarts what is killed below
     except ProcessLookupError:
         pass
+    for pid in left:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
 
 
 def _overrun(cmd: Sequence[str], timeout: float, out: str, err: str) -> None:
