@@ -141,7 +141,7 @@ def main():
     logger.info(f"  Total optimization steps = {args.max_train_steps}")
 
     completed_steps = 0
-    for epoch in range(args.num_train_epochs):
+    for _epoch in range(args.num_train_epochs):
         model.train()
         for batch in train_dataloader:
             with accelerator.accumulate(model):
