@@ -225,8 +225,10 @@ class View:
                 if step <= 0:
                     raise ProgramError(f"slice step {step} on axis {axis} of {self!r}: only positive steps are supported")
                 n = max(0, (stop - start + step - 1) // step)
-                if idx.start is not None and not -count <= idx.start <= count or idx.stop is not None and not -count <= idx.stop <= count:
-                    raise ProgramError(f"slice {idx.start}:{idx.stop} is out of bounds for axis {axis} of size {count} in {self!r}")
+                if (idx.start is not None and not -count <= idx.start <= count
+                        or idx.stop is not None and not -count <= idx.stop <= count):
+                    raise ProgramError(f"slice {idx.start}:{idx.stop} is out of bounds for axis {axis} "
+                                       f"of size {count} in {self!r}")
                 offset += start * stride
                 dims.append((stride * step, n))
             elif isinstance(idx, int):
