@@ -14,7 +14,7 @@ import math
 import operator
 import os
 import re
-from typing import Callable, Iterator, Sequence
+from typing import TYPE_CHECKING, Callable, Iterator, Sequence
 
 from trnsim.dtypes import as_dtype, float32
 from trnsim.errors import AllocationError, ProgramError
@@ -22,6 +22,10 @@ from trnsim.isa import (ALU_COMPARISONS, BN_STATS_MAX_FREE, BN_STATS_WIDTH, MAX_
                         BnAggr, BnStats, DmaCopy, Engine, Instruction, Iota, LoadStationary, Memory, MultiplyMoving,
                         Select, SemaphoreWait, Tensor, TensorCopy, TensorReduce, TensorScalar, TensorTensor,
                         Transpose, View, dims_extent)
+
+if TYPE_CHECKING:
+    from trnsim.hw.placement import OnChipAllocator
+    from trnsim.hw.spec import ChipSpec
 
 
 _set = object.__setattr__
@@ -66,7 +70,7 @@ class Program:
     chip and :mod:`trnsim.hw.core` schedules it.
     """
 
-    def __init__(self, chip: object = None, name: str = "program") -> None:
+    def __init__(self, chip: str | os.PathLike[str] | ChipSpec | None = None, name: str = "program") -> None:
         from trnsim.hw.placement import OnChipAllocator
         from trnsim.hw.spec import load_chip
 
@@ -136,7 +140,7 @@ class Program:
         """A tensor in PSUM; it must fit in one bank (2 KiB per partition) or span whole banks."""
         return self._on_chip(self.psum_alloc, shape, dtype, name, start_partition)
 
-    def _on_chip(self, alloc: object, shape: Sequence[int], dtype: object, name: str | None, start_partition: int) -> Tensor:
+    def _on_chip(self, alloc: OnChipAllocator, shape: Sequence[int], dtype: object, name: str | None, start_partition: int) -> Tensor:
         kind = MEMORY_NAMES[alloc.memory]
         shape = _check_shape(shape, kind)
         dt = as_dtype(dtype)
@@ -175,12 +179,13 @@ class Program:
                                "an instruction joins one program once, so build a new one")
         if not isinstance(inst.deps, (tuple, list)):
             raise ProgramError(f"instruction {inst.opcode}: deps {inst.deps!r} must be a tuple of instruction indices")
-        inst.deps = tuple(inst.deps)   # a list given stays the caller's to change; the deps must not
-        inst.index = len(self.instructions)
+        # not sealed yet, so set as its guard would (the dataclass is frozen to the type checker)
+        _set(inst, "deps", tuple(inst.deps))   # a list given stays the caller's to change; the deps must not
+        _set(inst, "index", len(self.instructions))
         try:
             self._validate(inst)
         except ProgramError:
-            inst.index = -1
+            _set(inst, "index", -1)
             raise
         self.instructions.append(inst)
         inst._seal(self.name)
@@ -478,7 +483,7 @@ def _check_shape(shape: Sequence[int], where: str) -> tuple[int, ...]:
     return shape
 
 
-def _check_partitions(what: Callable[[], str], start: int, count: int, chip: object) -> None:
+def _check_partitions(what: Callable[[], str], start: int, count: int, chip: ChipSpec) -> None:
     """Partition range and start alignment; ``what`` names the operand (built only on failure)."""
     limit = chip.sbuf.partitions
     if count > limit:

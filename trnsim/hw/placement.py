@@ -9,10 +9,13 @@ the same addresses.
 from __future__ import annotations
 
 from bisect import bisect_left
-from typing import NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
 
 from trnsim.errors import AllocationError
 from trnsim.units import Bytes
+
+if TYPE_CHECKING:
+    from trnsim.isa import Memory
 
 
 class Allocation(NamedTuple):
@@ -39,7 +42,7 @@ class OnChipAllocator:
     being read just was.
     """
 
-    def __init__(self, memory: object, partitions: int, partition_bytes: Bytes, chip_name: str, bank_bytes: Bytes | None = None,
+    def __init__(self, memory: Memory, partitions: int, partition_bytes: Bytes, chip_name: str, bank_bytes: Bytes | None = None,
                  next_fit: bool = False) -> None:
         self.memory = memory
         self.partitions = partitions
