@@ -140,7 +140,8 @@ class Program:
         """A tensor in PSUM; it must fit in one bank (2 KiB per partition) or span whole banks."""
         return self._on_chip(self.psum_alloc, shape, dtype, name, start_partition)
 
-    def _on_chip(self, alloc: OnChipAllocator, shape: Sequence[int], dtype: object, name: str | None, start_partition: int) -> Tensor:
+    def _on_chip(self, alloc: OnChipAllocator, shape: Sequence[int], dtype: object, name: str | None,
+                 start_partition: int) -> Tensor:
         kind = MEMORY_NAMES[alloc.memory]
         shape = _check_shape(shape, kind)
         dt = as_dtype(dtype)
