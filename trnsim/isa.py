@@ -60,13 +60,12 @@ def row_major_dims(shape: tuple[int, ...]) -> tuple[tuple[int, int], ...]:
     return tuple(reversed(dims))
 
 
-# ``value`` has a default because the same guard is ``__delattr__``, which gets no value
-def _tensor_setattr(self: Tensor, name: str, value: object = None) -> None:
+def _tensor_setattr(self: Tensor, name: str, value: object) -> None:
     raise ProgramError(f"tensor {self!r} cannot change its {name}: it is placed, and instructions were "
                        "checked against it; make a new tensor instead")
 
 
-def _instruction_setattr(self: Instruction, name: str, value: object = None) -> None:
+def _instruction_setattr(self: Instruction, name: str, value: object) -> None:
     if "_owner" in self.__dict__:
         raise ProgramError(f"instruction {self.index} {self.opcode} of program {self.owner!r} cannot change its {name}: "
                            "the program checked and timed it as added; build a new instruction and add that instead")
