@@ -17,7 +17,7 @@ from __future__ import annotations
 import enum
 import math
 from dataclasses import dataclass, field
-from typing import ClassVar
+from typing import Any, Callable, ClassVar, TypeVar, cast
 
 from trnsim.dtypes import DType
 from trnsim.errors import ProgramError
@@ -67,26 +67,32 @@ def _tensor_setattr(self: Tensor, name: str, value: object) -> None:
 
 def _instruction_setattr(self: Instruction, name: str, value: object) -> None:
     if "_owner" in self.__dict__:
-        raise ProgramError(f"instruction {self.index} {self.opcode} of program {self._owner!r} cannot change its {name}: "
+        raise ProgramError(f"instruction {self.index} {self.opcode} of program {self.owner!r} cannot change its {name}: "
                            "the program checked and timed it as added; build a new instruction and add that instead")
     object.__setattr__(self, name, value)
 
 
-def _guarded(cls: type) -> type:
-    """A dataclass whose generated ``__init__`` stores fields directly (as a frozen
-    dataclass's does: no Python-level ``__setattr__`` per field, which made building
-    one a large share of tracing), with ``__setattr__`` then guarding it: a tensor never
-    changes, an instruction until a Program adds it."""
-    cls = dataclass(eq=False, frozen=True)(cls)
-    guard = _tensor_setattr if cls.__name__ == "Tensor" else _instruction_setattr
-    cls.__setattr__ = guard
-    cls.__delattr__ = guard
-    if guard is _instruction_setattr:
-        cls._operand_fields = tuple(dict.fromkeys(cls.read_fields + cls.write_fields))
+def _guard(cls: type, guard: Callable[[Any, str, object], None]) -> None:
+    """Route writes to ``cls``'s attributes through ``guard`` once ``@dataclass(frozen=True)``
+    has made its ``__init__``, which stores fields directly (no Python-level
+    ``__setattr__`` per field, which made building one a large share of tracing): a
+    tensor never changes, an instruction until a Program adds it."""
+    # replacing the frozen dataclass's own __setattr__/__delattr__ is the point
+    cls.__setattr__ = guard  # type: ignore[method-assign, assignment]
+    cls.__delattr__ = guard  # type: ignore[method-assign, assignment]
+
+
+_I = TypeVar("_I", bound="Instruction")
+
+
+def _guarded(cls: type[_I]) -> type[_I]:
+    """An instruction dataclass, guarded (see :func:`_guard`), with its operand fields listed."""
+    _guard(cls, _instruction_setattr)
+    cls._operand_fields = tuple(dict.fromkeys(cls.read_fields + cls.write_fields))
     return cls
 
 
-@_guarded
+@dataclass(eq=False, frozen=True)
 class Tensor:
     """A named region of HBM, SBUF or PSUM with a shape and a dtype.
 
@@ -125,13 +131,16 @@ class Tensor:
 
     def view(self) -> View:
         """The whole tensor as a View."""
-        return make_view(self, 0, self._whole)
+        return make_view(self, 0, self.__dict__["_whole"])
 
     def __getitem__(self, index: object) -> View:
         return self.view()[index]
 
     def __repr__(self) -> str:
         return f"{self.memory.value}:{self.name}{list(self.shape)}:{self.dtype.name}"
+
+
+_guard(Tensor, _tensor_setattr)
 
 
 class View:
@@ -155,7 +164,8 @@ class View:
     partitions: int
 
     def __init__(self, tensor: Tensor, offset: int, dims: tuple[tuple[int, int], ...]) -> None:
-        _fill(self, tensor, offset, tuple(map(tuple, dims)))
+        # callers may hand lists for the pairs: each becomes a tuple
+        _fill(self, tensor, offset, cast("tuple[tuple[int, int], ...]", tuple(map(tuple, dims))))
 
     def __setattr__(self, name: str, value: object) -> None:
         raise ProgramError(f"view {self!r} cannot change its {name}: views are values; slice the tensor for a new one")
@@ -225,8 +235,10 @@ class View:
                 if step <= 0:
                     raise ProgramError(f"slice step {step} on axis {axis} of {self!r}: only positive steps are supported")
                 n = max(0, (stop - start + step - 1) // step)
-                if idx.start is not None and not -count <= idx.start <= count or idx.stop is not None and not -count <= idx.stop <= count:
-                    raise ProgramError(f"slice {idx.start}:{idx.stop} is out of bounds for axis {axis} of size {count} in {self!r}")
+                if (idx.start is not None and not -count <= idx.start <= count
+                        or idx.stop is not None and not -count <= idx.stop <= count):
+                    raise ProgramError(f"slice {idx.start}:{idx.stop} is out of bounds for axis {axis} "
+                                       f"of size {count} in {self!r}")
                 offset += start * stride
                 dims.append((stride * step, n))
             elif isinstance(idx, int):
@@ -337,6 +349,7 @@ class ReduceOp(str, enum.Enum):
 
 
 @_guarded
+@dataclass(eq=False, frozen=True)
 class Instruction:
     """Base of every instruction: where it runs, what it waits for, where it came from."""
 
@@ -349,6 +362,8 @@ class Instruction:
     engines: ClassVar[tuple[Engine, ...]] = ()
     read_fields: ClassVar[tuple[str, ...]] = ()
     write_fields: ClassVar[tuple[str, ...]] = ()
+    #: ``read_fields`` then ``write_fields``, each name once (set by :func:`_guarded`)
+    _operand_fields: ClassVar[tuple[str, ...]]
 
     def __post_init__(self) -> None:
         # A whole tensor may stand wherever a View is expected.
@@ -389,6 +404,7 @@ class Instruction:
 
 
 @_guarded
+@dataclass(eq=False, frozen=True)
 class LoadStationary(Instruction):
     """Load ``src`` [K, M] (SBUF) into the PE array as the stationary operand."""
 
@@ -400,6 +416,7 @@ class LoadStationary(Instruction):
 
 
 @_guarded
+@dataclass(eq=False, frozen=True)
 class MultiplyMoving(Instruction):
     """Stream ``src`` [K, N] (SBUF) past the stationary [K, M]; write stationary.T @ src
     [M, N] into ``dst`` (PSUM, fp32). ``accumulate=False`` starts an accumulation group
@@ -415,6 +432,7 @@ class MultiplyMoving(Instruction):
 
 
 @_guarded
+@dataclass(eq=False, frozen=True)
 class Transpose(Instruction):
     """Transpose ``src`` [P, F] (SBUF) through the PE array into ``dst`` [F, P] (PSUM)."""
 
@@ -427,6 +445,7 @@ class Transpose(Instruction):
 
 
 @_guarded
+@dataclass(eq=False, frozen=True)
 class Activation(Instruction):
     """``dst = func(src * scale + bias)``; ``bias`` is a [P, 1] view or None, ``scale`` a
     number or a [P, 1] view. With ``reduce_op``, ``reduce_dst`` [P, 1] gets the reduction
@@ -446,6 +465,7 @@ class Activation(Instruction):
 
 
 @_guarded
+@dataclass(eq=False, frozen=True)
 class TensorTensor(Instruction):
     """``dst = op(a, b)`` elementwise; ``a``, ``b`` and ``dst`` have one shape."""
 
@@ -460,6 +480,7 @@ class TensorTensor(Instruction):
 
 
 @_guarded
+@dataclass(eq=False, frozen=True)
 class TensorScalar(Instruction):
     """``dst = op1(op0(src, operand0), operand1)``; operands are numbers or [P, 1] views
     (one value per partition). ``op1=None`` applies ``op0`` only. ``reverse0`` swaps
@@ -479,6 +500,7 @@ class TensorScalar(Instruction):
 
 
 @_guarded
+@dataclass(eq=False, frozen=True)
 class TensorReduce(Instruction):
     """Reduce ``src`` along its last ``num_axes`` free dimensions into ``dst``."""
 
@@ -493,6 +515,7 @@ class TensorReduce(Instruction):
 
 
 @_guarded
+@dataclass(eq=False, frozen=True)
 class TensorCopy(Instruction):
     """Copy ``src`` to ``dst``, converting to ``dst``'s dtype (round to nearest even)."""
 
@@ -505,6 +528,7 @@ class TensorCopy(Instruction):
 
 
 @_guarded
+@dataclass(eq=False, frozen=True)
 class Memset(Instruction):
     """Fill ``dst`` with ``value``."""
 
@@ -517,6 +541,7 @@ class Memset(Instruction):
 
 
 @_guarded
+@dataclass(eq=False, frozen=True)
 class Iota(Instruction):
     """``dst[p, i0, i1, ...] = offset + channel_multiplier * p + sum(steps[k] * ik)``."""
 
@@ -531,6 +556,7 @@ class Iota(Instruction):
 
 
 @_guarded
+@dataclass(eq=False, frozen=True)
 class Select(Instruction):
     """``dst = on_true where mask != 0 else on_false``; ``on_false`` may be a number."""
 
@@ -545,6 +571,7 @@ class Select(Instruction):
 
 
 @_guarded
+@dataclass(eq=False, frozen=True)
 class AffineSelect(Instruction):
     """``dst = src where cmp(offset + channel_multiplier * p + sum(steps[k] * ik), 0)
     else fill`` (``cmp`` one of the comparison AluOps): masks such as causal attention."""
@@ -567,6 +594,7 @@ BN_STATS_MAX_FREE = 512
 
 
 @_guarded
+@dataclass(eq=False, frozen=True)
 class BnStats(Instruction):
     """Per-partition statistics of ``src`` [P, F] (F <= 512) into ``dst`` [P, 6]: the mean,
     the sum of squared deviations from it, and the count (then three zeros)."""
@@ -580,6 +608,7 @@ class BnStats(Instruction):
 
 
 @_guarded
+@dataclass(eq=False, frozen=True)
 class BnAggr(Instruction):
     """Combine ``src`` [P, 6 * k] (k BnStats results side by side) into ``dst`` [P, 2]:
     mean and population variance over all k chunks."""
@@ -593,6 +622,7 @@ class BnAggr(Instruction):
 
 
 @_guarded
+@dataclass(eq=False, frozen=True)
 class TensorTensorScan(Instruction):
     """A running scan along the free axis of ``a`` and ``b`` [P, F] (fp32 math):
     ``dst[:, i] = op1(op0(a[:, i], dst[:, i - 1]), b[:, i])`` with ``dst[:, -1] = initial``
@@ -613,6 +643,7 @@ class TensorTensorScan(Instruction):
 
 
 @_guarded
+@dataclass(eq=False, frozen=True)
 class ScalarTensorTensor(Instruction):
     """``dst = op1(op0(src, operand0), b)`` in one pass: ``operand0`` a number or a [P, 1]
     view, ``b`` of ``src``'s shape; ``reverse0``/``reverse1`` swap each op's operands."""
@@ -632,6 +663,7 @@ class ScalarTensorTensor(Instruction):
 
 
 @_guarded
+@dataclass(eq=False, frozen=True)
 class Reciprocal(Instruction):
     """``dst = 1 / src`` elementwise (fp32 math), on the vector engine."""
 
@@ -647,6 +679,7 @@ MAX8_WIDTH = 8
 
 
 @_guarded
+@dataclass(eq=False, frozen=True)
 class Max8(Instruction):
     """The 8 largest values of each partition of ``src`` (8..16384 elements), descending, into ``dst`` [P, 8]."""
 
@@ -659,6 +692,7 @@ class Max8(Instruction):
 
 
 @_guarded
+@dataclass(eq=False, frozen=True)
 class FindIndex8(Instruction):
     """Per partition, the index of the first occurrence in ``src`` of each of the 8 ``vals``
     (repeated values take the next occurrences, in order); all ones where none is left."""
@@ -673,6 +707,7 @@ class FindIndex8(Instruction):
 
 
 @_guarded
+@dataclass(eq=False, frozen=True)
 class MatchReplace8(Instruction):
     """``dst`` = ``src`` with the first occurrence of each of the 8 ``vals`` per partition
     replaced by ``imm`` (vals taken last to first); ``dst_idx`` [P, 8] gets the positions."""
@@ -689,6 +724,7 @@ class MatchReplace8(Instruction):
 
 
 @_guarded
+@dataclass(eq=False, frozen=True)
 class RangeSelect(Instruction):
     """``dst = src where cmp0(start + i, bound0) and cmp1(start + i, bound1) else fill``, ``i``
     the free index and the bounds [P, 1]; ``reduce_dst`` [P, 1] (optional) gets the max of ``dst``."""
@@ -709,6 +745,7 @@ class RangeSelect(Instruction):
 
 
 @_guarded
+@dataclass(eq=False, frozen=True)
 class SequenceBounds(Instruction):
     """For segment ids ``src`` [1, N], ``dst`` [1, 2, N]: the first index and one past the
     last index of each element's segment; id 0 (padding) gets (N, -1)."""
@@ -726,6 +763,7 @@ SHUFFLE_KEEP = 255
 
 
 @_guarded
+@dataclass(eq=False, frozen=True)
 class StreamShuffle(Instruction):
     """Cross-partition copy inside each quadrant of 32 partitions: ``dst`` partition ``i``
     gets ``src`` partition ``mask[i]`` of the same quadrant; 255 leaves ``dst[i]`` as it is."""
@@ -740,6 +778,7 @@ class StreamShuffle(Instruction):
 
 
 @_guarded
+@dataclass(eq=False, frozen=True)
 class PartitionReduce(Instruction):
     """Reduce ``src`` [P, F] across its partitions into ``dst`` [1, F]."""
 
@@ -753,6 +792,7 @@ class PartitionReduce(Instruction):
 
 
 @_guarded
+@dataclass(eq=False, frozen=True)
 class RandomUniform(Instruction):
     """Fill ``dst`` with values drawn uniformly from [low, high) by the engine's generator
     (``bits=True``: raw 32-bit random integers truncated to ``dst``'s dtype instead)."""
@@ -768,6 +808,7 @@ class RandomUniform(Instruction):
 
 
 @_guarded
+@dataclass(eq=False, frozen=True)
 class Dropout(Instruction):
     """``dst = 0 where a uniform draw in [0, 1) < prob else src``; ``prob`` a number or [P, 1] view."""
 
@@ -781,6 +822,7 @@ class Dropout(Instruction):
 
 
 @_guarded
+@dataclass(eq=False, frozen=True)
 class RngSeed(Instruction):
     """Seed the engine's random generator from the values of ``src``."""
 
@@ -792,6 +834,7 @@ class RngSeed(Instruction):
 
 
 @_guarded
+@dataclass(eq=False, frozen=True)
 class RngState(Instruction):
     """Write the engine's random generator state into ``dst`` (uint32): the 32-bit words of
     the simulated generator's state, repeated along each partition's row, the same in every
@@ -808,6 +851,7 @@ GATHER_GROUP = 16
 
 
 @_guarded
+@dataclass(eq=False, frozen=True)
 class LocalGather(Instruction):
     """GpSimd gather: each group of 16 partitions flattens its ``indices`` slice partition
     first and keeps the first ``valid`` indices; ``dst[p, k, e] = src[p, indices_k + e]`` for
@@ -825,6 +869,7 @@ class LocalGather(Instruction):
 
 
 @_guarded
+@dataclass(eq=False, frozen=True)
 class Gather(Instruction):
     """``dst[p, j] = src[p, indices[p, j]]`` within each partition (``src`` seen flat)."""
 
@@ -838,6 +883,7 @@ class Gather(Instruction):
 
 
 @_guarded
+@dataclass(eq=False, frozen=True)
 class NonzeroWithCount(Instruction):
     """On the first partition of each group of 16: the positions (plus ``offset``) of the
     nonzero elements of ``src`` [P, T], then ``padding``, then their count, into ``dst``
@@ -854,6 +900,7 @@ class NonzeroWithCount(Instruction):
 
 
 @_guarded
+@dataclass(eq=False, frozen=True)
 class BlockTranspose(Instruction):
     """Transpose ``src`` [P, F] (both at most 32) into ``dst`` [F, P] on the vector engine."""
 
@@ -866,6 +913,7 @@ class BlockTranspose(Instruction):
 
 
 @_guarded
+@dataclass(eq=False, frozen=True)
 class DmaCopy(Instruction):
     """Copy ``src`` to ``dst`` (HBM, SBUF or PSUM) on DMA queue ``queue``; between float
     dtypes the DMA converts through fp32 (round to nearest even)."""
@@ -889,6 +937,7 @@ _QUEUE_TRACKS: dict[int, str] = {}
 
 
 @_guarded
+@dataclass(eq=False, frozen=True)
 class SemaphoreSignal(Instruction):
     """Add one to semaphore ``sem`` when every earlier instruction on this engine is done."""
 
@@ -901,6 +950,7 @@ class SemaphoreSignal(Instruction):
 
 
 @_guarded
+@dataclass(eq=False, frozen=True)
 class SemaphoreWait(Instruction):
     """Block this engine until semaphore ``sem`` has reached ``count``."""
 

@@ -14,7 +14,7 @@ import math
 import operator
 import os
 import re
-from typing import Callable, Iterator, Sequence
+from typing import TYPE_CHECKING, Callable, Iterator, Sequence
 
 from trnsim.dtypes import as_dtype, float32
 from trnsim.errors import AllocationError, ProgramError
@@ -22,6 +22,10 @@ from trnsim.isa import (ALU_COMPARISONS, BN_STATS_MAX_FREE, BN_STATS_WIDTH, MAX_
                         BnAggr, BnStats, DmaCopy, Engine, Instruction, Iota, LoadStationary, Memory, MultiplyMoving,
                         Select, SemaphoreWait, Tensor, TensorCopy, TensorReduce, TensorScalar, TensorTensor,
                         Transpose, View, dims_extent)
+
+if TYPE_CHECKING:
+    from trnsim.hw.placement import OnChipAllocator
+    from trnsim.hw.spec import ChipSpec
 
 
 _set = object.__setattr__
@@ -66,7 +70,7 @@ class Program:
     chip and :mod:`trnsim.hw.core` schedules it.
     """
 
-    def __init__(self, chip: object = None, name: str = "program") -> None:
+    def __init__(self, chip: str | os.PathLike[str] | ChipSpec | None = None, name: str = "program") -> None:
         from trnsim.hw.placement import OnChipAllocator
         from trnsim.hw.spec import load_chip
 
@@ -113,8 +117,9 @@ class Program:
         nbytes = math.prod(shape) * dt.itemsize
         capacity = self.chip.hbm.capacity_bytes
         if self._hbm_bytes + nbytes > capacity:
-            raise AllocationError(f"HBM tensor {name or 'hbm'!r} of {nbytes / 2**30:.2f} GiB does not fit: {self._hbm_bytes / 2**30:.2f} GiB "
-                                  f"already placed of the {capacity / 2**30:.0f} GiB on {self.chip.name}; use smaller tensors or a chip with more HBM")
+            raise AllocationError(f"HBM tensor {name or 'hbm'!r} of {nbytes / 2**30:.2f} GiB does not fit: "
+                                  f"{self._hbm_bytes / 2**30:.2f} GiB already placed of the {capacity / 2**30:.0f} GiB "
+                                  f"on {self.chip.name}; use smaller tensors or a chip with more HBM")
         t = Tensor(self._name(name, "hbm"), Memory.HBM, shape, dt, byte_offset=self._hbm_bytes)
         self._hbm_bytes += t.nbytes
         self.tensors.append(t)
@@ -135,7 +140,8 @@ class Program:
         """A tensor in PSUM; it must fit in one bank (2 KiB per partition) or span whole banks."""
         return self._on_chip(self.psum_alloc, shape, dtype, name, start_partition)
 
-    def _on_chip(self, alloc: object, shape: Sequence[int], dtype: object, name: str | None, start_partition: int) -> Tensor:
+    def _on_chip(self, alloc: OnChipAllocator, shape: Sequence[int], dtype: object, name: str | None,
+                 start_partition: int) -> Tensor:
         kind = MEMORY_NAMES[alloc.memory]
         shape = _check_shape(shape, kind)
         dt = as_dtype(dtype)
@@ -174,12 +180,13 @@ class Program:
                                "an instruction joins one program once, so build a new one")
         if not isinstance(inst.deps, (tuple, list)):
             raise ProgramError(f"instruction {inst.opcode}: deps {inst.deps!r} must be a tuple of instruction indices")
-        inst.deps = tuple(inst.deps)   # a list given stays the caller's to change; the deps must not
-        inst.index = len(self.instructions)
+        # not sealed yet, so set as its guard would (the dataclass is frozen to the type checker)
+        _set(inst, "deps", tuple(inst.deps))   # a list given stays the caller's to change; the deps must not
+        _set(inst, "index", len(self.instructions))
         try:
             self._validate(inst)
         except ProgramError:
-            inst.index = -1
+            _set(inst, "index", -1)
             raise
         self.instructions.append(inst)
         inst._seal(self.name)
@@ -244,10 +251,12 @@ class Program:
             raise self._fail(inst, f"operand {v!r} is empty; drop the instruction or fix the slice")
         dims = v.dims
         if len(dims) > MAX_FREE_DIMS + 1:
-            raise self._fail(inst, f"operand {v!r} has {len(dims)} dimensions; at most a partition dimension and {MAX_FREE_DIMS} free dimensions")
+            raise self._fail(inst, f"operand {v!r} has {len(dims)} dimensions; at most a partition dimension "
+                                   f"and {MAX_FREE_DIMS} free dimensions")
         if not t.on_chip:
             if not isinstance(inst, DmaCopy):
-                raise self._fail(inst, f"operand {v!r} is in HBM; engines read and write SBUF/PSUM only, so move it with a DMA first")
+                raise self._fail(inst, f"operand {v!r} is in HBM; engines read and write SBUF/PSUM only, "
+                                       "so move it with a DMA first")
             return
         row = t.row_elems
         if dims and dims[0][1] > 1 and dims[0][0] != row:
@@ -266,9 +275,11 @@ class Program:
     def _check_matmul_shapes(self, inst: Instruction, k: int, m: int) -> None:
         te = self.chip.tensor_engine
         if k > te.pe_rows:
-            raise self._fail(inst, f"contraction (partition) size {k} exceeds the {te.pe_rows} rows of the PE array; split K into tiles of {te.pe_rows}")
+            raise self._fail(inst, f"contraction (partition) size {k} exceeds the {te.pe_rows} rows of the PE array; "
+                                   f"split K into tiles of {te.pe_rows}")
         if m > te.stationary_free_max:
-            raise self._fail(inst, f"stationary free size {m} exceeds {te.stationary_free_max}; split M into tiles of {te.stationary_free_max}")
+            raise self._fail(inst, f"stationary free size {m} exceeds {te.stationary_free_max}; "
+                                   f"split M into tiles of {te.stationary_free_max}")
 
     def _check_load_stationary(self, inst: LoadStationary) -> None:
         if inst.src.memory is not Memory.SBUF:
@@ -283,13 +294,15 @@ class Program:
             raise self._fail(inst, f"matmul output {inst.dst!r} must be a float32 PSUM tile")
         n = inst.src.free_size
         if n > te.moving_free_max:
-            raise self._fail(inst, f"moving free size {n} exceeds {te.moving_free_max} (one PSUM bank of fp32); split N into tiles of {te.moving_free_max}")
+            raise self._fail(inst, f"moving free size {n} exceeds {te.moving_free_max} (one PSUM bank of fp32); "
+                                   f"split N into tiles of {te.moving_free_max}")
         stationary = self._last_stationary(inst)
         if stationary is None:
             raise self._fail(inst, "no load_stationary precedes this multiply_moving; load the stationary tile first")
         k, m = stationary.src.partitions, stationary.src.free_size
         if inst.src.partitions != k:
-            raise self._fail(inst, f"moving has {inst.src.partitions} partitions but the stationary has {k}; both are the contraction size K")
+            raise self._fail(inst, f"moving has {inst.src.partitions} partitions but the stationary has {k}; "
+                                   "both are the contraction size K")
         if inst.dst.partitions != m or inst.dst.free_size != n:
             raise self._fail(inst, f"output {inst.dst!r} must be [{m}, {n}] (stationary free x moving free)")
         self._check_one_bank(inst, inst.dst)
@@ -299,7 +312,8 @@ class Program:
         first = v.tensor.byte_offset + v.free_offset * v.dtype.itemsize
         last = first + _extent(v) * v.dtype.itemsize - 1
         if first // bank != last // bank:
-            raise self._fail(inst, f"output {v!r} crosses a PSUM bank boundary ({bank} bytes per partition per bank); keep each matmul output inside one bank")
+            raise self._fail(inst, f"output {v!r} crosses a PSUM bank boundary ({bank} bytes per partition per bank); "
+                                   "keep each matmul output inside one bank")
 
     def _last_stationary(self, inst: Instruction) -> LoadStationary | None:
         for prev in reversed(self.instructions):
@@ -321,7 +335,8 @@ class Program:
     def _check_same_size(self, inst: Instruction, out: View, *ins: View) -> None:
         for v in ins:
             if v.partitions != out.partitions or v.free_size != out.free_size:
-                raise self._fail(inst, f"operand {v!r} has [{v.partitions}, {v.free_size}] elements but {out!r} has [{out.partitions}, {out.free_size}]")
+                raise self._fail(inst, f"operand {v!r} has [{v.partitions}, {v.free_size}] elements "
+                                       f"but {out!r} has [{out.partitions}, {out.free_size}]")
 
     def _check_per_partition(self, inst: Instruction, out: View, v: object, what: str) -> None:
         if isinstance(v, View) and (v.partitions != out.partitions or v.free_size != 1):
@@ -348,40 +363,48 @@ class Program:
     def _check_tensor_reduce(self, inst: TensorReduce) -> None:
         free = inst.src.shape[1:]
         if not 1 <= inst.num_axes <= len(free):
-            raise self._fail(inst, f"num_axes {inst.num_axes} must be between 1 and the {len(free)} free dimensions of {inst.src!r}")
+            raise self._fail(inst, f"num_axes {inst.num_axes} must be between 1 and the {len(free)} "
+                                   f"free dimensions of {inst.src!r}")
         kept = math.prod(free[: len(free) - inst.num_axes])
         if inst.dst.partitions != inst.src.partitions or inst.dst.free_size != kept:
-            raise self._fail(inst, f"reducing the last {inst.num_axes} free axes of {inst.src!r} gives [{inst.src.partitions}, {kept}], got {inst.dst!r}")
+            raise self._fail(inst, f"reducing the last {inst.num_axes} free axes of {inst.src!r} "
+                                   f"gives [{inst.src.partitions}, {kept}], got {inst.dst!r}")
 
     def _check_tensor_copy(self, inst: TensorCopy) -> None:
         self._check_same_size(inst, inst.dst, inst.src)
 
     def _check_select(self, inst: Select) -> None:
-        self._check_same_size(inst, inst.dst, inst.mask, inst.on_true, *([inst.on_false] if isinstance(inst.on_false, View) else []))
+        on_false = [inst.on_false] if isinstance(inst.on_false, View) else []
+        self._check_same_size(inst, inst.dst, inst.mask, inst.on_true, *on_false)
 
     def _check_iota(self, inst: Iota) -> None:
         if len(inst.steps) != len(inst.dst.shape) - 1:
-            raise self._fail(inst, f"iota needs one step per free dimension of {inst.dst!r} ({len(inst.dst.shape) - 1}), got {len(inst.steps)}")
+            raise self._fail(inst, f"iota needs one step per free dimension of {inst.dst!r} "
+                                   f"({len(inst.dst.shape) - 1}), got {len(inst.steps)}")
 
     def _check_affine_select(self, inst: AffineSelect) -> None:
         self._check_same_size(inst, inst.dst, inst.src)
         if len(inst.steps) != len(inst.src.shape) - 1:
-            raise self._fail(inst, f"affine_select needs one step per free dimension of {inst.src!r} ({len(inst.src.shape) - 1}), got {len(inst.steps)}")
+            raise self._fail(inst, f"affine_select needs one step per free dimension of {inst.src!r} "
+                                   f"({len(inst.src.shape) - 1}), got {len(inst.steps)}")
         if inst.cmp not in ALU_COMPARISONS:
-            raise self._fail(inst, f"cmp {inst.cmp.value!r} is not a comparison; use one of {', '.join(c.value for c in ALU_COMPARISONS)}")
+            raise self._fail(inst, f"cmp {inst.cmp.value!r} is not a comparison; "
+                                   f"use one of {', '.join(c.value for c in ALU_COMPARISONS)}")
 
     def _check_bn_stats(self, inst: BnStats) -> None:
         if inst.src.free_size > BN_STATS_MAX_FREE:
-            raise self._fail(inst, f"bn_stats takes at most {BN_STATS_MAX_FREE} elements per partition, got {inst.src.free_size}; "
-                                   "run it on chunks and combine them with bn_aggr")
+            raise self._fail(inst, f"bn_stats takes at most {BN_STATS_MAX_FREE} elements per partition, "
+                                   f"got {inst.src.free_size}; run it on chunks and combine them with bn_aggr")
         if inst.dst.partitions != inst.src.partitions or inst.dst.free_size != BN_STATS_WIDTH:
             raise self._fail(inst, f"bn_stats of {inst.src!r} writes [{inst.src.partitions}, {BN_STATS_WIDTH}], got {inst.dst!r}")
 
     def _check_bn_aggr(self, inst: BnAggr) -> None:
         if inst.src.free_size % BN_STATS_WIDTH or inst.src.contiguous_run() % BN_STATS_WIDTH:
-            raise self._fail(inst, f"bn_aggr takes bn_stats results [P, {BN_STATS_WIDTH} * k] laid out contiguously, got {inst.src!r}")
+            raise self._fail(inst, f"bn_aggr takes bn_stats results [P, {BN_STATS_WIDTH} * k] laid out contiguously, "
+                                   f"got {inst.src!r}")
         if inst.dst.partitions != inst.src.partitions or inst.dst.free_size != 2:
-            raise self._fail(inst, f"bn_aggr of {inst.src!r} writes [{inst.src.partitions}, 2] (mean, variance), got {inst.dst!r}")
+            raise self._fail(inst, f"bn_aggr of {inst.src!r} writes [{inst.src.partitions}, 2] (mean, variance), "
+                                   f"got {inst.dst!r}")
 
     def _check_semaphore_wait(self, inst: SemaphoreWait) -> None:
         if not isinstance(inst.count, int) or inst.count < 1:
@@ -389,7 +412,8 @@ class Program:
 
     def _check_dma_copy(self, inst: DmaCopy) -> None:
         if inst.src.size != inst.dst.size:
-            raise self._fail(inst, f"copies {inst.src.size} elements from {inst.src!r} into {inst.dst.size} of {inst.dst!r}; sizes must match")
+            raise self._fail(inst, f"copies {inst.src.size} elements from {inst.src!r} into {inst.dst.size} of {inst.dst!r}; "
+                                   "sizes must match")
         if inst.src.dtype is not inst.dst.dtype and not (inst.src.dtype.is_float and inst.dst.dtype.is_float):
             raise self._fail(inst, f"DMA converts between float dtypes only ({inst.src.dtype.name} -> {inst.dst.dtype.name}); "
                              "copy with tensor_copy to convert")
@@ -399,7 +423,8 @@ class Program:
 
     # -- convenience builders ---------------------------------------------
 
-    def matmul(self, dst: View, stationary: View, moving: View, *, accumulate: bool = False, deps: Sequence[int] = (), source: str = "") -> int:
+    def matmul(self, dst: View, stationary: View, moving: View, *, accumulate: bool = False, deps: Sequence[int] = (),
+               source: str = "") -> int:
         """Load ``stationary`` [K, M] and multiply ``moving`` [K, N] into ``dst`` [M, N];
         returns the index of the multiply."""
         i = self.add(LoadStationary(stationary, engine=Engine.TENSOR, deps=tuple(deps), source=source))
@@ -459,12 +484,14 @@ def _check_shape(shape: Sequence[int], where: str) -> tuple[int, ...]:
     return shape
 
 
-def _check_partitions(what: Callable[[], str], start: int, count: int, chip: object) -> None:
+def _check_partitions(what: Callable[[], str], start: int, count: int, chip: ChipSpec) -> None:
     """Partition range and start alignment; ``what`` names the operand (built only on failure)."""
     limit = chip.sbuf.partitions
     if count > limit:
-        raise ProgramError(f"{what()}: partition dimension {count} exceeds the {limit} partitions of {chip.name}; tile the first axis into pieces of {limit}")
+        raise ProgramError(f"{what()}: partition dimension {count} exceeds the {limit} partitions of {chip.name}; "
+                           f"tile the first axis into pieces of {limit}")
     if start < 0 or start + count > limit:
         raise ProgramError(f"{what()}: partitions {start}..{start + count - 1} fall outside 0..{limit - 1} on {chip.name}")
     if not _alignment_ok(start, count):
-        raise ProgramError(f"{what()}: start partition {start} is misaligned for {count} partitions; it must be {_allowed_starts(count)}")
+        raise ProgramError(f"{what()}: start partition {start} is misaligned for {count} partitions; "
+                           f"it must be {_allowed_starts(count)}")

@@ -265,7 +265,7 @@ def _compute(op, info: _OpInfo, args: tuple, kwargs: dict, host_op=None, growabl
         h_args, h_kwargs = _with_device_generator(info.generator, h_args, h_kwargs)
     try:
         result = _call(run, h_args, h_kwargs, draws, info)
-    except Exception as e:
+    except Exception as e:   # noqa: BLE001 - whatever the CPU kernel raised: retried below, or re-raised as the op's error
         if info.mutable and not growable and _NOT_RESIZABLE in str(e):
             return _compute(op, info, args, kwargs, host_op, growable=not _grow_outputs(op, info, args, kwargs))
         h_args, h_kwargs, result = _retry_with_wrapped_numbers(e, op, run, info, h_args, h_kwargs, draws)
@@ -417,7 +417,7 @@ def _retry_with_wrapped_numbers(e: Exception, op, run, info: _OpInfo, h_args: tu
     h_args, h_kwargs = wrapped
     try:
         return h_args, h_kwargs, _call(run, h_args, h_kwargs, draws, info)
-    except Exception as e2:
+    except Exception as e2:   # noqa: BLE001 - whatever the CPU kernel raised, re-raised as the op's error
         _reraise(e2, info)
 
 

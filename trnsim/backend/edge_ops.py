@@ -47,7 +47,7 @@ def histc(op, info, args: tuple, kwargs: dict) -> torch.Tensor:
     return OnHost(None if x.dtype.is_floating_point or x.dtype.is_complex else integer_histc)
 
 
-def integer_histc(self: torch.Tensor, bins: int = 100, min: float = 0, max: float = 0, *,
+def integer_histc(self: torch.Tensor, bins: int = 100, min: float = 0, max: float = 0, *,  # noqa: A002 - aten::histc's keywords
                   out: torch.Tensor | None = None) -> torch.Tensor:
     """``histc`` of an integer CPU tensor, as CUDA computes it: ``bins`` equal bins over
     [``min``, ``max``] (the data's range where both are 0, widened by 1 each way where it

@@ -23,9 +23,10 @@ fp32 and rounded to the result dtype once more (as a separate vector-engine add
 would); the statistics that ``native_layer_norm``, ``native_group_norm``, batch
 norm and ``_fused_rms_norm`` also return (mean, rstd, for the backward) come from the
 CPU kernel, which also updates batch norm's running statistics. The op's simulated
-time is op fidelity's: the kernel Program traced for the same shapes and dtypes, which is the Program run here where a logical core is one
-physical core (trn1, trn3; on trn2, LNC=2, op fidelity times each physical core's share
-while the data run here computes the whole op) (a gather is the exception:
+time is op fidelity's: the kernel Program traced for the same shapes and dtypes, which is
+the Program run here where a logical core is one physical core (trn1, trn3; on trn2,
+LNC=2, op fidelity times each physical core's share while the data run here computes
+the whole op) (a gather is the exception:
 :func:`trnsim.kernels.gather.embedding_kernel` copies the right rows only when it
 knows the index values, one DMA per row, so its data run is a different Program from
 the timing model's).

@@ -43,7 +43,8 @@ def _matmul(call: Call, b: int, m: int, k: int, n: int, dtype: torch.dtype) -> O
     lhs = (b, k, m) if b > 1 else (k, m)
     rhs = (b, k, n) if b > 1 else (k, n)
     out_dtype = chip_dtype(dtype) if dtype.is_floating_point else "float32"
-    return run_kernel(matmul_general, "matmul_general", placeholder(lhs, dtype), placeholder(rhs, dtype), dtype=out_dtype, repeat=scale)
+    return run_kernel(matmul_general, "matmul_general", placeholder(lhs, dtype), placeholder(rhs, dtype),
+                dtype=out_dtype, repeat=scale)
 
 
 def _mm(call: Call) -> OpCost:
@@ -85,8 +86,8 @@ def _grouped_mm(call: Call) -> OpCost | None:
         keep = max(512, (n * MAX_MULTIPLIES // mults) // 512 * 512)
         scale, n = math.ceil(n / keep), keep
     dtype = call.arg(4, "out_dtype") or a.dtype
-    return run_kernel(grouped_matmul, "grouped_matmul", placeholder((k, m), a.dtype), placeholder((groups, k, n), b.dtype), rows=rows,
-                dtype=chip_dtype(dtype), repeat=scale)
+    return run_kernel(grouped_matmul, "grouped_matmul", placeholder((k, m), a.dtype), placeholder((groups, k, n), b.dtype),
+                rows=rows, dtype=chip_dtype(dtype), repeat=scale)
 
 
 def _group_ends(offs: torch.Tensor, m: int, groups: int) -> tuple[int, ...]:
@@ -113,7 +114,6 @@ def _unary(call: Call) -> OpCost:
 
 
 def _binary(call: Call) -> OpCost:
-    out = call.out
     from trnsim.kernels.elementwise import binary_kernel, scalar_kernel
 
     ts = _tensors(list(call.args))   # not an out= tensor
@@ -122,7 +122,8 @@ def _binary(call: Call) -> OpCost:
     big = [t for t in ts if t.dim() > 0]
     if len(ts) == 1 or len(big) <= 1:
         y = big[0] if big else x
-        return run_kernel(scalar_kernel, f"scalar_kernel[{op}]", placeholder(call.shares.per_core(y.shape), y.dtype), op=op, value=1.0)
+        return run_kernel(scalar_kernel, f"scalar_kernel[{op}]", placeholder(call.shares.per_core(y.shape), y.dtype),
+                    op=op, value=1.0)
     a, b = big[0], big[1]
     shape = torch.broadcast_shapes(a.shape, b.shape)
     if tuple(a.shape) == tuple(b.shape):
@@ -133,10 +134,11 @@ def _binary(call: Call) -> OpCost:
     small = b if b.numel() <= a.numel() else a
     part = call.shares.split(rows)
     if small.numel() == d and small.shape[-1] == d:       # a row broadcast over the rows
-        return run_kernel(binary_kernel, f"binary_kernel[{op}]", placeholder((part, d), a.dtype), placeholder((d,), small.dtype), op=op)
-    if small.numel() == rows and small.shape[-1] == 1:  # a column broadcast along the rows
-        return run_kernel(binary_kernel, f"binary_kernel[{op}]", placeholder((part, d), a.dtype), placeholder((part, 1), small.dtype),
+        return run_kernel(binary_kernel, f"binary_kernel[{op}]", placeholder((part, d), a.dtype), placeholder((d,), small.dtype),
                     op=op)
+    if small.numel() == rows and small.shape[-1] == 1:  # a column broadcast along the rows
+        return run_kernel(binary_kernel, f"binary_kernel[{op}]", placeholder((part, d), a.dtype),
+                    placeholder((part, 1), small.dtype), op=op)
     part = call.shares.per_core(shape)
     return run_kernel(binary_kernel, f"binary_kernel[{op}]", placeholder(part, a.dtype), placeholder(part, a.dtype), op=op)
 
@@ -152,7 +154,8 @@ def _cast(call: Call) -> OpCost:
     src = next((t for t in _tensors(flat) if t is not out), _tensors(flat)[0])
     if src.device.type != "neuron" or out.device.type != "neuron":
         return None
-    return run_kernel(cast_kernel, "cast_kernel", placeholder(call.shares.per_core(out.shape), src.dtype), dtype=chip_dtype(out.dtype))
+    return run_kernel(cast_kernel, "cast_kernel", placeholder(call.shares.per_core(out.shape), src.dtype),
+                dtype=chip_dtype(out.dtype))
 
 
 # -- reductions, softmax, norms --------------------------------------------
@@ -274,7 +277,8 @@ def _batch_norm_backward(call: Call, relu: bool = False) -> OpCost | None:
     c = x.shape[1]
     share = call.shares.images(x.shape)
     return run_kernel(batchnorm_backward_kernel, "batchnorm_backward_kernel[relu]" if relu else "batchnorm_backward_kernel",
-                placeholder(share, grad.dtype), placeholder(share, x.dtype), placeholder((c,), weight.dtype) if weight is not None else None,
+                placeholder(share, grad.dtype), placeholder(share, x.dtype),
+                placeholder((c,), weight.dtype) if weight is not None else None,
                 placeholder((c,), mean.dtype), placeholder((c,), invstd.dtype), training=train, need_input=bool(mask[0]),
                 need_weight=bool(mask[1]), need_bias=bool(mask[2]), relu_out=placeholder(share, x.dtype) if relu else None)
 
@@ -291,7 +295,8 @@ def _group_norm_backward(call: Call) -> OpCost | None:
         return None
     share = call.shares.images(x.shape)
     c = x.shape[1]
-    return run_kernel(groupnorm_backward_kernel, "groupnorm_backward_kernel", placeholder(share, grad.dtype), placeholder(share, x.dtype),
+    return run_kernel(groupnorm_backward_kernel, "groupnorm_backward_kernel", placeholder(share, grad.dtype),
+                placeholder(share, x.dtype),
                 placeholder((share[0], groups), mean.dtype), placeholder((share[0], groups), mean.dtype),
                 placeholder((c,), weight.dtype) if weight is not None else None, groups, need_input=bool(mask[0]),
                 need_weight=bool(mask[1]), need_bias=bool(mask[2]))
@@ -331,8 +336,8 @@ def _softmax_backward(call: Call) -> OpCost:
     dim = call.arg(2, "dim", -1)
     rows, d = _rows_cols(grad, dim % max(grad.dim(), 1) if grad.dim() else None)
     rows = call.shares.split(rows)
-    return run_kernel(softmax_backward_kernel, "softmax_backward_kernel", placeholder((rows, d), grad.dtype), placeholder((rows, d), y.dtype),
-                log="log" in call.name)
+    return run_kernel(softmax_backward_kernel, "softmax_backward_kernel", placeholder((rows, d), grad.dtype),
+                placeholder((rows, d), y.dtype), log="log" in call.name)
 
 
 def _layer_norm_backward(call: Call) -> OpCost:
@@ -348,7 +353,8 @@ def _layer_norm_backward(call: Call) -> OpCost:
     if not any(mask):
         return None
     gamma = placeholder((d,), weight.dtype) if weight is not None else None
-    return run_kernel(layernorm_backward_kernel, "layernorm_backward_kernel", placeholder((n, d), grad.dtype), placeholder((n, d), x.dtype),
+    return run_kernel(layernorm_backward_kernel, "layernorm_backward_kernel", placeholder((n, d), grad.dtype),
+                placeholder((n, d), x.dtype),
                 placeholder((n,), mean.dtype), placeholder((n,), rstd.dtype), gamma, need_input=bool(mask[0]),
                 need_weight=bool(mask[1]), need_bias=bool(mask[2]))
 
@@ -411,7 +417,8 @@ def _attention_backward(call: Call) -> OpCost:
         return None
     heads, sq, sk, d = shape
     cost = run_kernel(flash_attention_bwd, "flash_attention_bwd", placeholder((sq, d), q.dtype), placeholder((sk, d), k.dtype),
-                placeholder((sk, d), v.dtype), placeholder((sq, d), q.dtype), placeholder((sq, d), q.dtype), placeholder((sq,), torch.float32),
+                placeholder((sk, d), v.dtype), placeholder((sq, d), q.dtype), placeholder((sq, d), q.dtype),
+                placeholder((sq,), torch.float32),
                 scale=call.arg(99, "scale"), causal=bool(call.arg(13, "is_causal", False)), repeat=heads)
     return _with_mask(cost, bias)
 
@@ -500,7 +507,8 @@ def _nll_loss_backward(call: Call) -> OpCost:
     n, c = call.shares.split(shape[0]), shape[1]
     reduction = _REDUCTIONS[int(call.arg(4, "reduction", 1))]
     return run_kernel(nll_loss_backward_kernel, "nll_loss_backward_kernel",
-                placeholder((n,) if reduction == "none" else (), grad.dtype), placeholder((n, c), x.dtype), placeholder((n,), torch.int32),
+                placeholder((n,) if reduction == "none" else (), grad.dtype), placeholder((n, c), x.dtype),
+                placeholder((n,), torch.int32),
                 placeholder((c,), weight.dtype) if weight is not None else None,
                 reduction=reduction, ignore_index=int(call.arg(5, "ignore_index", -100)),
                 total_weight=placeholder((), x.dtype))
@@ -587,7 +595,8 @@ def _max_pool_backward(call: Call) -> OpCost | None:
         return None
     shape, kernel, stride, padding = pool
     g = call.shares.images(grad.shape)
-    return run_kernel(maxpool2d_backward_kernel, "maxpool2d_backward_kernel", placeholder(g, grad.dtype), placeholder(g, torch.int32),
+    return run_kernel(maxpool2d_backward_kernel, "maxpool2d_backward_kernel", placeholder(g, grad.dtype),
+                placeholder(g, torch.int32),
                 placeholder(shape, x.dtype), kernel, stride, padding, bool(call.arg(6, "ceil_mode", False)))
 
 
@@ -610,7 +619,8 @@ def _avg_pool(call: Call) -> OpCost | None:
                "divisor_override": call.arg(at + 6, "divisor_override")}
     if back:
         grad = call.arg(0, "grad_output")
-        return run_kernel(avgpool2d_backward_kernel, "avgpool2d_backward_kernel", placeholder(call.shares.images(grad.shape), grad.dtype),
+        return run_kernel(avgpool2d_backward_kernel, "avgpool2d_backward_kernel",
+                    placeholder(call.shares.images(grad.shape), grad.dtype),
                     placeholder(shape, x.dtype), kernel, stride, padding, **options)
     return run_kernel(avgpool2d_kernel, "avgpool2d_kernel", placeholder(shape, x.dtype), kernel, stride, padding, **options)
 
@@ -711,7 +721,8 @@ def _cost_cached(call: Call, kernel: Any, name: str, p: torch.Tensor) -> OpCost:
     if c is None:
         f = torch.float32
         part = call.shares.per_core(p.shape)
-        c = _adam_memo[key] = run_kernel(kernel, name, placeholder(part, f), placeholder(part, f), placeholder(part, f), placeholder(part, f))
+        c = _adam_memo[key] = run_kernel(kernel, name, placeholder(part, f), placeholder(part, f), placeholder(part, f),
+                    placeholder(part, f))
     return c
 
 
@@ -752,7 +763,8 @@ def _isnan(call: Call) -> OpCost:
 
     x = call.args[0]
     part = call.shares.per_core(x.shape)
-    return run_kernel(binary_kernel, "binary_kernel[not_equal]", placeholder(part, x.dtype), placeholder(part, x.dtype), op="not_equal")
+    return run_kernel(binary_kernel, "binary_kernel[not_equal]", placeholder(part, x.dtype), placeholder(part, x.dtype),
+                op="not_equal")
 
 
 def _cumsum(call: Call) -> OpCost | None:

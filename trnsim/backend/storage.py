@@ -72,7 +72,7 @@ class HbmBlock:
     def __del__(self) -> None:
         try:
             state.memory.free(self.nbytes)
-        except Exception:  # interpreter shutdown: the account is gone already
+        except Exception:  # noqa: BLE001 - interpreter shutdown: the account is gone already
             pass
 
 

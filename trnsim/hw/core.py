@@ -19,15 +19,18 @@ from __future__ import annotations
 
 from collections import deque
 from dataclasses import dataclass, field
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, Generator, NamedTuple, cast
 
 from trnsim.errors import SimulationError
 from trnsim.hw.dma import DmaPlan, DmaSystem
 from trnsim.hw.spec import ChipSpec
 from trnsim.hw.static import DMA, LOAD, MULTIPLY, SIGNAL, WAIT, StaticTiming, static_timing
-from trnsim.isa import Engine
+from trnsim.isa import Engine, SemaphoreSignal, SemaphoreWait
 from trnsim.program import Program
 from trnsim.units import Picos
+
+if TYPE_CHECKING:
+    import simpy
 
 #: Kinds of cause: ``"dma"`` (a dependency on a DMA transfer), ``"engine"`` (a dependency
 #: on another engine's instruction, another track of the same engine, or the tensor
@@ -90,19 +93,19 @@ class _Schedule:
     and wait on simpy events.
     """
 
-    def __init__(self, env: Any, program: Program, static: StaticTiming) -> None:
+    def __init__(self, env: simpy.Environment, program: Program, static: StaticTiming) -> None:
         self.env = env
         self.program = program
         self.static = static
         n = len(program.instructions)
         self.starts: list[Picos | None] = [None] * n
         self.ends: list[Picos | None] = [None] * n
-        self.events: dict[int, Any] = {}           # simpy events DMA queues wait on
+        self.events: dict[int, simpy.Event] = {}   # simpy events DMA queues wait on
         self.wakes: dict[int, list[_Engine]] = {}  # engines waiting for an instruction
         self.sem_times: dict[str, list[Picos]] = {}
         self.sem_signals: dict[str, list[tuple[Picos, int]]] = {}   # (end, signal) booked, per semaphore
         self.causes: list[Cause | None] = [None] * n
-        self.sem_events: dict[str, Any] = {}
+        self.sem_events: dict[str, simpy.Event] = {}
         self.sem_wakes: dict[str, list[_Engine]] = {}
         self.ready_engines: deque[_Engine] = deque()
         self.engines: dict[str, _Engine] = {}
@@ -111,9 +114,10 @@ class _Schedule:
         self.pending_signals: dict[str, set[int]] = {}
         for i, kind in enumerate(static.kinds):
             if kind in (SIGNAL, WAIT):
-                self.pending_signals.setdefault(program.instructions[i].sem, set())
-            if kind == SIGNAL:
-                self.pending_signals[program.instructions[i].sem].add(i)
+                sem = cast("SemaphoreSignal | SemaphoreWait", program.instructions[i]).sem
+                self.pending_signals.setdefault(sem, set())
+                if kind == SIGNAL:
+                    self.pending_signals[sem].add(i)
         self.relaxed = False
         # floors only matter to semaphore waits; programs without them skip the bookkeeping
         self.watch_floors = WAIT in static.kinds
@@ -134,7 +138,7 @@ class _Schedule:
             if event is not None:
                 event.succeed()
         if self.watch_floors and self.static.kinds[i] == SIGNAL:
-            sem = self.program.instructions[i].sem
+            sem = cast(SemaphoreSignal, self.program.instructions[i]).sem
             self.pending_signals[sem].discard(i)
             self.sem_times.setdefault(sem, []).append(end)
             self.sem_signals.setdefault(sem, []).append((end, i))
@@ -166,7 +170,7 @@ class _Schedule:
             if end > ready:
                 ready = end
         if self.static.kinds[i] == WAIT:
-            inst = self.program.instructions[i]
+            inst = cast(SemaphoreWait, self.program.instructions[i])
             times = self.sem_times.get(inst.sem, [])
             if len(times) < inst.count:
                 return -1, inst.sem
@@ -196,7 +200,7 @@ class _Schedule:
             how = "dma" if tracks[d].startswith("dma.") else "busy" if tracks[d] == track else "engine"
             candidates.append((ends[d] + (latency if groups[d] != group else 0), how, d, None))  # type: ignore[operator]
         if static.kinds[i] == WAIT:
-            inst = self.program.instructions[i]
+            inst = cast(SemaphoreWait, self.program.instructions[i])
             done = sorted(self.sem_signals.get(inst.sem, ()))
             if len(done) >= inst.count:
                 end, s = done[inst.count - 1]
@@ -214,8 +218,8 @@ class _Schedule:
             self.causes[i] = Cause("launch", None, None, idle)
 
     def why(self, i: int, missing: int | str) -> str:
-        if isinstance(missing, str):
-            inst = self.program.instructions[i]
+        if isinstance(missing, str):   # a semaphore wait's
+            inst = cast(SemaphoreWait, self.program.instructions[i])
             have = len(self.sem_times.get(missing, []))
             return f"instruction {i} waits for semaphore {missing!r} to reach {inst.count} (now {have})"
         return f"instruction {i} waits for instruction {missing}"
@@ -313,7 +317,7 @@ class _TensorEngine(_Engine):
         self.sched.book(i, start, end)
 
 
-def _dma_process(sched: _Schedule, track: str, indices: list[int], dma: DmaSystem):
+def _dma_process(sched: _Schedule, track: str, indices: list[int], dma: DmaSystem) -> Generator[simpy.Event, Any, None]:
     """An in-order DMA queue: waits on the simpy clock for each transfer's start, then
     books the shared engine pool and HBM, in start order across queues."""
     env = sched.env
@@ -327,7 +331,7 @@ def _dma_process(sched: _Schedule, track: str, indices: list[int], dma: DmaSyste
             if missing is None:
                 break
             sched.blocked[track] = (i, missing)
-            events = sched.sem_events if isinstance(missing, str) else sched.events
+            events: dict[Any, simpy.Event] = sched.sem_events if isinstance(missing, str) else sched.events
             if missing not in events:
                 events[missing] = env.event()
             yield events[missing]

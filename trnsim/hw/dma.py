@@ -37,7 +37,11 @@ class DmaPlan:
     fixed_ps: Picos     # issue latency, overlaps other transfers
 
 
-def plan_key(inst: DmaCopy) -> tuple:
+#: What :func:`plan_dma` reads of an instruction (see :func:`plan_key`).
+PlanKey = tuple[object, ...]
+
+
+def plan_key(inst: DmaCopy) -> PlanKey:
     """Everything :func:`plan_dma` reads of a DMA instruction: those with equal keys get
     equal plans on one chip. It reads of each operand its contiguous run (from the dims
     and whether the memory is on chip), its bytes (dims and dtype) and its memory."""

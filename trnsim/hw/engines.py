@@ -9,6 +9,7 @@ chip file; nothing here knows which chip it is.
 from __future__ import annotations
 
 import math
+from typing import cast
 
 from trnsim import dtypes
 from trnsim.hw.spec import ChipSpec, VectorEngineSpec
@@ -46,7 +47,8 @@ from trnsim.isa import (
 )
 from trnsim.units import Cycles, Picos
 
-CostKey = tuple
+#: What :func:`cost_ps` reads of an instruction (see :func:`cost_key`).
+CostKey = tuple[object, ...]
 
 _HALF = (dtypes.bfloat16, dtypes.float16)
 _FP8 = (dtypes.float8_e4m3, dtypes.float8_e5m2)
@@ -121,6 +123,7 @@ def lane_engine_cycles(inst: Instruction, spec: VectorEngineSpec, dependent: boo
     """Vector or scalar engine: SBUF start-up + max(min, work), more for strides and back-to-back dependencies."""
     if isinstance(inst, (SemaphoreSignal, SemaphoreWait)):
         return 0
+    work: float
     if isinstance(inst, Activation):
         n = inst.src.free_size
         work = spec.reciprocal_cycle_factor * n if inst.func is ActivationFunc.RECIPROCAL else n
@@ -140,6 +143,7 @@ def gpsimd_cycles(chip: ChipSpec, inst: Instruction) -> Cycles:
     if isinstance(inst, (SemaphoreSignal, SemaphoreWait)):
         return 0
     g = chip.gpsimd
+    work: float
     if isinstance(inst, (Iota, AffineSelect)):
         work = inst.dst.free_size
     elif isinstance(inst, SequenceBounds):
@@ -188,7 +192,7 @@ def cost_ps(chip: ChipSpec, inst: Instruction, *, dependent: bool = False, stati
     return cycles_to_ps(cycles, engine_clock_ghz(chip, engine))
 
 
-def operand_key(v: object) -> tuple | None:
+def operand_key(v: object) -> tuple[object, ...] | None:
     """What the cost model reads of one operand: a View's dims, dtype and memory (its
     free size, partitions and strides follow from the dims); None for a non-View."""
     if isinstance(v, View):
@@ -211,9 +215,9 @@ def cost_key(inst: Instruction, dependent: bool, stationary_free: int) -> CostKe
     kind = type(inst)
     engine = inst.engine
     if kind is Activation:
-        extra: object = inst.func
+        extra: object = cast(Activation, inst).func
     elif kind is TensorReduce:
-        extra = inst.op
+        extra = cast(TensorReduce, inst).op
     else:
         extra = None
     return (kind, engine, extra,

@@ -31,12 +31,24 @@ from dataclasses import dataclass
 
 from trnsim.errors import ConfigError
 from trnsim.hw import fabric_algorithms as algos
-from trnsim.hw.fabric_links import LinkTimeline, Nanos
+from trnsim.hw.fabric_links import LinkTimeline
 from trnsim.hw.spec import ChipSpec, InstanceSpec, load_chip, shipped_chips
+from trnsim.units import Nanos
 
 _TORI = ("torus2d", "ultraserver")
 _TOPOLOGIES = ("single", *_TORI, "switch")
 _COST_CACHE = 1024
+
+# A link: its kind and the chip or server it belongs to (``("nl-out", 3)``).
+_Link = tuple[str, int]
+# A transfer's route: tier, hop latency (ns) and (link, ns busy per byte sent).
+_Route = tuple[str, float, list[tuple[_Link, float]]]
+# One step of a collective's plan: (repeat, hop latency ns, {link: ns busy}).
+_PlanStep = tuple[int, float, dict[_Link, float]]
+# all_to_all splits: row i holds the bytes rank i sends to each rank.
+_Splits = tuple[tuple[int, ...], ...]
+# A collective's cost: (algorithm, tier, plan, wire bytes, duration ns).
+_Cost = tuple[str, str, list[_PlanStep], float, float]
 
 
 @dataclass(frozen=True)
@@ -75,7 +87,7 @@ def instances() -> dict[str, Instance]:
     return found
 
 
-def instance(name: str | Instance, chip: str | os.PathLike | ChipSpec | None = None) -> Instance:
+def instance(name: str | Instance, chip: str | os.PathLike[str] | ChipSpec | None = None) -> Instance:
     """The instance called ``name`` (``"trn2.48xlarge"``): from the shipped chip files, or
     from ``chip`` (a chip name, a what-if chip file, a ChipSpec) when given."""
     if isinstance(name, Instance):
@@ -137,7 +149,7 @@ class CollectiveTiming:
 def _count(value: object, what: str, fix: str, low: int = 0) -> int:
     """``value`` as an int (numpy integers too) if it is a whole number >= ``low``."""
     try:
-        count = operator.index(value)  # type: ignore[call-overload]
+        count = operator.index(value)  # type: ignore[arg-type]  # any value: a TypeError says it is no whole number
     except TypeError:
         count = None
     if isinstance(value, bool) or count is None or count < low:
@@ -177,8 +189,9 @@ class Fabric:
         self.nproc_per_node = per_node
         self._placements = [self._place(r) for r in range(world_size)]
         self._links: dict[tuple[str, int], LinkTimeline] = {}
-        self._routes: dict[tuple[int, int], tuple[str, float, list]] = {}
-        self._costs: dict[tuple, tuple[str, list, float, float]] = {}  # a job repeats its collectives
+        self._routes: dict[tuple[int, int], _Route] = {}
+        # a job repeats its collectives
+        self._costs: dict[tuple[str, str, int, tuple[int, ...], int | None, _Splits | None], _Cost] = {}
 
     def _place(self, rank: int) -> Placement:
         server, local = divmod(rank, self.nproc_per_node)
@@ -206,7 +219,7 @@ class Fabric:
         dr, dc = abs(ra - rb), abs(ca - cb)
         return min(dr, rows - dr) + min(dc, cols - dc)
 
-    def _route(self, a: Placement, b: Placement) -> tuple[str, float, list[tuple[tuple[str, int], float]]]:
+    def _route(self, a: Placement, b: Placement) -> _Route:
         """The tier, hop latency and (link, bytes per byte sent) of one transfer a -> b."""
         chip, link, fab = self.instance.chip, self.instance.spec, self.instance.chip.fabric
         if a.chip == b.chip:
@@ -238,7 +251,7 @@ class Fabric:
     # -- timing ------------------------------------------------------------------------------
 
     def _check(self, kind: str, nbytes: int, ranks: Sequence[int] | None, root: int | None,
-               splits: Sequence[Sequence[int]] | None) -> tuple[tuple[int, ...], int, tuple | None]:
+               splits: Sequence[Sequence[int]] | None) -> tuple[tuple[int, ...], int, _Splits | None]:
         if kind not in algos.KINDS:
             close = difflib.get_close_matches(str(kind), algos.KINDS, n=1)
             hint = f"did you mean {close[0]!r}? " if close else ""
@@ -276,7 +289,7 @@ class Fabric:
         return group, nbytes, rows
 
     def _plan(self, kind: str, nbytes: int, ranks: Sequence[int] | None, root: int | None,
-              splits: Sequence[Sequence[int]] | None) -> tuple[str, tuple[int, ...], int, str, list, float, float]:
+              splits: Sequence[Sequence[int]] | None) -> tuple[str, tuple[int, ...], int, str, list[_PlanStep], float, float]:
         """Algorithm, group, byte count, tier, per-step (repeat, latency, {link: busy ns}), wire bytes and
         the idle duration (fixed cost included) of one collective: the fastest candidate."""
         group, nbytes, rows = self._check(kind, nbytes, ranks, root, splits)
@@ -296,7 +309,7 @@ class Fabric:
         return list(by_server.values()) if fits and len(sizes) == 1 and sizes.pop() > 1 else []
 
     def _cost(self, kind: str, algorithm: str, nbytes: int, group: tuple[int, ...], root: int | None,
-              rows: tuple | None) -> tuple[str, str, list, float, float]:
+              rows: _Splits | None) -> _Cost:
         key = (kind, algorithm, nbytes, group, root, rows)
         if key not in self._costs:
             if len(self._costs) >= _COST_CACHE:
@@ -309,7 +322,7 @@ class Fabric:
         return self._costs[key]
 
     def _rank_steps(self, kind: str, algorithm: str, nbytes: float, group: Sequence[int], root: int | None,
-                    rows: tuple | None) -> list[algos.Step]:
+                    rows: _Splits | None) -> list[algos.Step]:
         """The algorithm's steps with positions turned into ranks (a ring in ring order)."""
         order = self._ring_order(group) if algorithm == "ring" else list(group)
         if rows is not None:
@@ -330,11 +343,13 @@ class Fabric:
                        for parallel in zip(*per_group)]
         return f"hierarchical:{'+'.join(names)}", merged
 
-    def _steps_cost(self, rank_steps: list[algos.Step]) -> tuple[str, list, float, float]:
+    def _steps_cost(self, rank_steps: list[algos.Step]) -> tuple[str, list[_PlanStep], float, float]:
         tiers = ("none", "chip", "neuronlink", "ultraserver", "efa")
-        tier, wire, duration, plan = "none", 0.0, 0.0, []
+        tier, wire, duration = "none", 0.0, 0.0
+        plan: list[_PlanStep] = []
         for step in rank_steps:
-            latency, load = 0.0, {}
+            latency = 0.0
+            load: dict[_Link, float] = {}
             for src, dst, size in step.transfers:
                 if (src, dst) not in self._routes:
                     self._routes[src, dst] = self._route(self._placements[src], self._placements[dst])
@@ -350,7 +365,7 @@ class Fabric:
             duration += self.instance.chip.fabric.collective_fixed_ns
         return tier, plan, wire, duration
 
-    def _timing(self, kind: str, nbytes: int, group: tuple[int, ...], algorithm: str, tier: str, plan: list,
+    def _timing(self, kind: str, nbytes: int, group: tuple[int, ...], algorithm: str, tier: str, plan: list[_PlanStep],
                 wire: float, start: Nanos, end: Nanos) -> CollectiveTiming:
         duration = end - start
         bus = nbytes / duration * algos.bus_factor(kind, len(group)) if duration > 0 else 0.0

@@ -9,10 +9,13 @@ the same addresses.
 from __future__ import annotations
 
 from bisect import bisect_left
-from typing import NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
 
 from trnsim.errors import AllocationError
 from trnsim.units import Bytes
+
+if TYPE_CHECKING:
+    from trnsim.isa import Memory
 
 
 class Allocation(NamedTuple):
@@ -39,7 +42,7 @@ class OnChipAllocator:
     being read just was.
     """
 
-    def __init__(self, memory: object, partitions: int, partition_bytes: Bytes, chip_name: str, bank_bytes: Bytes | None = None,
+    def __init__(self, memory: Memory, partitions: int, partition_bytes: Bytes, chip_name: str, bank_bytes: Bytes | None = None,
                  next_fit: bool = False) -> None:
         self.memory = memory
         self.partitions = partitions
@@ -60,22 +63,24 @@ class OnChipAllocator:
         """Place ``nbytes`` per partition on partitions [start, start + count); returns the byte offset."""
         if nbytes > self.partition_bytes:
             raise AllocationError(
-                f"{self.memory.value.upper()} allocation {name!r} of {_kib(nbytes)} per partition exceeds the {_kib(self.partition_bytes)} "
-                f"of each partition on {self.chip_name}; tile the free dimension")
+                f"{self.memory.value.upper()} allocation {name!r} of {_kib(nbytes)} per partition exceeds "
+                f"the {_kib(self.partition_bytes)} of each partition on {self.chip_name}; tile the free dimension")
         if self.bank_bytes is not None:
             if nbytes > self.bank_bytes and nbytes % self.bank_bytes:
                 raise AllocationError(
                     f"PSUM allocation {name!r} of {nbytes} bytes per partition is larger than one bank "
-                    f"({self.bank_bytes} bytes) but not a whole number of banks; use at most {self.bank_bytes} bytes or whole banks")
+                    f"({self.bank_bytes} bytes) but not a whole number of banks; "
+                    f"use at most {self.bank_bytes} bytes or whole banks")
         stop = start + count
         busy = [(a.offset, a.offset + a.nbytes) for a in self.live.values()
                 if a.start_partition < stop and start < a.start_partition + a.partitions]
         offset = self._place(busy, nbytes)
         if offset is None:
             raise AllocationError(
-                f"{self.memory.value.upper()} allocation {name!r} of {_kib(nbytes)} per partition on partitions {start}..{start + count - 1} "
-                f"does not fit on {self.chip_name}: {_kib(self.partition_bytes)} per partition, live there: "
-                f"{self.describe_live(start, count)}; free a tile or make this one smaller")
+                f"{self.memory.value.upper()} allocation {name!r} of {_kib(nbytes)} per partition "
+                f"on partitions {start}..{start + count - 1} does not fit on {self.chip_name}: "
+                f"{_kib(self.partition_bytes)} per partition, live there: {self.describe_live(start, count)}; "
+                "free a tile or make this one smaller")
         self.live[name] = Allocation(name, start, count, offset, nbytes)
         self._used += count * nbytes
         self.peak_bytes = max(self.peak_bytes, self._used)
@@ -135,7 +140,8 @@ class OnChipAllocator:
     def release(self, name: str) -> None:
         """Free the allocation called ``name``."""
         if name not in self.live:
-            raise AllocationError(f"{self.memory.value.upper()} tensor {name!r} is not allocated; it was never placed or is already freed")
+            raise AllocationError(f"{self.memory.value.upper()} tensor {name!r} is not allocated; "
+                                  "it was never placed or is already freed")
         a = self.live.pop(name)
         self._used -= a.partitions * a.nbytes
 

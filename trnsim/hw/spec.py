@@ -39,6 +39,9 @@ else:  # pragma: no cover - exercised on Python 3.10 only
 
 from trnsim.errors import ChipSpecError
 
+if typing.TYPE_CHECKING:
+    from _typeshed import DataclassInstance
+
 CHIPS_DIR = Path(__file__).parent / "chips"
 DEFAULT_CHIP = "trn2"
 MAX_EXTENDS_DEPTH = 16
@@ -161,9 +164,8 @@ def _is_a(value: object) -> str:
 
 
 def _check_number(owner: str, key: str, value: object, integer: bool, allowed: Range) -> None:
-    wrong_type = (isinstance(value, bool) or not isinstance(value, (int, float))
-                  or (integer and isinstance(value, float)))
-    if wrong_type or not allowed.low <= value <= allowed.high:  # NaN fails the comparison too
+    if (isinstance(value, bool) or not isinstance(value, (int, float)) or (integer and isinstance(value, float))
+            or not allowed.low <= value <= allowed.high):  # NaN fails the comparison too
         hint = f"; write {int(value)}" if integer and isinstance(value, float) and value.is_integer() else ""
         raise _FigureError(owner, key, f"{_is_a(value)}; allowed: {allowed.describe(integer)}{hint}")
 
@@ -202,9 +204,10 @@ class _Checked:
     """Checks every field of a spec dataclass when it is built, from a file or in code."""
 
     def __post_init__(self) -> None:
-        owner = type(self).__name__
-        for field in dataclasses.fields(self):  # type: ignore[arg-type]
-            value = _check_field(owner, field.name, getattr(self, field.name), _hints(type(self))[field.name])
+        cls: type = type(self)
+        owner = cls.__name__
+        for field in dataclasses.fields(self):  # type: ignore[arg-type]  # a mixin: what it is mixed into is a dataclass
+            value = _check_field(owner, field.name, getattr(self, field.name), _hints(cls)[field.name])
             object.__setattr__(self, field.name, value)
 
 
@@ -499,7 +502,7 @@ class ChipSpec(_ChipIdent):
 
 
 # Each TOML table and the dataclass it fills.
-_TABLES: dict[str, type] = {
+_TABLES: dict[str, type[DataclassInstance]] = {
     "chip": _ChipIdent,
     "hbm": HbmSpec,
     "tensor_engine": TensorEngineSpec,
@@ -519,13 +522,16 @@ _TOP_KEYS = ["extends", *_TABLES, "instance"]
 
 # One file as read: where it is, its stamp (inode, mtime, size) and its tables.
 _Stamp = tuple[int, int, int]
+# A TOML table as read: keys to values of any TOML type.
+_Table = dict[str, typing.Any]
+_S = typing.TypeVar("_S", bound="DataclassInstance")
 
 
 def _stamp(st: os.stat_result) -> _Stamp:
     return (st.st_ino, st.st_mtime_ns, st.st_size)
 
 
-def _read_toml(path: Path) -> tuple[_Stamp, dict]:
+def _read_toml(path: Path) -> tuple[_Stamp, _Table]:
     try:
         with open(path, "rb") as f:
             stamp = _stamp(os.fstat(f.fileno()))
@@ -581,9 +587,9 @@ def _locate(text: str, folder: Path | None, referrer: Path | None) -> Path:
     return path
 
 
-def _read_chain(path: Path) -> list[tuple[Path, _Stamp, dict]]:
+def _read_chain(path: Path) -> list[tuple[Path, _Stamp, _Table]]:
     """The file and every file it extends, the file first."""
-    chain: list[tuple[Path, _Stamp, dict]] = []
+    chain: list[tuple[Path, _Stamp, _Table]] = []
     seen: list[Path] = []
     while True:
         if path.resolve() in seen:
@@ -603,7 +609,7 @@ def _read_chain(path: Path) -> list[tuple[Path, _Stamp, dict]]:
         path = _locate(parent, path.parent, path)
 
 
-def _check_keys(data: dict, path: Path) -> None:
+def _check_keys(data: _Table, path: Path) -> None:
     for key, value in data.items():
         if key not in _TOP_KEYS:
             close = difflib.get_close_matches(key, _TOP_KEYS, n=1)
@@ -625,10 +631,10 @@ def _check_keys(data: dict, path: Path) -> None:
                 raise ChipSpecError(f"{path}: unknown key '{key}.{inner}'; {hint}[{key}] has: {', '.join(names)}")
 
 
-def _merge(chain: list[tuple[Path, _Stamp, dict]]) -> tuple[dict, dict[str, Path]]:
+def _merge(chain: list[tuple[Path, _Stamp, _Table]]) -> tuple[_Table, dict[str, Path]]:
     """The tables of a chain merged (the file wins over what it extends), and which
     file wrote each key (``table.key``, or ``instance`` for the array)."""
-    merged: dict = {}
+    merged: _Table = {}
     origin: dict[str, Path] = {}
     for path, _, data in reversed(chain):
         _check_keys(data, path)
@@ -642,7 +648,7 @@ def _merge(chain: list[tuple[Path, _Stamp, dict]]) -> tuple[dict, dict[str, Path
     return merged, origin
 
 
-def _build(cls: type, table: dict, where: str, origin: dict[str, Path], top: Path) -> typing.Any:
+def _build(cls: type[_S], table: _Table, where: str, origin: dict[str, Path], top: Path) -> _S:
     for field in dataclasses.fields(cls):
         if field.name not in table and field.default is dataclasses.MISSING:
             hint = _hints(cls)[field.name]
@@ -659,7 +665,7 @@ def _build(cls: type, table: dict, where: str, origin: dict[str, Path], top: Pat
         raise ChipSpecError(f"{file}: key '{key}' {e.detail}") from None
 
 
-def _from_chain(chain: list[tuple[Path, _Stamp, dict]]) -> ChipSpec:
+def _from_chain(chain: list[tuple[Path, _Stamp, _Table]]) -> ChipSpec:
     top = chain[0][0]
     data, origin = _merge(chain)
     tables = {key: _build(cls, data.get(key, {}), key, origin, top) for key, cls in _TABLES.items()}
@@ -683,7 +689,7 @@ def _unchanged(files: tuple[tuple[Path, _Stamp], ...]) -> bool:
         return False
 
 
-def load_chip(chip: str | os.PathLike | ChipSpec | None = None) -> ChipSpec:
+def load_chip(chip: str | os.PathLike[str] | ChipSpec | None = None) -> ChipSpec:
     """Load a chip by shipped name (``"trn1"``), by path to a TOML file, or pass one through.
 
     ``None`` means ``$TRNSIM_CHIP`` or the default chip (trn2). A file is read again

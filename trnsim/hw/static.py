@@ -10,8 +10,9 @@ the instruction list and its checks against the chip description.
 from __future__ import annotations
 
 import weakref
+from typing import cast
 
-from trnsim.hw.dma import DmaPlan, plan_dma, plan_key
+from trnsim.hw.dma import DmaPlan, PlanKey, plan_dma, plan_key
 from trnsim.hw.engines import CostKey, cost_key, cost_ps
 from trnsim.hw.spec import ChipSpec
 from trnsim.isa import DmaCopy, Engine, Instruction, LoadStationary, MultiplyMoving, SemaphoreSignal, SemaphoreWait
@@ -48,7 +49,7 @@ class StaticTiming:
         self._last_on_engine: dict[Engine, int] = {}
         self._stationary_free: list[int] = []
         self._cost_of: dict[CostKey, Picos] = {}
-        self._plan_of: dict[tuple, DmaPlan] = {}
+        self._plan_of: dict[PlanKey, DmaPlan] = {}
 
     def add(self, inst: Instruction) -> None:
         """Record ``inst``, the next instruction of the program."""
@@ -61,15 +62,16 @@ class StaticTiming:
         self.deps.append(inst.deps)
         previous = self._stationary_free[-1] if self._stationary_free else 0
         if kind == DMA:
-            key = plan_key(inst)
+            dma = cast(DmaCopy, inst)
+            key = plan_key(dma)
             plan = self._plan_of.get(key)
             if plan is None:
-                plan = self._plan_of[key] = plan_dma(self.chip, inst)
+                plan = self._plan_of[key] = plan_dma(self.chip, dma)
             self.plans[i] = plan
             self.costs.append(0)
             self._stationary_free.append(previous)
             return
-        stationary_free = inst.src.free_size if kind == LOAD else previous
+        stationary_free = cast(LoadStationary, inst).src.free_size if kind == LOAD else previous
         self._stationary_free.append(stationary_free)
         dependent = self._last_on_engine.get(inst.engine, -1) in inst.deps
         self._last_on_engine[inst.engine] = i

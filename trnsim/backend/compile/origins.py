@@ -83,7 +83,7 @@ def _composite_call(n: fx.Node, vals: dict[fx.Node, Any]) -> str | None:
         try:
             with mode:
                 _calls[name] = _runs_as(n.target, args, kwargs)
-        except Exception:   # naming only: a kernel that cannot run on fake values keeps the op's name
+        except Exception:   # noqa: BLE001 - naming only: a kernel that cannot run on fake values keeps the op's name
             _calls[name] = None
     return _calls[name]
 

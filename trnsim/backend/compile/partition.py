@@ -112,7 +112,7 @@ class Group:
         out as 128 rows (as the eager elementwise kernels lay tensors out), not over its
         own rows, which may be few columns wide."""
         n, d = self.rows
-        flat = (self.kind == "rows" and not self.col and all(l in ("full", "scalar") for l in self.layouts)
+        flat = (self.kind == "rows" and not self.col and all(layout in ("full", "scalar") for layout in self.layouts)
                 and not any(s.op in ("sum", "max", "min", "mean") for s in self.steps))
         if flat and n != 128 and (n * d) % 128 == 0:
             return 128, n * d // 128
@@ -372,7 +372,7 @@ class Partitioner:
         as it was, where an operand does not fit."""
         n_inputs, n_steps = len(g.inputs), len(g.steps)
         base = len(g.steps)
-        for op, args, per_row, dtype in spec:
+        for op, args, _per_row, dtype in spec:
             refs = []
             for a in args:
                 r = Ref("step", base + a[1]) if isinstance(a, tuple) else self.ref(g, a)

@@ -86,7 +86,7 @@ class Peers:
                 try:
                     host, pid = self._store.get(f"trnsim/peer/{r}").decode().split()
                     known[r] = (host, int(pid))
-                except Exception:   # the store itself may be gone with rank 0
+                except Exception:   # noqa: BLE001 - the store itself may be gone with rank 0
                     continue
             self._known = known
         return self._known

@@ -337,7 +337,8 @@ class NeuronProcessGroup(dist.ProcessGroup):
         flat = [t for lst in output_lists for t in lst]
         return self._timed("all_gather", start, _nbytes(flat), flat)
 
-    def _allgather_base(self, output: torch.Tensor, input: torch.Tensor, opts: Any = None) -> NeuronWork:
+    def _allgather_base(self, output: torch.Tensor, input: torch.Tensor,  # noqa: A002 - c10d's ProcessGroup names it so
+                        opts: Any = None) -> NeuronWork:
         if output.numel() != input.numel() * self.size():
             raise TrnSimError(f"all_gather_into_tensor: output of {output.numel()} elements is not the group size "
                               f"{self.size()} x the input's {input.numel()}; size the output world_size * input.numel()")
@@ -349,11 +350,13 @@ class NeuronProcessGroup(dist.ProcessGroup):
             out.finish()
         return self._timed("all_gather", start, _nbytes([output]), [output])
 
-    def allgather_coalesced(self, output_lists: list[list[torch.Tensor]], inputs: list[torch.Tensor], opts: Any = None) -> NeuronWork:
+    def allgather_coalesced(self, output_lists: list[list[torch.Tensor]], inputs: list[torch.Tensor],
+                            opts: Any = None) -> NeuronWork:
         works = [self.allgather([lst], [t]) for lst, t in zip(output_lists, inputs)]
         return works[-1] if works else NeuronWork([], clocks.queue.free_ps)
 
-    def allgather_into_tensor_coalesced(self, outputs: list[torch.Tensor], inputs: list[torch.Tensor], opts: Any = None) -> NeuronWork:
+    def allgather_into_tensor_coalesced(self, outputs: list[torch.Tensor], inputs: list[torch.Tensor],
+                                        opts: Any = None) -> NeuronWork:
         works = [self._allgather_base(o, i) for o, i in zip(outputs, inputs)]
         return works[-1] if works else NeuronWork([], clocks.queue.free_ps)
 
@@ -385,22 +388,22 @@ class NeuronProcessGroup(dist.ProcessGroup):
                 v.finish()
         return self._timed("scatter", start, _nbytes(outputs) * self.size(), outputs, {"root": opts.rootRank}, root=opts.rootRank)
 
-    def _reduce_scatter_base(self, output: torch.Tensor, input: torch.Tensor, opts: Any = None) -> NeuronWork:
+    def _reduce_scatter_base(self, output: torch.Tensor, input_tensor: torch.Tensor, opts: Any = None) -> NeuronWork:
         opts = opts or c10d.ReduceScatterOptions()
         kind, name = _reduction(opts)
-        if input.numel() != output.numel() * self.size():
-            raise TrnSimError(f"reduce_scatter_tensor: input of {input.numel()} elements is not the group size "
+        if input_tensor.numel() != output.numel() * self.size():
+            raise TrnSimError(f"reduce_scatter_tensor: input of {input_tensor.numel()} elements is not the group size "
                               f"{self.size()} x the output's {output.numel()}; size the input world_size * output.numel()")
         start, _ = self._meet("reduce_scatter", output.dtype, _nbytes([output]), op=name)
         if self._moves_data:
             (out,) = hostdata.outputs([output])
-            (inp,) = hostdata.inputs([input])
+            (inp,) = hostdata.inputs([input_tensor])
             o = self._gloo_opts(c10d.ReduceScatterOptions, kind)
             inp = self._premultiply(opts, inp, in_place=False)
             self._run(lambda: self._gloo._reduce_scatter_base(out.host, inp.contiguous(), o))
             self._average([out], kind)
             out.finish()
-        return self._timed("reduce_scatter", start, _nbytes([input]), [output], {"reduction": name})
+        return self._timed("reduce_scatter", start, _nbytes([input_tensor]), [output], {"reduction": name})
 
     def reduce_scatter(self, outputs: list[torch.Tensor], input_lists: list[list[torch.Tensor]], opts: Any = None) -> NeuronWork:
         opts = opts or c10d.ReduceScatterOptions()
@@ -413,11 +416,13 @@ class NeuronProcessGroup(dist.ProcessGroup):
             works.append(self._reduce_scatter_base(out, stacked.view(-1) if out.is_contiguous() else stacked, opts))
         return works[-1]
 
-    def reduce_scatter_tensor_coalesced(self, outputs: list[torch.Tensor], inputs: list[torch.Tensor], opts: Any = None) -> NeuronWork:
+    def reduce_scatter_tensor_coalesced(self, outputs: list[torch.Tensor], inputs: list[torch.Tensor],
+                                        opts: Any = None) -> NeuronWork:
         works = [self._reduce_scatter_base(o, i, opts) for o, i in zip(outputs, inputs)]
         return works[-1] if works else NeuronWork([], clocks.queue.free_ps)
 
-    def alltoall_base(self, output: torch.Tensor, input: torch.Tensor, output_splits: list[int],
+    def alltoall_base(self, output: torch.Tensor, input: torch.Tensor,  # noqa: A002 - c10d's ProcessGroup names it so
+                      output_splits: list[int],
                       input_splits: list[int], opts: Any = None) -> NeuronWork:
         n = self.size()
         sent = _split_bytes(input, input_splits, n, "input")

@@ -43,7 +43,7 @@ def _rank_name(rank: int, world: int) -> str:
         fabric = Fabric(instance_name(), world, nodes=max(1, -(-world // per_node)), nproc_per_node=per_node)
         p = fabric.place(rank)
         return f"rank {rank} (server {p.server}, chip {p.chip}, core {p.core})"
-    except Exception:   # the name is a label: an unknown instance must not lose the trace
+    except Exception:   # noqa: BLE001 - the name is a label: an unknown instance must not lose the trace
         return f"rank {rank}"
 
 
@@ -90,7 +90,7 @@ def rank_main(argv: list[str]) -> None:
     except RankStopped:
         status = 128 + signal.SIGTERM
         prof.partial = STOPPED
-    except BaseException as e:
+    except BaseException as e:   # noqa: BLE001 - the script's own exception: shown, and the trace still written
         print(program.traceback(e), end="", file=sys.stderr)
         status = 1
         if isinstance(e, RankLostError):   # the consequence; the failed rank says the cause
