@@ -10,7 +10,7 @@ import torch.nn.functional as F
 import trnsim
 import trnsim.nki as nki
 from trnsim.backend import instruction, state
-from trnsim.backend.opkernels import Call
+from trnsim.backend.lowering import Call
 from trnsim.kernels.gemm import matmul_general
 from trnsim.kernels.softmax import softmax_kernel
 

@@ -3,7 +3,7 @@
 import pytest
 
 from trnsim import AllocationError, Program, ProgramError, dtypes
-from trnsim.isa import Activation, DmaCopy, Engine, Memory, MultiplyMoving, TensorTensor, Transpose
+from trnsim.isa import Activation, DmaCopy, Engine, Memory, MultiplyMoving, TensorCopy, TensorTensor, Transpose
 
 
 def prog():
@@ -162,3 +162,18 @@ def test_small_psum_tiles_never_straddle_a_bank():
     p.psum([128, 1021], dtypes.bfloat16, "a")  # 2042 bytes
     b = p.psum([128, 3], dtypes.bfloat16, "b")
     assert b.byte_offset // 2048 == (b.byte_offset + 5) // 2048
+
+
+def test_deleting_a_field_of_a_tensor_or_an_instruction_is_refused():
+    """``del`` on a tensor's or an instruction's field (added to a Program or not) is a
+    ProgramError naming the field, never a TypeError from inside the guard or a field
+    silently gone."""
+    p = Program("trn2")
+    t = p.sbuf([128, 64], dtypes.float32)
+    loose = TensorCopy(t.view(), t.view(), engine=Engine.VECTOR)
+    added = TensorCopy(t.view(), t.view(), engine=Engine.VECTOR)
+    p.add(added)
+    for obj, field in ((t, "shape"), (loose, "dst"), (added, "deps")):
+        with pytest.raises(ProgramError, match=f"'{field}' cannot be deleted"):
+            delattr(obj, field)
+        assert hasattr(obj, field)

@@ -72,14 +72,19 @@ def _instruction_setattr(self: Instruction, name: str, value: object) -> None:
     object.__setattr__(self, name, value)
 
 
+def _refuse_delete(self: object, name: str) -> None:
+    raise ProgramError(f"{type(self).__name__} {name!r} cannot be deleted: every field of a tensor or instruction "
+                       "is needed to check, time and run it; build a new one instead")
+
+
 def _guard(cls: type, guard: Callable[[Any, str, object], None]) -> None:
     """Route writes to ``cls``'s attributes through ``guard`` once ``@dataclass(frozen=True)``
     has made its ``__init__``, which stores fields directly (no Python-level
     ``__setattr__`` per field, which made building one a large share of tracing): a
-    tensor never changes, an instruction until a Program adds it."""
+    tensor never changes, an instruction until a Program adds it; neither loses a field."""
     # replacing the frozen dataclass's own __setattr__/__delattr__ is the point
     cls.__setattr__ = guard  # type: ignore[method-assign, assignment]
-    cls.__delattr__ = guard  # type: ignore[method-assign, assignment]
+    cls.__delattr__ = _refuse_delete  # type: ignore[method-assign]
 
 
 _I = TypeVar("_I", bound="Instruction")

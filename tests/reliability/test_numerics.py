@@ -11,7 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import trnsim
-from trnsim.backend.opkernels import _BINARY, _UNARY
+from trnsim.backend.lowering import BINARY, UNARY
 from trnsim.compute import fast, reference
 from trnsim.isa import ActivationFunc, AluOp
 
@@ -60,7 +60,7 @@ def _assert_same_specials(name: str, x: list[tuple], cpu: torch.Tensor, chip: to
         assert ok, f"{name}{point}: CPU {want!r}, instruction fidelity {got!r}"
 
 
-UNARY_FNS = {u: getattr(torch, u, None) or getattr(F, u) for u in _UNARY if u != "softplus"}
+UNARY_FNS = {u: getattr(torch, u, None) or getattr(F, u) for u in UNARY if u != "softplus"}
 UNARY_FNS["softplus"] = F.softplus
 
 
@@ -73,7 +73,7 @@ def test_unary_special_values_match_the_cpu(instruction_fidelity: None, name: st
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
-@pytest.mark.parametrize("name", sorted(_BINARY))
+@pytest.mark.parametrize("name", sorted(BINARY))
 def test_binary_special_values_match_the_cpu(instruction_fidelity: None, name: str, dtype: torch.dtype) -> None:
     pairs = [(p, q) for p in SPECIAL for q in SPECIAL]
     a = torch.tensor([p for p, _ in pairs], dtype=dtype)
