@@ -84,7 +84,7 @@ def _guard(cls: type, guard: Callable[[Any, str, object], None]) -> None:
     tensor never changes, an instruction until a Program adds it; neither loses a field."""
     # replacing the frozen dataclass's own __setattr__/__delattr__ is the point
     cls.__setattr__ = guard  # type: ignore[method-assign, assignment]
-    cls.__delattr__ = _refuse_delete  # type: ignore[method-assign]
+    cls.__delattr__ = _refuse_delete  # type: ignore[method-assign, assignment]
 
 
 _I = TypeVar("_I", bound="Instruction")
