@@ -58,9 +58,10 @@ def register() -> None:
     hostshims.install()
     autocast.install()
     streams.install()
-    from trnsim.backend import distributed, flex
+    from trnsim.backend import distributed, flex, nkicall
     from trnsim.backend.compile import inductor
 
+    nkicall.install()
     distributed.register()
     inductor.install()
     flex.install()

@@ -1,7 +1,7 @@
 """NKI kernels called on torch tensors, and NKI kernels as PyTorch custom ops.
 
-An ``@nki.jit`` kernel called with torch tensors (``trnsim.nki.jit.Kernel.__call__``
-sends such calls here) picks its framework from its arguments, as NKI's does:
+An ``@nki.jit`` kernel called with torch tensors (:func:`install` registers :func:`call`
+with the NKI front end's adapters, ``trnsim.nki.adapters``, when the device registers) picks its framework from its arguments, as NKI's does:
 
 - ``neuron`` tensors in: the kernel runs on the simulated NeuronCore of the device, in
   the device's timeline. It reads its inputs from the host memory behind the tensors
@@ -42,6 +42,7 @@ import torch
 from trnsim import dtypes as _dt
 from trnsim.backend import state, storage, timeline
 from trnsim.backend.timeline import OpCost
+from trnsim.nki import adapters
 from trnsim.nki.jit import named_arguments, written_inputs
 from trnsim.errors import TrnSimError
 
@@ -186,14 +187,10 @@ class array_kernels_on_timeline:
     uses it so that an NKI script's summary has its kernels."""
 
     def __enter__(self) -> None:
-        from trnsim.nki.jit import RUN_HOOKS
-
-        RUN_HOOKS.append(_charge_array_run)
+        self._unregister = adapters.register_run_observer(_charge_array_run)
 
     def __exit__(self, *exc: Any) -> None:
-        from trnsim.nki.jit import RUN_HOOKS
-
-        RUN_HOOKS.remove(_charge_array_run)
+        self._unregister()
 
 
 def _result(t: Any, values: Any, where: str) -> torch.Tensor:
@@ -353,3 +350,18 @@ def wrap_nki(kernel: Any) -> WrappedKernel:
     eagerly, on the device's timeline): to keep a kernel one graph node, call it from a
     launcher made an op by :func:`nki_op`."""
     return WrappedKernel(kernel)
+
+
+def is_torch_argument(value: Any) -> bool:
+    """Whether a kernel argument is a torch tensor, or a list or tuple holding one."""
+    if isinstance(value, (list, tuple)):
+        return any(map(is_torch_argument, value))
+    return type(value).__module__.startswith("torch") and hasattr(value, "detach")
+
+
+def install() -> None:
+    """Register with the NKI front end: ``@nki.jit`` kernels called with torch tensors
+    run through :func:`call`, and ``trnsim.nki`` offers :func:`nki_op` and :func:`wrap_nki`."""
+    adapters.register_array_adapter("torch", is_torch_argument, call)
+    adapters.register_entry_point("nki_op", nki_op)
+    adapters.register_entry_point("wrap_nki", wrap_nki)

@@ -43,7 +43,8 @@ _inside: dict[str, bool] = {}
 def _in_nki(filename: str) -> bool:
     found = _inside.get(filename)
     if found is None:
-        found = _inside[filename] = os.path.dirname(os.path.abspath(filename)) == _NKI_DIR
+        folder = os.path.dirname(os.path.abspath(filename))
+        found = _inside[filename] = folder == _NKI_DIR or folder.startswith(_NKI_DIR + os.sep)
     return found
 
 
