@@ -14,8 +14,9 @@ from typing import Any
 
 from trnsim import dtypes as _dt
 from trnsim.nki import emit as _e
+from trnsim.nki.compute import abs  # noqa: A004 - nl.abs, NKI's name; the builtin is builtins.abs here
 from trnsim.nki.compute import (
-    abs, add, cos, divide, equal, exp, greater, less, log, maximum, minimum, multiply, not_equal, sigmoid, sin,
+    add, cos, divide, equal, exp, greater, less, log, maximum, minimum, multiply, not_equal, sigmoid, sin,
     softplus, sqrt, square, subtract, tanh,
 )
 from trnsim.nki.emit import MatmulResult
@@ -23,7 +24,7 @@ from trnsim.nki.isa.affine import iota
 from trnsim.nki.isa.gather import nc_n_gather
 from trnsim.nki.loops import arange
 from trnsim.nki.memory import copy, copy_into, full, zeros
-from trnsim.nki.reductions import min, sum
+from trnsim.nki.reductions import min, sum  # noqa: A004 - nl.min and nl.sum, NKI's names
 from trnsim.nki.tiles import Mask, NkiTensor
 from trnsim.nki.tracer import Tracer, caller_source
 

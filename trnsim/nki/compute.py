@@ -40,9 +40,11 @@ def matmul(x: Any, y: Any, transpose_x: bool = False, mask: Mask | None = None) 
     if st.partitions != y.view.partitions:
         raise tr.fail(f"matmul contraction sizes differ: x gives K={st.partitions}, y has K={y.view.partitions} partitions")
     if st.free_size > tile_size.gemm_stationary_fmax:
-        raise tr.fail(f"matmul M={st.free_size} exceeds nl.tile_size.gemm_stationary_fmax ({tile_size.gemm_stationary_fmax}); tile M")
+        raise tr.fail(f"matmul M={st.free_size} exceeds nl.tile_size.gemm_stationary_fmax "
+                      f"({tile_size.gemm_stationary_fmax}); tile M")
     if y.view.free_size > tile_size.gemm_moving_fmax:
-        raise tr.fail(f"moving free size {y.view.free_size} exceeds nl.tile_size.gemm_moving_fmax ({tile_size.gemm_moving_fmax}); tile N into pieces of 512")
+        raise tr.fail(f"moving free size {y.view.free_size} exceeds nl.tile_size.gemm_moving_fmax "
+                      f"({tile_size.gemm_moving_fmax}); tile N into pieces of 512")
     return MatmulResult(st, _e.flat2d(y.view), keep=(st_tile, y))
 
 
@@ -113,7 +115,9 @@ def _binary(alu: AluOp, name: str):
         if a is not None and b is not None:
             a, b = _broadcast_pair(a, b, name)
         # the result takes the shape of the larger operand (partitions first, then free size)
-        ref = a if a is not None and (b is None or (a.view.partitions, a.view.free_size) >= (b.view.partitions, b.view.free_size)) else b
+        larger = b is None or (a is not None and
+                               (a.view.partitions, a.view.free_size) >= (b.view.partitions, b.view.free_size))
+        ref = a if a is not None and larger else b
         default = ref.dtype if ref.buffer is Memory.SBUF else _dt.float32
         result = out if out is not None else _e.like(ref, dtype if dtype is not None else default)
         if a is not None and b is not None and a.view.free_size == b.view.free_size and a.view.partitions == b.view.partitions:
@@ -232,7 +236,8 @@ def broadcast_to(x: Any, shape: Sequence[int]) -> NkiTensor:
         zero = full(shape, 0.0, x.dtype)
         _e.tensor_scalar(out.view, zero.view, AluOp.ADD, x.view)
         return out
-    raise tr.fail(f"nl.broadcast_to cannot broadcast {list(x.shape)} to {list(shape)}; broadcast [1, F] over partitions or [P, 1] over the free dimension")
+    raise tr.fail(f"nl.broadcast_to cannot broadcast {list(x.shape)} to {list(shape)}; broadcast [1, F] over "
+                  "partitions or [P, 1] over the free dimension")
 
 
 @_e.masked

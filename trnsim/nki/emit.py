@@ -27,7 +27,7 @@ def dtype_of(value: Any, default: dtypes.DType | None = None) -> dtypes.DType:
         return default
     try:
         return dtypes.as_dtype(value)
-    except Exception as e:
+    except Exception as e:  # noqa: BLE001 - whatever the dtype is, the kernel line is at fault
         raise tracer().fail(str(e)) from None
 
 

@@ -84,7 +84,8 @@ def _as_array(value: Any, name: str) -> tuple[np.ndarray, _dt.DType]:
     try:
         return arr, _dt.as_dtype(arr.dtype)
     except TrnSimError:
-        raise KernelError(f"argument {name!r}: numpy dtype {arr.dtype} has no chip dtype; use float32, float16, int8, int32 ...") from None
+        raise KernelError(f"argument {name!r}: numpy dtype {arr.dtype} has no chip dtype; use float32, float16, int8, "
+                          "int32 ...") from None
 
 
 @dataclass

@@ -20,11 +20,11 @@ from trnsim import dtypes as _dt
 from trnsim.isa import AluOp
 from trnsim.nki import operators
 from trnsim.nki.composed import (
-    abs_max, abs_min, all, arctan, ceil, erf_dx, floor, fmod, gelu_apprx_sigmoid, gelu_apprx_sigmoid_dx, logical_and,
+    abs_max, abs_min, arctan, ceil, erf_dx, floor, fmod, gelu_apprx_sigmoid, gelu_apprx_sigmoid_dx, logical_and,
     logical_not, logical_or, logical_xor, loop_reduce, mish, mod, prod, shared_identity_matrix, tan, trunc,
 )
 from trnsim.nki.compute import (
-    abs, add, broadcast_to, cos, divide, equal, erf, exp, gelu, gelu_apprx_tanh, gelu_dx, greater, greater_equal, less,
+    add, broadcast_to, cos, divide, equal, erf, exp, gelu, gelu_apprx_tanh, gelu_dx, greater, greater_equal, less,
     less_equal, log, matmul, maximum, minimum, multiply, negative, not_equal, power, reciprocal, relu, rsqrt, sigmoid,
     sign, silu, silu_dx, sin, softplus, sqrt, square, subtract, tanh, transpose, where,
 )
@@ -37,10 +37,15 @@ from trnsim.nki.memory import (
     copy, empty_like, expand_dims, full, hbm, is_hbm, is_on_chip, is_psum, is_sbuf, load, load_transpose2d, ndarray,
     ones, private_hbm, psum, sbuf, shared_constant, shared_hbm, static_cast, store, zeros, zeros_like,
 )
-from trnsim.nki.reductions import max, mean, min, rms_norm, softmax, sum, var
+from trnsim.nki.reductions import mean, rms_norm, softmax, var
 from trnsim.nki.refused import Refused
 from trnsim.nki.rng import dropout, rand, random_seed
 from trnsim.nki.tiles import NkiTensor, ds, mgrid, tile_size
+
+# NKI's names that shadow builtins: nl.abs, nl.all, nl.max, nl.min, nl.sum
+from trnsim.nki.composed import all  # noqa: A004
+from trnsim.nki.compute import abs  # noqa: A004
+from trnsim.nki.reductions import max, min, sum  # noqa: A004
 
 # nki.language names that ``from nki.language import *`` leaves out, as NKI's does
 from trnsim.isa import (ActivationFunc as ActivationFunc, Engine as Engine, Memory as Memory, Memset as Memset,
@@ -69,7 +74,8 @@ __all__ = [
     "no_reorder", "fori_loop", "while_loop", "dynamic_range", "is_hbm", "is_sbuf", "is_psum", "is_on_chip",
     "bypass", "logical_and", "logical_or", "logical_xor", "logical_not", "abs_max", "abs_min", "tan",
     "mish", "gelu_apprx_sigmoid", "all", "floor", "ceil", "trunc", "mod", "fmod",
-    "erf_dx", "gelu_apprx_sigmoid_dx", "arctan", "prod", "loop_reduce", "rand", "random_seed", "dropout", "expand_dims", "load_transpose2d", "shared_identity_matrix", "shared_constant",
+    "erf_dx", "gelu_apprx_sigmoid_dx", "arctan", "prod", "loop_reduce", "rand", "random_seed", "dropout", "expand_dims",
+    "load_transpose2d", "shared_identity_matrix", "shared_constant",
 ]
 
 
@@ -98,7 +104,7 @@ float4_e2m1fn_x4 = _dt.float4_e2m1fn_x4
 float32r = _dt.float32
 
 
-class fp32:  # noqa: N801 - NKI's spelling
+class fp32:
     """FP32 constants (legacy ``nl.fp32``): ``min`` is the most negative finite fp32."""
 
     min = -3.4028234663852886e38

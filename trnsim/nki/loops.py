@@ -85,7 +85,7 @@ def dynamic_range(start: int, stop: int | None = None, step: int = 1) -> Iterato
 
 # -- launch grid: logical cores and SPMD dimensions ---------------------------
 
-class nc(int):  # noqa: N801 - NKI's spelling
+class nc(int):
     """``nl.nc(2)``: a launch-grid axis spread over 2 logical NeuronCores. trnsim runs
     the instances on its one simulated core in turn, so it is the plain size."""
 

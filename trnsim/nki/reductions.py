@@ -23,7 +23,8 @@ def free_axes(x: NkiTensor, axis: Any) -> int:
     axes = sorted({a % nd for a in ((axis,) if isinstance(axis, int) else tuple(axis))})
     tr = _e.tracer()
     if 0 in axes:
-        raise tr.fail(f"reductions run along free axes; axis 0 of {list(x.shape)} is the partition axis (nl.transpose to reduce across partitions)")
+        raise tr.fail(f"reductions run along free axes; axis 0 of {list(x.shape)} is the partition axis (nl.transpose "
+                      "to reduce across partitions)")
     if axes != list(range(nd - len(axes), nd)):
         raise tr.fail(f"reduce axes {axes} of {list(x.shape)} must be the trailing free axes")
     return len(axes)

@@ -140,7 +140,7 @@ class Mask:
         return out
 
 
-class tile_size:  # noqa: N801 - NKI's spelling
+class tile_size:
     """Tile limits (NKI's ``nl.tile_size``), as NKI documents them for a NeuronCore
     with 128 partitions of 192 KiB SBUF and 16 KiB PSUM (8 banks of 2 KiB)."""
 
@@ -330,14 +330,16 @@ class NkiTensor(ViewMethods):
             if isinstance(idx, Affine):
                 one = idx.single()
                 if one is None and idx.terms:
-                    raise self._placement.tracer.fail(f"index {axis} of {self.name} mixes several nl.arange bases; index each axis with one")
+                    raise self._placement.tracer.fail(f"index {axis} of {self.name} mixes several nl.arange bases; "
+                                                      "index each axis with one")
                 if one is None:
                     plain.append(idx.const)
                     bases.append(None)
                     continue
                 b, c, n = one
                 if c <= 0:
-                    raise self._placement.tracer.fail(f"index {axis} of {self.name} steps by {c}; only positive steps are supported")
+                    raise self._placement.tracer.fail(f"index {axis} of {self.name} steps by {c}; only positive steps "
+                                                      "are supported")
                 if idx.const < 0:
                     raise self._placement.tracer.fail(
                         f"index {axis} of {self.name} starts at {idx.const}, before the start of the axis; "
@@ -355,10 +357,11 @@ class NkiTensor(ViewMethods):
                 if isinstance(idx, slice):
                     bases.append(None)
                 elif not isinstance(idx, int):
-                    raise self._placement.tracer.fail(f"index {idx!r} on axis {axis} of {self.name}: use integers, slices, nl.ds or nl.arange expressions")
+                    raise self._placement.tracer.fail(f"index {idx!r} on axis {axis} of {self.name}: use integers, "
+                                                      "slices, nl.ds or nl.arange expressions")
         try:
             view = self.view[tuple(plain)]
-        except Exception as e:
+        except Exception as e:  # noqa: BLE001 - a bad index is the kernel line's error
             raise self._placement.tracer.fail(f"{self.name}: {e}") from None
         kept = [b for idx, b in zip(plain, bases) if not isinstance(idx, int)]
         if self.view.tensor.on_chip and plain and isinstance(plain[0], int):
@@ -372,7 +375,7 @@ class NkiTensor(ViewMethods):
         no ``nl.arange`` bases to carry and nothing to overrun."""
         try:
             view = self.view[keys]
-        except Exception as e:
+        except Exception as e:  # noqa: BLE001 - a bad index is the kernel line's error
             raise self._placement.tracer.fail(f"{self.name}: {e}") from None
         kept: list[int | None] = [None for k in keys if k.__class__ is slice]
         if keys and keys[0].__class__ is int and self.view.tensor.on_chip:

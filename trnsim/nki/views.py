@@ -141,7 +141,8 @@ class ViewMethods:
         dims = list(self.view.dims)  # type: ignore[attr-defined]
         for (outer, _), (inner, count) in zip(dims[a:b], dims[a + 1:b + 1]):
             if outer != inner * count:
-                raise self._placement.tracer.fail(f"flatten_dims({start_dim}, {end_dim}): the dims are not contiguous; copy first")  # type: ignore[attr-defined]
+                raise self._placement.tracer.fail(f"flatten_dims({start_dim}, {end_dim}): the dims are not "
+                                                  "contiguous; copy first")  # type: ignore[attr-defined]
         merged = (dims[b][0], math.prod(c for _, c in dims[a:b + 1]))
         bases = list(self.bases)  # type: ignore[attr-defined]
         return self._derive(dims[:a] + [merged] + dims[b + 1:], bases[:a] + [None] + bases[b + 1:])

@@ -48,10 +48,12 @@ __all__ = [
     # trnsim.nki.isa.constants
     "engine", "reduce_cmd", "dge_mode", "oob_mode", "matmul_perf_mode", "nc_version", "dma_engine", "constants",
     "get_nc_version", "get_nc_sub_version",
-    "tensor_tensor_scan", "tensor_scalar_cumulative", "scalar_tensor_tensor", "reciprocal", "tensor_scalar_reduce", "activation_reduce", "activate2",
+    "tensor_tensor_scan", "tensor_scalar_cumulative", "scalar_tensor_tensor", "reciprocal", "tensor_scalar_reduce",
+    "activation_reduce", "activate2",
     "exponential", "range_select", "select_reduce", "tensor_copy_predicated", "sequence_bounds", "max8",
     "nc_find_index8", "nc_match_replace8", "nc_stream_shuffle", "tensor_partition_reduce", "local_gather",
-    "nc_n_gather", "nonzero_with_count", "dma_transpose", "rng", "rand2", "set_rng_seed", "rand_set_state", "rand_get_state", "dropout", "VirtualRegister",
+    "nc_n_gather", "nonzero_with_count", "dma_transpose", "rng", "rand2", "set_rng_seed", "rand_set_state",
+    "rand_get_state", "dropout", "VirtualRegister",
     "register_alloc", "register_move", "core_barrier", "sendrecv",
 ]
 

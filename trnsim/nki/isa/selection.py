@@ -9,8 +9,9 @@ import numpy as np
 
 from trnsim.isa import Engine, Memset, RangeSelect, ReduceOp, Select, View
 from trnsim.nki import emit as _e
-from trnsim.nki.isa._common import (COMPARISONS, IDLE, RESET_REDUCE, alu, fail, is_tile, no_mask, needs_version,
-                                    only_reset, out_tile, reduction, reduce_into, same_free, scalar_or_view, split_dst, take, tile)
+from trnsim.nki.isa._common import (COMPARISONS, IDLE, RESET_REDUCE, alu, fail, is_tile, needs_version, no_mask,
+                                    only_reset, out_tile, reduce_into, reduction, same_free, scalar_or_view, split_dst,
+                                    take, tile)
 from trnsim.nki.tiles import NkiTensor
 
 FP32_MIN = float(np.finfo(np.float32).min)
