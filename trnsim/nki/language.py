@@ -47,7 +47,7 @@ from trnsim.nki.composed import all  # noqa: A004
 from trnsim.nki.compute import abs  # noqa: A004
 from trnsim.nki.reductions import max, min, sum  # noqa: A004
 
-# nki.language names that ``from nki.language import *`` leaves out, as NKI's does
+# names outside __all__ that nki.language has held (``from nki.language import *`` leaves them out)
 from trnsim.isa import (ActivationFunc as ActivationFunc, Engine as Engine, Memory as Memory, Memset as Memset,
                         ReduceOp as ReduceOp, Select as Select, View as View)
 from trnsim.nki.composed import gather_flattened as gather_flattened

@@ -22,17 +22,13 @@ COMPARISONS = (AluOp.IS_EQUAL, AluOp.NOT_EQUAL, AluOp.IS_GT, AluOp.IS_GE, AluOp.
 
 # numpy / nl functions that NKI passes as ``op``: map them to the engines' operations.
 ALU_NAMES = {"add": AluOp.ADD, "subtract": AluOp.SUBTRACT, "multiply": AluOp.MULTIPLY, "divide": AluOp.DIVIDE,
-              "maximum": AluOp.MAXIMUM, "minimum": AluOp.MINIMUM, "power": AluOp.POW, "equal": AluOp.IS_EQUAL,
-              "not_equal": AluOp.NOT_EQUAL, "greater": AluOp.IS_GT, "greater_equal": AluOp.IS_GE, "less": AluOp.IS_LT,
-              "less_equal": AluOp.IS_LE, "bypass": AluOp.BYPASS,
-              "bitwise_and": AluOp.BITWISE_AND, "bitwise_or": AluOp.BITWISE_OR, "bitwise_xor": AluOp.BITWISE_XOR,
-              "left_shift": AluOp.LEFT_SHIFT, "right_shift": AluOp.RIGHT_SHIFT}
-
-
+             "maximum": AluOp.MAXIMUM, "minimum": AluOp.MINIMUM, "power": AluOp.POW, "equal": AluOp.IS_EQUAL,
+             "not_equal": AluOp.NOT_EQUAL, "greater": AluOp.IS_GT, "greater_equal": AluOp.IS_GE, "less": AluOp.IS_LT,
+             "less_equal": AluOp.IS_LE, "bypass": AluOp.BYPASS,
+             "bitwise_and": AluOp.BITWISE_AND, "bitwise_or": AluOp.BITWISE_OR, "bitwise_xor": AluOp.BITWISE_XOR,
+             "left_shift": AluOp.LEFT_SHIFT, "right_shift": AluOp.RIGHT_SHIFT}
 REDUCE_NAMES = {"add": ReduceOp.ADD, "sum": ReduceOp.ADD, "maximum": ReduceOp.MAX, "max": ReduceOp.MAX, "amax": ReduceOp.MAX,
-                 "minimum": ReduceOp.MIN, "min": ReduceOp.MIN, "amin": ReduceOp.MIN}
-
-
+                "minimum": ReduceOp.MIN, "min": ReduceOp.MIN, "amin": ReduceOp.MIN}
 ACT_NAMES = {f.value: f for f in ActivationFunc} | {"copy": ActivationFunc.IDENTITY, "gelu_apprx_tanh": ActivationFunc.GELU_TANH}
 
 
