@@ -366,7 +366,7 @@ def test_kernels_run_on_a_chip_with_few_dma_queues(tmp_path):
 
 
 def test_run_observers_see_numpy_runs_until_unregistered():
-    from trnsim.nki import adapters
+    from trnsim import adapters
 
     @nki.jit
     def double(x):

@@ -1,7 +1,7 @@
 """NKI kernels called on torch tensors, and NKI kernels as PyTorch custom ops.
 
-An ``@nki.jit`` kernel called with torch tensors (:func:`install` registers :func:`call`
-with the NKI front end's adapters, ``trnsim.nki.adapters``, when the device registers) picks its framework from its arguments, as NKI's does:
+An ``@nki.jit`` kernel called with torch tensors (the device registers :func:`call` with
+:mod:`trnsim.adapters`, which the NKI front end asks) picks its framework from its arguments, as NKI's does:
 
 - ``neuron`` tensors in: the kernel runs on the simulated NeuronCore of the device, in
   the device's timeline. It reads its inputs from the host memory behind the tensors
@@ -42,7 +42,7 @@ import torch
 from trnsim import dtypes as _dt
 from trnsim.backend import state, storage, timeline
 from trnsim.backend.timeline import OpCost
-from trnsim.nki import adapters
+from trnsim import adapters
 from trnsim.nki.jit import named_arguments, written_inputs
 from trnsim.errors import TrnSimError
 
@@ -351,17 +351,3 @@ def wrap_nki(kernel: Any) -> WrappedKernel:
     launcher made an op by :func:`nki_op`."""
     return WrappedKernel(kernel)
 
-
-def is_torch_argument(value: Any) -> bool:
-    """Whether a kernel argument is a torch tensor, or a list or tuple holding one."""
-    if isinstance(value, (list, tuple)):
-        return any(map(is_torch_argument, value))
-    return type(value).__module__.startswith("torch") and hasattr(value, "detach")
-
-
-def install() -> None:
-    """Register with the NKI front end: ``@nki.jit`` kernels called with torch tensors
-    run through :func:`call`, and ``trnsim.nki`` offers :func:`nki_op` and :func:`wrap_nki`."""
-    adapters.register_array_adapter("torch", is_torch_argument, call)
-    adapters.register_entry_point("nki_op", nki_op)
-    adapters.register_entry_point("wrap_nki", wrap_nki)

@@ -36,14 +36,16 @@ The modules form layers; each imports only from the layers below it (no import c
    ``nki.isa``;
 6. ``composed``, ``rng``: language functions built on the instructions;
 7. ``language``: the ``nki.language`` namespace; ``collectives``: ``nki.collectives``;
-8. ``adapters``, ``jit``, ``apitable``, and this package: kernels, runs and where
-   frameworks plug in. PyTorch's integration (``trnsim.backend``) registers into
-   ``adapters``; nothing here imports it.
+8. ``jit``, ``apitable``, and this package: kernels and their runs.
+
+Frameworks plug in through :mod:`trnsim.adapters`, below all of these: PyTorch's
+integration (``trnsim.backend``) registers there; nothing here imports it.
 """
 
 from typing import Any
 
-from trnsim.nki import adapters, isa, language
+from trnsim import adapters
+from trnsim.nki import isa, language
 from trnsim.nki.jit import (Benchmark, BenchmarkResult, Kernel, NcLatency, Profile, Simulated, baremetal, benchmark, jit,
                             profile, simulate, simulate_kernel, trace_program, typed)
 from trnsim.nki.tiles import NkiTensor

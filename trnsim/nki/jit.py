@@ -30,7 +30,7 @@ import numpy as np
 from trnsim import dtypes as _dt
 from trnsim.errors import ProgramError, TrnSimError
 from trnsim.isa import Memory
-from trnsim.nki import adapters
+from trnsim import adapters
 from trnsim.nki.tiles import NkiTensor, _Placement
 from trnsim.nki.tracer import KernelError, Tracer
 

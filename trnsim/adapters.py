@@ -1,7 +1,9 @@
-"""Where frameworks plug into the NKI front end, which imports none of them.
+"""Where frameworks plug into the NKI front end (:mod:`trnsim.nki`), which imports none of them.
 
-A framework's integration registers here when it loads (trnsim's PyTorch device does,
-from :mod:`trnsim.backend.nkicall`, when the device registers):
+A framework's integration registers here when it loads: trnsim's PyTorch device does
+when it registers (``import trnsim``, or ``import torch`` with trnsim installed). This
+module imports nothing of trnsim, so registering loads neither the NKI front end nor
+the simulator; what is registered loads them when first called.
 
 - an *array adapter*: a predicate that recognises the framework's arrays among a
   kernel call's arguments, and the function that runs such a call (``@nki.jit``
@@ -50,14 +52,16 @@ def array_adapter_for(values: Iterable[Any]) -> ArrayAdapter | None:
     return None
 
 
-def register_entry_point(name: str, fn: Callable[..., Any]) -> None:
-    """Offer ``fn`` as ``trnsim.nki.<name>``."""
-    _entry_points[name] = fn
+def register_entry_point(name: str, load: Callable[[], Callable[..., Any]]) -> None:
+    """Offer the function that ``load()`` returns as ``trnsim.nki.<name>`` (loaded when
+    first asked for)."""
+    _entry_points[name] = load
 
 
 def entry_point(name: str) -> Callable[..., Any] | None:
     """The function registered as ``name``, or None."""
-    return _entry_points.get(name)
+    load = _entry_points.get(name)
+    return None if load is None else load()
 
 
 def register_run_observer(observer: RunObserver) -> Callable[[], None]:
