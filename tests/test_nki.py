@@ -56,7 +56,7 @@ def test_psum_overflow():
     @nki.jit
     def k(x):
         tiles = []
-        for i in range(9):
+        for _ in range(9):
             tiles.append(nl.ndarray((128, 512), nl.float32, buffer=nl.psum))  # psum-overflow
         return tiles
 
@@ -363,3 +363,22 @@ def test_kernels_run_on_a_chip_with_few_dma_queues(tmp_path):
     r = nki.benchmark(scale_rows, chip=str(chip))(x)
     assert set(t for t in r.busy_pct if t.startswith("dma")) == {"dma.q0", "dma.q1"}
     assert_allclose(r.outputs, np.exp(x.astype(np.float64)) * 2, "float32")
+
+
+def test_run_observers_see_numpy_runs_until_unregistered():
+    from trnsim import adapters
+
+    @nki.jit
+    def double(x):
+        out = nl.ndarray(x.shape, x.dtype, buffer=nl.shared_hbm)
+        nl.store(out, nl.multiply(nl.load(x), 2.0))
+        return out
+
+    seen = []
+    unregister = adapters.register_run_observer(lambda name, run, args: seen.append((name, run.total_ps > 0)))
+    try:
+        double(np.ones((128, 4), np.float32))
+    finally:
+        unregister()
+    double(np.ones((128, 4), np.float32))
+    assert seen == [("double", True)]

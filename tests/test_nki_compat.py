@@ -55,6 +55,16 @@ def test_both_namespaces_are_trnsims_modules():
     assert not hasattr(nl, "__path__")
 
 
+def test_nki_isa_constants_is_a_module_as_in_nki():
+    import neuronxcc.nki.isa.constants as legacy
+    import nki.isa as nisa
+    import nki.isa.constants
+    from nki.isa.constants import dge_mode, engine
+
+    assert nki.isa.constants is nisa.constants is legacy is importlib.import_module("trnsim.nki.isa.constants")
+    assert dge_mode is nisa.dge_mode and engine.vector is nisa.vector_engine
+
+
 def test_torch_neuronx_is_found_as_hugging_face_looks_for_it(monkeypatch):
     # as in a fresh process, even when an earlier test imported it
     monkeypatch.delitem(sys.modules, "torch_neuronx", raising=False)
@@ -149,10 +159,11 @@ def test_op_tracking_separates_kernels_from_estimates():
 def test_unprovided_submodule_names_are_refused_by_name():
     import torch_neuronx
 
-    with pytest.raises(NotProvidedError, match=r"torch_neuronx\.distributed\.ProcessGroupNeuron is not provided.*backend=\"neuron\""):
-        torch_neuronx.distributed.ProcessGroupNeuron
+    with pytest.raises(NotProvidedError,
+                       match=r"torch_neuronx\.distributed\.ProcessGroupNeuron is not provided.*backend=\"neuron\""):
+        _ = torch_neuronx.distributed.ProcessGroupNeuron
     with pytest.raises(NotProvidedError, match=r"torch_neuronx\.profiling\.start .*issue 14.*trnsim\.profile"):
-        torch_neuronx.profiling.start
+        _ = torch_neuronx.profiling.start
     assert not hasattr(torch_neuronx.profiling, "__wrapped__")
     assert callable(torch_neuronx.nki_op) and callable(torch_neuronx.wrap_nki)
 
@@ -228,7 +239,7 @@ def test_benchmark_percentiles_are_the_simulated_latency():
     exact = nki.benchmark(add)(A, B).latency_ns / 1000
     bench = nki.benchmark(warmup=5, iters=10)(add)
     with pytest.raises(AttributeError, match="call the benchmarked kernel first"):
-        bench.benchmark_result
+        _ = bench.benchmark_result
     result = bench(A, B)
     assert bench.benchmark_result is result and (result.warmup, result.iters) == (5, 10)
     lat = bench.benchmark_result.nc_latency

@@ -293,3 +293,35 @@ def test_nki_jit_as_a_decorator_on_cpu_tensors():
     out = nki_jit(add_kernel)(a, b)   # a value-returning @nki.jit kernel returns its outputs
     assert out.device.type == "cpu"
     torch.testing.assert_close(out, a + b, rtol=0, atol=0)
+
+
+# -- the front end reaches torch only through what the device registers ---------------
+
+def test_the_nki_front_end_imports_no_torch_integration():
+    import ast
+    from pathlib import Path
+
+    root = Path(nki.__file__).parent
+    for path in root.rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            names = [a.name for a in node.names] if isinstance(node, ast.Import) else \
+                [node.module or ""] if isinstance(node, ast.ImportFrom) else []
+            assert not any(n.startswith("trnsim.backend") for n in names), f"{path} imports {names}"
+
+
+def test_the_device_registers_its_adapter_and_entry_points():
+    from trnsim import adapters
+    from trnsim.backend import nkicall
+
+    assert adapters.array_adapter_for([np.ones(2), [torch.ones(2)]]).name == "torch"
+    assert adapters.array_adapter_for([np.ones(2), 3.0]) is None
+    assert nki.nki_op is nkicall.nki_op and nki.wrap_nki is nkicall.wrap_nki
+
+
+def test_nki_op_without_the_torch_integration_names_the_import(monkeypatch):
+    from trnsim import adapters
+
+    monkeypatch.setattr(adapters, "_entry_points", {})
+    with pytest.raises(AttributeError, match=r"trnsim\.nki\.nki_op comes with trnsim's PyTorch integration.*"
+                                             r"import trnsim\.backend"):
+        _ = nki.nki_op

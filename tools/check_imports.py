@@ -22,7 +22,7 @@ from pathlib import Path
 #: The layers, lowest first: (name, module prefixes). A module belongs to the layer of
 #: its longest matching prefix.
 LAYERS: list[tuple[str, tuple[str, ...]]] = [
-    ("base", ("trnsim.units", "trnsim.errors", "trnsim.atomic", "trnsim.dtypes")),
+    ("base", ("trnsim.units", "trnsim.errors", "trnsim.atomic", "trnsim.dtypes", "trnsim.adapters")),
     ("chip description", ("trnsim.hw.spec",)),
     ("instruction set", ("trnsim.isa",)),
     ("programs", ("trnsim.hw.placement", "trnsim.program")),

@@ -7,6 +7,8 @@ off). It only registers: the simulator is loaded by the first op that needs a ti
 
 from __future__ import annotations
 
+from typing import Any
+
 _registered = False
 
 
@@ -62,6 +64,7 @@ def register() -> None:
     from trnsim.backend import distributed, flex
     from trnsim.backend.compile import inductor
 
+    _register_nki()
     distributed.register()
     inductor.install()
     flex.install()
@@ -69,6 +72,30 @@ def register() -> None:
     from trnsim.backend import follow
 
     follow.start_if_followed()   # a process started below `trnsim run` records its own ops
+
+
+def _is_torch_argument(value: Any) -> bool:
+    """Whether an NKI kernel's argument is a torch tensor, or a list or tuple holding one."""
+    if isinstance(value, (list, tuple)):
+        return any(map(_is_torch_argument, value))
+    return type(value).__module__.startswith("torch") and hasattr(value, "detach")
+
+
+def _nkicall() -> Any:
+    from trnsim.backend import nkicall   # with the NKI front end: only when a kernel meets torch
+
+    return nkicall
+
+
+def _register_nki() -> None:
+    """``@nki.jit`` kernels called with torch tensors run through :mod:`trnsim.backend.nkicall`,
+    and ``trnsim.nki`` offers its ``nki_op`` and ``wrap_nki``; nothing loads until used."""
+    from trnsim import adapters
+
+    adapters.register_array_adapter("torch", _is_torch_argument,
+                                    lambda kernel, args, kwargs: _nkicall().call(kernel, args, kwargs))
+    adapters.register_entry_point("nki_op", lambda: _nkicall().nki_op)
+    adapters.register_entry_point("wrap_nki", lambda: _nkicall().wrap_nki)
 
 
 def coverage() -> dict[str, list[str]]:

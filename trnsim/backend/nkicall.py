@@ -1,7 +1,7 @@
 """NKI kernels called on torch tensors, and NKI kernels as PyTorch custom ops.
 
-An ``@nki.jit`` kernel called with torch tensors (``trnsim.nki.jit.Kernel.__call__``
-sends such calls here) picks its framework from its arguments, as NKI's does:
+An ``@nki.jit`` kernel called with torch tensors (the device registers :func:`call` with
+:mod:`trnsim.adapters`, which the NKI front end asks) picks its framework from its arguments, as NKI's does:
 
 - ``neuron`` tensors in: the kernel runs on the simulated NeuronCore of the device, in
   the device's timeline. It reads its inputs from the host memory behind the tensors
@@ -41,6 +41,7 @@ import torch
 
 from trnsim import dtypes as _dt
 from trnsim.backend import state, storage, timeline
+from trnsim import adapters
 from trnsim.backend.opcost import OpCost
 from trnsim.nki.jit import named_arguments
 from trnsim.errors import TrnSimError
@@ -183,14 +184,10 @@ class array_kernels_on_timeline:
     uses it so that an NKI script's summary has its kernels."""
 
     def __enter__(self) -> None:
-        from trnsim.nki.jit import RUN_HOOKS
-
-        RUN_HOOKS.append(_charge_array_run)
+        self._unregister = adapters.register_run_observer(_charge_array_run)
 
     def __exit__(self, *exc: Any) -> None:
-        from trnsim.nki.jit import RUN_HOOKS
-
-        RUN_HOOKS.remove(_charge_array_run)
+        self._unregister()
 
 
 def _result(t: Any, values: Any, where: str) -> torch.Tensor:
@@ -350,3 +347,4 @@ def wrap_nki(kernel: Any) -> WrappedKernel:
     eagerly, on the device's timeline): to keep a kernel one graph node, call it from a
     launcher made an op by :func:`nki_op`."""
     return WrappedKernel(kernel)
+

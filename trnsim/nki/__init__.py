@@ -22,8 +22,29 @@ entry points (``simulate_kernel``, ``baremetal``, ``benchmark(warmup=, iters=)``
 
 Kernels trace into Programs of :mod:`trnsim.isa`; dependencies come from the memory
 each instruction touches, so independent iterations overlap across engines.
+
+The modules form layers; each imports only from the layers below it (no import cycles):
+
+1. ``tracer``, ``hazards``, ``refused``, ``compiler``, ``typing``, ``operators``: the
+   tracer that records a kernel's Program, and names with no kernel state;
+2. ``views``, ``tiles``: kernel tensors, index expressions and tile limits (their
+   operators call ``nki.language`` through ``operators``, where the language installs
+   itself);
+3. ``emit``: making tiles, emitting instructions, masks, matmul results;
+4. ``memory``, ``compute``, ``reductions``, ``loops``: the functions of ``nki.language``;
+5. ``isa`` (a package by concept, ``isa._common`` and ``isa.constants`` at its bottom):
+   ``nki.isa``;
+6. ``composed``, ``rng``: language functions built on the instructions;
+7. ``language``: the ``nki.language`` namespace; ``collectives``: ``nki.collectives``;
+8. ``jit``, ``apitable``, and this package: kernels and their runs.
+
+Frameworks plug in through :mod:`trnsim.adapters`, below all of these: PyTorch's
+integration (``trnsim.backend``) registers there; nothing here imports it.
 """
 
+from typing import Any
+
+from trnsim import adapters
 from trnsim.nki import isa, language
 from trnsim.nki.jit import (Benchmark, BenchmarkResult, Kernel, NcLatency, Profile, Simulated, baremetal, benchmark, jit,
                             profile, simulate, simulate_kernel, trace_program, typed)
@@ -37,10 +58,20 @@ __all__ = ["Benchmark", "BenchmarkResult", "Kernel", "KernelError", "NcLatency",
            "tensor", "trace_program", "typed", "wrap_nki"]
 
 
-def __getattr__(name: str):
-    # the PyTorch integration imports torch: only when asked for
-    if name in ("nki_op", "wrap_nki"):
-        from trnsim.backend import nkicall
+_FRAMEWORK_NAMES = ("nki_op", "wrap_nki")
 
-        return getattr(nkicall, name)
-    raise AttributeError(f"module 'trnsim.nki' has no attribute {name!r}")
+
+def __getattr__(name: str) -> Any:
+    # nki_op and wrap_nki belong to the PyTorch integration, which registers them when the
+    # neuron device registers (import trnsim, or import torch with trnsim installed)
+    if name not in _FRAMEWORK_NAMES:
+        raise AttributeError(f"module 'trnsim.nki' has no attribute {name!r}")
+    fn = adapters.entry_point(name)
+    if fn is None:
+        import torch  # noqa: F401 - with trnsim installed, importing torch registers the neuron device
+
+        fn = adapters.entry_point(name)
+    if fn is None:
+        raise AttributeError(f"trnsim.nki.{name} comes with trnsim's PyTorch integration, which is not loaded: "
+                             "import trnsim.backend first (import torch loads it unless TORCH_DEVICE_BACKEND_AUTOLOAD=0)")
+    return fn

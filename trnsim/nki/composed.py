@@ -14,17 +14,24 @@ from typing import Any
 
 from trnsim import dtypes as _dt
 from trnsim.nki import emit as _e
-from trnsim.nki.language import (
-    MatmulResult, abs, add, copy, cos, divide, equal, exp, full, greater, less, log, maximum, min, minimum,
-    multiply, not_equal, sigmoid, sin, softplus, sqrt, square, subtract, sum, tanh, zeros,
+from trnsim.nki.compute import abs  # noqa: A004 - nl.abs, NKI's name; the builtin is builtins.abs here
+from trnsim.nki.compute import (
+    add, cos, divide, equal, exp, greater, less, log, maximum, minimum, multiply, not_equal, sigmoid, sin,
+    softplus, sqrt, square, subtract, tanh,
 )
+from trnsim.nki.emit import MatmulResult
+from trnsim.nki.isa.affine import iota
+from trnsim.nki.isa.gather import nc_n_gather
+from trnsim.nki.loops import arange
+from trnsim.nki.memory import copy, copy_into, full, zeros
+from trnsim.nki.reductions import min, sum  # noqa: A004 - nl.min and nl.sum, NKI's names
 from trnsim.nki.tiles import Mask, NkiTensor
 from trnsim.nki.tracer import Tracer, caller_source
 
 __all__ = [
     "logical_and", "logical_or", "logical_xor", "logical_not", "abs_max", "abs_min", "tan", "arctan", "mish",
     "gelu_apprx_sigmoid", "gelu_apprx_sigmoid_dx", "erf_dx", "floor", "ceil", "trunc", "mod", "fmod", "all", "prod",
-    "loop_reduce", "prelu", "gather_flattened",
+    "loop_reduce", "gather_flattened", "shared_identity_matrix",
 ]
 
 
@@ -159,23 +166,12 @@ def all(x: Any, axis: Any, dtype: Any = None, mask: Mask | None = None) -> NkiTe
     return min(_nonzero(x), axis, dtype=dtype or _dt.uint8, mask=mask)
 
 
-def prelu(x: Any, alpha: Any, dtype: Any = None, mask: Mask | None = None, out: NkiTensor | None = None) -> NkiTensor:
-    """Parametric ReLU: ``x`` where ``x >= 0``, else ``alpha * x``; ``alpha`` is a number or a
-    [P, 1] tile (one slope per partition). Three vector-engine instructions, the last writing
-    ``out`` when given. Also the ``op`` of nisa.activation with ``relu_param=alpha``."""
-    return add(maximum(x, 0.0, dtype=_dt.float32, mask=mask),
-               multiply(minimum(x, 0.0, dtype=_dt.float32, mask=mask), alpha, dtype=_dt.float32, mask=mask),
-               dtype=dtype or (x.dtype if isinstance(x, NkiTensor) else None), mask=mask, out=out)
-
-
 def gather_flattened(data: Any, indices: Any, axis: int = 0, dtype: Any = None, mask: Mask | None = None,
                      **kwargs: Any) -> NkiTensor:
     """``out[p, ...] = data[p].flatten()[indices[p, ...]]``: each partition gathers from its own
     row of ``data`` (free dimensions flattened) with the integer ``indices`` of that partition.
     ``data`` [P, ...] and ``indices`` [P, ...] are SBUF tiles; the result is [P, *indices.shape[1:]]
     in ``dtype`` (``data``'s by default), made by one GpSimd gather (nisa.nc_n_gather)."""
-    from trnsim.nki.isa_more import nc_n_gather
-
     tr = _e.tracer()
     if mask is not None:
         raise tr.fail("nl.gather_flattened: trnsim does not take a mask here; slice data and indices instead")
@@ -193,6 +189,18 @@ def gather_flattened(data: Any, indices: Any, axis: int = 0, dtype: Any = None, 
     if kwargs:
         raise tr.fail(f"nl.gather_flattened got unexpected arguments {sorted(kwargs)}")
     return nc_n_gather(data, indices, dtype=dtype)
+
+
+def shared_identity_matrix(n: int, dtype: Any = _dt.uint8, dst: NkiTensor | None = None) -> NkiTensor:
+    """An [n, n] identity matrix in SBUF (``nisa.iota`` of ``p - f`` compared with 0)."""
+    i_p = arange(n)[:, None]
+    i_f = arange(n)[None, :]
+    diff = iota(i_p - i_f, dtype=_dt.float32)
+    out = equal(diff, 0.0, dtype=dtype)
+    if dst is not None:
+        copy_into(dst, out)
+        return dst
+    return out
 
 
 # A loop_reduce call's running result, by tracer and by the call's source line.

@@ -1,4 +1,5 @@
-"""The shared machinery of ``nl`` and ``nisa``: making tiles and emitting instructions.
+"""The shared machinery of ``nl`` and ``nisa``: making tiles, emitting instructions,
+masks, and matmul results waiting to land in PSUM.
 
 Both styles of NKI end up here: value-returning calls make a fresh destination
 tile and emit into it; destination-passing calls emit into the tile given.
@@ -26,7 +27,7 @@ def dtype_of(value: Any, default: dtypes.DType | None = None) -> dtypes.DType:
         return default
     try:
         return dtypes.as_dtype(value)
-    except Exception as e:
+    except Exception as e:  # noqa: BLE001 - whatever the dtype is, the kernel line is at fault
         raise tracer().fail(str(e)) from None
 
 
@@ -62,8 +63,6 @@ def readable(x: Any, what: str = "operand") -> NkiTensor:
         if x.view.tensor.memory is Memory.HBM:
             raise tracer().fail(f"{what} {x.name}{list(x.shape)} is in HBM; engines read SBUF/PSUM only, so nl.load it first")
         return x
-    from trnsim.nki.language import MatmulResult
-
     if isinstance(x, MatmulResult):
         return x.materialize()
     raise tracer().fail(f"{what} {x!r} is not a tile; pass a tile (nl.load it first) or a number where one is allowed")
@@ -91,6 +90,43 @@ def clip(mask: Mask | None, *tiles: NkiTensor) -> list[View]:
                       "index the tiles with the same nl.arange expressions the mask uses")
     index = tuple(slice(*ranges[b]) if b in ranges else slice(None) for b in bases)
     return [t.view[index] for t in tiles]
+
+
+def clip_result(mask: Mask | None, out: NkiTensor) -> View:
+    """The part of a reduction's result that a mask keeps: the rows (or kept free
+    indices) the mask leaves out are not written, as on the chip."""
+    if mask is None:
+        return out.view
+    ranges = mask.ranges()
+    if not any(b in ranges for b in out.bases if b is not None):
+        return out.view
+    return out.view[tuple(slice(*ranges[b]) if b in ranges else slice(None) for b in out.bases)]
+
+
+def restricted(t: Any, mask: Mask | None) -> Any:
+    """Tile ``t`` restricted to where ``mask`` holds (by ``t``'s own index bases); other
+    values pass through."""
+    if mask is None or not isinstance(t, NkiTensor):
+        return t
+    return NkiTensor(t._placement, clip_result(mask, t), t.bases)
+
+
+def masked(fn: Any) -> Any:
+    """``fn`` with ``mask=``: it runs on the tiles restricted to the mask, and its result
+    lands in the masked part of a full-size tile (elements outside are not written)."""
+    def wrapper(*args: Any, mask: Mask | None = None, **kwargs: Any) -> NkiTensor:
+        if mask is None:
+            return fn(*args, **kwargs)
+        args = tuple(readable(a) if isinstance(a, MatmulResult) else a for a in args)
+        part = fn(*(restricted(a, mask) for a in args), **kwargs)
+        ref = next(a for a in args if isinstance(a, NkiTensor))
+        out = like(ref, part.dtype)
+        copy_to(clip_result(mask, out), part.view)
+        return out
+
+    wrapper.__name__ = fn.__name__
+    wrapper.__doc__ = fn.__doc__
+    return wrapper
 
 
 def check_overrun(hbm: NkiTensor, mask: Mask | None, what: str) -> None:
@@ -142,3 +178,41 @@ def flat2d(v: View) -> View:
     if run != v.free_size:
         raise tracer().fail(f"{v!r} is not contiguous inside each partition; copy it to a fresh tile first")
     return View(v.tensor, v.offset, (v.dims[0], (1, v.free_size)))
+
+
+class MatmulResult:
+    """``nl.matmul``'s result before it lands: ``+=`` accumulates it into a PSUM tile,
+    any other use puts it in a fresh PSUM tile."""
+
+    def __init__(self, stationary: View, moving: View, keep: tuple[NkiTensor, ...] = ()) -> None:
+        self.stationary = stationary
+        self.moving = moving
+        self._keep = keep  # the operand tiles stay placed until the result lands
+        self.shape = (stationary.free_size, moving.free_size)
+        self.dtype = dtypes.float32
+        self._tile: NkiTensor | None = None
+
+    def write_into(self, dst: NkiTensor, accumulate: bool) -> None:
+        tr = tracer()
+        if dst.buffer is not Memory.PSUM:
+            raise tr.fail(f"matmul results accumulate in PSUM; {dst.name} is in {dst.buffer.value.upper()} "
+                          "(PSUM accumulation group misuse): make the accumulator with buffer=nl.psum")
+        if dst.view.partitions != self.shape[0] or dst.view.free_size != self.shape[1]:
+            raise tr.fail(f"matmul result is {list(self.shape)} but the accumulator {dst.name} slice is "
+                          f"[{dst.view.partitions}, {dst.view.free_size}] (PSUM accumulation group misuse)")
+        if id(dst.tensor) in tr.zeros:
+            # a zero accumulator: the first matmul over all of it starts the group; a
+            # matmul into part of it adds to the zeros the tracer writes first
+            accumulate = not tr.covers_whole(dst.view)
+        elif accumulate and not tr.hazards.written(dst.view):
+            accumulate = False
+        matmul(dst.view, self.stationary, self.moving, accumulate)
+
+    def accumulate_into(self, dst: NkiTensor) -> None:
+        self.write_into(dst, accumulate=True)
+
+    def materialize(self) -> NkiTensor:
+        if self._tile is None:
+            self._tile = new_tensor(self.shape, dtypes.float32, Memory.PSUM)
+            self.write_into(self._tile, accumulate=False)
+        return self._tile

@@ -30,6 +30,7 @@ import numpy as np
 from trnsim import dtypes as _dt
 from trnsim.errors import ProgramError, TrnSimError
 from trnsim.isa import Memory
+from trnsim import adapters
 from trnsim.nki.tiles import NkiTensor, _Placement
 from trnsim.nki.tracer import KernelError, Tracer
 
@@ -83,7 +84,8 @@ def _as_array(value: Any, name: str) -> tuple[np.ndarray, _dt.DType]:
     try:
         return arr, _dt.as_dtype(arr.dtype)
     except TrnSimError:
-        raise KernelError(f"argument {name!r}: numpy dtype {arr.dtype} has no chip dtype; use float32, float16, int8, int32 ...") from None
+        raise KernelError(f"argument {name!r}: numpy dtype {arr.dtype} has no chip dtype; use float32, float16, int8, "
+                          "int32 ...") from None
 
 
 @dataclass
@@ -163,19 +165,11 @@ class Kernel:
         return Traced(tracer, inputs, result, outs)
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        if any(map(_is_torch, itertools.chain(args, kwargs.values()))):
-            from trnsim.backend import nkicall   # torch only when torch tensors come in
-
-            return nkicall.call(self, args, kwargs)
+        # arrays of a framework (torch tensors) go to its integration; numpy runs here
+        adapter = adapters.array_adapter_for(itertools.chain(args, kwargs.values()))
+        if adapter is not None:
+            return adapter.call(self, args, kwargs)
         return simulate(self)(*args, **kwargs)
-
-
-def _is_torch(value: Any) -> bool:
-    """Whether ``value`` is a torch tensor, or a list or tuple holding one (found without
-    importing torch)."""
-    if isinstance(value, (list, tuple)):
-        return any(map(_is_torch, value))
-    return type(value).__module__.startswith("torch") and hasattr(value, "detach")
 
 
 def _hbm_results(result: Any, tracer: Tracer, fn: Callable) -> list[NkiTensor]:
@@ -269,19 +263,12 @@ class Simulated:
         return _results(traced, result)
 
 
-#: Called as ``hook(kernel_name, run, args)`` after each run of a kernel on numpy arrays
-#: (``nki.simulate``, ``baremetal``, ``benchmark``, a jit kernel called on arrays):
-#: ``trnsim run`` puts such runs on the device's timeline, so its summary covers them.
-RUN_HOOKS: list[Callable[[str, Any, tuple], None]] = []
-
-
 def _run(kernel: Kernel, chip: Any, numerics: bool, trace: str | os.PathLike | None,
          args: tuple, kwargs: dict) -> tuple[Traced, Any]:
     """Trace ``kernel`` for a call and simulate it (at instruction fidelity when ``numerics``,
     writing the numpy arrays the kernel writes in place: destination passing)."""
     traced, result = _simulate_call(kernel, chip, numerics, trace, args, kwargs)
-    for hook in RUN_HOOKS:
-        hook(kernel.fn.__name__, result, args)
+    adapters.notify_run(kernel.fn.__name__, result, args)
     return traced, result
 
 

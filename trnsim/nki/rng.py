@@ -15,7 +15,8 @@ import numpy as np
 
 from trnsim.isa import Memory
 from trnsim.nki import emit as _e
-from trnsim.nki.language import greater_equal, load, multiply, sbuf, shared_constant
+from trnsim.nki.compute import greater_equal, multiply
+from trnsim.nki.memory import load, sbuf, shared_constant
 from trnsim.nki.tiles import NkiTensor
 from trnsim.nki.tracer import Tracer
 

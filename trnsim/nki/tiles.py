@@ -10,10 +10,13 @@ the hazard tracker has ordered the reuse behind the old accesses).
 from __future__ import annotations
 
 import itertools
+from numbers import Real
 from typing import Any
 
 from trnsim.dtypes import DType
 from trnsim.isa import Memory, Tensor, View, row_major_dims
+from trnsim.nki import operators
+from trnsim.nki.tracer import KernelError, current
 from trnsim.nki.views import ViewMethods
 
 _ids = itertools.count()
@@ -114,8 +117,6 @@ class Mask:
         return Mask(self.conds + other.conds)
 
     def __bool__(self) -> bool:
-        from trnsim.nki.tracer import KernelError
-
         raise KernelError("a mask has no truth value: combine conditions with & (as in (i_p >= 64) & (i_p < 128)), "
                           "not with 'and' or chained comparisons")
 
@@ -137,6 +138,26 @@ class Mask:
             lo, hi = max(lo, old_lo), min(hi, old_hi)
             out[b] = (lo, max(lo, hi))
         return out
+
+
+class tile_size:
+    """Tile limits (NKI's ``nl.tile_size``), as NKI documents them for a NeuronCore
+    with 128 partitions of 192 KiB SBUF and 16 KiB PSUM (8 banks of 2 KiB)."""
+
+    pmax = 128
+    psum_fmax = 512
+    psum_bank_fmax = 512
+    psum_bank_fmax_bytes = 2048
+    psum_num_banks = 8
+    sbuf_fmax_bytes = 192 * 1024
+    sbuf_fmax = sbuf_fmax_bytes // 4
+    sbuf_size_bytes = 128 * sbuf_fmax_bytes
+    total_available_sbuf_size = sbuf_fmax_bytes
+    gemm_stationary_fmax = 128
+    gemm_moving_fmax = 512
+    bn_stats_fmax = 512
+    psum_min_align = 4
+    sbuf_min_align = 1
 
 
 def ds(start: int, size: int) -> slice:
@@ -180,8 +201,6 @@ class _Placement:
 
 def _operand(o: object) -> bool:
     """Whether ``o`` is something a tile compares with elementwise (a tile or a number)."""
-    from numbers import Real
-
     return isinstance(o, (NkiTensor, Real)) and not isinstance(o, bool)
 
 
@@ -311,14 +330,16 @@ class NkiTensor(ViewMethods):
             if isinstance(idx, Affine):
                 one = idx.single()
                 if one is None and idx.terms:
-                    raise self._placement.tracer.fail(f"index {axis} of {self.name} mixes several nl.arange bases; index each axis with one")
+                    raise self._placement.tracer.fail(f"index {axis} of {self.name} mixes several nl.arange bases; "
+                                                      "index each axis with one")
                 if one is None:
                     plain.append(idx.const)
                     bases.append(None)
                     continue
                 b, c, n = one
                 if c <= 0:
-                    raise self._placement.tracer.fail(f"index {axis} of {self.name} steps by {c}; only positive steps are supported")
+                    raise self._placement.tracer.fail(f"index {axis} of {self.name} steps by {c}; only positive steps "
+                                                      "are supported")
                 if idx.const < 0:
                     raise self._placement.tracer.fail(
                         f"index {axis} of {self.name} starts at {idx.const}, before the start of the axis; "
@@ -336,10 +357,11 @@ class NkiTensor(ViewMethods):
                 if isinstance(idx, slice):
                     bases.append(None)
                 elif not isinstance(idx, int):
-                    raise self._placement.tracer.fail(f"index {idx!r} on axis {axis} of {self.name}: use integers, slices, nl.ds or nl.arange expressions")
+                    raise self._placement.tracer.fail(f"index {idx!r} on axis {axis} of {self.name}: use integers, "
+                                                      "slices, nl.ds or nl.arange expressions")
         try:
             view = self.view[tuple(plain)]
-        except Exception as e:
+        except Exception as e:  # noqa: BLE001 - a bad index is the kernel line's error
             raise self._placement.tracer.fail(f"{self.name}: {e}") from None
         kept = [b for idx, b in zip(plain, bases) if not isinstance(idx, int)]
         if self.view.tensor.on_chip and plain and isinstance(plain[0], int):
@@ -353,7 +375,7 @@ class NkiTensor(ViewMethods):
         no ``nl.arange`` bases to carry and nothing to overrun."""
         try:
             view = self.view[keys]
-        except Exception as e:
+        except Exception as e:  # noqa: BLE001 - a bad index is the kernel line's error
             raise self._placement.tracer.fail(f"{self.name}: {e}") from None
         kept: list[int | None] = [None for k in keys if k.__class__ is slice]
         if keys and keys[0].__class__ is int and self.view.tensor.on_chip:
@@ -386,9 +408,7 @@ class NkiTensor(ViewMethods):
 
     def broadcast_to(self, shape: tuple[int, ...] | list[int]) -> NkiTensor:
         """This tile copied to ``shape`` (see ``nl.broadcast_to``)."""
-        from trnsim.nki import language as nl
-
-        return nl.broadcast_to(self, shape)
+        return operators.language().broadcast_to(self, shape)
 
     def ap(self, pattern: list[list[int]] | tuple[tuple[int, int], ...], offset: int = 0, **kwargs: Any) -> NkiTensor:
         """An explicit access pattern: ``[[step, count], ...]`` in elements, partitions first
@@ -410,9 +430,7 @@ class NkiTensor(ViewMethods):
 
     # Expressions in the value-returning style: ``a * b + 1.0``.
     def _op(self, name: str, other: object, reverse: bool = False) -> NkiTensor:
-        from trnsim.nki import language as nl
-
-        fn = getattr(nl, name)
+        fn = getattr(operators.language(), name)
         return fn(other, self) if reverse else fn(self, other)
 
     def __add__(self, o: object) -> NkiTensor:
@@ -440,9 +458,7 @@ class NkiTensor(ViewMethods):
         return self._op("divide", o, True)
 
     def __neg__(self) -> NkiTensor:
-        from trnsim.nki import language as nl
-
-        return nl.negative(self)
+        return operators.language().negative(self)
 
     def __pow__(self, o: object) -> NkiTensor:
         return self._op("power", o)
@@ -472,14 +488,11 @@ class NkiTensor(ViewMethods):
         return self._op("less_equal", o)
 
     def __bool__(self) -> bool:
-        from trnsim.nki.emit import tracer
-
-        raise tracer().fail("a tile has no truth value while the kernel is traced (its values are not known yet); "
+        raise current().fail("a tile has no truth value while the kernel is traced (its values are not known yet); "
                             "select with nl.where or a mask= instead of an if on a tile")
 
     def __iadd__(self, other: object) -> NkiTensor:
-        from trnsim.nki import language as nl
-
+        nl = operators.language()
         if isinstance(other, nl.MatmulResult):
             other.accumulate_into(self)
             return self
@@ -487,8 +500,7 @@ class NkiTensor(ViewMethods):
         return self
 
     def __setitem__(self, index: object, value: object) -> None:
-        from trnsim.nki import language as nl
-
+        nl = operators.language()
         target = self[index]
         if isinstance(value, nl.MatmulResult):
             value.write_into(target, accumulate=False)

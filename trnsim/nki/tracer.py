@@ -14,7 +14,7 @@ import os
 import sys
 from typing import Any
 
-from trnsim.errors import ProgramError, TrnSimError
+from trnsim.errors import ProgramError
 from trnsim.isa import MEMORY_NAMES, DmaCopy, Engine, Instruction, LoadStationary, Memory, Memset, Tensor, View
 from trnsim.program import Program
 from trnsim.nki.hazards import Hazards, UnwrittenRead, region_of, region_of_tensor
@@ -44,7 +44,8 @@ _inside: dict[str, bool] = {}
 def _in_nki(filename: str) -> bool:
     found = _inside.get(filename)
     if found is None:
-        found = _inside[filename] = os.path.dirname(os.path.abspath(filename)) == _NKI_DIR
+        folder = os.path.dirname(os.path.abspath(filename))
+        found = _inside[filename] = folder == _NKI_DIR or folder.startswith(_NKI_DIR + os.sep)
     return found
 
 
@@ -224,7 +225,8 @@ class Tracer:
         try:
             deps = self.hazards.access(index, reads, writes, check_written)
         except UnwrittenRead as e:
-            raise self.fail(f"reads {_tile_name(e.view)} before anything wrote it; load, memset or compute it first", source) from None
+            raise self.fail(f"reads {_tile_name(e.view)} before anything wrote it; load, memset or compute it "
+                            "first", source) from None
         # stationary loads overlap the multiply before them, so a barrier needs the last of each
         track = "tensor.load" if inst.__class__ is LoadStationary else inst.track
         if self._barrier and track not in self._barrier_done:
@@ -246,7 +248,8 @@ class Tracer:
             return default
         if isinstance(engine, Engine):
             return engine
-        raise self.fail(f"engine {engine!r} is not one of nisa.vector_engine, nisa.scalar_engine, nisa.gpsimd_engine, nisa.tensor_engine")
+        raise self.fail(f"engine {engine!r} is not one of nisa.vector_engine, nisa.scalar_engine, nisa.gpsimd_engine, "
+                        "nisa.tensor_engine")
 
 
 def _tile_name(v: View) -> str:

@@ -11,6 +11,7 @@ import math
 from typing import Any
 
 from trnsim.isa import View
+from trnsim.nki import operators
 
 
 class ViewMethods:
@@ -48,15 +49,11 @@ class ViewMethods:
 
     def astype(self, dtype: Any) -> Any:
         """A copy converted to ``dtype`` (``nl.copy(x, dtype=dtype)``)."""
-        from trnsim.nki import language as nl
-
-        return nl.copy(self, dtype=dtype)
+        return operators.language().copy(self, dtype=dtype)
 
     def expand_dims(self, axis: int) -> Any:
         """A view with a new size-1 axis at ``axis`` (``nl.expand_dims``)."""
-        from trnsim.nki import language as nl
-
-        return nl.expand_dims(self, axis)  # type: ignore[arg-type]
+        return operators.language().expand_dims(self, axis)
 
     def is_contiguous(self) -> bool:
         """Whether the view covers its elements in row-major order with no gaps."""
@@ -144,7 +141,8 @@ class ViewMethods:
         dims = list(self.view.dims)  # type: ignore[attr-defined]
         for (outer, _), (inner, count) in zip(dims[a:b], dims[a + 1:b + 1]):
             if outer != inner * count:
-                raise self._placement.tracer.fail(f"flatten_dims({start_dim}, {end_dim}): the dims are not contiguous; copy first")  # type: ignore[attr-defined]
+                raise self._placement.tracer.fail(f"flatten_dims({start_dim}, {end_dim}): the dims are not "
+                                                  "contiguous; copy first")  # type: ignore[attr-defined]
         merged = (dims[b][0], math.prod(c for _, c in dims[a:b + 1]))
         bases = list(self.bases)  # type: ignore[attr-defined]
         return self._derive(dims[:a] + [merged] + dims[b + 1:], bases[:a] + [None] + bases[b + 1:])

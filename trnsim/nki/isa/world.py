@@ -10,8 +10,9 @@ from __future__ import annotations
 from typing import Any
 
 from trnsim.nki import emit as _e
-from trnsim.nki.isa_more import _fail, _take
+from trnsim.nki.isa._common import fail, take
 from trnsim.nki.tiles import NkiTensor
+
 
 _ONE_CORE = "a trnsim kernel runs on one simulated NeuronCore (rank 0)"
 
@@ -27,12 +28,12 @@ def core_barrier(*args: Any, engine: Any = None, name: str | None = None, **kwar
     With one core the barrier is a sync point: what the kernel issues next starts after
     everything issued so far has ended. ``cores`` must be ``(0,)``; ``data`` is an HBM tensor.
     """
-    data, cores = _take(kwargs, args, 0, "data"), _take(kwargs, args, 1, "cores", (0,))
+    data, cores = take(kwargs, args, 0, "data"), take(kwargs, args, 1, "cores", (0,))
     if not isinstance(data, NkiTensor) or data.view.tensor.on_chip:
-        raise _fail(f"core_barrier: data {data!r} must be a tensor in HBM, the data the cores share")
+        raise fail(f"core_barrier: data {data!r} must be a tensor in HBM, the data the cores share")
     others = sorted(set(_ranks(cores)) - {0})
     if others:
-        raise _fail(f"core_barrier over cores {_ranks(cores)}: {_ONE_CORE}, so cores {others} do not exist; "
+        raise fail(f"core_barrier over cores {_ranks(cores)}: {_ONE_CORE}, so cores {others} do not exist; "
                     "use cores=(0,)")
     _e.tracer().barrier()
 
@@ -43,15 +44,15 @@ def sendrecv(*args: Any, dma_engine: Any = None, name: str | None = None, **kwar
     With one rank both peers must be 0, this rank: ``dst`` receives ``src`` with one DMA.
     ``src`` and ``dst`` have the same number of elements (any memory); ``pipe_id`` is accepted.
     """
-    src, dst = _take(kwargs, args, 0, "src"), _take(kwargs, args, 1, "dst")
-    send_to, recv_from = _take(kwargs, args, 2, "send_to_rank", 0), _take(kwargs, args, 3, "recv_from_rank", 0)
+    src, dst = take(kwargs, args, 0, "src"), take(kwargs, args, 1, "dst")
+    send_to, recv_from = take(kwargs, args, 2, "send_to_rank", 0), take(kwargs, args, 3, "recv_from_rank", 0)
     for what, rank in (("send_to_rank", send_to), ("recv_from_rank", recv_from)):
         if int(rank) != 0:
-            raise _fail(f"sendrecv: {what}={int(rank)} names another rank; {_ONE_CORE}, so the only peer is "
+            raise fail(f"sendrecv: {what}={int(rank)} names another rank; {_ONE_CORE}, so the only peer is "
                         f"rank 0 (run the exchange from PyTorch with torch.distributed)")
     if not isinstance(src, NkiTensor) or not isinstance(dst, NkiTensor):
-        raise _fail(f"sendrecv: src {src!r} and dst {dst!r} must be tensors")
+        raise fail(f"sendrecv: src {src!r} and dst {dst!r} must be tensors")
     if src.view.size != dst.view.size:
-        raise _fail(f"sendrecv: src {list(src.shape)} and dst {list(dst.shape)} differ in size; with one rank dst "
+        raise fail(f"sendrecv: src {list(src.shape)} and dst {list(dst.shape)} differ in size; with one rank dst "
                     "receives src")
     _e.tracer().dma(dst.view, src.view if src.shape == dst.shape else src.reshape(dst.shape).view)

@@ -1,40 +1,9 @@
-"""Registers of ``nki.isa``, the instructions trnsim refuses by name with the reason, and the
-documented differences of the ones it implements (both read by :mod:`trnsim.nki.apitable`)."""
+"""The ``nki.isa`` instructions trnsim refuses by name with the reason, and the documented
+differences of the ones it implements (both read by :mod:`trnsim.nki.apitable`)."""
 
 from __future__ import annotations
 
-from typing import Any
-
-from trnsim.nki.isa_more import _fail
 from trnsim.nki.refused import Refused
-
-
-class VirtualRegister:
-    """An engine register holding an integer known when the kernel is traced."""
-
-    def __init__(self, value: int = 0) -> None:
-        self.value = int(value)
-
-    def __int__(self) -> int:
-        return self.value
-
-    def __index__(self) -> int:
-        return self.value
-
-    def __repr__(self) -> str:
-        return f"VirtualRegister({self.value})"
-
-
-def register_alloc(x: int | None = None) -> VirtualRegister:
-    """A register holding ``x`` (0 when None)."""
-    return VirtualRegister(0 if x is None else int(x))
-
-
-def register_move(dst: VirtualRegister, src: Any) -> None:
-    """Set register ``dst`` to ``src`` (a register or an integer)."""
-    if not isinstance(dst, VirtualRegister):
-        raise _fail(f"register_move: dst {dst!r} is not a register from nisa.register_alloc")
-    dst.value = int(src)
 
 
 _REASONS = {
@@ -53,8 +22,10 @@ _REASONS = {
     "NkiInstruction": "instruction handles are not exposed; the nki.isa functions return their output tiles",
 }
 
+
 #: Refused ``nki.isa`` names: each raises KernelError naming itself and saying why.
 REFUSED: dict[str, Refused] = {name: Refused(f"nki.isa.{name}", why) for name, why in _REASONS.items()}
+
 
 #: Documented names that trnsim implements with a difference (read by ``trnsim.nki.apitable``).
 DIFFERENCES: dict[str, str] = {
@@ -98,7 +69,7 @@ DIFFERENCES: dict[str, str] = {
     "reduce_cmd": "enum; instructions accept only idle/reset_reduce (tensor_scalar_cumulative also load_reduce)",
     "dge_mode": "enum; all modes timed alike",
     "matmul_perf_mode": "enum only (nc_matmul does not model double_row)",
-    "constants": "legacy namespace holding the enums (attribute access, not an importable module)",
+    "constants": "the module of the enums (nki.isa.constants), also an attribute of nki.isa",
     "core_barrier": "a world of one NeuronCore: cores must be (0,), this core, and the barrier is a sync point "
                     "(what follows starts after everything before has ended); other cores refused",
     "sendrecv": "a world of one rank: the peer must be rank 0, this rank, and the transfer is one DMA copy; "

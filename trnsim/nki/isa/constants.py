@@ -1,5 +1,8 @@
 """The configuration enums and target queries of ``nki.isa``: engines, accumulator
-commands, DMA modes and NeuronCore versions, with NKI's names and values."""
+commands, DMA modes and NeuronCore versions, with NKI's names and values.
+
+Also the module ``nki.isa.constants`` itself (``from nki.isa.constants import
+dge_mode``; ``nisa.constants.engine``), as NKI's legacy namespace of these enums."""
 
 from __future__ import annotations
 
@@ -8,6 +11,21 @@ import re
 
 from trnsim.isa import Engine
 from trnsim.nki import emit as _e
+
+
+tensor_engine = Engine.TENSOR
+
+
+vector_engine = Engine.VECTOR
+
+
+scalar_engine = Engine.SCALAR
+
+
+gpsimd_engine = Engine.GPSIMD
+
+
+unknown_engine = None
 
 
 class engine:
@@ -68,18 +86,6 @@ class dma_engine(enum.Enum):
 
     dma = 1
     gpsimd_dma = 2
-
-
-class constants:
-    """The legacy ``nki.isa.constants`` namespace."""
-
-    engine = engine
-    reduce_cmd = reduce_cmd
-    dge_mode = dge_mode
-    oob_mode = oob_mode
-    nc_version = nc_version
-    dma_engine = dma_engine
-    matmul_perf_mode = matmul_perf_mode
 
 
 def get_nc_version() -> nc_version:

@@ -11,44 +11,44 @@ from numbers import Real
 from typing import Any
 
 from trnsim.isa import Dropout, Engine, Memory, RandomUniform, RngSeed, RngState
-from trnsim.nki import isa as _isa
 from trnsim.nki import emit as _e
-from trnsim.nki.isa_more import _fail, _needs_version, _no_mask, _same_free, _scalar_or_view, _take, _tile
+from trnsim.nki.isa._common import (fail, needs_version, no_mask, out_tile, pick_engine, same_free, scalar_or_view,
+                                    split_dst, take, tile)
 from trnsim.nki.tiles import NkiTensor
 
 
 def rng(*args: Any, engine: Any = None, **kwargs: Any) -> NkiTensor:
     """32 random bits per element of ``dst`` (an integer tile), truncated to its dtype."""
-    dst = _tile(_take(kwargs, args, 0, "dst"), "rng dst")
+    dst = tile(take(kwargs, args, 0, "dst"), "rng dst")
     if dst.dtype.is_float:
-        raise _fail(f"rng: dst is {dst.dtype.name}; it must be an integer type (int8, int16, int32, uint8, uint32)")
-    _e.emit(RandomUniform(dst.view, bits=True, engine=_isa._engine(engine, Engine.VECTOR)))
+        raise fail(f"rng: dst is {dst.dtype.name}; it must be an integer type (int8, int16, int32, uint8, uint32)")
+    _e.emit(RandomUniform(dst.view, bits=True, engine=pick_engine(engine, Engine.VECTOR)))
     return dst
 
 
 def rand2(*args: Any, **kwargs: Any) -> NkiTensor:
     """Uniform random values in [min, max) into ``dst`` (vector engine); min and max are numbers."""
-    _needs_version("rand2", 4)
-    dst = _tile(_take(kwargs, args, 0, "dst"), "rand2 dst")
-    low, high = _take(kwargs, args, 1, "min", 0.0), _take(kwargs, args, 2, "max", 1.0)
+    needs_version("rand2", 4)
+    dst = tile(take(kwargs, args, 0, "dst"), "rand2 dst")
+    low, high = take(kwargs, args, 1, "min", 0.0), take(kwargs, args, 2, "max", 1.0)
     if not isinstance(low, Real) or not isinstance(high, Real):
-        raise _fail("rand2: trnsim takes min and max as numbers; per-partition bound tiles are not supported")
+        raise fail("rand2: trnsim takes min and max as numbers; per-partition bound tiles are not supported")
     if not low < high:
-        raise _fail(f"rand2: min {low} must be below max {high}")
+        raise fail(f"rand2: min {low} must be below max {high}")
     _e.emit(RandomUniform(dst.view, float(low), float(high), engine=Engine.VECTOR))
     return dst
 
 
 def set_rng_seed(*args: Any, engine: Any = None, **kwargs: Any) -> None:
     """Seed the random generator from the values of ``src_seeds``."""
-    seeds = _tile(_take(kwargs, args, 0, "src_seeds"), "set_rng_seed src_seeds")
-    _e.emit(RngSeed(seeds.view, engine=_isa._engine(engine, Engine.VECTOR)))
+    seeds = tile(take(kwargs, args, 0, "src_seeds"), "set_rng_seed src_seeds")
+    _e.emit(RngSeed(seeds.view, engine=pick_engine(engine, Engine.VECTOR)))
 
 
 def rand_set_state(*args: Any, engine: Any = None, **kwargs: Any) -> None:
     """Seed the random generator from ``src_seeds`` (trnsim's generator state is a seed, not XORWOW words)."""
-    seeds = _tile(_take(kwargs, args, 0, "src_seeds"), "rand_set_state src_seeds")
-    _e.emit(RngSeed(seeds.view, engine=_isa._engine(engine, Engine.GPSIMD)))
+    seeds = tile(take(kwargs, args, 0, "src_seeds"), "rand_set_state src_seeds")
+    _e.emit(RngSeed(seeds.view, engine=pick_engine(engine, Engine.GPSIMD)))
 
 
 #: Elements per partition of a rand_get_state destination, by engine (NKI's XORWOW state sizes).
@@ -62,34 +62,34 @@ def rand_get_state(*args: Any, engine: Any = None, **kwargs: Any) -> NkiTensor:
     Each partition's row holds the 32-bit words of the simulated generator's state (numpy
     PCG64: state then increment, repeated to fill the row), not the hardware's XORWOW state.
     """
-    _needs_version("rand_get_state", 3)
-    dst = _tile(_take(kwargs, args, 0, "dst"), "rand_get_state dst")
+    needs_version("rand_get_state", 3)
+    dst = tile(take(kwargs, args, 0, "dst"), "rand_get_state dst")
     if dst.dtype.name != "uint32" or len(dst.shape) != 2:
-        raise _fail(f"rand_get_state: dst is {list(dst.shape)} {dst.dtype.name}; it must be a 2-D uint32 tile")
-    chosen = _isa._engine(engine, Engine.GPSIMD if dst.shape[1] == _STATE_WORDS[Engine.GPSIMD] else Engine.VECTOR)
+        raise fail(f"rand_get_state: dst is {list(dst.shape)} {dst.dtype.name}; it must be a 2-D uint32 tile")
+    chosen = pick_engine(engine, Engine.GPSIMD if dst.shape[1] == _STATE_WORDS[Engine.GPSIMD] else Engine.VECTOR)
     if chosen not in _STATE_WORDS:
-        raise _fail(f"rand_get_state: engine {chosen.name} has no random generator; use nisa.gpsimd_engine or "
+        raise fail(f"rand_get_state: engine {chosen.name} has no random generator; use nisa.gpsimd_engine or "
                     "nisa.vector_engine")
     if chosen is Engine.VECTOR:
-        _needs_version("rand_get_state on the vector engine", 4)
+        needs_version("rand_get_state on the vector engine", 4)
     if dst.shape[1] != _STATE_WORDS[chosen]:
-        raise _fail(f"rand_get_state: dst has {dst.shape[1]} elements per partition; the {chosen.name} engine's "
+        raise fail(f"rand_get_state: dst has {dst.shape[1]} elements per partition; the {chosen.name} engine's "
                     f"state is {_STATE_WORDS[chosen]}")
     if chosen is Engine.GPSIMD and dst.buffer is not Memory.SBUF:
-        raise _fail("rand_get_state: GpSimd cannot write PSUM; put dst in SBUF")
+        raise fail("rand_get_state: GpSimd cannot write PSUM; put dst in SBUF")
     _e.emit(RngState(dst.view, engine=chosen))
     return dst
 
 
 def dropout(*args: Any, dtype: Any = None, **kwargs: Any) -> NkiTensor:
     """Zero each element of ``data`` with probability ``prob`` (a number or [P, 1] tile); vector engine."""
-    _no_mask(kwargs, "dropout")
-    dst, rest = _isa._split_dst(args, kwargs, lambda a: len(a) >= 3 or (len(a) == 2 and "prob" in kwargs), "data")
-    data = _tile(_take(kwargs, rest, 0, "data"), "dropout data")
-    prob = _scalar_or_view(_take(kwargs, rest, 1, "prob"), "dropout prob")
-    out = _isa._out(dst, data, dtype)
+    no_mask(kwargs, "dropout")
+    dst, rest = split_dst(args, kwargs, lambda a: len(a) >= 3 or (len(a) == 2 and "prob" in kwargs), "data")
+    data = tile(take(kwargs, rest, 0, "data"), "dropout data")
+    prob = scalar_or_view(take(kwargs, rest, 1, "prob"), "dropout prob")
+    out = out_tile(dst, data, dtype)
     if out.dtype is not data.dtype:
-        raise _fail(f"dropout: the output data type must match the input's ({out.dtype.name} vs {data.dtype.name})")
-    _same_free("dropout", out, data)
+        raise fail(f"dropout: the output data type must match the input's ({out.dtype.name} vs {data.dtype.name})")
+    same_free("dropout", out, data)
     _e.emit(Dropout(out.view, data.view, prob, engine=Engine.VECTOR))
     return out

@@ -1,0 +1,260 @@
+"""Math on tiles of ``nki.language``: matmul and transpose on the tensor engine, and the
+elementwise operations of the scalar (activations) and vector engines.
+
+``nl.matmul`` gives a PSUM result that ``+=`` accumulates (``acc += nl.matmul(a, b,
+transpose_x=True)``); every other call makes a fresh tile for its result.
+"""
+
+from __future__ import annotations
+
+import builtins
+import math
+from numbers import Real
+from typing import Any, Sequence
+
+from trnsim import dtypes as _dt
+from trnsim.isa import ActivationFunc, AluOp, Engine, Memory, Select, View
+from trnsim.nki import emit as _e
+from trnsim.nki.emit import MatmulResult
+from trnsim.nki.memory import copy, full
+from trnsim.nki.tiles import Mask, NkiTensor, tile_size
+
+
+def _stationary_of(x: NkiTensor, transpose_x: bool) -> NkiTensor:
+    """``x`` [K, M] as is, or ``x`` [M, K] through the PE array and back into SBUF."""
+    if transpose_x:
+        return x
+    return copy(transpose(x), dtype=x.dtype)
+
+
+
+def matmul(x: Any, y: Any, transpose_x: bool = False, mask: Mask | None = None) -> MatmulResult:
+    """``x @ y`` on the tensor engine (fp32 in PSUM). With ``transpose_x=True``, ``x`` is
+    already [K, M] (contraction on partitions) and the result is ``x.T @ y``; otherwise
+    ``x`` [M, K] goes through the PE array's transpose first."""
+    x = _e.restricted(_e.readable(x, "matmul x"), mask)
+    y = _e.restricted(_e.readable(y, "matmul y"), mask)
+    st_tile = _stationary_of(x, transpose_x)
+    st = st_tile.view
+    tr = _e.tracer()
+    if st.partitions != y.view.partitions:
+        raise tr.fail(f"matmul contraction sizes differ: x gives K={st.partitions}, y has K={y.view.partitions} partitions")
+    if st.free_size > tile_size.gemm_stationary_fmax:
+        raise tr.fail(f"matmul M={st.free_size} exceeds nl.tile_size.gemm_stationary_fmax "
+                      f"({tile_size.gemm_stationary_fmax}); tile M")
+    if y.view.free_size > tile_size.gemm_moving_fmax:
+        raise tr.fail(f"moving free size {y.view.free_size} exceeds nl.tile_size.gemm_moving_fmax "
+                      f"({tile_size.gemm_moving_fmax}); tile N into pieces of 512")
+    return MatmulResult(st, _e.flat2d(y.view), keep=(st_tile, y))
+
+
+def transpose(x: Any, dtype: Any = None, mask: Mask | None = None) -> NkiTensor:
+    """[P, F] -> [F, P] through the PE array (result in PSUM)."""
+    x = _e.restricted(_e.readable(x, "transpose input"), mask)
+    out = _e.new_tensor((x.view.free_size, x.view.partitions), dtype or x.dtype, Memory.PSUM)
+    _e.transpose(out.view, _e.flat2d(x.view))
+    return out
+
+
+# -- elementwise ------------------------------------------------------------
+
+def _unary(func: ActivationFunc):
+    def op(x: Any, dtype: Any = None, mask: Mask | None = None) -> NkiTensor:
+        x = _e.readable(x)
+        out = _e.like(x, dtype if dtype is not None else (x.dtype if x.buffer is Memory.SBUF else _dt.float32))
+        dst, src = _e.clip(mask, out, x)
+        _e.activation(dst, src, func)
+        return out
+
+    op.__name__ = func.value
+    op.__doc__ = f"Elementwise {func.value} on the scalar engine, into a fresh SBUF tile."
+    return op
+
+
+exp = _unary(ActivationFunc.EXP)
+log = _unary(ActivationFunc.LOG)
+sqrt = _unary(ActivationFunc.SQRT)
+rsqrt = _unary(ActivationFunc.RSQRT)
+tanh = _unary(ActivationFunc.TANH)
+sigmoid = _unary(ActivationFunc.SIGMOID)
+relu = _unary(ActivationFunc.RELU)
+gelu = _unary(ActivationFunc.GELU)
+gelu_apprx_tanh = _unary(ActivationFunc.GELU_TANH)
+silu = _unary(ActivationFunc.SILU)
+square = _unary(ActivationFunc.SQUARE)
+abs = _unary(ActivationFunc.ABS)  # noqa: A001 - NKI's name
+sin = _unary(ActivationFunc.SIN)
+cos = _unary(ActivationFunc.COS)
+erf = _unary(ActivationFunc.ERF)
+sign = _unary(ActivationFunc.SIGN)
+reciprocal = _unary(ActivationFunc.RECIPROCAL)
+softplus = _unary(ActivationFunc.SOFTPLUS)
+gelu_dx = _unary(ActivationFunc.GELU_DX)
+silu_dx = _unary(ActivationFunc.SILU_DX)
+
+
+def negative(x: Any, dtype: Any = None, mask: Mask | None = None) -> NkiTensor:
+    """``-x`` (vector engine)."""
+    return multiply(x, -1.0, dtype=dtype, mask=mask)
+
+
+def _scalar_operand(v: Any, out: NkiTensor) -> Any:
+    if isinstance(v, Real):
+        return float(v)
+    return v.view
+
+
+def _binary(alu: AluOp, name: str):
+    def op(x: Any, y: Any, dtype: Any = None, mask: Mask | None = None, out: NkiTensor | None = None) -> NkiTensor:
+        tr = _e.tracer()
+        xs, ys = isinstance(x, Real), isinstance(y, Real)
+        if xs and ys:
+            raise tr.fail(f"nl.{name} needs at least one tile")
+        a = None if xs else _e.readable(x)
+        b = None if ys else _e.readable(y)
+        if a is not None and b is not None:
+            a, b = _broadcast_pair(a, b, name)
+        # the result takes the shape of the larger operand (partitions first, then free size)
+        larger = b is None or (a is not None and
+                               (a.view.partitions, a.view.free_size) >= (b.view.partitions, b.view.free_size))
+        ref = a if a is not None and larger else b
+        default = ref.dtype if ref.buffer is Memory.SBUF else _dt.float32
+        result = out if out is not None else _e.like(ref, dtype if dtype is not None else default)
+        if a is not None and b is not None and a.view.free_size == b.view.free_size and a.view.partitions == b.view.partitions:
+            dst, va, vb = _e.clip(mask, result, a, b)
+            _e.tensor_tensor(dst, va, vb, alu)
+            return result
+        # one side is a number or one value per partition: tensor_scalar
+        tile, other, reverse = (a, b if b is not None else y, False) if ref is a else (b, a if a is not None else x, True)
+        if isinstance(other, NkiTensor):
+            if other.view.free_size != 1 or other.view.partitions != tile.view.partitions:
+                if other.view.partitions == 1 and other.view.free_size == tile.view.free_size:
+                    other = broadcast_to(other, tile.shape)
+                    dst, va, vb = _e.clip(mask, result, tile, other)
+                    _e.tensor_tensor(dst, vb, va, alu) if reverse else _e.tensor_tensor(dst, va, vb, alu)
+                    return result
+                raise tr.fail(f"nl.{name} of {list(tile.shape)} and {list(other.shape)}: shapes must match, or one must be "
+                              f"[P, 1] (one value per partition) or [1, F] (broadcast over partitions)")
+        dst, src = _e.clip(mask, result, tile)
+        _e.tensor_scalar(dst, src, alu, _scalar_operand(other, tile), reverse0=reverse)
+        return result
+
+    op.__name__ = name
+    op.__doc__ = f"Elementwise {name} of two tiles, or a tile and a number or a [P, 1] tile (vector engine)."
+    return op
+
+
+def _broadcast_pair(a: NkiTensor, b: NkiTensor, name: str) -> tuple[NkiTensor, NkiTensor]:
+    """``a`` and ``b`` brought to one [P, F] size by numpy's rules on (partitions, free
+    size), except that a [P, 1] beside a full [P, F] stays a per-partition scalar."""
+    pa, fa = a.view.partitions, a.view.free_size
+    pb, fb = b.view.partitions, b.view.free_size
+    if (pa, fa) == (pb, fb):
+        return a, b
+    p, f = builtins.max(pa, pb), builtins.max(fa, fb)
+
+    def fit(t: NkiTensor, pt: int, ft: int, other_full: bool) -> NkiTensor:
+        if (pt, ft) == (p, f) or (pt == p and ft == 1 and other_full):
+            return t
+        if pt in (1, p) and ft in (1, f):
+            return broadcast_to(t, (p, f))
+        raise _e.tracer().fail(f"nl.{name} of {list(a.shape)} and {list(b.shape)}: the shapes do not broadcast; "
+                               "each operand's partitions and free size must match the other's or be 1")
+
+    return fit(a, pa, fa, (pb, fb) == (p, f)), fit(b, pb, fb, (pa, fa) == (p, f))
+
+
+add = _binary(AluOp.ADD, "add")
+subtract = _binary(AluOp.SUBTRACT, "subtract")
+multiply = _binary(AluOp.MULTIPLY, "multiply")
+divide = _binary(AluOp.DIVIDE, "divide")
+maximum = _binary(AluOp.MAXIMUM, "maximum")
+minimum = _binary(AluOp.MINIMUM, "minimum")
+power = _binary(AluOp.POW, "power")
+equal = _binary(AluOp.IS_EQUAL, "equal")
+not_equal = _binary(AluOp.NOT_EQUAL, "not_equal")
+greater = _binary(AluOp.IS_GT, "greater")
+greater_equal = _binary(AluOp.IS_GE, "greater_equal")
+less = _binary(AluOp.IS_LT, "less")
+less_equal = _binary(AluOp.IS_LE, "less_equal")
+
+
+def _bitwise(alu: AluOp, name: str):
+    """``_binary(alu, name)`` for integer tiles only, as NKI requires of its bitwise and shift ops."""
+    base = _binary(alu, name)
+
+    def op(x: Any, y: Any, dtype: Any = None, mask: Mask | None = None, out: NkiTensor | None = None) -> NkiTensor:
+        for v in (x, y):
+            if isinstance(v, NkiTensor) and v.dtype.is_float:
+                raise _e.tracer().fail(f"nl.{name} of a {v.dtype.name} tile: NKI's bitwise and shift operations take "
+                                       "integer tiles only; convert it first (nl.copy(x, dtype=nl.int32))")
+            if isinstance(v, Real) and v != int(v):
+                raise _e.tracer().fail(f"nl.{name} of the number {v!r}: bitwise and shift operands must be integers")
+        return base(x, y, dtype=dtype, mask=mask, out=out)
+
+    op.__name__ = name
+    op.__doc__ = (f"Elementwise {name} of integer tiles, or an integer tile and an integer or a [P, 1] tile "
+                  "(vector engine); float tiles are refused.")
+    return op
+
+
+bitwise_and = _bitwise(AluOp.BITWISE_AND, "bitwise_and")
+bitwise_or = _bitwise(AluOp.BITWISE_OR, "bitwise_or")
+bitwise_xor = _bitwise(AluOp.BITWISE_XOR, "bitwise_xor")
+left_shift = _bitwise(AluOp.LEFT_SHIFT, "left_shift")
+right_shift = _bitwise(AluOp.RIGHT_SHIFT, "right_shift")
+
+
+def invert(x: Any, dtype: Any = None, mask: Mask | None = None) -> NkiTensor:
+    """Bitwise NOT of an integer tile: XOR with all ones of its dtype (vector engine)."""
+    if isinstance(x, NkiTensor) and not x.dtype.is_float:
+        low, high = _dt.int_range(x.dtype)
+        ones = -1 if low < 0 else high
+    else:
+        ones = -1
+    return bitwise_xor(x, ones, dtype=dtype, mask=mask)
+
+
+def broadcast_to(x: Any, shape: Sequence[int]) -> NkiTensor:
+    """Copy a [1, F] tile to every partition of a [P, F] tile (one DMA that reads the row
+    once per partition), or a [P, 1] tile along the free dimension (vector engine)."""
+    x = _e.readable(x)
+    tr = _e.tracer()
+    shape = tuple(shape)
+    if tuple(x.shape) == shape:
+        return x
+    if x.view.partitions == 1 and x.view.free_size == 1 and shape[0] > 1 and math.prod(shape[1:]) > 1:
+        x = broadcast_to(x, (shape[0], 1))  # over partitions first, then along the free dimension
+    out = _e.new_tensor(shape, x.dtype, Memory.SBUF)
+    if x.view.partitions == 1 and x.view.free_size == out.view.free_size:
+        row = _e.flat2d(x.view)
+        # one DMA rather than one per row: rows 1, 2, ... start on misaligned partitions
+        src = View(row.tensor, row.offset, (row.dims[0], (0, shape[0]), row.dims[1]))
+        tr.dma(_e.flat2d(out.view), src)
+        return out
+    if x.view.free_size == 1 and x.view.partitions == shape[0]:
+        zero = full(shape, 0.0, x.dtype)
+        _e.tensor_scalar(out.view, zero.view, AluOp.ADD, x.view)
+        return out
+    raise tr.fail(f"nl.broadcast_to cannot broadcast {list(x.shape)} to {list(shape)}; broadcast [1, F] over "
+                  "partitions or [P, 1] over the free dimension")
+
+
+@_e.masked
+def where(condition: Any, x: Any, y: Any, dtype: Any = None) -> NkiTensor:
+    """``x`` where ``condition`` is non-zero, else ``y`` (a tile or a number)."""
+    cond = _e.readable(condition, "nl.where condition")
+    xt = _e.readable(x, "nl.where x") if not isinstance(x, Real) else full(cond.shape, x, dtype or _dt.float32)
+    out = _e.like(xt, dtype)
+    other = float(y) if isinstance(y, Real) else _e.readable(y, "nl.where y").view
+    _e.emit(Select(out.view, cond.view, xt.view, other, engine=Engine.VECTOR))
+    return out
+
+
+def prelu(x: Any, alpha: Any, dtype: Any = None, mask: Mask | None = None, out: NkiTensor | None = None) -> NkiTensor:
+    """Parametric ReLU: ``x`` where ``x >= 0``, else ``alpha * x``; ``alpha`` is a number or a
+    [P, 1] tile (one slope per partition). Three vector-engine instructions, the last writing
+    ``out`` when given. Also the ``op`` of nisa.activation with ``relu_param=alpha``."""
+    return add(maximum(x, 0.0, dtype=_dt.float32, mask=mask),
+               multiply(minimum(x, 0.0, dtype=_dt.float32, mask=mask), alpha, dtype=_dt.float32, mask=mask),
+               dtype=dtype or (x.dtype if isinstance(x, NkiTensor) else None), mask=mask, out=out)

@@ -1,0 +1,90 @@
+"""Reductions of ``nki.isa``: along the free axes (``tensor_reduce``,
+``tensor_scalar_reduce``), across partitions (``tensor_partition_reduce``) and the
+batch-norm statistics (``bn_stats``, ``bn_aggr``)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from trnsim import dtypes as _dt
+from trnsim.isa import BN_STATS_WIDTH, AluOp, BnAggr, BnStats, Engine, PartitionReduce, TensorScalar
+from trnsim.nki import emit as _e
+from trnsim.nki.isa._common import (RESET_REDUCE, alu, fail, is_tile, no_mask, only_reset, operand, out_tile, pick_engine,
+                                    reduction, reduce_into, split_dst, take, tile)
+from trnsim.nki.reductions import free_axes
+from trnsim.nki.tiles import NkiTensor
+
+
+def tensor_reduce(*args: Any, axis: Any = None, dtype: Any = None, negate: bool = False, keepdims: bool = False,
+                  engine: Any = None, **kwargs: Any) -> NkiTensor:
+    """Reduce ``data`` along trailing free axes with ``op`` (nl.add, nl.maximum, nl.minimum)."""
+    dst, rest = split_dst(args, kwargs, lambda a: is_tile(a[0]), "data")
+    op = kwargs.pop("op", rest[0] if rest else None)
+    data = _e.readable(kwargs.pop("data", rest[1] if len(rest) > 1 else None), "tensor_reduce data")
+    if axis is None:
+        axis = kwargs.pop("axis", rest[2] if len(rest) > 2 else -1)
+    n = free_axes(data, axis)
+    kept = data.shape[: len(data.shape) - n]
+    shape = kept + (1,) * n if keepdims else (kept if len(kept) > 1 else (kept[0], 1))
+    out = out_tile(dst, data, dtype, shape)
+    _e.reduce(out.view, data.view, reduction(op), n, pick_engine(engine, Engine.VECTOR))
+    if negate:
+        _e.tensor_scalar(out.view, out.view, AluOp.MULTIPLY, -1.0)
+    return out
+
+
+def tensor_scalar_reduce(*args: Any, dtype: Any = None, reverse0: bool = False, reduce_cmd: Any = None,
+                         reduce_init: Any = None, reduce_res_negate: bool = False, **kwargs: Any) -> NkiTensor:
+    """``data op0 operand0`` (vector engine) and its reduction over all free axes into
+    ``reduce_res`` [P, 1] (nl.add, nl.maximum or nl.minimum)."""
+    no_mask(kwargs, "tensor_scalar_reduce")
+    dst, rest = split_dst(args, kwargs, lambda a: len(a) >= 2 and is_tile(a[1]), "data")
+    data = tile(take(kwargs, rest, 0, "data"), "tensor_scalar_reduce data")
+    op0 = alu(take(kwargs, rest, 1, "op0"))
+    operand0 = operand(take(kwargs, rest, 2, "operand0"))
+    red = reduction(take(kwargs, rest, 3, "reduce_op"))
+    reduce_res = take(kwargs, rest, 4, "reduce_res")
+    only_reset("tensor_scalar_reduce", reduce_cmd, (RESET_REDUCE,))
+    if reduce_init is not None:
+        raise fail("tensor_scalar_reduce: reduce_init goes with reduce_cmd=load_reduce, which trnsim does not model")
+    out = out_tile(dst, data, dtype)
+    _e.emit(TensorScalar(out.view, data.view, op0, operand0, None, None, bool(reverse0), engine=Engine.VECTOR))
+    if reduce_res is not None:
+        reduce_into("tensor_scalar_reduce", reduce_res, out, red)
+        if reduce_res_negate:
+            _e.tensor_scalar(reduce_res.view, reduce_res.view, AluOp.MULTIPLY, -1.0)
+    return out
+
+
+def tensor_partition_reduce(*args: Any, dtype: Any = None, **kwargs: Any) -> NkiTensor:
+    """Reduce ``data`` [P, F] across partitions into [1, F] on GpSimd (nl.add, nl.maximum, nl.minimum)."""
+    no_mask(kwargs, "tensor_partition_reduce")
+    dst, rest = split_dst(args, kwargs, lambda a: len(a) >= 3, "data")
+    op = reduction(take(kwargs, rest, 0, "op"))
+    data = tile(take(kwargs, rest, 1, "data"), "tensor_partition_reduce data")
+    v = _e.flat2d(data.view)
+    out = dst if dst is not None else _e.new_tensor((1, v.free_size), _e.dtype_of(dtype, data.dtype))
+    if out.view.free_size != v.free_size or out.view.partitions != 1:
+        raise fail(f"tensor_partition_reduce: dst {list(out.shape)} must be [1, {v.free_size}]")
+    _e.emit(PartitionReduce(_e.flat2d(out.view), v, op, engine=Engine.GPSIMD))
+    return out
+
+
+def bn_stats(*args: Any, dtype: Any = None, **kwargs: Any) -> NkiTensor:
+    """Per-partition statistics of ``data`` [P, F] (F <= 512) for :func:`bn_aggr`, one vector
+    engine instruction: [P, 6] holding the mean, the sum of squared deviations and the count."""
+    dst, rest = split_dst(args, kwargs, lambda a: len(a) >= 2, "data")
+    data = _e.readable(kwargs.pop("data", rest[0] if rest else None), "bn_stats data")
+    out = dst if dst is not None else _e.new_tensor((data.view.partitions, BN_STATS_WIDTH), _e.dtype_of(dtype, _dt.float32))
+    _e.emit(BnStats(out.view, _e.flat2d(data.view), engine=Engine.VECTOR))
+    return out
+
+
+def bn_aggr(*args: Any, dtype: Any = None, **kwargs: Any) -> NkiTensor:
+    """Combine :func:`bn_stats` results [P, 6 * k] into [P, 2]: mean and population variance
+    (one vector engine instruction)."""
+    dst, rest = split_dst(args, kwargs, lambda a: len(a) >= 2, "data")
+    data = _e.readable(kwargs.pop("data", rest[0] if rest else None), "bn_aggr data")
+    out = dst if dst is not None else _e.new_tensor((data.view.partitions, 2), _e.dtype_of(dtype, _dt.float32))
+    _e.emit(BnAggr(out.view, _e.flat2d(data.view), engine=Engine.VECTOR))
+    return out

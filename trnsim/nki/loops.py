@@ -1,0 +1,122 @@
+"""Loops, index ranges and the launch grid of ``nki.language``, and its small helpers for
+kernel code (``NKIObject``, ``device_print``, ``no_reorder``).
+
+Every loop is unrolled when the kernel is traced; ``sequential_range`` also orders its
+iterations one after another.
+"""
+
+from __future__ import annotations
+
+import builtins
+import math
+from typing import Any, Iterator
+
+from trnsim.nki import emit as _e
+from trnsim.nki.compiler import no_reorder as _no_reorder_block
+from trnsim.nki.tiles import Affine, Mask, ParDim
+
+
+def affine_range(*args: int) -> Iterator[int]:
+    """Iterations with no loop-carried dependency; the schedule may overlap them."""
+    return iter(range(*args))
+
+
+def static_range(*args: int) -> Iterator[int]:
+    """A loop unrolled at trace time (every loop is, in trnsim)."""
+    return iter(range(*args))
+
+
+def sequential_range(*args: int) -> Iterator[int]:
+    """Iterations that run one after another: each starts after the last one ended."""
+    tr = _e.tracer()
+    for i in range(*args):
+        if i != range(*args)[0]:
+            tr.barrier()
+        yield i
+
+
+def arange(*args: int) -> Affine:
+    """An index range for ``x[i_p, i_f]`` indexing and masks (``nl.arange(128)[:, None]``)."""
+    r = range(*args)
+    if r.step != 1:
+        return Affine.base(len(r)) * r.step + r.start
+    return Affine.base(len(r)) + r.start
+
+
+def program_id(axis: int = 0) -> int:
+    """This instance's index along ``axis`` of the launch grid."""
+    tr = _e.tracer()
+    if not 0 <= axis < builtins.max(len(tr.grid), 1):
+        raise tr.fail(f"program_id({axis}): the launch grid has {len(tr.grid)} axes")
+    return tr.program_ids[axis] if tr.grid else 0
+
+
+def num_programs(axis: int = 0) -> int:
+    """Size of the launch grid along ``axis``."""
+    tr = _e.tracer()
+    return tr.grid[axis] if tr.grid else 1
+
+
+def program_ndim() -> int:
+    return len(_e.tracer().grid)
+
+
+def fori_loop(lower: int, upper: int, body_fun: Any, step: int = 1) -> None:
+    """``body_fun(i)`` for ``i`` in ``range(lower, upper, step)``, one iteration after
+    another (the bounds must be known when the kernel is traced)."""
+    for i in sequential_range(int(lower), int(upper), int(step)):
+        body_fun(i)
+
+
+def while_loop(init: Any, body_fun: Any) -> None:
+    """``r = init; while r != 0: r = body_fun(r)``, traced iteration by iteration, so the
+    condition must be known when the kernel is traced."""
+    r = init
+    while int(r) != 0:
+        r = body_fun(r)
+        _e.tracer().barrier()
+
+
+def dynamic_range(start: int, stop: int | None = None, step: int = 1) -> Iterator[int]:
+    """A loop with bounds the device reads at run time; trnsim traces it as
+    :func:`sequential_range` over the bounds known when the kernel is traced."""
+    return sequential_range(*((start,) if stop is None else (start, stop, step)))
+
+
+# -- launch grid: logical cores and SPMD dimensions ---------------------------
+
+class nc(int):
+    """``nl.nc(2)``: a launch-grid axis spread over 2 logical NeuronCores. trnsim runs
+    the instances on its one simulated core in turn, so it is the plain size."""
+
+
+def spmd_dim(*sizes: int) -> int:
+    """``kernel[nl.spmd_dim(nl.nc(2), 4)]``: one grid axis of ``2 * 4`` instances."""
+    return math.prod(int(n) for n in sizes)
+
+
+def par_dim(size: int) -> int:
+    """Marks the partition dimension of a tile shape: ``(nl.par_dim(128), 512)``, or
+    ``(4, nl.par_dim(128), 512)`` for four [128, 512] tiles (legacy block dimensions)."""
+    return ParDim(int(size))
+
+
+class NKIObject:
+    """Base class for kernel configuration objects: keyword arguments become attributes."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        for key, value in kwargs.items():
+            setattr(self, key, value)
+
+
+def device_print(print_prefix: str, tensor: Any, mask: Mask | None = None) -> None:
+    """Print ``print_prefix`` and a description of ``tensor`` when the kernel is traced.
+    trnsim knows values only after simulating the whole kernel, so it prints the
+    tile's name, shape, dtype and memory rather than its values."""
+    print(f"{print_prefix} {tensor!r}")
+
+
+def no_reorder() -> Any:
+    """``with nl.no_reorder():`` keeps the block in program order; trnsim's queues keep
+    program order per engine already, so the block runs as written."""
+    return _no_reorder_block()
