@@ -274,26 +274,15 @@ def _run(kernel: Kernel, chip: Any, numerics: bool, trace: str | os.PathLike | N
 
 def _simulate_call(kernel: Kernel, chip: Any, numerics: bool, trace: str | os.PathLike | None,
                    args: tuple, kwargs: dict) -> tuple[Traced, Any]:
-    from trnsim.simulator import simulate as sim
+    from trnsim.nki.launch import launch
 
-    traced = kernel.trace(*args, chip=_chip(chip, kernel), **kwargs)
-    program = traced.tracer.program
-    if not numerics:
-        return traced, sim(program, None, fidelity="timing", trace=trace)
-    written = written_inputs(program)
-    program.outputs.extend(t for t in written if t not in program.outputs)
-    try:
-        result = sim(program, traced.inputs, fidelity="instruction", trace=trace)
-    except KernelError:
-        raise
-    except ProgramError as e:   # found only when values are known (a gather index): still the kernel's fault
-        raise KernelError(program.source_names(str(e))) from e
+    launched = launch(kernel, args, kwargs, chip=_chip(chip, kernel), numerics=numerics, trace=trace)
     arrays = named_arguments(kernel, args, kwargs)
-    for t in written:
-        dst = arrays.get(t.name)
+    for name, values in launched.written.items():
+        dst = arrays.get(name)
         if isinstance(dst, np.ndarray) and dst.flags.writeable:
-            dst[...] = np.asarray(result.outputs[t.name]).reshape(dst.shape).astype(dst.dtype, copy=False)
-    return traced, result
+            dst[...] = np.asarray(values).reshape(dst.shape).astype(dst.dtype, copy=False)
+    return launched.traced, launched.run
 
 
 def simulate(kernel: Callable, *, chip: Any = None, trace: str | os.PathLike | None = None) -> Simulated:
@@ -301,17 +290,6 @@ def simulate(kernel: Callable, *, chip: Any = None, trace: str | os.PathLike | N
     instruction by instruction with the chip's numerics; ``nki.simulate(kernel)[grid]``
     launches a grid."""
     return Simulated(jit(kernel), chip, trace)
-
-
-def written_inputs(program: Any) -> list[Any]:
-    """The input tensors some instruction of ``program`` writes (destination passing)."""
-    inputs = {id(t): t for t in program.inputs}
-    written: dict[int, Any] = {}
-    for inst in program:
-        for v in inst.writes():
-            if id(v.tensor) in inputs:
-                written[id(v.tensor)] = v.tensor
-    return list(written.values())
 
 
 def named_arguments(kernel: Kernel, args: tuple, kwargs: dict) -> dict[str, Any]:
