@@ -689,7 +689,12 @@ def _unchanged(files: tuple[tuple[Path, _Stamp], ...]) -> bool:
         return False
 
 
-def load_chip(chip: str | os.PathLike[str] | ChipSpec | None = None) -> ChipSpec:
+#: What names a chip where one is asked for: a shipped name (``"trn1"``), the path of a
+#: chip file, a loaded :class:`ChipSpec`, or None (``$TRNSIM_CHIP`` or the default).
+ChipLike = str | os.PathLike[str] | ChipSpec | None
+
+
+def load_chip(chip: ChipLike = None) -> ChipSpec:
     """Load a chip by shipped name (``"trn1"``), by path to a TOML file, or pass one through.
 
     ``None`` means ``$TRNSIM_CHIP`` or the default chip (trn2). A file is read again

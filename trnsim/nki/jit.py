@@ -23,7 +23,7 @@ import json
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any, Callable, Iterator, TYPE_CHECKING
 
 import numpy as np
 
@@ -33,6 +33,9 @@ from trnsim.isa import Memory
 from trnsim import adapters
 from trnsim.nki.tiles import NkiTensor, _Placement
 from trnsim.nki.tracer import KernelError, Tracer
+
+if TYPE_CHECKING:
+    from trnsim.hw.spec import ChipLike
 
 _TORCH_DTYPES = {"torch.float32": _dt.float32, "torch.bfloat16": _dt.bfloat16, "torch.float16": _dt.float16,
                  "torch.float8_e4m3fn": _dt.float8_e4m3, "torch.float8_e5m2": _dt.float8_e5m2, "torch.int8": _dt.int8,
@@ -106,7 +109,7 @@ MAX_GRID_INSTANCES = 65536
 class Kernel:
     """A kernel function made runnable by :func:`jit`."""
 
-    def __init__(self, fn: Callable, grid: tuple[int, ...] = (), chip: Any = None, mode: str = "auto") -> None:
+    def __init__(self, fn: Callable, grid: tuple[int, ...] = (), chip: ChipLike = None, mode: str = "auto") -> None:
         self.fn = fn
         self.grid = grid
         self.chip = chip
@@ -124,7 +127,7 @@ class Kernel:
                               "and loop inside the kernel (nl.affine_range)")
         return Kernel(self.fn, grid, self.chip, self.mode)
 
-    def trace(self, *args: Any, chip: Any = None, **kwargs: Any) -> Traced:
+    def trace(self, *args: Any, chip: ChipLike = None, **kwargs: Any) -> Traced:
         """Trace the kernel for these arguments (numpy arrays or torch tensors)."""
         tracer = Tracer(chip if chip is not None else self.chip, self.fn.__name__)
         sig = inspect.signature(self.fn)
@@ -192,7 +195,7 @@ def _hbm_results(result: Any, tracer: Tracer, fn: Callable) -> list[NkiTensor]:
 MODES = ("auto", "baremetal", "benchmark", "simulation", "torchxla", "jax")
 
 
-def jit(fn: Callable | None = None, mode: str = "auto", *, chip: Any = None, **_options: Any) -> Any:
+def jit(fn: Callable | None = None, mode: str = "auto", *, chip: ChipLike = None, **_options: Any) -> Any:
     """Make ``fn`` a kernel: call it with numpy arrays (or torch tensors) to run it on the
     simulated NeuronCore at instruction fidelity; ``kernel[g0, g1]`` launches a grid.
 
@@ -230,7 +233,7 @@ def platform_target() -> str | None:
     return chip
 
 
-def _chip(chip: Any, kernel: Kernel) -> Any:
+def _chip(chip: ChipLike, kernel: Kernel) -> Any:
     """The chip a run asks for, else the kernel's, else ``$NEURON_PLATFORM_TARGET_OVERRIDE``'s;
     None leaves ``$TRNSIM_CHIP`` (or the default) to :func:`trnsim.hw.spec.load_chip`, the
     one reader of that variable."""
@@ -251,7 +254,7 @@ class Simulated:
     numpy arrays and returns its outputs as numpy arrays; ``wrapped[grid]`` launches a
     grid, as ``kernel[grid]`` does."""
 
-    def __init__(self, kernel: Kernel, chip: Any, trace: str | os.PathLike | None) -> None:
+    def __init__(self, kernel: Kernel, chip: ChipLike, trace: str | os.PathLike | None) -> None:
         self.kernel, self.chip, self.trace = kernel, chip, trace
         functools.update_wrapper(self, kernel.fn)
 
@@ -263,7 +266,7 @@ class Simulated:
         return _results(traced, result)
 
 
-def _run(kernel: Kernel, chip: Any, numerics: bool, trace: str | os.PathLike | None,
+def _run(kernel: Kernel, chip: ChipLike, numerics: bool, trace: str | os.PathLike | None,
          args: tuple, kwargs: dict) -> tuple[Traced, Any]:
     """Trace ``kernel`` for a call and simulate it (at instruction fidelity when ``numerics``,
     writing the numpy arrays the kernel writes in place: destination passing)."""
@@ -272,7 +275,7 @@ def _run(kernel: Kernel, chip: Any, numerics: bool, trace: str | os.PathLike | N
     return traced, result
 
 
-def _simulate_call(kernel: Kernel, chip: Any, numerics: bool, trace: str | os.PathLike | None,
+def _simulate_call(kernel: Kernel, chip: ChipLike, numerics: bool, trace: str | os.PathLike | None,
                    args: tuple, kwargs: dict) -> tuple[Traced, Any]:
     from trnsim.nki.launch import launch
 
@@ -285,7 +288,7 @@ def _simulate_call(kernel: Kernel, chip: Any, numerics: bool, trace: str | os.Pa
     return launched.traced, launched.run
 
 
-def simulate(kernel: Callable, *, chip: Any = None, trace: str | os.PathLike | None = None) -> Simulated:
+def simulate(kernel: Callable, *, chip: ChipLike = None, trace: str | os.PathLike | None = None) -> Simulated:
     """``nki.simulate(kernel)(*arrays)``: the kernel's outputs as numpy arrays, computed
     instruction by instruction with the chip's numerics; ``nki.simulate(kernel)[grid]``
     launches a grid."""
@@ -316,7 +319,7 @@ def simulate_kernel(kernel: Callable, *args: Any, **kwargs: Any) -> Any:
 
 def baremetal(kernel: Callable | None = None, *, save_neff_name: str | None = None,
               save_trace_name: str | os.PathLike | None = None, additional_compile_opt: str | None = None,
-              artifacts_dir: str | None = None, chip: Any = None) -> Any:
+              artifacts_dir: str | None = None, chip: ChipLike = None) -> Any:
     """Legacy ``nki.baremetal``: ``baremetal(kernel)``, ``@baremetal`` or
     ``@baremetal(save_trace_name=...)``; the kernel called on numpy arrays returns numpy
     arrays, as :func:`simulate`. ``save_trace_name`` writes the run's trace there (Chrome
@@ -397,7 +400,7 @@ class Benchmark:
     :class:`BenchmarkResult`, also kept as ``.benchmark_result`` (legacy NKI reads
     ``.benchmark_result.nc_latency.get_latency_percentile(p)`` after a call)."""
 
-    def __init__(self, kernel: Kernel, chip: Any, numerics: bool, trace: str | os.PathLike | None,
+    def __init__(self, kernel: Kernel, chip: ChipLike, numerics: bool, trace: str | os.PathLike | None,
                  warmup: int, iters: int) -> None:
         self.kernel, self.chip, self.numerics, self.trace = kernel, chip, numerics, trace
         self.warmup, self.iters = warmup, iters
@@ -425,7 +428,7 @@ class Benchmark:
         return self.benchmark_result
 
 
-def benchmark(kernel: Callable | None = None, *, warmup: int = 10, iters: int = 100, chip: Any = None,
+def benchmark(kernel: Callable | None = None, *, warmup: int = 10, iters: int = 100, chip: ChipLike = None,
               numerics: bool = True, trace: str | os.PathLike | None = None,
               save_neff_name: str | None = None, save_trace_name: str | os.PathLike | None = None,
               additional_compile_opt: str | None = None) -> Any:
@@ -449,7 +452,7 @@ class Profile:
     ``profiled[grid]`` launches a grid; its calls count toward ``profile_nth`` with the
     wrapped kernel's."""
 
-    def __init__(self, kernel: Kernel, directory: Path, trace_name: str, overwrite: bool, nth: int, chip: Any,
+    def __init__(self, kernel: Kernel, directory: Path, trace_name: str, overwrite: bool, nth: int, chip: ChipLike,
                  calls: Iterator[int] | None = None) -> None:
         self.kernel, self.directory, self.overwrite, self.nth, self.chip = kernel, directory, overwrite, nth, chip
         self.trace_name = trace_name
@@ -483,7 +486,7 @@ class Profile:
 def profile(func: Callable | None = None, *, working_directory: str | os.PathLike | None = None,
             save_neff_name: str | None = None, save_trace_name: str = "profile.json",
             additional_compile_opt: str | None = None, overwrite: bool = False, profile_nth: int = 1,
-            chip: Any = None) -> Any:
+            chip: ChipLike = None) -> Any:
     """Legacy ``@nki.profile(working_directory=..., save_trace_name=...)``: the kernel's
     ``profile_nth`` call (first by default) writes its simulated trace (Chrome trace-event
     JSON for Perfetto; a ``.ntff`` name is written with ``.json`` instead) and
@@ -500,7 +503,7 @@ def profile(func: Callable | None = None, *, working_directory: str | os.PathLik
     return Profile(jit(func), Path(working_directory), str(name), overwrite, nth, chip)
 
 
-def trace_program(kernel: Callable, *args: Any, chip: Any = None, **kwargs: Any) -> Any:
+def trace_program(kernel: Callable, *args: Any, chip: ChipLike = None, **kwargs: Any) -> Any:
     """The Program a kernel traces into for these arguments (for reading or timing it)."""
     kernel = jit(kernel)
     return kernel.trace(*args, chip=_chip(chip, kernel), **kwargs).tracer.program

@@ -19,6 +19,7 @@ from trnsim.nki.tracer import KernelError
 from trnsim.simulator import RunResult, simulate
 
 if TYPE_CHECKING:
+    from trnsim.hw.spec import ChipLike
     from trnsim.nki.jit import Traced
     from trnsim.program import Program
 
@@ -69,7 +70,7 @@ def run_traced(traced: Traced, *, numerics: bool, trace: str | os.PathLike | Non
                     {t.name: run.outputs[t.name] for t in written})
 
 
-def launch(kernel: Any, args: tuple, kwargs: dict, *, chip: Any, numerics: bool,
+def launch(kernel: Any, args: tuple, kwargs: dict, *, chip: ChipLike, numerics: bool,
            trace: str | os.PathLike | None = None) -> Launched:
     """Trace ``kernel`` (a :class:`trnsim.nki.jit.Kernel`) on ``args`` and ``kwargs`` for
     ``chip`` and run it (see :func:`run_traced`)."""

@@ -12,12 +12,15 @@ from __future__ import annotations
 import gc
 import os
 import sys
-from typing import Any
+from typing import Any, TYPE_CHECKING
 
 from trnsim.errors import ProgramError
 from trnsim.isa import MEMORY_NAMES, DmaCopy, Engine, Instruction, LoadStationary, Memory, Memset, Tensor, View
 from trnsim.program import Program
 from trnsim.nki.hazards import Hazards, UnwrittenRead, region_of, region_of_tensor
+
+if TYPE_CHECKING:
+    from trnsim.hw.spec import ChipLike
 
 _NKI_DIR = os.path.dirname(os.path.abspath(__file__))
 # Loads (into SBUF/PSUM) and stores (out of them) go on separate queues, as the Neuron
@@ -26,7 +29,7 @@ _NKI_DIR = os.path.dirname(os.path.abspath(__file__))
 KERNEL_QUEUES = 16
 
 
-def _queue_split(chip: Any) -> tuple[tuple[int, ...], tuple[int, ...]]:
+def _queue_split(chip: ChipLike) -> tuple[tuple[int, ...], tuple[int, ...]]:
     n = min(KERNEL_QUEUES, chip.dma.engines * chip.dma.queues_per_engine)
     if n < 2:
         return (0,), (0,)
@@ -83,7 +86,7 @@ def current() -> Tracer:
 class Tracer:
     """State of one kernel trace: the Program, hazards, placements and the launch grid."""
 
-    def __init__(self, chip: Any, name: str) -> None:
+    def __init__(self, chip: ChipLike, name: str) -> None:
         self.program = Program(chip, name=name)
         self.program.sbuf_alloc.next_fit = True
         self.program.psum_alloc.next_fit = True

@@ -16,11 +16,14 @@ from __future__ import annotations
 
 import math
 import numbers
-from typing import Any, Callable
+from typing import Any, Callable, TYPE_CHECKING
 
 import numpy as np
 
 from trnsim import dtypes as _dt
+
+if TYPE_CHECKING:
+    from trnsim.hw.spec import ChipLike
 
 __all__ = ["assert_allclose", "assert_kernel_matches", "assert_latency", "tolerance"]
 
@@ -102,7 +105,7 @@ def _limit(value: float, name: str) -> float:
     return float(value)
 
 
-def assert_kernel_matches(kernel: Callable, reference: Callable, *args: Any, dtype: Any = None, chip: Any = None,
+def assert_kernel_matches(kernel: Callable, reference: Callable, *args: Any, dtype: Any = None, chip: ChipLike = None,
                           rtol: float | None = None, atol: float | None = None, **kwargs: Any) -> Any:
     """Run ``kernel`` on the simulated chip and compare each output with ``reference(*args)``
     (given the arguments as float64 numpy arrays). ``dtype`` defaults to the coarsest float
@@ -139,7 +142,7 @@ def _float64(a: Any) -> Any:
     return a
 
 
-def assert_latency(kernel: Callable, *args: Any, max_ns: float, chip: Any = None, numerics: bool = False,
+def assert_latency(kernel: Callable, *args: Any, max_ns: float, chip: ChipLike = None, numerics: bool = False,
                    **kwargs: Any) -> Any:
     """Raise AssertionError if ``kernel``'s simulated latency on these arguments exceeds
     ``max_ns``; returns the :class:`trnsim.nki.BenchmarkResult` (simulated time is exact,

@@ -11,9 +11,12 @@ from __future__ import annotations
 
 import os
 import re
-from typing import Any
+from typing import Any, TYPE_CHECKING
 
 import pytest
+
+if TYPE_CHECKING:
+    from trnsim.hw.spec import ChipLike
 
 
 def pytest_addoption(parser: Any) -> None:
@@ -41,7 +44,7 @@ def pytest_configure(config: Any) -> None:
             raise pytest.UsageError(f"{option}: {e}") from None
 
 
-def _checked_chip(chip: Any) -> str:
+def _checked_chip(chip: ChipLike) -> str:
     """``chip`` (a shipped chip's name, a TOML path or a ChipSpec) as ``$TRNSIM_CHIP``
     holds it, loaded once to check it (:class:`trnsim.errors.ChipSpecError` if bad)."""
     from trnsim.hw.spec import ChipSpec, load_chip
