@@ -8,7 +8,7 @@ with either. ``encode`` and ``decode`` here are the reference's; they need no
 compilation.
 """
 
-from trnsim.compute.backends import BACKENDS, Backend, get_backend
+from trnsim.compute.numerics import BACKENDS, Backend, get_backend
 from trnsim.compute.machine import Machine
 from trnsim.compute.reference import decode, encode
 

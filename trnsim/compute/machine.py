@@ -17,7 +17,7 @@ from typing import Callable
 import numpy as np
 from numpy.typing import NDArray
 
-from trnsim.compute.backends import Backend, get_backend
+from trnsim.compute.numerics import Backend, get_backend
 from trnsim.compute.memory import CoreMemory, describe_region
 from trnsim.dtypes import Storage, Values, check_values, int_range
 from trnsim.errors import ProgramError, UninitializedReadWarning, UnwrittenOutputWarning, warn

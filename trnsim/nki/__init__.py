@@ -34,7 +34,7 @@ The modules form layers; each imports only from the layers below it (no import c
 4. ``memory``, ``compute``, ``reductions``, ``loops``: the functions of ``nki.language``;
 5. ``isa`` (a package by concept, ``isa._common`` and ``isa.constants`` at its bottom):
    ``nki.isa``;
-6. ``composed``, ``rng``: language functions built on the instructions;
+6. ``composed``, ``kernel_random``: language functions built on the instructions;
 7. ``language``: the ``nki.language`` namespace; ``collectives``: ``nki.collectives``;
 8. ``jit``, ``apitable``, and this package: kernels and their runs.
 

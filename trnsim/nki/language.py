@@ -7,7 +7,7 @@ transpose_x=True)``). Kernels in the destination-passing style use
 
 This module is the namespace: the functions live in modules by concept
 (:mod:`~trnsim.nki.memory`, :mod:`~trnsim.nki.compute`, :mod:`~trnsim.nki.reductions`,
-:mod:`~trnsim.nki.loops`, :mod:`~trnsim.nki.composed`, :mod:`~trnsim.nki.rng`), and a
+:mod:`~trnsim.nki.loops`, :mod:`~trnsim.nki.composed`, :mod:`~trnsim.nki.kernel_random`), and a
 kernel tensor's operators (``a + b``) call the functions found here.
 """
 
@@ -39,7 +39,7 @@ from trnsim.nki.memory import (
 )
 from trnsim.nki.reductions import mean, rms_norm, softmax, var
 from trnsim.nki.refused import Refused
-from trnsim.nki.rng import dropout, rand, random_seed
+from trnsim.nki.kernel_random import dropout, rand, random_seed
 from trnsim.nki.tiles import NkiTensor, ds, mgrid, tile_size
 
 # NKI's names that shadow builtins: nl.abs, nl.all, nl.max, nl.min, nl.sum

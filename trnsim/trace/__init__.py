@@ -17,7 +17,7 @@ from trnsim.trace.plot import (plot_busy, plot_comparison, plot_memory, plot_roo
                                plot_utilisation)
 from trnsim.trace.reporting import Report, report
 from trnsim.trace.table import Table
-from trnsim.trace.tables import Roofline, instructions, kernels, ops, roofline
+from trnsim.trace.roofline_tables import Roofline, instructions, kernels, ops, roofline
 from trnsim.trace.usage import utilisation
 
 __all__ = ["Comparison", "Counter", "JobTrace", "Report", "Roofline", "Slice", "Summary", "Table", "Trace", "busy_ns",

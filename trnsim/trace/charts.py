@@ -13,7 +13,7 @@ from trnsim.trace.export import as_trace
 from trnsim.trace.figure import finish, fmt_ns, new_figure, plot_title, time_unit, total_of, traces_of
 from trnsim.trace.matching import match
 from trnsim.trace.table import Table
-from trnsim.trace.tables import instructions, kernels, ops, roofline
+from trnsim.trace.roofline_tables import instructions, kernels, ops, roofline
 
 _BY = ("ops", "kernels", "instructions")
 _DTYPES = {"bf16": "bf16", "bfloat16": "bf16", "float16": "bf16", "fp16": "bf16", "fp32": "fp32", "float32": "fp32",

@@ -7,7 +7,7 @@ values: input mutations and output aliases are eager's too), with the eager time
 paused, then puts the graph on the timeline as one launch followed by its kernels.
 
 In ``instruction`` fidelity the fused kernels compute their values instead, with the
-chip's numerics (:mod:`trnsim.backend.compile.instruction`); the other ops run as in
+chip's numerics (:mod:`trnsim.backend.compile.graph_values`); the other ops run as in
 eager instruction fidelity.
 
 Shapes are static, so a graph is lowered once. A graph that Dynamo made with symbolic
@@ -146,7 +146,7 @@ class CompiledGraph:
         lowered = self.lowered if self.lowered is not None else self._specialize(args)
         with timeline.measuring() as measured:
             if state.fidelity() == "instruction":
-                from trnsim.backend.compile.instruction import run
+                from trnsim.backend.compile.graph_values import run
 
                 outs = run(self.gm, lowered, list(args))
             elif self.has_collectives:
