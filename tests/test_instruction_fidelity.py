@@ -251,6 +251,21 @@ def test_bf16_cast_rounds_to_nearest_even():
 
 
 def test_every_instruction_op_is_timed_by_a_kernel():
-    from trnsim.backend.opkernels import KERNEL_OPS
+    from trnsim.backend.optable import KERNEL_OPS
 
     assert set(instruction.INSTRUCTION_OPS) <= set(KERNEL_OPS)
+
+
+def test_one_lowering_table_gives_both_timing_and_values():
+    """Each op a kernel runs is listed once, in backend/optable.py, with its timing
+    lowering and (where instruction fidelity computes it) its value lowering: the timing
+    and value tables are views of that one table, so an op computed by a kernel is also
+    timed by it and an overload cannot be listed in one and forgotten in the other."""
+    import trnsim  # noqa: F401
+    from trnsim.backend import optable
+
+    assert optable.KERNEL_OPS == {name: lw.time for name, lw in optable.LOWERINGS.items()}
+    assert optable.INSTRUCTION_OPS == {name: lw.values for name, lw in optable.LOWERINGS.items() if lw.values}
+    assert instruction.INSTRUCTION_OPS is optable.INSTRUCTION_OPS
+    names = [n for names, _ in optable._entries() for n in names]
+    assert len(names) == len(set(names)) == len(optable.LOWERINGS)

@@ -684,7 +684,7 @@ def test_a_logical_core_splits_the_work_among_its_physical_cores():
     import torch
 
     import trnsim  # noqa: F401
-    from trnsim.backend import opkernels
+    from trnsim.backend import optable
     from trnsim.backend.lowering import Call, placeholder, run_kernel
     from trnsim.kernels.gemm import matmul_general
 
@@ -700,7 +700,7 @@ def test_a_logical_core_splits_the_work_among_its_physical_cores():
             a = torch.empty(512, 1024, device="neuron")
             b = torch.empty(1024, 1024, device="neuron")
             call = Call("aten::mm", (a, b), {}, [a, b], None)
-            cost = opkernels.kernel_cost(call)
+            cost = optable.kernel_cost(call)
             assert cost.ps == program_ps(rows)
             # the share is the call's own: the rows split in two on trn2, none on trn1
             assert call.shares.factors == ([2.0] if chip == "trn2" else [])
@@ -718,7 +718,7 @@ def test_a_physical_cores_share_of_an_elementwise_op_is_never_slower_than_the_wh
     import torch
 
     import trnsim  # noqa: F401
-    from trnsim.backend import opkernels
+    from trnsim.backend import optable
     from trnsim.backend.lowering import Call
 
     lnc1 = tmp_path / "trn2_lnc1.toml"
@@ -730,7 +730,7 @@ def test_a_physical_cores_share_of_an_elementwise_op_is_never_slower_than_the_wh
         for shape in ((129, 7), (128, 3), (128, 129), (3, 100), (2, 64), (300, 700)):
             x, y = torch.empty(shape, device="neuron"), torch.empty(shape, device="neuron")
             for name, args in (("aten::exp", (x,)), ("aten::add.Tensor", (x, y)), ("aten::mul.Tensor", (x, 2.0))):
-                out.append(opkernels.kernel_cost(Call(name, args, {}, list(args), None)).ps)
+                out.append(optable.kernel_cost(Call(name, args, {}, list(args), None)).ps)
         return out
 
     before = torch.neuron.chip()
@@ -771,7 +771,7 @@ def test_a_kernel_bug_is_raised_not_timed_as_an_estimate(monkeypatch):
     import torch
 
     import trnsim  # noqa: F401
-    from trnsim.backend import opkernels
+    from trnsim.backend import optable
     from trnsim.backend.lowering import Call
     from trnsim.errors import ProgramError
 
@@ -784,8 +784,8 @@ def test_a_kernel_bug_is_raised_not_timed_as_an_estimate(monkeypatch):
     def broken(call):
         return call.args[7]
 
-    monkeypatch.setitem(opkernels.KERNEL_OPS, "aten::exp", refuses)
-    assert opkernels.kernel_cost(call()) is None
-    monkeypatch.setitem(opkernels.KERNEL_OPS, "aten::exp", broken)
+    monkeypatch.setitem(optable.KERNEL_OPS, "aten::exp", refuses)
+    assert optable.kernel_cost(call()) is None
+    monkeypatch.setitem(optable.KERNEL_OPS, "aten::exp", broken)
     with pytest.raises(IndexError):
-        opkernels.kernel_cost(call())
+        optable.kernel_cost(call())

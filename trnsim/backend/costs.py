@@ -13,7 +13,7 @@ from typing import Any, Callable
 
 import torch
 
-from trnsim.backend import opkernels
+from trnsim.backend import optable
 from trnsim.backend.lowering import Call
 from trnsim.backend.opcost import OpCost, estimate, moved_bytes
 
@@ -32,7 +32,7 @@ def op_cost(name: str, args: tuple, kwargs: dict, flat: list, out: Any,
     caller's memoized costing)."""
     if name in NO_DEVICE_WORK:
         return OpCost(ps=0, source="none")
-    cost = opkernels.kernel_cost(Call(name, args, kwargs, flat, out, cost_of))
+    cost = optable.kernel_cost(Call(name, args, kwargs, flat, out, cost_of))
     if cost is not None:
         return cost
     return estimate(moved_bytes(flat, out))
@@ -47,7 +47,7 @@ def coverage() -> dict[str, list[str]]:
     """
     every = [q for q in torch._C._dispatch_get_all_op_names() if q.startswith("aten::")]
     # the kernel table names overload families; list the overloads PyTorch has
-    kernel = sorted(q for q in every if q in opkernels.KERNEL_OPS)
+    kernel = sorted(q for q in every if q in optable.KERNEL_OPS)
     none = sorted(q for q in every if q in NO_DEVICE_WORK)
     skip = set(kernel) | set(none)
     est = sorted(q for q in every if q not in skip and (

@@ -1,7 +1,7 @@
-"""Aten ops timed by kernels from :mod:`trnsim.kernels`.
+"""The timing lowerings: aten ops timed by kernels from :mod:`trnsim.kernels`.
 
-Each entry of :data:`KERNEL_OPS` turns an op's arguments into a kernel call on
-placeholder arrays of the same shapes and dtypes (``np.broadcast_to`` of one zero:
+Each lowering here (paired with its op's names in :mod:`trnsim.backend.optable`) turns
+an op's arguments into a kernel call on placeholder arrays of the same shapes and dtypes (``np.broadcast_to`` of one zero:
 no memory), traces it into a Program and simulates its timing. Layout changes the
 chip would need (a transpose for ``mm``'s stationary operand, flattening leading
 dimensions) are free here: the kernel sees the operands in its own layout.
@@ -16,10 +16,8 @@ repeated (``OpCost.scale``).
 
 from __future__ import annotations
 
-import dataclasses
-import functools
 import math
-from typing import Any, Callable
+from typing import Any
 
 import torch
 
@@ -27,7 +25,6 @@ from trnsim.backend import state
 from trnsim.backend.lowering import (BINARY, MAX_MULTIPLIES, UNARY, Call, chip_dtype, lnc, op_base, placeholder,
                                      run_kernel)
 from trnsim.backend.opcost import OpCost, estimate, tensor_bytes
-from trnsim.errors import TrnSimError
 
 def _tensors(flat: list) -> list[torch.Tensor]:
     return [x for x in flat if isinstance(x, torch.Tensor)]
@@ -726,6 +723,11 @@ def _cost_cached(call: Call, kernel: Any, name: str, p: torch.Tensor) -> OpCost:
     return c
 
 
+# the ``_foreach_*`` ops timed as one elementwise kernel per tensor
+FOREACH_OPS = ("add", "sub", "mul", "div", "maximum", "minimum", "pow", "exp", "sqrt", "neg", "reciprocal", "abs",
+               "sigmoid", "tanh", "log")
+
+
 def _foreach(call: Call) -> OpCost:
     """A ``_foreach_*`` op: one elementwise kernel per tensor of the first list."""
     cost_of = call.cost_of
@@ -733,9 +735,9 @@ def _foreach(call: Call) -> OpCost:
     first = call.args[0] if call.args and isinstance(call.args[0], (list, tuple)) else []
     if not first:
         return None
-    name = f"aten::{base}.Tensor" if base in BINARY else f"aten::{base}"
-    if name not in KERNEL_OPS:
+    if base not in BINARY and base not in UNARY:
         return None
+    name = f"aten::{base}.Tensor" if base in BINARY else f"aten::{base}"
     second = call.args[1] if len(call.args) > 1 else None
     others = second if isinstance(second, (list, tuple)) and second and isinstance(second[0], torch.Tensor) \
         else [1.0] * len(first)   # a list of tensors, or numbers: the scalar form
@@ -787,129 +789,3 @@ def _foreach_norm(call: Call) -> OpCost | None:
         return None
     ps = sum(cost_of("aten::linalg_vector_norm", (t,), {}, None).ps for t in tensors)
     return OpCost(ps=ps, source="kernel", kernel=f"reduce_kernel[sum] x{len(tensors)}")
-
-
-def _register() -> dict[str, Callable]:
-    table: dict[str, Callable] = {}
-    for n in ("mm", "mm.out", "addmm", "addmm.out", "addmm_", "_addmm_activation"):
-        table[f"aten::{n}"] = _mm
-    for n in ("bmm", "bmm.out", "baddbmm", "baddbmm_", "baddbmm.out"):
-        table[f"aten::{n}"] = _bmm
-    for n in ("mv", "mv.out", "addmv", "addmv_", "addmv.out"):
-        table[f"aten::{n}"] = _mv
-    table["aten::_grouped_mm"] = _grouped_mm
-    for u in UNARY:
-        for n in (u, f"{u}_", f"{u}.out"):
-            table[f"aten::{n}"] = _unary
-    for b in BINARY:
-        for ov in ("Tensor", "Scalar", "out", "Tensor_out", "Scalar_out", "Tensor_Tensor", "Tensor_Scalar", "Self",
-                   "Tensor_Tensor_out", "Tensor_Scalar_out"):
-            table[f"aten::{b}.{ov}"] = _binary
-            table[f"aten::{b}_.{ov}"] = _binary
-        table[f"aten::{b}"] = _binary
-    for n in ("_to_copy", "copy_", "clone", "_copy_from"):
-        table[f"aten::{n}"] = _cast
-    for r in ("sum", "mean", "amax", "amin", "argmax", "argmin", "prod", "logsumexp", "any", "all", "var", "std",
-              "linalg_vector_norm", "norm", "max", "min"):
-        for ov in ("", ".dim_IntList", ".default", ".dim", ".correction", ".out", ".IntList_out", ".dims"):
-            table[f"aten::{r}{ov}"] = _reduce
-    for n in ("_softmax", "_log_softmax", "softmax.int", "log_softmax.int", "_softmax.out", "_log_softmax.out"):
-        table[f"aten::{n}"] = _softmax
-    table["aten::native_layer_norm"] = _layer_norm
-    for n in _ACTIVATION_BACKWARD:
-        table[f"aten::{n}"] = _activation_backward
-        table[f"aten::{n}.grad_input"] = _activation_backward
-    for n in ("_softmax_backward_data", "_softmax_backward_data.out", "_log_softmax_backward_data",
-              "_log_softmax_backward_data.out"):
-        table[f"aten::{n}"] = _softmax_backward
-    table["aten::native_layer_norm_backward"] = _layer_norm_backward
-    table["aten::native_layer_norm_backward.out"] = _layer_norm_backward
-    table["aten::_fused_rms_norm"] = _rms_norm
-    table["aten::native_group_norm"] = _group_norm
-    for n in ("native_group_norm_backward", "native_group_norm_backward.out"):
-        table[f"aten::{n}"] = _group_norm_backward
-    for n in _BATCH_NORM:
-        table[f"aten::{n}"] = _batch_norm
-    for n in ("native_batch_norm_backward", "native_batch_norm_backward.out"):
-        table[f"aten::{n}"] = _batch_norm_backward
-    for n in ("_scaled_dot_product_flash_attention_for_cpu", "_scaled_dot_product_attention_math",
-              "_scaled_dot_product_fused_attention_overrideable"):
-        table[f"aten::{n}"] = _attention
-    table["aten::_scaled_dot_product_fused_attention_overrideable_backward"] = _attention_backward
-    from trnsim.backend import flextiming
-
-    table["flex_attention"] = flextiming.forward_cost   # FlexAttention's higher-order ops
-    table["flex_attention_backward"] = flextiming.backward_cost
-    table["aten::embedding"] = _embedding
-    table["aten::index_select"] = _index_select
-    table["aten::index_select.out"] = _index_select
-    table["aten::embedding_dense_backward"] = _embedding_backward
-    table["aten::embedding_dense_backward.out"] = _embedding_backward
-    table["aten::nll_loss_forward"] = _nll_loss
-    table["aten::nll_loss_forward.output"] = _nll_loss
-    table["aten::nll_loss_backward"] = _nll_loss_backward
-    table["aten::nll_loss_backward.grad_input"] = _nll_loss_backward
-    for n in ("convolution_overrideable", "convolution", "_convolution"):
-        table[f"aten::{n}"] = _conv
-    for n in ("convolution_backward_overrideable", "convolution_backward", "convolution_backward.out"):
-        table[f"aten::{n}"] = _conv_backward
-    for n in ("max_pool2d_with_indices", "max_pool2d_with_indices.out"):
-        table[f"aten::{n}"] = _max_pool
-    for n in ("max_pool2d_with_indices_backward", "max_pool2d_with_indices_backward.grad_input"):
-        table[f"aten::{n}"] = _max_pool_backward
-    for n in ("avg_pool2d", "avg_pool2d.out", "avg_pool2d_backward", "avg_pool2d_backward.grad_input"):
-        table[f"aten::{n}"] = _avg_pool
-    for n in ("_adaptive_avg_pool2d", "_adaptive_avg_pool2d.out", "_adaptive_avg_pool2d_backward",
-              "_adaptive_avg_pool2d_backward.out"):
-        table[f"aten::{n}"] = _adaptive_avg_pool
-    for n in ("cat", "cat.out", "_cat"):
-        table[f"aten::{n}"] = _cat
-    for n in ("upsample_nearest2d", "upsample_nearest2d.vec", "upsample_nearest2d.out"):
-        table[f"aten::{n}"] = _upsample_nearest
-    for n in ("clamp", "clamp_", "clamp.out", "clamp_min", "clamp_min_", "clamp_min.out", "clamp_max", "clamp_max_",
-              "clamp_max.out", "hardtanh", "hardtanh_", "hardtanh.out"):
-        table[f"aten::{n}"] = _clamp
-    for n in ("_fused_adamw_", "_fused_adamw_.tensor_lr", "_fused_adam_", "_fused_adam_.tensor_lr"):
-        table[f"aten::{n}"] = _adamw
-    for op in ("add", "sub", "mul", "div", "maximum", "minimum", "pow", "exp", "sqrt", "neg", "reciprocal", "abs",
-               "sigmoid", "tanh", "log"):
-        for ov in ("", ".List", ".Scalar", ".ScalarList", ".Tensor"):
-            table[f"aten::_foreach_{op}{ov}"] = _foreach
-            table[f"aten::_foreach_{op}_{ov}"] = _foreach
-    for n in ("fill_.Scalar", "fill.Scalar", "zero_", "full", "full.out"):
-        table[f"aten::{n}"] = _fill
-    for n in ("isnan", "isnan.out"):
-        table[f"aten::{n}"] = _isnan
-    for n in ("cumsum", "cumsum_", "cumsum.out"):
-        table[f"aten::{n}"] = _cumsum
-    for n in ("_foreach_norm.Scalar", "_foreach_norm.Scalar_out"):
-        table[f"aten::{n}"] = _foreach_norm
-    return table
-
-
-KERNEL_OPS: dict[str, Callable] = _register()
-# ops whose kernel applies a ReLU in the same pass, as compiled graphs fuse it: batch
-# norm's forward (after it) and backward (ReLU's backward before it)
-WITH_RELU: dict[str, Callable] = {
-    **{name: functools.partial(KERNEL_OPS[name], relu=True) for name in KERNEL_OPS if KERNEL_OPS[name] is _batch_norm},
-    "aten::native_batch_norm_backward": functools.partial(_batch_norm_backward, relu=True)}
-
-
-def kernel_cost(call: Call, relu: bool = False) -> OpCost | None:
-    """The kernel-simulated cost of ``call``, or None where no kernel applies; ``relu``:
-    of its kernel with a ReLU in the same pass (the ops of :data:`WITH_RELU`).
-
-    A kernel refuses a shape it does not take with a :class:`trnsim.errors.TrnSimError`
-    (an empty tensor, an SBUF that cannot hold its tiles): the estimate times that op.
-    Any other exception is a bug in the kernel or its lowering and is raised."""
-    fn = (WITH_RELU if relu else KERNEL_OPS).get(call.name)
-    if fn is None:
-        return None
-    try:
-        cost = fn(call)
-    except TrnSimError:
-        return None
-    cores = call.shares.factor
-    if cost is not None and cost.run is not None and cores != 1:
-        cost = dataclasses.replace(cost, cores=cores)
-    return cost

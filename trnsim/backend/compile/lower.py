@@ -7,7 +7,7 @@ physical cores, one core's share of the rows (or of the matmul) is traced and th
 run their shares at once. ``"op"`` groups take their eager cost
 (:func:`trnsim.backend.timeline.cost_of`, memoized per op signature), and ``"free"``
 groups cost nothing; a ``"norm"`` group takes the cost of its batch-norm op's kernel
-with the ReLU in the same pass (:func:`trnsim.backend.opkernels.kernel_cost` with
+with the ReLU in the same pass (:func:`trnsim.backend.optable.kernel_cost` with
 ``relu``); an op made by :func:`trnsim.backend.nkicall.nki_op` is timed by the
 Programs of the NKI kernels it calls and named after them. Fused kernels of the same
 recipe and shapes (the layers of a model) are simulated once.
@@ -28,7 +28,7 @@ from typing import Any
 import torch
 import torch.fx as fx
 
-from trnsim.backend import nkicall, opkernels, state, timeline
+from trnsim.backend import nkicall, optable, state, timeline
 from trnsim.backend.compile.partition import Group
 from trnsim.backend.compile.patterns import FREE, op_name, tensors_in, substituted
 from trnsim.backend.lowering import Call, Shares, placeholder, run_kernel
@@ -117,7 +117,7 @@ def _norm_kernel(g: Group, vals: dict[fx.Node, Any]) -> Kernel:
     cost = _memo.get(key)
     if cost is None:
         call = Call(name, tuple(args), kwargs, flat, vals.get(node))
-        cost = _memo[key] = opkernels.kernel_cost(call, relu=True) or estimate(moved_bytes(flat, vals.get(node)))
+        cost = _memo[key] = optable.kernel_cost(call, relu=True) or estimate(moved_bytes(flat, vals.get(node)))
     hbm = sum(_bytes(vals.get(a)) for a in g.inputs) + sum(_bytes(t) for t in tensors_in(vals.get(node)))
     eager = sum(moved_bytes(tensors_in(substituted(list(n.args), vals)), vals.get(n)) for n in g.nodes
                 if n.target not in FREE)
