@@ -135,6 +135,23 @@ def test_doctor_names_aliases_chip_fidelity_and_versions(capsys, monkeypatch):
     assert "neuronxcc      aliased to trnsim.nki (as neuronxcc.nki)" in out
     assert "NKI kernels    trn1 ($NEURON_PLATFORM_TARGET_OVERRIDE)" in out
     assert f"torch {torch.__version__}" in out and "fidelity       op" in out
+    assert "settings       every TRNSIM_* variable set is valid" in out
+
+
+def test_doctor_reports_every_bad_setting_and_fails(capsys, monkeypatch):
+    """Other commands stop at the first bad TRNSIM_* variable; doctor, run to find out
+    what is wrong, reports every one (and names it), then exits 1."""
+    monkeypatch.setenv("TRNSIM_CHIP", "bogus")
+    monkeypatch.setenv("TRNSIM_FIDELITY", "fast")
+    monkeypatch.setenv("TRNSIM_PROGRES", "0")
+    assert cli.main(["doctor"]) == 1
+    out = capsys.readouterr().out
+    assert "chip           none: $TRNSIM_CHIP is bad (below)" in out
+    assert "fidelity       none: $TRNSIM_FIDELITY is bad (below)" in out
+    assert "settings       TRNSIM_CHIP: TRNSIM_CHIP='bogus': unknown chip 'bogus'" in out
+    assert "settings       TRNSIM_FIDELITY: TRNSIM_FIDELITY='fast' is not a fidelity" in out
+    assert "TRNSIM_PROGRES is not a variable trnsim reads" in out and "TRNSIM_PROGRESS" in out
+    assert "versions       python" in out   # the rest of the report still comes
 
 
 # -- torch_neuronx --------------------------------------------------------------

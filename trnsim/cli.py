@@ -284,13 +284,22 @@ def _doctor(args: argparse.Namespace) -> int:
             print(f"  {row.name:<14} aliased to {target}")
         else:
             print(f"  {row.name:<14} not importable (aliases off, no real package)")
-    device_chip = load_chip(None)
+    bad = settings.problems()
+    if "TRNSIM_CHIP" in bad:
+        print("chip           none: $TRNSIM_CHIP is bad (below)")
+        device_name = "none"
+    else:
+        device_chip = load_chip(None)
+        device_name = device_chip.name
+        print(f"chip           {device_chip.name} ({device_chip.neuron_core}, LNC={device_chip.logical_core_size}) "
+              f"for the neuron device ($TRNSIM_CHIP)")
     nki_chip = platform_target()
-    print(f"chip           {device_chip.name} ({device_chip.neuron_core}, LNC={device_chip.logical_core_size}) "
-          f"for the neuron device ($TRNSIM_CHIP)")
-    print(f"NKI kernels    {nki_chip or device_chip.name}"
+    print(f"NKI kernels    {nki_chip or device_name}"
           + (f" (${PLATFORM_ENV})" if nki_chip else f" (${PLATFORM_ENV} unset: the device's chip)"))
-    print(f"fidelity       {settings.env_fidelity()} ($TRNSIM_FIDELITY)")
+    if "TRNSIM_FIDELITY" in bad:
+        print("fidelity       none: $TRNSIM_FIDELITY is bad (below)")
+    else:
+        print(f"fidelity       {settings.env_fidelity()} ($TRNSIM_FIDELITY)")
     versions = [("python", platform.python_version())]
     for dist in ("trnsim", "torch", "numpy", "numba", "transformers"):
         try:
@@ -298,7 +307,14 @@ def _doctor(args: argparse.Namespace) -> int:
         except importlib.metadata.PackageNotFoundError:
             versions.append((dist, "not installed"))
     print("versions       " + ", ".join(f"{name} {v}" for name, v in versions))
-    return 0
+    for note in settings.unknown_names():
+        print(f"settings       {note}")
+    if not bad:
+        print("settings       every TRNSIM_* variable set is valid")
+        return 0
+    for name, error in bad.items():
+        print(f"settings       {name}: {' '.join(str(error).split())}")
+    return 1
 
 
 class _Parser(argparse.ArgumentParser):
@@ -394,7 +410,7 @@ def _check_settings(args: argparse.Namespace) -> None:
                            ("TRNSIM_FIDELITY", args.fidelity)):
             if value:
                 os.environ[key] = value
-    if args.func not in (_report, _diff):   # these read saved traces: no chip, no device
+    if args.func not in (_report, _diff, _doctor):   # saved traces need no chip; doctor reports every setting
         settings.check()
 
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import difflib
 import os
-from typing import Sequence
+from typing import Callable, Sequence
 
 from trnsim.errors import ChipSpecError, ConfigError, TrnSimWarning, warn
 
@@ -143,24 +143,52 @@ def _check_switch(name: str, allowed: Sequence[str]) -> None:
         choice(value, allowed, "a value it takes", f"{name}={value!r}", "unset it or set it to")
 
 
-def check() -> None:
-    """Check every ``TRNSIM_*`` variable that is set: raise the error of the first bad one
-    (a :class:`ConfigError`, or a :class:`ChipSpecError` for ``TRNSIM_CHIP``), and warn of
-    a ``TRNSIM_...`` name trnsim does not read."""
-    env_fidelity()
+def _check_chip() -> None:
     chip = env_chip_name()
     if chip is not None:
         from trnsim.hw.spec import load_chip_from
 
         load_chip_from(chip, f"TRNSIM_CHIP={chip[:200]!r}", "; or unset TRNSIM_CHIP")
-    env_instance()
-    dist_timeout_s(1.0)
-    _check_switch("TRNSIM_NO_ALIASES", SWITCH_VALUES)
-    _check_switch("TRNSIM_PROGRESS", PROGRESS_VALUES)
-    for name in sorted(os.environ):
-        if name.startswith("TRNSIM_") and name not in VARIABLES:
-            warn(f"{name} is not a variable trnsim reads, so it has no effect; "
-                 f"{did_you_mean(name, list(VARIABLES))}trnsim reads {', '.join(VARIABLES)}", SettingWarning)
+
+
+# each variable's check, in the order :func:`check` runs them
+_CHECKS: tuple[tuple[str, Callable[[], object]], ...] = (
+    ("TRNSIM_FIDELITY", env_fidelity),
+    ("TRNSIM_CHIP", _check_chip),
+    ("TRNSIM_INSTANCE", env_instance),
+    ("TRNSIM_DIST_TIMEOUT", lambda: dist_timeout_s(1.0)),
+    ("TRNSIM_NO_ALIASES", lambda: _check_switch("TRNSIM_NO_ALIASES", SWITCH_VALUES)),
+    ("TRNSIM_PROGRESS", lambda: _check_switch("TRNSIM_PROGRESS", PROGRESS_VALUES)),
+)
+
+
+def check() -> None:
+    """Check every ``TRNSIM_*`` variable that is set: raise the error of the first bad one
+    (a :class:`ConfigError`, or a :class:`ChipSpecError` for ``TRNSIM_CHIP``), and warn of
+    a ``TRNSIM_...`` name trnsim does not read."""
+    for _, check_one in _CHECKS:
+        check_one()
+    for message in unknown_names():
+        warn(message, SettingWarning)
+
+
+def unknown_names() -> list[str]:
+    """For each ``TRNSIM_...`` variable set that trnsim does not read, why it has no effect."""
+    return [f"{name} is not a variable trnsim reads, so it has no effect; "
+            f"{did_you_mean(name, list(VARIABLES))}trnsim reads {', '.join(VARIABLES)}"
+            for name in sorted(os.environ) if name.startswith("TRNSIM_") and name not in VARIABLES]
+
+
+def problems() -> dict[str, Exception]:
+    """Every bad ``TRNSIM_*`` variable with its error, by name (empty when all are good):
+    what ``trnsim doctor`` reports, where :func:`check` stops at the first."""
+    found: dict[str, Exception] = {}
+    for name, check_one in _CHECKS:
+        try:
+            check_one()
+        except (ConfigError, ChipSpecError) as e:
+            found[name] = e
+    return found
 
 
 def problem() -> Exception | None:
