@@ -94,6 +94,35 @@ def test_mgrid_ellipsis_and_ds():
     np.testing.assert_array_equal(k(a), a)
 
 
+def test_mgrid_fields_name_the_partition_and_free_axes():
+    """``grid = nl.mgrid[...]`` read by name, as AWS's tutorials do (``grid.p``, ``grid.x``),
+    indexes as the unpacked form does; a 3-axis grid has ``.y``; a field past its axes is
+    refused by name."""
+    @nki.jit
+    def k(a):
+        out = nl.ndarray(a.shape, a.dtype, buffer=nl.shared_hbm)
+        grid = nl.mgrid[0:a.shape[0], 0:a.shape[1]]
+        nl.store(out[grid.p, grid.x], nl.load(a[grid.p, grid.x]) * 2.0)
+        return out
+
+    a = rand(16, 32)
+    np.testing.assert_array_equal(k(a), a * 2.0)
+
+    @nki.jit
+    def k3(a):
+        out = nl.ndarray(a.shape, a.dtype, buffer=nl.shared_hbm)
+        g = nl.mgrid[0:a.shape[0], 0:a.shape[1], 0:a.shape[2]]
+        i_p, i_x, i_y = g
+        assert (g.p, g.x, g.y) == (i_p, i_x, i_y)
+        nl.store(out[g.p, g.x, g.y], nl.load(a[g.p, g.x, g.y]))
+        return out
+
+    b = rand(8, 4, 6)
+    np.testing.assert_array_equal(k3(b), b)
+    with pytest.raises(AttributeError, match=r"this nl.mgrid has 2 axes, so no .y: its axes are .p, .x"):
+        getattr(nl.mgrid[0:4, 0:8], "y")
+
+
 def test_ap_and_broadcast_to_methods():
     @nki.jit
     def k(a, row):

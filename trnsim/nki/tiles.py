@@ -166,9 +166,28 @@ def ds(start: int, size: int) -> slice:
     return slice(start, start + int(size))
 
 
+class IndexGrid(tuple):  # type: ignore[type-arg]
+    """What ``nl.mgrid[...]`` of several axes gives: the index expressions, one per axis,
+    which unpack as a tuple (``i_p, i_f = nl.mgrid[0:128, 0:512]``) or are read by name as
+    NKI names them: ``.p`` the partition axis, then ``.x``, ``.y``, ``.z`` the free axes
+    (``grid = nl.mgrid[0:128, 0:512]; a[grid.p, grid.x]``)."""
+
+    def _axis(self, axis: int, name: str) -> Any:
+        if axis >= len(self):
+            raise AttributeError(f"this nl.mgrid has {len(self)} axes, so no .{name}: "
+                                 f"its axes are {', '.join('.' + n for n in 'pxyz'[:len(self)])}")
+        return self[axis]
+
+    p = property(lambda self: self._axis(0, "p"))
+    x = property(lambda self: self._axis(1, "x"))
+    y = property(lambda self: self._axis(2, "y"))
+    z = property(lambda self: self._axis(3, "z"))
+
+
 class _MGrid:
     """``nl.mgrid[0:128, 0:512]``: one ``nl.arange`` expression per axis, each on its own
-    axis of the index grid (``i_p, i_f = nl.mgrid[0:128, 0:512]``), as numpy's mgrid."""
+    axis of the index grid (``i_p, i_f = nl.mgrid[0:128, 0:512]``, or ``grid.p`` and
+    ``grid.x``: :class:`IndexGrid`), as numpy's mgrid."""
 
     def __getitem__(self, key: object) -> Any:
         keys = key if isinstance(key, tuple) else (key,)
@@ -179,7 +198,7 @@ class _MGrid:
             r = range(k.start or 0, k.stop, k.step or 1)
             base = Affine.base(len(r)) * r.step + r.start
             out.append(Affine(base.terms, base.const, base.sizes, {b: axis for b in base.terms}))
-        return tuple(out) if isinstance(key, tuple) else out[0]
+        return IndexGrid(out) if isinstance(key, tuple) else out[0]
 
 
 mgrid = _MGrid()
