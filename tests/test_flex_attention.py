@@ -215,3 +215,16 @@ def test_block_sparse_forward_skips_the_blocks_the_mask_drops():
     # query tiles go in pairs over the union of their blocks: 2 x 2 and 2 x 4 of the 16 tile-blocks
     assert causal_run.flops == dense.flops * 12 // 16
     assert causal_run.latency_ns < dense.latency_ns
+
+
+def test_the_block_pattern_memo_is_bounded():
+    """Block patterns follow the data, so a long run meets ever new ones: the memo of
+    their kernel costs keeps the latest MEMO_SIZE, not every one."""
+    from trnsim.backend import flextiming
+
+    flextiming._simulated.cache_clear()
+    dense = ((0, False),)
+    for i in range(flextiming.MEMO_SIZE + 3):
+        flextiming._simulated(False, (dense,), 128, 128, 8 + i % 2, torch.float32, f"chip{i}")
+    info = flextiming._simulated.cache_info()
+    assert info.currsize == flextiming.MEMO_SIZE and info.maxsize == flextiming.MEMO_SIZE

@@ -18,6 +18,7 @@ values of another head dimension, take the bandwidth estimate.
 
 from __future__ import annotations
 
+import functools
 import math
 from typing import Any
 
@@ -28,7 +29,6 @@ from trnsim.backend import state
 from trnsim.backend.opcost import OpCost
 
 TILE = 128
-_memo: dict[tuple, OpCost] = {}
 
 
 def _values(t: torch.Tensor | None) -> np.ndarray | None:
@@ -87,20 +87,26 @@ def _dense(q_len: int, kv_len: int) -> tuple:
 
 
 def _simulate(backward: bool, blocks: tuple, sq: int, sk: int, d: int, dtype: torch.dtype) -> OpCost:
-    key = (backward, blocks, sq, sk, d, dtype, state.chip().name)
-    cost = _memo.get(key)
-    if cost is None:
-        from trnsim.backend.lowering import placeholder, run_kernel
-        from trnsim.kernels.flex_attention import block_sparse_attention_bwd, block_sparse_attention_fwd
+    return _simulated(backward, blocks, sq, sk, d, dtype, state.chip().name)
 
-        q, kv, mask = placeholder((sq, d), dtype), placeholder((sk, d), dtype), placeholder((sq, sk), torch.bool)
-        if backward:
-            cost = run_kernel(block_sparse_attention_bwd, "block_sparse_attention_bwd", q, kv, kv, q, q,
-                        placeholder((sq,), torch.float32), mask, blocks)
-        else:
-            cost = run_kernel(block_sparse_attention_fwd, "block_sparse_attention_fwd", q, kv, kv, mask, blocks)
-        _memo[key] = cost
-    return cost
+
+# block patterns follow the data (each batch's documents), so the memo keeps the latest
+# MEMO_SIZE: a long run with ever new patterns does not grow without bound
+MEMO_SIZE = 256
+
+
+@functools.lru_cache(maxsize=MEMO_SIZE)
+def _simulated(backward: bool, blocks: tuple, sq: int, sk: int, d: int, dtype: torch.dtype, chip: str) -> OpCost:
+    """The kernel's cost for one block pattern on the device's chip (named ``chip``, the
+    memo's key)."""
+    from trnsim.backend.lowering import placeholder, run_kernel
+    from trnsim.kernels.flex_attention import block_sparse_attention_bwd, block_sparse_attention_fwd
+
+    q, kv, mask = placeholder((sq, d), dtype), placeholder((sk, d), dtype), placeholder((sq, sk), torch.bool)
+    if backward:
+        return run_kernel(block_sparse_attention_bwd, "block_sparse_attention_bwd", q, kv, kv, q, q,
+                          placeholder((sq,), torch.float32), mask, blocks)
+    return run_kernel(block_sparse_attention_fwd, "block_sparse_attention_fwd", q, kv, kv, mask, blocks)
 
 
 def attention_cost(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, block_mask: tuple,
