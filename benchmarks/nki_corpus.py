@@ -166,11 +166,12 @@ def first_line(text: str) -> str:
 
 def error_line(output: str) -> str:
     """The line of a Python run's output that says why it failed: its last exception line."""
-    lines = [line.rstrip() for line in output.splitlines() if line.strip()]
+    # pytest marks the exception's lines with "E   "
+    lines = [re.sub(r"^E\s+", "", line.strip()) for line in output.splitlines() if line.strip()]
     for line in reversed(lines):
-        if re.match(r"^[A-Za-z_][\w.]*(Error|Exception|Exit|Interrupt|Warning)\b", line.strip()):
-            return line.strip()
-    return lines[-1].strip() if lines else ""
+        if re.match(r"^[A-Za-z_][\w.]*(Error|Exception|Exit|Interrupt|Warning)\b", line):
+            return line
+    return lines[-1] if lines else ""
 
 
 def extract(git_dir: Path, commit: str, paths: tuple[str, ...], dest: Path) -> None:
@@ -196,7 +197,7 @@ class Runner:
 
     def add(self, item: Item) -> None:
         self.items.append(item)
-        print(f"{item.source:15} {item.item[:90]:90} {item.outcome:12} {item.seconds:7.1f}  {first_line(item.reason)[:160]}",
+        print(f"{item.source:15} {item.item[:120]:120} {item.outcome:12} {item.seconds:7.1f}  {first_line(item.reason)[:160]}",
               flush=True)
 
     def env(self, tree: Path, part: Part) -> dict[str, str]:
