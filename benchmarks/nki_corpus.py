@@ -1,0 +1,422 @@
+"""AWS's public NKI code, run unedited on trnsim: how many items pass (issue 23).
+
+The corpus is three public repositories, already fetched as bare git directories
+(``fetch`` puts them under ``/work/.mirror/<owner>+<name>/repo``; ``--mirror`` moves
+the root). Each part of a source is extracted at the commit a user would have taken
+(``git archive <commit> <paths> | tar -x``) into a scratch folder, run there, and the
+folder is deleted at the end (``--keep`` keeps it). No public code is copied into the
+repository and nothing is installed: an item that imports a package that is not
+installed fails, with that as its reason.
+
+An item is one of:
+
+- a pytest test id (``test_*.py`` files): ids come from ``pytest --collect-only``,
+  then each file runs in one pytest process with ``--timeout`` (pytest-timeout) per
+  test; a file that fails to collect is one failed item;
+- a script, run as ``__main__``: passes when it exits 0 within the timeout;
+- a library module: passes when it imports.
+
+Every item runs in a subprocess with a timeout (``--timeout``, 120 s by default), with
+trnsim's import aliases (``nki``, ``neuronxcc``, ``torch_neuronx``) active: pytest
+installs them through trnsim's plugin, and scripts and imports start with
+``import trnsim`` (``--plain`` runs scripts as ``python file.py`` instead, where a
+script that imports ``nki`` before ``torch`` finds no ``nki``). Items that need JAX,
+and documentation fragments that are not programs, are out of scope and listed with
+their reason.
+
+Output: one line per item (source, item, outcome, seconds, first line of the reason),
+then a table per source. ``--json PATH`` writes every item; ``--source NAME`` runs one
+source (repeatable); ``--budget S`` stops a source after S seconds, leaving the rest
+"not run".
+
+Run: ``python benchmarks/nki_corpus.py --json /tmp/corpus.json`` (about 20 minutes on 2 cores)
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+MIRROR = Path("/work/.mirror")
+Seconds = float
+
+# outcomes of one item
+PASSED, FAILED, TIMEOUT, SKIPPED, OUT_OF_SCOPE, NOT_RUN = "passed", "failed", "timeout", "skipped", "out of scope", "not run"
+
+JAX_IMPORT = re.compile(r"^\s*(import jax|from jax)\b", re.M)
+
+# pytest plugin loaded into every pytest run (written into the scratch folder): one
+# JSON line per collected id, collection error and test outcome
+REPORT_PLUGIN = '''
+import json, os
+
+_OUT = os.environ["NKI_CORPUS_REPORT"]
+
+
+def _write(record):
+    with open(_OUT, "a") as f:
+        f.write(json.dumps(record) + "\\n")
+
+
+def _reason(report):
+    crash = getattr(report.longrepr, "reprcrash", None)
+    if crash is not None:
+        return crash.message
+    if isinstance(report.longrepr, tuple):
+        return str(report.longrepr[2])
+    text = str(report.longrepr or "")
+    errors = [line[1:].strip() for line in text.splitlines() if line.startswith("E ")]
+    return errors[-1] if errors else text.strip().splitlines()[-1] if text.strip() else ""
+
+
+def pytest_collection_finish(session):
+    for item in session.items:
+        _write({"collected": item.nodeid})
+
+
+def pytest_collectreport(report):
+    if report.failed:
+        _write({"collect_error": report.nodeid, "reason": _reason(report)})
+
+
+def pytest_runtest_logreport(report):
+    if report.when == "call" or report.outcome != "passed" or (report.when == "setup" and report.skipped):
+        _write({"id": report.nodeid, "when": report.when, "outcome": report.outcome,
+                "seconds": report.duration, "reason": "" if report.passed else _reason(report)})
+'''
+
+
+@dataclass(frozen=True)
+class Part:
+    """Paths of one repository at one commit, and how their items run.
+
+    ``kind`` is ``pytest`` (test files under ``paths[0]``), ``scripts`` (every ``.py``
+    under ``paths``: ``test_*.py`` through pytest, the rest as ``__main__``) or
+    ``imports`` (every module under ``paths[0]``, which is on ``sys.path``).
+    """
+
+    label: str
+    commit: str
+    paths: tuple[str, ...]
+    kind: str
+    extract: tuple[str, ...] = ()      # more paths to extract, that hold no items
+    pythonpath: tuple[str, ...] = ()   # relative to the extracted tree
+    pytest_args: tuple[str, ...] = ()
+    out_of_scope: dict[str, str] = field(default_factory=dict)  # path -> reason
+
+
+@dataclass(frozen=True)
+class Source:
+    name: str
+    repo: str          # owner+name under the mirror root
+    parts: tuple[Part, ...]
+
+
+DOC_FRAGMENT = "documentation fragment: {why}, shown in the NKI guide, not a program"
+SOURCES = (
+    Source("nki-samples", "aws-neuron+nki-samples", (
+        Part("unit@c4b806e~1", "c4b806e~1", ("test/unit",), "pytest", extract=("src",), pythonpath=("src",)),
+        Part("unit@fc5c69f~1", "fc5c69f~1", ("test/unit",), "pytest", extract=("src",), pythonpath=("src",)),
+        Part("tutorials@HEAD", "HEAD", ("src/nki_samples/tutorials", "contributed"), "scripts"),
+        Part("removed@8370e11~1", "8370e11~1", tuple(f"src/nki_samples/tutorials/{t}" for t in
+                                                     ("layernorm", "rmsnorm", "sd_attention")), "scripts"),
+        Part("removed@c4b806e~1", "c4b806e~1", tuple(f"src/nki_samples/tutorials/{t}" for t in
+                                                     ("rotary", "softmax")), "scripts"),
+    )),
+    Source("aws-neuron-sdk", "aws-neuron+aws-neuron-sdk", (
+        Part("test@HEAD", "HEAD", ("nki/test",), "pytest"),
+        Part("examples@HEAD", "HEAD", ("nki/examples",), "scripts", out_of_scope={
+            "nki/examples/layout-dynamic-loop.py": DOC_FRAGMENT.format(why="deliberately incomplete (unbalanced parenthesis)"),
+            "nki/examples/layout-loop.py": DOC_FRAGMENT.format(why="uses names it never defines (i_f)"),
+            "nki/examples/layout-violation.py": DOC_FRAGMENT.format(why="a kernel written to break a layout rule"),
+        }),
+    )),
+    Source("nki-library", "aws-neuron+nki-library", (
+        Part("modules@HEAD", "HEAD", ("src/nkilib_src",), "imports", pythonpath=("src",)),
+        Part("tests@HEAD", "HEAD", ("test/integration",), "pytest", extract=("src", "test"),
+             pythonpath=("src", "."), pytest_args=("--test-mode", "simulation")),
+    )),
+)
+
+
+@dataclass
+class Item:
+    source: str
+    part: str
+    item: str
+    outcome: str
+    seconds: Seconds
+    reason: str
+
+
+def first_line(text: str) -> str:
+    lines = [line.strip() for line in text.strip().splitlines() if line.strip()]
+    return lines[0] if lines else ""
+
+
+def error_line(output: str) -> str:
+    """The line of a Python run's output that says why it failed: its last exception line."""
+    # pytest marks the exception's lines with "E   "
+    lines = [re.sub(r"^E\s+", "", line.strip()) for line in output.splitlines() if line.strip()]
+    for line in reversed(lines):
+        if re.match(r"^[A-Za-z_][\w.]*(Error|Exception|Exit|Interrupt|Warning)\b", line):
+            return line
+    return lines[-1] if lines else ""
+
+
+def extract(git_dir: Path, commit: str, paths: tuple[str, ...], dest: Path) -> None:
+    """Writes ``paths`` of ``git_dir`` at ``commit`` under ``dest``."""
+    dest.mkdir(parents=True, exist_ok=True)
+    archive = subprocess.run(["git", "--git-dir", str(git_dir), "archive", "--format=tar", commit, *paths],
+                             check=True, capture_output=True)
+    subprocess.run(["tar", "-x", "-C", str(dest)], input=archive.stdout, check=True)
+
+
+class Runner:
+    """Runs the items of each part and prints them as they finish."""
+
+    def __init__(self, scratch: Path, timeout: Seconds, budget: Seconds | None, plain: bool) -> None:
+        self.scratch = scratch
+        self.timeout = timeout
+        self.budget = budget
+        self.plain = plain
+        self.items: list[Item] = []
+        self.deadline = float("inf")
+        (scratch / "plugin").mkdir(parents=True, exist_ok=True)
+        (scratch / "plugin" / "nki_corpus_report.py").write_text(REPORT_PLUGIN)
+
+    def add(self, item: Item) -> None:
+        # paths inside the scratch folder read as paths inside the source's tree
+        item.reason = re.sub(re.escape(str(self.scratch)) + r"/[^/]+/[^/]+/", "", item.reason)
+        self.items.append(item)
+        print(f"{item.source:15} {item.item[:120]:120} {item.outcome:12} {item.seconds:7.1f}  {first_line(item.reason)[:160]}",
+              flush=True)
+
+    def env(self, tree: Path, part: Part) -> dict[str, str]:
+        env = dict(os.environ, TRNSIM_PROGRESS="0", MPLBACKEND="Agg")
+        paths = [str(tree / p) for p in part.pythonpath] + [str(REPO_ROOT), str(self.scratch / "plugin")]
+        if os.environ.get("PYTHONPATH"):
+            paths.append(os.environ["PYTHONPATH"])
+        env["PYTHONPATH"] = os.pathsep.join(paths)
+        return env
+
+    def left(self) -> Seconds:
+        return self.deadline - time.monotonic()
+
+    def run_source(self, source: Source, mirror: Path) -> None:
+        self.deadline = time.monotonic() + self.budget if self.budget else float("inf")
+        git_dir = mirror / source.repo / "repo"
+        for part in source.parts:
+            tree = self.scratch / source.name / re.sub(r"[^\w.@-]", "_", part.label)
+            extract(git_dir, part.commit, part.paths + part.extract, tree)
+            getattr(self, f"run_{part.kind}")(source, part, tree)
+
+    def skip_if_over(self, source: Source, part: Part, names: list[str]) -> bool:
+        if self.left() > 0:
+            return False
+        for name in names:
+            self.add(Item(source.name, part.label, name, NOT_RUN, 0.0, f"the source's budget of {self.budget:.0f} s ran out"))
+        return True
+
+    def subprocess(self, cmd: list[str], cwd: Path, env: dict[str, str], timeout: Seconds) -> tuple[int | None, str, Seconds]:
+        start = time.monotonic()
+        try:
+            done = subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)
+            return done.returncode, done.stdout + done.stderr, time.monotonic() - start
+        except subprocess.TimeoutExpired as err:
+            out = (err.stdout or b"") + (err.stderr or b"")
+            return None, out.decode(errors="replace") if isinstance(out, bytes) else out, time.monotonic() - start
+
+    # -- scripts ---------------------------------------------------------------
+
+    def run_scripts(self, source: Source, part: Part, tree: Path) -> None:
+        files = sorted(f for p in part.paths for f in (tree / p).rglob("*.py"))
+        env = self.env(tree, part)
+        for path in files:
+            rel = path.relative_to(tree).as_posix()
+            name = f"{part.label}:{rel}"
+            if path.name.startswith("test_"):
+                self.run_pytest_files(source, part, tree, [path])
+                continue
+            text = path.read_text(errors="replace")
+            if rel in part.out_of_scope:
+                self.add(Item(source.name, part.label, name, OUT_OF_SCOPE, 0.0, part.out_of_scope[rel]))
+                continue
+            if JAX_IMPORT.search(text):
+                self.add(Item(source.name, part.label, name, OUT_OF_SCOPE, 0.0, "needs JAX (out of scope by the issue)"))
+                continue
+            if self.skip_if_over(source, part, [name]):
+                continue
+            if self.plain:
+                cmd = [sys.executable, path.name]
+            else:
+                launcher = ("import sys, runpy, trnsim; sys.argv = [sys.argv[1]]; sys.path.insert(0, '.'); "
+                            "runpy.run_path(sys.argv[0], run_name='__main__')")
+                cmd = [sys.executable, "-c", launcher, path.name]
+            rc, out, secs = self.subprocess(cmd, path.parent, env, min(self.timeout, max(self.left(), 1)))
+            if rc is None:
+                self.add(Item(source.name, part.label, name, TIMEOUT, secs, f"ran past {self.timeout:.0f} s"))
+            else:
+                self.add(Item(source.name, part.label, name, PASSED if rc == 0 else FAILED, secs,
+                              "" if rc == 0 else error_line(out) or f"exit status {rc}"))
+
+    # -- library imports -------------------------------------------------------
+
+    def run_imports(self, source: Source, part: Part, tree: Path) -> None:
+        root = tree / part.pythonpath[0]
+        env = self.env(tree, part)
+        modules = []
+        for path in sorted((tree / part.paths[0]).rglob("*.py")):
+            dotted = path.relative_to(root).with_suffix("").parts
+            modules.append(".".join(dotted[:-1] if dotted[-1] == "__init__" else dotted))
+        for module in modules:
+            if self.skip_if_over(source, part, [module]):
+                continue
+            code = f"import trnsim, importlib; importlib.import_module({module!r})"
+            rc, out, secs = self.subprocess([sys.executable, "-c", code], tree, env, min(self.timeout, max(self.left(), 1)))
+            if rc is None:
+                self.add(Item(source.name, part.label, module, TIMEOUT, secs, f"ran past {self.timeout:.0f} s"))
+            else:
+                self.add(Item(source.name, part.label, module, PASSED if rc == 0 else FAILED, secs,
+                              "" if rc == 0 else error_line(out)))
+
+    # -- pytest ----------------------------------------------------------------
+
+    def pytest_cmd(self, part: Part, *args: str) -> list[str]:
+        return [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-p", "nki_corpus_report", "-q",
+                "-o", "addopts=", *part.pytest_args, *args]
+
+    def run_pytest(self, source: Source, part: Part, tree: Path) -> None:
+        self.run_pytest_files(source, part, tree, sorted((tree / part.paths[0]).rglob("test_*.py")))
+
+    def run_pytest_files(self, source: Source, part: Part, tree: Path, files: list[Path]) -> None:
+        env = self.env(tree, part)
+        report = self.scratch / "report.jsonl"
+        env["NKI_CORPUS_REPORT"] = str(report)
+        report.unlink(missing_ok=True)
+        rels = [f.relative_to(tree).as_posix() for f in files]
+        rc, out, _ = self.subprocess(self.pytest_cmd(part, "--collect-only", *rels), tree, env,
+                                     max(self.timeout, 60))
+        records = read_records(report)
+        collected = [r["collected"] for r in records if "collected" in r]
+        errors = {r["collect_error"]: r["reason"] for r in records if "collect_error" in r}
+        if not collected and not errors:
+            # pytest stopped before collecting (a conftest that fails to import): every file fails with it
+            why = error_line(out) or f"pytest exit status {rc}"
+            for rel in rels:
+                self.add(Item(source.name, part.label, f"{part.label}:{rel}", FAILED, 0.0, why))
+            return
+        for rel in rels:
+            ids = [c for c in collected if c.split("::")[0] == rel]
+            bad = {k: v for k, v in errors.items() if k == rel or k.startswith(rel + "::")}
+            for nodeid, why in bad.items():
+                self.add(Item(source.name, part.label, f"{part.label}:{nodeid}", FAILED, 0.0, f"collection: {why}"))
+            if ids and not self.skip_if_over(source, part, [f"{part.label}:{i}" for i in ids]):
+                self.run_pytest_file(source, part, tree, env, rel, ids)
+
+    def run_pytest_file(self, source: Source, part: Part, tree: Path, env: dict[str, str], rel: str,
+                        ids: list[str]) -> None:
+        report = Path(env["NKI_CORPUS_REPORT"])
+        report.unlink(missing_ok=True)
+        limit = min(self.timeout * len(ids) + 60, max(self.left(), 1))
+        cmd = self.pytest_cmd(part, f"--timeout={self.timeout:.0f}", rel)
+        rc, out, secs = self.subprocess(cmd, tree, env, limit)
+        outcomes: dict[str, dict] = {}
+        for record in read_records(report):
+            if "id" not in record:
+                continue
+            known = outcomes.get(record["id"])
+            # the worst phase decides: a teardown error fails a passed test
+            if known is None or record["outcome"] != "passed":
+                if known is not None:
+                    record["seconds"] += known["seconds"]
+                outcomes[record["id"]] = record
+        ran_to_end = rc is not None
+        for nodeid in ids:
+            name = f"{part.label}:{nodeid}"
+            rec = outcomes.get(nodeid)
+            if rec is None:
+                if ran_to_end:
+                    why = error_line(out) or f"no outcome (pytest exit status {rc})"
+                    self.add(Item(source.name, part.label, name, FAILED, 0.0, why))
+                else:
+                    self.add(Item(source.name, part.label, name, TIMEOUT if limit >= self.timeout else NOT_RUN, 0.0,
+                                  f"the file's pytest run stopped after {secs:.0f} s before this test finished"))
+                continue
+            reason = rec["reason"] or ""
+            if rec["outcome"] == "passed":
+                outcome = PASSED
+            elif rec["outcome"] == "skipped":
+                outcome = SKIPPED
+            elif reason.startswith("Failed: Timeout"):
+                outcome = TIMEOUT
+            else:
+                outcome = FAILED
+            self.add(Item(source.name, part.label, name, outcome, rec["seconds"], reason))
+
+
+def read_records(path: Path) -> list[dict]:
+    if not path.exists():
+        return []
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def table(items: list[Item]) -> str:
+    """Per source: items, passed, failed, timed out, skipped by the test, not run, out of scope, pass rate.
+
+    The pass rate is passed over the in-scope items that ran (all but out of scope and not run).
+    """
+    head = "| source | items | passed | failed | timed out | skipped by the test | not run | out of scope | pass rate |"
+    rows = [head, "|---|" + "---:|" * 8]
+    groups = {s: [i for i in items if i.source == s] for s in dict.fromkeys(i.source for i in items)}
+    groups["all"] = items
+    for name, group in groups.items():
+        count = {o: sum(i.outcome == o for i in group) for o in (PASSED, FAILED, TIMEOUT, SKIPPED, NOT_RUN, OUT_OF_SCOPE)}
+        ran = len(group) - count[OUT_OF_SCOPE] - count[NOT_RUN]
+        rate = f"{100 * count[PASSED] / ran:.0f}%" if ran else "-"
+        rows.append(f"| {name} | {len(group)} | {count[PASSED]} | {count[FAILED]} | {count[TIMEOUT]} | {count[SKIPPED]} "
+                    f"| {count[NOT_RUN]} | {count[OUT_OF_SCOPE]} | {rate} |")
+    return "\n".join(rows)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--mirror", type=Path, default=MIRROR, help="root of the fetched git directories")
+    parser.add_argument("--source", action="append", choices=[s.name for s in SOURCES], help="run only this source")
+    parser.add_argument("--timeout", type=float, default=120.0, help="seconds per item (default 120)")
+    parser.add_argument("--budget", type=float, default=None, help="seconds per source, after which its items are not run")
+    parser.add_argument("--plain", action="store_true", help="run scripts as `python file.py`, without importing trnsim first")
+    parser.add_argument("--json", type=Path, help="write every item here")
+    parser.add_argument("--keep", action="store_true", help="keep the scratch folder")
+    args = parser.parse_args()
+
+    scratch = Path(tempfile.mkdtemp(prefix="nki_corpus_"))
+    runner = Runner(scratch, args.timeout, args.budget, args.plain)
+    try:
+        for source in SOURCES:
+            if args.source and source.name not in args.source:
+                continue
+            runner.run_source(source, args.mirror)
+    finally:
+        if args.keep:
+            print(f"scratch folder kept: {scratch}")
+        else:
+            shutil.rmtree(scratch, ignore_errors=True)
+        print()
+        print(table(runner.items))
+        if args.json:
+            args.json.write_text(json.dumps([asdict(i) for i in runner.items], indent=1))
+
+
+if __name__ == "__main__":
+    main()
