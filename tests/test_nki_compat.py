@@ -316,3 +316,19 @@ def test_a_legacy_style_test_file_runs_unchanged_under_pytest(pytester):
     pytester.makepyfile(test_legacy_copy=(ROOT / "tests" / "nki_legacy" / "test_legacy_kernels.py").read_text())
     result = pytester.runpytest("-p", "no:cacheprovider")
     result.assert_outcomes(passed=4)
+
+
+def test_the_dtype_class_is_named_as_in_nki():
+    """AWS's NKI library annotates parameters with ``nki.dtype`` (``dtype: nki.dtype =
+    nl.bfloat16``), evaluated when the module loads: the name is the class of the data
+    types, in ``nki`` and ``nki.language``."""
+    import nki
+    import nki.language as nl
+
+    assert nki.dtype is nl.dtype
+    assert all(isinstance(t, nki.dtype) for t in (nl.bfloat16, nl.float32, nl.int32, nl.float8_e4m3))
+
+    def kernel_params(x, compute_dtype: nki.dtype = nl.bfloat16) -> None:
+        return None
+
+    assert kernel_params.__annotations__["compute_dtype"] is nki.dtype

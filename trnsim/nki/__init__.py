@@ -45,6 +45,7 @@ integration (``trnsim.backend``) registers there; nothing here imports it.
 from typing import Any
 
 from trnsim import adapters
+from trnsim.dtypes import DType
 from trnsim.nki import isa, language
 from trnsim.nki.jit import (Benchmark, BenchmarkResult, Kernel, NcLatency, Profile, Simulated, baremetal, benchmark, jit,
                             profile, simulate, simulate_kernel, trace_program, typed)
@@ -52,10 +53,11 @@ from trnsim.nki.tiles import NkiTensor
 from trnsim.nki.tracer import KernelError
 
 tensor = NkiTensor   # the legacy namespace's name for the class of kernel tensors
+dtype = DType        # the class of NKI's data types (nl.bfloat16, ...): kernels annotate with nki.dtype
 
 __all__ = ["Benchmark", "BenchmarkResult", "Kernel", "KernelError", "NcLatency", "NkiTensor", "Profile", "Simulated",
            "baremetal", "benchmark", "isa", "jit", "language", "nki_op", "profile", "simulate", "simulate_kernel",
-           "tensor", "trace_program", "typed", "wrap_nki"]
+           "dtype", "tensor", "trace_program", "typed", "wrap_nki"]
 
 
 _FRAMEWORK_NAMES = ("nki_op", "wrap_nki")

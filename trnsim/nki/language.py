@@ -50,6 +50,7 @@ from trnsim.nki.reductions import max, min, sum  # noqa: A004
 # names outside __all__ that nki.language has held (``from nki.language import *`` leaves them out)
 from trnsim.isa import (ActivationFunc as ActivationFunc, Engine as Engine, Memory as Memory, Memset as Memset,
                         ReduceOp as ReduceOp, Select as Select, View as View)
+from trnsim.dtypes import DType
 from trnsim.nki.composed import gather_flattened as gather_flattened
 from trnsim.nki.compute import (
     bitwise_and as bitwise_and, bitwise_or as bitwise_or, bitwise_xor as bitwise_xor, invert as invert,
@@ -57,6 +58,8 @@ from trnsim.nki.compute import (
 )
 from trnsim.nki.memory import copy_into as copy_into
 from trnsim.nki.tiles import Affine as Affine, BlockedTile as BlockedTile, Mask as Mask, ParDim as ParDim
+
+dtype = DType   # the class of nl.bfloat16 and the other data types (kernels annotate with it)
 
 __all__ = [
     "ndarray", "zeros", "ones", "full", "zeros_like", "empty_like", "load", "store", "copy", "matmul", "transpose",
