@@ -382,3 +382,38 @@ def test_run_observers_see_numpy_runs_until_unregistered():
         unregister()
     double(np.ones((128, 4), np.float32))
     assert seen == [("double", True)]
+
+
+def test_a_kernel_called_from_a_kernel_joins_its_program():
+    """AWS's NKI library composes kernels: a jit kernel (``mode="trace"``, as the library
+    marks them, or any other) called inside another kernel traces into the caller's
+    Program on the caller's tensors; launched on its own it runs as any kernel. A grid
+    launch from inside a kernel is refused by name."""
+    import numpy as np
+
+    import trnsim.nki as nki
+    import trnsim.nki.language as nl
+
+    @nki.jit(mode="trace")
+    def doubled(a):
+        out = nl.ndarray(a.shape, a.dtype, buffer=nl.shared_hbm)
+        nl.store(out, nl.load(a) * 2.0)
+        return out
+
+    @nki.jit
+    def doubled_plus_one(a):
+        b = doubled(a)
+        out = nl.ndarray(a.shape, a.dtype, buffer=nl.shared_hbm)
+        nl.store(out, nl.load(b) + 1.0)
+        return out
+
+    @nki.jit
+    def on_a_grid(a):
+        return doubled[2](a)
+
+    a = np.arange(16 * 32, dtype=np.float32).reshape(16, 32) / 7
+    np.testing.assert_array_equal(doubled(a), a * 2.0)
+    np.testing.assert_array_equal(doubled_plus_one(a), a * 2.0 + 1.0)
+    assert len(nki.trace_program(doubled_plus_one, a)) > len(nki.trace_program(doubled, a))
+    with pytest.raises(nki.KernelError, match=r"kernel doubled\[2\] is launched on a grid from inside another kernel"):
+        on_a_grid(a)

@@ -32,6 +32,7 @@ from trnsim.errors import ProgramError, TrnSimError
 from trnsim.isa import Memory
 from trnsim import adapters
 from trnsim.nki.tiles import NkiTensor, _Placement
+from trnsim.nki import tracer as tracer_module
 from trnsim.nki.tracer import KernelError, Tracer
 
 if TYPE_CHECKING:
@@ -168,6 +169,14 @@ class Kernel:
         return Traced(tracer, inputs, result, outs)
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        if tracer_module.tracing():
+            # called from inside another kernel (AWS's NKI library composes kernels so):
+            # its instructions join the caller's Program, on the caller's tensors
+            if self.grid:
+                raise KernelError(f"kernel {self.fn.__name__}[{', '.join(map(str, self.grid))}] is launched on a grid "
+                                  "from inside another kernel; call it without a grid there (its instructions join "
+                                  "the calling kernel's), or launch it on its own")
+            return self.fn(*args, **kwargs)
         # arrays of a framework (torch tensors) go to its integration; numpy runs here
         adapter = adapters.array_adapter_for(itertools.chain(args, kwargs.values()))
         if adapter is not None:
@@ -191,8 +200,9 @@ def _hbm_results(result: Any, tracer: Tracer, fn: Callable) -> list[NkiTensor]:
 
 # NKI's jit(mode=...) values: the framework is picked from the arguments whatever the mode
 # (numpy in, numpy out), so each runs the kernel on the simulated core; "benchmark" also
-# measures, as nki.benchmark does
-MODES = ("auto", "baremetal", "benchmark", "simulation", "torchxla", "jax")
+# measures, as nki.benchmark does; "trace" (AWS's NKI library marks kernels that other
+# kernels and frameworks call with it) runs as "auto" does
+MODES = ("auto", "baremetal", "benchmark", "simulation", "torchxla", "jax", "trace")
 
 
 def jit(fn: Callable | None = None, mode: str = "auto", *, chip: ChipLike = None, **_options: Any) -> Any:

@@ -76,6 +76,11 @@ _current: list[Tracer] = []
 _gc_was_enabled: list[bool] = [True]
 
 
+def tracing() -> bool:
+    """Whether a kernel is being traced now (in this process)."""
+    return bool(_current)
+
+
 def current() -> Tracer:
     """The tracer of the kernel being traced; errors outside a kernel."""
     if not _current:
