@@ -927,7 +927,7 @@ class DmaCopy(Instruction):
     src: View
     queue: int = 0
     opcode = "dma_copy"
-    read_fields = ('src',)
+    read_fields: ClassVar[tuple[str, ...]] = ('src',)
     write_fields = ('dst',)
 
     @property

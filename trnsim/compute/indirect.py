@@ -5,7 +5,8 @@ The indexed side's element at position ``i`` sits at ``offset + sum_k i_k * stri
 with the indexed dim's term ``indices[i_dim] * step`` (see the instruction). An index
 outside ``0..bound - 1`` raises IndexError, as NKI's own simulator does (with numpy's
 words, naming the first element it would reach; its cause, a ProgramError, names the
-index, its position and the fix), or with ``skip`` moves nothing for that index. Duplicate indices of a scatter leave the last write.
+index, its position and the fix), or with ``skip`` moves nothing for that index.
+Duplicate indices of a scatter leave the last write.
 """
 
 from __future__ import annotations
