@@ -9,8 +9,9 @@ engine): every HBM operand is brought into SBUF by DMA, the sum is taken in an f
 tile, and the result goes to the destination (by DMA when it is in HBM). The operands
 must have the destination's element count; an HBM destination or source of more than
 128 rows in its first dimension is refused by name, as are ``scales`` other than 1.0,
-reduce ops other than ``nl.add``, more than 16 sources, and indirect (``vector_offset``)
-operands.
+reduce ops other than ``nl.add`` and more than 16 sources. An operand indexed through a
+tile (``x[idx_tile, :]``, ``x.ap(vector_offset=...)``) moves by indirect DMA (see
+:mod:`trnsim.nki.indirect`); ``oob_mode.skip`` skips its out-of-bounds indices.
 """
 
 from __future__ import annotations
