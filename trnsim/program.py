@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Callable, Iterator, Sequence
 from trnsim.dtypes import as_dtype, float32
 from trnsim.errors import AllocationError, ProgramError
 from trnsim.isa import (ALU_COMPARISONS, BN_STATS_MAX_FREE, BN_STATS_WIDTH, MAX_FREE_DIMS, MEMORY_NAMES, Activation, AffineSelect,
-                        BnAggr, BnStats, DmaCopy, Engine, Instruction, Iota, LoadStationary, Memory, MultiplyMoving,
+                        BnAggr, BnStats, DmaCopy, DmaIndirect, Engine, Instruction, Iota, LoadStationary, Memory, MultiplyMoving,
                         Select, SemaphoreWait, Tensor, TensorCopy, TensorReduce, TensorScalar, TensorTensor,
                         Transpose, View, dims_extent)
 
@@ -420,6 +420,26 @@ class Program:
         for v in (inst.src, inst.dst):
             if not v.tensor.on_chip and _extent(v) + v.offset > v.tensor.size:
                 raise self._fail(inst, f"access {v!r} reaches past the end of {v.tensor!r}")
+
+    def _check_dma_indirect(self, inst: DmaIndirect) -> None:
+        self._check_dma_copy(inst)
+        side, idx = inst.indirect, inst.indices
+        if side.tensor.on_chip:
+            raise self._fail(inst, f"the indexed side {side!r} of an indirect DMA must be in HBM; gather within "
+                                   "SBUF with nc_n_gather or local_gather")
+        if not idx.tensor.on_chip or idx.dtype.is_float:
+            raise self._fail(inst, f"indices {idx!r} must be an integer tile in SBUF")
+        if not 0 <= inst.dim < len(side.dims) or side.dims[inst.dim][0] != 0:
+            raise self._fail(inst, f"dim {inst.dim} of {side!r} must be the indexed dim, with stride 0")
+        if idx.size != side.dims[inst.dim][1]:
+            raise self._fail(inst, f"{idx.size} indices in {idx!r} for the {side.dims[inst.dim][1]} positions of dim "
+                                   f"{inst.dim} of {side!r}; give one index per position")
+        if inst.step <= 0 or inst.bound <= 0:
+            raise self._fail(inst, f"indirect step {inst.step} and bound {inst.bound} must be positive")
+        span = inst.span()
+        if _extent(span) + span.offset > span.tensor.size:
+            raise self._fail(inst, f"indices up to {inst.bound - 1} (stride {inst.step}) would reach past the end of "
+                                   f"{span.tensor!r}")
 
     # -- convenience builders ---------------------------------------------
 

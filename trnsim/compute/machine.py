@@ -17,12 +17,14 @@ from typing import Callable
 import numpy as np
 from numpy.typing import NDArray
 
+from trnsim.compute.indirect import dma_indirect
 from trnsim.compute.numerics import Backend, get_backend
 from trnsim.compute.memory import CoreMemory, describe_region
 from trnsim.dtypes import Storage, Values, check_values, int_range
 from trnsim.errors import ProgramError, UninitializedReadWarning, UnwrittenOutputWarning, warn
 from trnsim.isa import (BN_STATS_WIDTH, GATHER_GROUP, SHUFFLE_KEEP, SHUFFLE_QUADRANT, Activation, AffineSelect, AluOp,
-                        BlockTranspose, BnAggr, BnStats, DmaCopy, Dropout, FindIndex8, Gather, Instruction, Iota, LoadStationary,
+                        BlockTranspose, BnAggr, BnStats, DmaCopy, DmaIndirect, Dropout, FindIndex8, Gather, Instruction, Iota,
+                        LoadStationary,
                         LocalGather, MatchReplace8, Max8, Memset, MultiplyMoving, NonzeroWithCount, PartitionReduce,
                         RandomUniform, RangeSelect, Reciprocal, ReduceOp, RngSeed, RngState, ScalarTensorTensor, Select,
                         SemaphoreSignal, SemaphoreWait, SequenceBounds, StreamShuffle, Tensor, TensorCopy, TensorReduce,
@@ -58,7 +60,7 @@ class Machine:
             StreamShuffle: self._stream_shuffle, PartitionReduce: self._partition_reduce, RandomUniform: self._random,
             Dropout: self._dropout, RngSeed: self._rng_seed, RngState: self._rng_state, Reciprocal: self._reciprocal,
             NonzeroWithCount: self._nonzero, LocalGather: self._local_gather, Gather: self._gather,
-            BlockTranspose: self._transpose,
+            BlockTranspose: self._transpose, DmaIndirect: lambda inst: dma_indirect(self, inst),
         }
         self.rng = np.random.default_rng(0)
 

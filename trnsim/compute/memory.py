@@ -61,6 +61,22 @@ class CoreMemory:
         return bool(np.ndarray(view.shape, dtype=bool, buffer=mask, offset=view.offset,
                                strides=tuple(s for s, _ in view.dims)).all())
 
+    def elements(self, tensor: Tensor) -> Storage:
+        """All of HBM tensor ``tensor`` as a flat numpy view of its storage (writes go through)."""
+        flat: Storage = self.hbm[id(tensor)].view(tensor.dtype.storage)
+        return flat
+
+    def mark_elements(self, tensor: Tensor, addresses: NDArray[np.int64]) -> None:
+        """Record that the elements at flat ``addresses`` of HBM ``tensor`` were written."""
+        mask = self._written.get(id(tensor))
+        if mask is not None:
+            mask[addresses] = True
+
+    def elements_written(self, tensor: Tensor, addresses: NDArray[np.int64]) -> bool:
+        """Whether every element at flat ``addresses`` of HBM ``tensor`` was written."""
+        mask = self._written.get(id(tensor))
+        return mask is None or bool(mask[addresses].all())
+
     def unwritten(self, tensor: Tensor) -> NDArray[np.bool_] | None:
         """A bool array of ``tensor``'s shape, True where nothing wrote (None if all was written
         or the tensor is an input)."""

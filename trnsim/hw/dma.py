@@ -1,7 +1,8 @@
 """DMA engines, queues and the HBM they share.
 
 A DMA instruction is cut into descriptors, one per contiguous chunk common to its
-source and destination (long chunks are cut at ``max_descriptor_kib``). Descriptors are spread over the core's DMA engines; each
+source and destination (long chunks are cut at ``max_descriptor_kib``; an indirect
+DMA's chunks end at each index, as each index may point anywhere). Descriptors are spread over the core's DMA engines; each
 engine moves a chunk at ``engine_bw_gbps`` plus a fixed ``descriptor_overhead_ns``.
 Queues feed the engines in order, so one queue's transfers follow each other
 while transfers on different queues share the engines and the core's share of
@@ -20,7 +21,7 @@ import math
 from dataclasses import dataclass
 
 from trnsim.hw.spec import ChipSpec
-from trnsim.isa import DmaCopy, Memory
+from trnsim.isa import DmaCopy, DmaIndirect, Memory, View
 from trnsim.units import Picos
 
 
@@ -44,20 +45,38 @@ PlanKey = tuple[object, ...]
 def plan_key(inst: DmaCopy) -> PlanKey:
     """Everything :func:`plan_dma` reads of a DMA instruction: those with equal keys get
     equal plans on one chip. It reads of each operand its contiguous run (from the dims
-    and whether the memory is on chip), its bytes (dims and dtype) and its memory."""
+    and whether the memory is on chip), its bytes (dims and dtype) and its memory, and of
+    an indirect DMA which side and dim the indices choose."""
     src, dst = inst.src, inst.dst
     s, d = src.tensor, dst.tensor
-    return (src.dims, s.dtype, s.memory, dst.dims, d.dtype, d.memory)
+    key = (src.dims, s.dtype, s.memory, dst.dims, d.dtype, d.memory)
+    if isinstance(inst, DmaIndirect):
+        return key + (inst.scatter, inst.dim)
+    return key
+
+
+def _runs(inst: DmaCopy) -> tuple[int, int]:
+    """The contiguous run of each side (src, dst) in elements. On the indexed side of an
+    indirect DMA a run ends with each index: only the dims inside the indexed one are
+    known to be contiguous."""
+    runs = [inst.src.contiguous_run(), inst.dst.contiguous_run()]
+    if isinstance(inst, DmaIndirect):
+        v = inst.indirect
+        runs[inst.scatter] = View(v.tensor, v.offset, v.dims[inst.dim + 1:]).contiguous_run()
+    return runs[0], runs[1]
 
 
 def plan_dma(chip: ChipSpec, inst: DmaCopy) -> DmaPlan:
-    """Descriptors, bytes and durations of one DMA instruction on ``chip``."""
+    """Descriptors, bytes and durations of one DMA instruction on ``chip``. An indirect
+    DMA's descriptors are written by GpSimd (software DGE) before it moves anything:
+    ``swdge_descriptor_ns`` each, added to its issue latency."""
     d = chip.dma
-    run = math.gcd(inst.src.contiguous_run(), inst.dst.contiguous_run())
+    run = math.gcd(*_runs(inst))
     itemsize = inst.src.dtype.itemsize
     chunk = min(run * itemsize, d.max_descriptor_kib * 1024)
     descriptors = -(-inst.src.nbytes // chunk)
     per_desc_ns = chunk / d.engine_bw_gbps + d.descriptor_overhead_ns
+    fixed_ns = d.fixed_ns + (descriptors * d.swdge_descriptor_ns if isinstance(inst, DmaIndirect) else 0)
     engines_used = min(descriptors, d.engines)
     rounds = math.ceil(descriptors / engines_used)
     # a converting DMA reads the source's bytes and writes the destination's (assumption: the
@@ -71,7 +90,7 @@ def plan_dma(chip: ChipSpec, inst: DmaCopy) -> DmaPlan:
         own_ps=round(rounds * per_desc_ns * 1000),
         pool_ps=round(descriptors * per_desc_ns * 1000 / d.engines),
         hbm_ps=round(hbm_bytes / chip.hbm_bw_per_core_gbps * 1000),
-        fixed_ps=round(d.fixed_ns * 1000),
+        fixed_ps=round(fixed_ns * 1000),
     )
 
 

@@ -114,6 +114,7 @@ FIGURE_RANGES: dict[str, Range] = {
     "descriptor_overhead_ns": _LATENCY_NS,
     "max_descriptor_kib": Range(1, 1 << 20, "KiB"),
     "semaphore_to_start_ns": _LATENCY_NS,
+    "swdge_descriptor_ns": _LATENCY_NS,
     "semaphore_wait_ns": _LATENCY_NS,
     "op_launch_us": Range(0, 1e6, "us"),
     "graph_base_s": Range(0, 86400, "s"),
@@ -315,6 +316,7 @@ class DmaSpec(_Checked):
     descriptor_overhead_ns: float
     max_descriptor_kib: int
     semaphore_to_start_ns: float
+    swdge_descriptor_ns: float
 
 
 @dataclass(frozen=True)

@@ -15,13 +15,14 @@ from typing import cast
 from trnsim.hw.dma import DmaPlan, PlanKey, plan_dma, plan_key
 from trnsim.hw.engines import CostKey, cost_key, cost_ps
 from trnsim.hw.spec import ChipSpec
-from trnsim.isa import DmaCopy, Engine, Instruction, LoadStationary, MultiplyMoving, SemaphoreSignal, SemaphoreWait
+from trnsim.isa import DmaCopy, DmaIndirect, Engine, Instruction, LoadStationary, MultiplyMoving, SemaphoreSignal, SemaphoreWait
 from trnsim.program import Program
 from trnsim.units import Picos
 
 # What an instruction does to the schedule beyond taking time on its track.
 PLAIN, LOAD, MULTIPLY, SIGNAL, WAIT, DMA = range(6)
-_KINDS = {LoadStationary: LOAD, MultiplyMoving: MULTIPLY, SemaphoreSignal: SIGNAL, SemaphoreWait: WAIT, DmaCopy: DMA}
+_KINDS = {LoadStationary: LOAD, MultiplyMoving: MULTIPLY, SemaphoreSignal: SIGNAL, SemaphoreWait: WAIT, DmaCopy: DMA,
+          DmaIndirect: DMA}
 
 LOAD_TRACK = "tensor.load"
 

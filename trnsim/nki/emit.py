@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Any, Sequence
 
 from trnsim import dtypes
-from trnsim.isa import (Activation, ActivationFunc, AluOp, Engine, Memory, MultiplyMoving, LoadStationary,
+from trnsim.isa import (Activation, ActivationFunc, AluOp, DmaIndirect, Engine, Memory, MultiplyMoving, LoadStationary,
                         ReduceOp, TensorCopy, TensorReduce, TensorScalar, TensorTensor, Transpose, View)
 from trnsim.nki.tiles import Mask, NkiTensor, _Placement
 from trnsim.nki.tracer import KernelError, Tracer, current
@@ -135,6 +135,33 @@ def check_overrun(hbm: NkiTensor, mask: Mask | None, what: str) -> None:
         axis, over = next((i, o) for i, o in enumerate(hbm.overrun) if o)
         raise tracer().fail(f"{what}: the index into {hbm.name}{list(hbm.tensor.shape)} runs {over} elements past its end "
                             f"on axis {axis}; pass mask= (such as i_p + base < n) to keep the access inside")
+
+
+def move(dst: Any, src: Any, mask: Any = None, skip: bool = False) -> None:
+    """DMA ``src`` into ``dst``, restricted to ``mask``; one side may be indirect."""
+    tr = tracer()
+    dst_v, src_v = clip(mask, dst, src)
+    if dst.indirect is None and src.indirect is None:
+        if dst_v.size:
+            tr.dma(dst_v, src_v)
+        return
+    if dst.indirect is not None and src.indirect is not None:
+        raise tr.fail(f"DMA from {src.name} into {dst.name}: both sides are indexed through tiles; an indirect DMA "
+                      "gathers or scatters one side: gather into SBUF first, then scatter")
+    scatter = dst.indirect is not None
+    side, ind = (dst, dst.indirect) if scatter else (src, src.indirect)
+    index = ind.index.view
+    if mask is not None:
+        lo, hi = mask.ranges().get(side.bases[ind.dim], (0, index.partitions))
+        index = index[lo:hi]
+    if not dst_v.size:
+        return
+    if src_v.size != dst_v.size:
+        raise tr.fail(f"DMA of {list(src_v.shape)} into {list(dst_v.shape)}: sizes differ")
+    if side.view.tensor.memory is not Memory.HBM:
+        raise tr.fail(f"{side.name}: the indexed side of an indirect DMA must be in HBM")
+    tr.emit(DmaIndirect(dst_v, src_v, tr.next_queue(dst_v), indices=index, dim=ind.dim, step=ind.step,
+                        bound=ind.bound, scatter=scatter, skip=skip))
 
 
 def copy_to(dst: View, src: View, engine: Engine = Engine.VECTOR) -> int:

@@ -145,8 +145,9 @@ DIFFERENCES: dict[str, str] = {
     "hbm": "nl.hbm, nl.shared_hbm and nl.private_hbm are one memory in trnsim",
     "private_hbm": "nl.hbm, nl.shared_hbm and nl.private_hbm are one memory in trnsim",
     "NkiTensor": "indexing and the view methods work; ``t.view`` is trnsim's access pattern, so ``t.view(dtype)`` "
-                 "is not available; indirect addressing (a tile as index, select with a tile, vector_select, "
-                 "indirect) and rearrange are refused with the reason",
+                 "is not available; an HBM tensor indexed by a tile or .ap(vector_offset=/scalar_offset=) "
+                 "works in nl.load, nl.store and nisa.dma_copy (indirect DMA); select with a tile, "
+                 "vector_select, indirect (on-chip tensor indirection) and rearrange are refused with the reason",
     "tfloat32": "computed as float32",
     "float32r": "computed as float32",
     "float8_e4m3": "the finite-only e4m3 format (largest value 448), the same as float8_e4m3fn",

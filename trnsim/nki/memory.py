@@ -16,6 +16,7 @@ import numpy as np
 from trnsim.isa import Engine, Memory, Memset, View
 from trnsim.nki import emit as _e
 from trnsim.nki.emit import MatmulResult
+from trnsim.nki.indirect import direct
 from trnsim.nki.tiles import BlockedTile, Mask, NkiTensor, ParDim, _Placement
 
 # Memories.
@@ -87,9 +88,7 @@ def load(src: NkiTensor, mask: Mask | None = None, dtype: Any = None) -> NkiTens
     asked = tuple(s + o for s, o in zip(src.shape, src.overrun))
     shape = asked if len(asked) > 1 else (asked[0], 1)
     tile = _e.new_tensor(shape, src.dtype, Memory.SBUF, bases=src.bases if len(src.shape) > 1 else None)
-    dst_v, src_v = _e.clip(mask, tile, src)
-    if dst_v.size:  # a mask may leave nothing to move
-        tr.dma(dst_v, src_v)
+    _e.move(tile, src, mask)
     if dtype is not None and _e.dtype_of(dtype) is not src.dtype:
         return copy(tile, dtype=dtype)
     return tile
@@ -111,8 +110,7 @@ def store(dst: NkiTensor, value: Any, mask: Mask | None = None) -> None:
     dst_v, src_v = _e.clip(mask, dst, value)
     if src_v.size != dst_v.size:
         raise tr.fail(_store_mismatch(dst, given, src_v.size, dst_v.size))
-    if dst_v.size:
-        tr.dma(dst_v, src_v)
+    _e.move(dst, value, mask)
 
 
 def _store_mismatch(dst: NkiTensor, value: NkiTensor, value_size: int, dst_size: int) -> str:
@@ -177,6 +175,7 @@ def load_transpose2d(src: NkiTensor, dtype: Any = None, mask: Mask | None = None
     tr = _e.tracer()
     if not isinstance(src, NkiTensor) or src.buffer is not Memory.HBM or len(src.shape) != 2:
         raise tr.fail(f"nl.load_transpose2d needs a 2-D HBM tensor, got {src!r}")
+    direct(src, "nl.load_transpose2d")
     v = src.view
     tile = _e.new_tensor((v.shape[1], v.shape[0]), src.dtype, Memory.SBUF, bases=(src.bases[1], src.bases[0]))
     walked = NkiTensor(src._placement, View(v.tensor, v.offset, (v.dims[1], v.dims[0])), tile.bases)

@@ -15,6 +15,7 @@ from typing import Any
 
 from trnsim.dtypes import DType
 from trnsim.isa import Memory, Tensor, View, row_major_dims
+from trnsim.nki import indirect as _indirect
 from trnsim.nki import operators
 from trnsim.nki.tracer import KernelError, current
 from trnsim.nki.views import ViewMethods
@@ -229,16 +230,19 @@ class NkiTensor(ViewMethods):
     Besides indexing it has NKI's view methods (``permute``, ``slice``, ``select``,
     ``reshape_dim``, ``ap``, ... in :mod:`trnsim.nki.views`)."""
 
-    __slots__ = ("_placement", "view", "bases", "overrun")
+    __slots__ = ("_placement", "view", "bases", "overrun", "indirect")
 
     def __init__(self, placement: _Placement, view: View, bases: tuple[int | None, ...] | None = None,
-                 overrun: tuple[int, ...] | None = None) -> None:
+                 overrun: tuple[int, ...] | None = None, indirect: _indirect.Indirection | None = None) -> None:
         self._placement = placement
         self.view = view
         self.bases = bases if bases is not None else (None,) * len(view.shape)
         #: Per axis, how many elements an ``nl.arange`` index asked for past the end of an
         #: HBM tensor (the last tile of a masked loop); the view stops at the end.
         self.overrun = overrun if overrun is not None else (0,) * len(view.shape)
+        #: How an index tile chooses the rows of an indirect access (``x[idx_tile, :]``),
+        #: or None (see :mod:`trnsim.nki.indirect`).
+        self.indirect = indirect
 
     @property
     def tensor(self) -> Tensor:
@@ -265,14 +269,8 @@ class NkiTensor(ViewMethods):
         return self.view.tensor.name
 
     def _expand(self, index: object) -> tuple[object, ...]:
-        """``index`` as a tuple with ``...`` spelled out as full slices; a tile used as
-        an index (indirect access) is refused with the reason."""
+        """``index`` as a tuple with ``...`` spelled out as full slices."""
         index = index if isinstance(index, tuple) else (index,)
-        tr = self._placement.tracer
-        for idx in index:
-            if isinstance(idx, NkiTensor) or type(idx).__name__ == "MatmulResult":
-                raise tr.fail(f"indexing {self.name} with a tile (indirect, data-dependent addressing) is not "
-                              "supported by trnsim yet: the addresses would depend on values the tracer does not know")
         if any(idx is Ellipsis for idx in index):
             at = next(i for i, idx in enumerate(index) if idx is Ellipsis)
             fill = len(self.view.shape) - (len(index) - 1)
@@ -337,8 +335,12 @@ class NkiTensor(ViewMethods):
             if k.__class__ is not slice and k.__class__ is not int:
                 break
         else:
-            return self._plain(keys)
+            if self.indirect is None:
+                return self._plain(keys)
+        _indirect.direct(self, "indexing it again")
         index = self._expand(index)
+        if any(isinstance(k, NkiTensor) or type(k).__name__ == "MatmulResult" for k in index):
+            return _indirect.subscript(self, index)
         if self._grid_axes(index) is not None:
             return self._general(index)
         plain: list[object] = []
@@ -406,6 +408,7 @@ class NkiTensor(ViewMethods):
     def reshape(self, shape: tuple[int, ...] | list[int]) -> NkiTensor:
         """The same elements under a new shape; the view must be contiguous (past the
         partition axis for tiles, which keep their partitions)."""
+        _indirect.direct(self, "reshape")
         shape = tuple(int(s) for s in shape)
         v = self.view
         tr = self._placement.tracer
@@ -433,10 +436,11 @@ class NkiTensor(ViewMethods):
         """An explicit access pattern: ``[[step, count], ...]`` in elements, partitions first
         for a tile, starting ``offset`` elements past this view's start."""
         tr = self._placement.tracer
-        if kwargs.get("scalar_offset") is not None or kwargs.get("vector_offset") is not None:
-            raise tr.fail(f"{self.name}.ap with a register or vector offset (dynamic addressing) is not supported "
-                          "by trnsim yet; give a constant offset")
+        _indirect.direct(self, "ap")
         dims = tuple((int(step), int(count)) for step, count in pattern)
+        if kwargs.get("scalar_offset") is not None or kwargs.get("vector_offset") is not None:
+            return _indirect.ap(self, dims, offset, kwargs.get("vector_offset"), kwargs.get("scalar_offset"),
+                                int(kwargs.get("indirect_dim", 0)))
         view = View(self.view.tensor, self.view.offset + int(offset), dims)
         last = view.offset + sum(st * (n - 1) for st, n in dims)
         if view.offset < 0 or last >= self.view.tensor.size:

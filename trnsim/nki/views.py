@@ -21,6 +21,10 @@ class ViewMethods:
 
     def _derive(self, dims: list[tuple[int, int]], bases: list[int | None], offset: int | None = None) -> Any:
         v = self.view  # type: ignore[attr-defined]
+        if self.indirect is not None:  # type: ignore[attr-defined]
+            raise self._placement.tracer.fail(  # type: ignore[attr-defined]
+                f"{self.name} is indexed through a tile (indirect DMA); take views of the tensor before indexing "  # type: ignore[attr-defined]
+                "it with the tile")
         return type(self)(self._placement, View(v.tensor, v.offset if offset is None else offset, tuple(dims)),  # type: ignore[attr-defined]
                           tuple(bases))
 
@@ -69,8 +73,8 @@ class ViewMethods:
         return [list(d) for d in self.view.dims]  # type: ignore[attr-defined]
 
     def is_indirect(self) -> bool:
-        """Always False: trnsim has no indirect (data-dependent) views."""
-        return False
+        """Whether an index tile chooses this access's rows (``x[idx_tile, :]``, ``x.ap(vector_offset=...)``)."""
+        return self.indirect is not None  # type: ignore[attr-defined]
 
     def permute(self, dims: tuple[int, ...] | list[int]) -> Any:
         """The same elements with axes in the order ``dims``."""

@@ -52,7 +52,15 @@ def iota(*args: Any, dtype: Any = None, **kwargs: Any) -> NkiTensor:
         expr = Affine({}, expr, {}, {})
     if not isinstance(expr, Affine):
         raise _e.tracer().fail(f"iota needs an nl.arange expression, got {expr!r}")
-    out = dst if dst is not None else _e.new_tensor(_grid_shape(expr), _e.dtype_of(dtype, _dt.int32))
+    if dst is None:
+        # the tile is indexed by the expression's nl.arange bases, so a mask on them clips
+        # it (an iota of row indices masked as the rows it chooses: resize kernels)
+        shape = _grid_shape(expr)
+        bases: list[int | None] = [None] * len(shape)
+        for base in expr.terms:
+            bases[expr.axes.get(base, 0)] = base
+        dst = _e.new_tensor(shape, _e.dtype_of(dtype, _dt.int32), bases=tuple(bases))
+    out = dst
     steps, offset, cm = _affine_pattern(expr, out.shape)
     _e.emit(Iota(out.view, steps, offset, cm, engine=Engine.GPSIMD))
     return out

@@ -9,8 +9,9 @@ engine): every HBM operand is brought into SBUF by DMA, the sum is taken in an f
 tile, and the result goes to the destination (by DMA when it is in HBM). The operands
 must have the destination's element count; an HBM destination or source of more than
 128 rows in its first dimension is refused by name, as are ``scales`` other than 1.0,
-reduce ops other than ``nl.add``, more than 16 sources, and indirect (``vector_offset``)
-operands.
+reduce ops other than ``nl.add`` and more than 16 sources. An operand indexed through a
+tile (``x[idx_tile, :]``, ``x.ap(vector_offset=...)``) moves by indirect DMA (see
+:mod:`trnsim.nki.indirect`); ``oob_mode.skip`` skips its out-of-bounds indices.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from trnsim import dtypes as _dt
 from trnsim.isa import Memory, View
 from trnsim.nki import emit as _e
 from trnsim.nki.compute import add
+from trnsim.nki.indirect import direct
 from trnsim.nki.isa._common import fail, is_tile
 from trnsim.nki.isa.elementwise import tensor_copy, tensor_tensor
 from trnsim.nki.memory import ndarray, sbuf
@@ -29,11 +31,15 @@ from trnsim.nki.tiles import NkiTensor
 MAX_SOURCES = 16
 
 
-def oob_error(mode: Any, name: str) -> None:
-    """trnsim checks every DMA access against its tensor, as ``oob_mode.error`` asks."""
-    if mode is not None and getattr(mode, "name", mode) != "error":
-        raise _e.tracer().fail(f"{name}: oob_mode={mode!r} is not supported; trnsim refuses out-of-bounds accesses "
-                               "(oob_mode.error); mask the access instead")
+def oob_skip(mode: Any, name: str) -> bool:
+    """Whether ``oob_mode`` asks to skip out-of-bounds indices (``oob_mode.skip``) rather than
+    fail (``oob_mode.error``, the default). Only an indirect DMA's indices are checked as it
+    runs; every other access is checked against its tensor when traced."""
+    if mode is None or getattr(mode, "name", mode) == "error":
+        return False
+    if getattr(mode, "name", mode) == "skip":
+        return True
+    raise _e.tracer().fail(f"{name}: oob_mode={mode!r} is not one of nisa.oob_mode.error, nisa.oob_mode.skip")
 
 
 def dma_copy(*args: Any, **kwargs: Any) -> NkiTensor:
@@ -43,7 +49,7 @@ def dma_copy(*args: Any, **kwargs: Any) -> NkiTensor:
     dst = kwargs.pop("dst", args[0] if args else None)
     src = kwargs.pop("src", args[1] if len(args) > 1 else None)
     rmw = kwargs.pop("dst_rmw_op", args[2] if len(args) > 2 else None)
-    oob_error(kwargs.pop("oob_mode", None), "dma_copy")
+    skip = oob_skip(kwargs.pop("oob_mode", None), "dma_copy")
     tr = _e.tracer()
     if not isinstance(dst, NkiTensor) or not isinstance(src, NkiTensor):
         raise tr.fail("dma_copy needs dst= and src= tensors")
@@ -51,8 +57,8 @@ def dma_copy(*args: Any, **kwargs: Any) -> NkiTensor:
         raise tr.fail(f"dma_copy of {list(src.shape)} into {list(dst.shape)}: sizes differ")
     if rmw is not None:   # dst = dst + src, added by the DMA (see the module)
         check_add(rmw, "dma_copy(dst_rmw_op=)")
-        return add_into(dst, [dst, src], "dma_copy(dst_rmw_op=)")
-    tr.dma(dst.view, src.view)
+        return add_into(dst, [dst, src], "dma_copy(dst_rmw_op=)", skip)
+    _e.move(dst, src, skip=skip)
     return dst
 
 
@@ -66,9 +72,10 @@ def dma_transpose(*args: Any, axes: Any = None, dtype: Any = None, **kwargs: Any
         src, dst = args[0] if args else None, kwargs.pop("dst", None)
     for key in ("priority", "dge_mode", "name"):
         kwargs.pop(key, None)
-    oob_error(kwargs.pop("oob_mode", None), "dma_transpose")
+    oob_skip(kwargs.pop("oob_mode", None), "dma_transpose")
     if not is_tile(src):
         raise fail(f"dma_transpose needs a tensor src, got {src!r}")
+    direct(src, "dma_transpose")
     v = src.view
     if len(v.dims) != 2 or axes not in (None, (1, 0), [1, 0]):
         raise fail(f"dma_transpose: trnsim transposes 2-D access patterns with axes=(1, 0); got shape {list(v.shape)} "
@@ -89,7 +96,7 @@ def dma_transpose(*args: Any, axes: Any = None, dtype: Any = None, **kwargs: Any
     return out
 
 
-def _on_chip(t: NkiTensor, shape: tuple[int, ...], what: str) -> NkiTensor:
+def _on_chip(t: NkiTensor, shape: tuple[int, ...], what: str, skip: bool) -> NkiTensor:
     """``t`` as an SBUF tile of ``shape``: itself, or a copy brought in by DMA."""
     tr = _e.tracer()
     if t.buffer is not Memory.HBM and tuple(t.shape) == shape:
@@ -98,19 +105,21 @@ def _on_chip(t: NkiTensor, shape: tuple[int, ...], what: str) -> NkiTensor:
         raise tr.fail(f"{what}: an operand of {list(t.shape)} in HBM has more than 128 rows for one SBUF tile; "
                       "split it into tiles of at most 128 rows")
     tile = ndarray(shape, t.dtype, buffer=sbuf)
-    tr.dma(tile.view, t.view)
+    _e.move(tile, t, skip=skip)
     return tile
 
 
-def add_into(dst: NkiTensor, srcs: list[NkiTensor], what: str) -> NkiTensor:
-    """``dst = srcs[0] + srcs[1] + ...`` in fp32, rounded once to ``dst``'s dtype."""
+def add_into(dst: NkiTensor, srcs: list[NkiTensor], what: str, skip: bool = False) -> NkiTensor:
+    """``dst = srcs[0] + srcs[1] + ...`` in fp32, rounded once to ``dst``'s dtype. An
+    indirect (scattered) ``dst`` is gathered, added to and scattered back: two indirect
+    DMAs, so a row indexed twice gets one of the sums, not both."""
     tr = _e.tracer()
     shape = tuple(dst.shape)
     for s in srcs:
         if not isinstance(s, NkiTensor) or s.view.size != dst.view.size:
             raise tr.fail(f"{what}: every source must be a tensor of {dst.view.size} elements like dst "
                           f"{list(dst.shape)}; got {getattr(s, 'shape', s)!r}")
-    tiles = [_on_chip(s, shape, what) for s in srcs]
+    tiles = [_on_chip(s, shape, what, skip) for s in srcs]
     if len(tiles) == 1:
         total = tiles[0]
     else:
@@ -119,7 +128,7 @@ def add_into(dst: NkiTensor, srcs: list[NkiTensor], what: str) -> NkiTensor:
         for t in tiles[2:]:
             tensor_tensor(dst=total, data1=total, data2=t, op=add)
     if dst.buffer is Memory.HBM:
-        tr.dma(dst.view, total.view)
+        _e.move(dst, total, skip=skip)
     else:
         tensor_copy(dst=dst, src=total)
     return dst

@@ -30,7 +30,7 @@ REFUSED: dict[str, Refused] = {name: Refused(f"nki.isa.{name}", why) for name, w
 #: Documented names that trnsim implements with a difference (read by ``trnsim.nki.apitable``).
 DIFFERENCES: dict[str, str] = {
     "dma_compute": ("timed as the DMAs plus one vector-engine add per extra source (the chip adds inside the DMA "
-                    "engine); indirect (vector_offset) operands and HBM operands of more than 128 rows refused"),
+                    "engine); HBM operands of more than 128 rows refused"),
     "nc_matmul": "is_transpose=True refused; tile_position, tile_size and perf_mode accepted and not modelled",
     "activation": "reduce_cmd idle/reset_reduce only (the others refused)",
     "tensor_partition_reduce": "add, max and min only (average and bitwise ops refused)",
@@ -52,8 +52,10 @@ DIFFERENCES: dict[str, str] = {
     "select_reduce": "reduce_cmd idle/reset_reduce only; the reduction is costed as a separate tensor_reduce",
     "local_gather": "semantics as NKI's numpy equivalent; the index may be any integer dtype",
     "dma_copy": "dst_rmw_op=nl.add is timed as DMAs plus a vector-engine add, as dma_compute is; "
-                "converts between float dtypes through fp32; dge_mode, priority and engine accepted and timed "
-                "alike; oob_mode.skip refused",
+                "converts between float dtypes through fp32; dge_mode, priority and engine accepted; an indirect "
+                "side (a tile as index, .ap(vector_offset=/scalar_offset=)) is timed as software DGE whatever "
+                "the mode (a register scalar_offset refused); a scatter with dst_rmw_op gathers, adds and "
+                "scatters, so a row indexed twice gets one sum",
     "dma_transpose": "2-D (axes=(1, 0)) only; an SBUF/PSUM source goes through an HBM scratch tensor (two DMAs)",
     "register_alloc": "a trace-time integer (VirtualRegister); not usable as a run-time loop bound",
     "register_move": "trace-time integers only",
