@@ -184,7 +184,8 @@ SOURCES = (
         }),
     )),
     Source("nki-library", "aws-neuron+nki-library", (
-        Part("modules@HEAD", "HEAD", ("src/nkilib_src",), "imports", pythonpath=("src",)),
+        # a module that imports the library's tests finds them as in a checkout of the repository
+        Part("modules@HEAD", "HEAD", ("src/nkilib_src",), "imports", extract=("test",), pythonpath=("src",)),
         # at HEAD the public test framework imports ``test.utils.scripts``, which the
         # repository does not contain (test/utils/core_lock_client.py): no one can run
         # HEAD's tests, so they run at the last commit whose framework is complete

@@ -186,7 +186,7 @@ class Machine:
             rounded = self.backend.decode(bits, inst.dst.dtype)
             self._put(inst.reduce_dst, self.backend.reduce(rounded, inst.reduce_op))
 
-    def _alu(self, a: Values, b: Values, op: AluOp, width: np.dtype[np.integer] | None) -> Values:
+    def _alu(self, a: Values, b: Values, op: AluOp, width: np.dtype[np.integer] | None, native: bool = False) -> Values:
         """``backend.alu(a, b, op)``, a left shift wrapped to the integer type ``width`` (None: no wrap).
 
         Integer shifts drop the bits shifted out of the operand's width, as C's ``<<`` and numpy's
@@ -196,21 +196,29 @@ class Machine:
         gives). The result is wrapped, not saturated by the store into the destination dtype.
         """
         out = self.backend.alu(a, b, op)
+        if native and AluOp(op) is AluOp.DIVIDE:
+            # all-int32/uint32 arithmetic runs in native integers (nki.isa.tensor_tensor's
+            # docs: GpSimd's integer arithmetic), so a quotient truncates toward zero as C's
+            with np.errstate(all="ignore"):
+                return np.trunc(out)
         if width is None or AluOp(op) is not AluOp.LEFT_SHIFT:
             return out
         return out.astype(np.int64).astype(width).astype(np.float64)
 
     def _tensor_tensor(self, inst: TensorTensor) -> None:
         width = _int_width(inst.a, inst.b)
-        self._put(inst.dst, self._alu(self._rows(inst.a), self._rows(inst.b), inst.op, width))
+        native = _native_int(inst.dst, inst.a, inst.b)
+        self._put(inst.dst, self._alu(self._rows(inst.a), self._rows(inst.b), inst.op, width, native))
 
     def _tensor_scalar(self, inst: TensorScalar) -> None:
         x = self._rows(inst.src)
         width = _int_width(inst.src, inst.operand0, inst.operand1)
+        native = _native_int(inst.dst, inst.src, inst.operand0, inst.operand1)
         operand0 = self._per_partition(inst.operand0, x.shape[0])
-        out = self._alu(operand0, x, inst.op0, width) if inst.reverse0 else self._alu(x, operand0, inst.op0, width)
+        out = self._alu(operand0, x, inst.op0, width, native) if inst.reverse0 else \
+            self._alu(x, operand0, inst.op0, width, native)
         if inst.op1 is not None and inst.operand1 is not None:   # a Program gives both or neither
-            out = self._alu(out, self._per_partition(inst.operand1, x.shape[0]), inst.op1, width)
+            out = self._alu(out, self._per_partition(inst.operand1, x.shape[0]), inst.op1, width, native)
         self._put(inst.dst, out)
 
     def _tensor_reduce(self, inst: TensorReduce) -> None:
@@ -411,12 +419,24 @@ def _where(inst: Instruction) -> str:
     return f"{inst.source}: " if inst.source else ""
 
 
+#: the integer types whose all-integer arithmetic the engines run natively (see ``_alu``)
+_NATIVE_INT = (np.dtype(np.int32), np.dtype(np.uint32))
+
+
 def _int_width(*operands: float | View | None) -> np.dtype[np.integer] | None:
     """The integer type a shift of these operands wraps to: numpy's promotion of the integer
     dtypes of the Views among them (int8 with int32 gives int32), or None when none is an
     integer View (numbers take the tile's type, as numpy's do)."""
     ints = [v.dtype.storage for v in operands if isinstance(v, View) and not v.dtype.is_float]
     return np.result_type(*ints) if ints else None
+
+
+def _native_int(dst: View, *operands: float | View | None) -> bool:
+    """Whether every tile read and written is int32/uint32 and every number an integer:
+    such arithmetic runs in native integers (see ``_alu``)."""
+    views = [dst, *(v for v in operands if isinstance(v, View))]
+    numbers = [v for v in operands if v is not None and not isinstance(v, View)]
+    return all(v.dtype.storage in _NATIVE_INT for v in views) and all(float(n).is_integer() for n in numbers)
 
 
 def _no_data(inst: Instruction) -> None:
