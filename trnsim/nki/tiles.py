@@ -113,12 +113,25 @@ class Mask:
     def __init__(self, conds: tuple[tuple[Affine, str], ...]) -> None:
         self.conds = conds
 
-    def __and__(self, other: Mask) -> Mask:
+    def __and__(self, other: object) -> Mask | bool:
+        """Both conditions; a Python bool (a condition on loop counters, which are numbers
+        while a kernel is traced) keeps this mask (True) or masks everything off (False)."""
+        if isinstance(other, bool):
+            return self if other else False
+        if not isinstance(other, Mask):
+            return NotImplemented
         return Mask(self.conds + other.conds)
+
+    __rand__ = __and__
 
     def __bool__(self) -> bool:
         raise KernelError("a mask has no truth value: combine conditions with & (as in (i_p >= 64) & (i_p < 128)), "
                           "not with 'and' or chained comparisons")
+
+    def grid_axes(self) -> dict[int, int]:
+        """For each base: the axis of the index grid it sits on (``[:, None]`` axis 0,
+        ``[None, :]`` axis 1, ...; a bare ``nl.arange(n)`` axis 0)."""
+        return {b: expr.axes.get(b, 0) for expr, _ in self.conds for b in expr.terms}
 
     def ranges(self) -> dict[int, tuple[int, int]]:
         """For each base a condition constrains alone: the [lo, hi) of its values that pass.
@@ -372,6 +385,8 @@ class NkiTensor(ViewMethods):
                 plain.append(slice(idx.const, stop, c))
                 bases.append(b)
             else:
+                if isinstance(idx, slice) and not self.view.tensor.on_chip and axis < len(self.view.shape):
+                    idx, over[axis] = _clamp(idx, self.view.shape[axis])
                 plain.append(idx)
                 if isinstance(idx, slice):
                     bases.append(None)
@@ -392,6 +407,11 @@ class NkiTensor(ViewMethods):
     def _plain(self, keys: tuple[slice | int, ...]) -> NkiTensor:
         """``self[keys]`` for an index of Python ints and slices only (the common case):
         no ``nl.arange`` bases to carry and nothing to overrun."""
+        over: list[int] = []
+        if not self.view.tensor.on_chip:
+            clamped = [_clamp(k, size) for k, size in zip(keys, self.view.shape)]
+            keys = tuple(k for k, _ in clamped) + keys[len(clamped):]
+            over = [o for k, o in clamped if k.__class__ is slice]
         try:
             view = self.view[keys]
         except Exception as e:  # noqa: BLE001 - a bad index is the kernel line's error
@@ -401,7 +421,7 @@ class NkiTensor(ViewMethods):
             kept.append(None)  # the partition axis stays
         kept += self.bases[len(keys):]
         n = len(view.shape)
-        return NkiTensor(self._placement, view, tuple(kept[:n]), (0,) * n)
+        return NkiTensor(self._placement, view, tuple(kept[:n]), tuple((over + [0] * n)[:n]))
 
     def reshape(self, shape: tuple[int, ...] | list[int]) -> NkiTensor:
         """The same elements under a new shape; the view must be contiguous (past the
@@ -528,6 +548,19 @@ class NkiTensor(ViewMethods):
             return  # ``t[i] += x`` already wrote t[i] in place; Python only stores it back
         else:
             nl.copy_into(target, value)
+
+
+def _clamp(key: object, size: int) -> tuple[object, int]:
+    """A slice of an HBM axis that runs past its end (the last tile of a loop whose
+    load or store is masked, as NKI lets a kernel write ``t[k * 128:(k + 1) * 128]``):
+    the slice up to the end and how many elements it asked for past it; the load or
+    store checks a mask keeps the access inside. Anything else passes unchanged."""
+    if key.__class__ is not slice or key.step not in (None, 1) or key.stop is None:
+        return key, 0
+    start = 0 if key.start is None else key.start
+    if not 0 <= start <= size < key.stop:
+        return key, 0
+    return slice(start, size), key.stop - size
 
 
 class ParDim(int):
