@@ -7,7 +7,11 @@ tile and emit into it; destination-passing calls emit into the tile given.
 
 from __future__ import annotations
 
+import functools
+import inspect
 from typing import Any, Sequence
+
+import numpy as np
 
 from trnsim import dtypes
 from trnsim.isa import (Activation, ActivationFunc, AluOp, Engine, Memory, MultiplyMoving, LoadStationary,
@@ -82,10 +86,25 @@ def clip(mask: Mask | None, *tiles: NkiTensor) -> list[View]:
     ``[None, :, None]`` axis 1, ...) in every tile."""
     if mask is None:
         return [t.view for t in tiles]
+    return [t.view[i] for t, i in zip(tiles, _clip_index(mask, tiles))]
+
+
+def _clip_index(mask: Mask, tiles: Sequence[NkiTensor]) -> list[tuple[slice, ...]]:
     ranges = _ranges(mask)
     grid = mask.grid_axes()
     ref = {b: next((t.bases.index(b) for t in tiles if b in t.bases), grid[b]) for b in ranges}
-    return [t.view[_index(t, ranges, ref)] for t in tiles]
+    return [_index(t, ranges, ref) for t in tiles]
+
+
+def clip_rows(mask: Mask | None, full: Sequence[NkiTensor],
+              rows: Sequence[NkiTensor | None]) -> tuple[list[View], list[View | None]]:
+    """``full`` clipped as :func:`clip` does, and ``rows`` (per-partition results such as
+    max8's [P, 8]) clipped to the partitions the mask keeps of ``full[0]``."""
+    if mask is None:
+        return [t.view for t in full], [t.view if t is not None else None for t in rows]
+    index = _clip_index(mask, full)
+    return ([t.view[i] for t, i in zip(full, index)],
+            [t.view[index[0][:1]] if t is not None else None for t in rows])
 
 
 def _ranges(mask: object) -> dict[int, tuple[int, int]]:
@@ -164,6 +183,43 @@ def masked(fn: Any) -> Any:
     wrapper.__name__ = fn.__name__
     wrapper.__doc__ = fn.__doc__
     return wrapper
+
+
+def maskable(fn: Any) -> Any:
+    """``fn`` taking NKI's ``mask=`` as a Python bool as well: a condition on loop counters
+    alone (``mask=(2 * i + g) * 128 < seqlen``) is one while a kernel is traced. True
+    masks nothing; False masks everything, so the call emits nothing (NKI's compiler
+    skips the instruction): a tile it returns holds whatever its memory held, and
+    ``t[...] = `` or ``t += `` of such a tile leaves ``t`` as it was."""
+    @functools.wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        mask = kwargs.get("mask")
+        if not isinstance(mask, (bool, np.bool_)):
+            return fn(*args, **kwargs)
+        del kwargs["mask"]
+        if mask:
+            return fn(*args, **kwargs)
+        tr = tracer()
+        tr.masked_off_depth += 1
+        try:
+            result = fn(*args, **kwargs)
+            return result.materialize() if isinstance(result, MatmulResult) else result
+        finally:
+            tr.masked_off_depth -= 1
+
+    return wrapper
+
+
+def take_bool_masks(namespace: dict[str, Any], names: Sequence[str]) -> None:
+    """Wrap the functions of ``namespace`` named in ``names`` that take ``mask=`` (or any
+    keyword) with :func:`maskable`."""
+    for name in names:
+        fn = namespace.get(name)
+        if not inspect.isfunction(fn):
+            continue
+        params = inspect.signature(fn).parameters.values()
+        if any(p.name == "mask" or p.kind is p.VAR_KEYWORD for p in params):
+            namespace[name] = maskable(fn)
 
 
 def check_overrun(hbm: NkiTensor, mask: Mask | None, what: str) -> None:

@@ -9,7 +9,9 @@ the hazard tracker has ordered the reuse behind the old accesses).
 
 from __future__ import annotations
 
+import dis
 import itertools
+import sys
 from numbers import Real
 from typing import Any
 
@@ -83,7 +85,7 @@ class Affine:
     def _cmp(self, op: str, value: object) -> Mask:
         if not isinstance(value, (int, Affine)):
             return NotImplemented
-        return Mask(((self - value, op),))
+        return _and_pending(Mask(((self - value, op),)), sys._getframe(2))
 
     def __lt__(self, v: object) -> Mask:
         return self._cmp("lt", v)
@@ -125,8 +127,18 @@ class Mask:
     __rand__ = __and__
 
     def __bool__(self) -> bool:
-        raise KernelError("a mask has no truth value: combine conditions with & (as in (i_p >= 64) & (i_p < 128)), "
-                          "not with 'and' or chained comparisons")
+        """``m and c`` (NKI's examples write ``mask=(ix < n and iy < m)``) is both
+        conditions, as NKI's compiler reads the kernel's source: the comparison that
+        follows ``and`` takes this mask in. Any other truth test (``if``, ``or``,
+        ``not``) is refused, as NKI refuses control flow on ``nl.arange`` indices."""
+        frame = sys._getframe(1)
+        end = _and_end(frame)
+        if end is None:
+            raise KernelError("a mask has no truth value: control flow depending on nl.arange indices is not "
+                              "supported (NKI's err_control_flow_condition_depending_on_arange); combine "
+                              "conditions with & (as in (i_p >= 64) & (i_p < 128)) and pass them as mask=")
+        _pending_and[:] = [(frame, frame.f_lasti, end, self)]
+        return True
 
     def grid_axes(self) -> dict[int, int]:
         """For each base: the axis of the index grid it sits on (``[:, None]`` axis 0,
@@ -151,6 +163,41 @@ class Mask:
             lo, hi = max(lo, old_lo), min(hi, old_hi)
             out[b] = (lo, max(lo, hi))
         return out
+
+
+#: The mask before an ``and`` whose right side is being evaluated: (frame, offset of
+#: the truth test, offset where the ``and`` ends, mask).
+_pending_and: list[tuple[Any, int, int, Mask]] = []
+
+
+def _and_end(frame: Any) -> int | None:
+    """Where the ``and`` ends whose truth test is running in ``frame``, or None when the
+    truth test is not the left side of an ``and`` (Python 3.11's JUMP_IF_FALSE_OR_POP;
+    COPY, TO_BOOL and POP_JUMP_IF_FALSE from 3.12)."""
+    code = list(dis.get_instructions(frame.f_code))
+    at = next((i for i, ins in enumerate(code) if ins.offset == frame.f_lasti), None)
+    if at is None:
+        return None
+    ins = code[at]
+    if ins.opname == "JUMP_IF_FALSE_OR_POP":
+        return ins.argval
+    if ins.opname == "TO_BOOL" and at + 1 < len(code):
+        at, ins = at + 1, code[at + 1]
+    if ins.opname == "POP_JUMP_IF_FALSE" and at >= 1 and code[at - 1].opname in ("COPY", "TO_BOOL") and \
+            any(c.opname == "COPY" for c in code[max(0, at - 2):at]):
+        return ins.argval
+    return None
+
+
+def _and_pending(mask: Mask, frame: Any) -> Mask:
+    """``mask`` and the mask an ``and`` being evaluated in ``frame`` started with."""
+    if not _pending_and:
+        return mask
+    pframe, start, end, left = _pending_and[0]
+    if pframe is frame and start < frame.f_lasti < end:
+        return left & mask  # type: ignore[return-value]
+    _pending_and.clear()
+    return mask
 
 
 class tile_size:
@@ -532,6 +579,8 @@ class NkiTensor(ViewMethods):
 
     def __iadd__(self, other: object) -> NkiTensor:
         nl = operators.language()
+        if _masked_off(self, other):
+            return self
         if isinstance(other, nl.MatmulResult):
             other.accumulate_into(self)
             return self
@@ -541,6 +590,8 @@ class NkiTensor(ViewMethods):
     def __setitem__(self, index: object, value: object) -> None:
         nl = operators.language()
         target = self[index]
+        if _masked_off(target, value):
+            return
         if isinstance(value, nl.MatmulResult):
             value.write_into(target, accumulate=False)
         elif isinstance(value, NkiTensor) and value.view.tensor is target.view.tensor and \
@@ -561,6 +612,19 @@ def _clamp(key: object, size: int) -> tuple[object, int]:
     if not 0 <= start <= size < key.stop:
         return key, 0
     return slice(start, size), key.stop - size
+
+
+def _masked_off(target: NkiTensor, value: object) -> bool:
+    """Whether ``value`` came from a call under ``mask=False`` (so ``target = value`` or
+    ``target += value`` does nothing, as NKI's compiler skips the instruction that would
+    have written ``target``); ``target`` then reads as its old contents."""
+    if not isinstance(value, NkiTensor):
+        return False
+    tr = current()
+    if id(value.view.tensor) not in tr.masked_off or tr.hazards.written(value.view):
+        return False
+    tr.masked_off[id(target.view.tensor)] = target.view.tensor
+    return True
 
 
 class ParDim(int):
