@@ -94,7 +94,7 @@ def test_out_of_bounds_hbm_access():
         a = nl.load(x[0:256, :])  # out-of-bounds
         return a
 
-    expect_error(k, X, match="slice 0:256 is out of bounds for axis 0 of size 128", tag="out-of-bounds")
+    expect_error(k, X, match="the index into x\\[128, 512\\] runs 128 elements past its end on axis 0", tag="out-of-bounds")
 
 
 def test_reading_a_tile_before_anything_wrote_it():
@@ -321,7 +321,7 @@ def test_review_regressions_in_the_language():
     @nki.jit
     def chained(x):
         i_p = nl.arange(128)[:, None]
-        return nl.load(x[i_p, 0:4], mask=(64 <= i_p < 128))
+        return nl.load(x[i_p, 0:4], mask=(i_p < 64 or i_p >= 100))
 
     with pytest.raises(KernelError, match="combine conditions with &"):
         nki.trace_program(chained, x)

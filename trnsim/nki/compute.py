@@ -32,8 +32,9 @@ def matmul(x: Any, y: Any, transpose_x: bool = False, mask: Mask | None = None) 
     """``x @ y`` on the tensor engine (fp32 in PSUM). With ``transpose_x=True``, ``x`` is
     already [K, M] (contraction on partitions) and the result is ``x.T @ y``; otherwise
     ``x`` [M, K] goes through the PE array's transpose first."""
-    x = _e.restricted(_e.readable(x, "matmul x"), mask)
-    y = _e.restricted(_e.readable(y, "matmul y"), mask)
+    x, y = _e.readable(x, "matmul x"), _e.readable(y, "matmul y")
+    named = _e.named_bases(x, y)
+    x, y = _e.restricted(x, mask, named), _e.restricted(y, mask, named)
     st_tile = _stationary_of(x, transpose_x)
     st = st_tile.view
     tr = _e.tracer()

@@ -7,7 +7,11 @@ tile and emit into it; destination-passing calls emit into the tile given.
 
 from __future__ import annotations
 
+import functools
+import inspect
 from typing import Any, Sequence
+
+import numpy as np
 
 from trnsim import dtypes
 from trnsim.isa import (Activation, ActivationFunc, AluOp, DmaIndirect, Engine, Memory, MultiplyMoving, LoadStationary,
@@ -73,42 +77,93 @@ def emit(inst: Any) -> int:
 
 
 def clip(mask: Mask | None, *tiles: NkiTensor) -> list[View]:
-    """The views of ``tiles`` restricted to where ``mask`` holds (axis by axis, by index base)."""
+    """The views of ``tiles`` restricted to where ``mask`` holds.
+
+    A mask works on the instruction's iteration space, as NKI's compiler reads it: a
+    condition on an ``nl.arange`` index bounds the axis each tile was indexed with it
+    on, and a condition on an index no tile was indexed with (tiles sliced with ``:``)
+    bounds the axis of the index grid that index sits on (``[:, None, None]`` axis 0,
+    ``[None, :, None]`` axis 1, ...) in every tile."""
     if mask is None:
         return [t.view for t in tiles]
+    return [t.view[i] for t, i in zip(tiles, _clip_index(mask, tiles))]
+
+
+def _clip_index(mask: Mask, tiles: Sequence[NkiTensor]) -> list[tuple[slice, ...]]:
+    ranges = _ranges(mask)
+    grid = mask.grid_axes()
+    ref = {b: next((t.bases.index(b) for t in tiles if b in t.bases), grid[b]) for b in ranges}
+    return [_index(t, ranges, ref) for t in tiles]
+
+
+def clip_rows(mask: Mask | None, full: Sequence[NkiTensor],
+              rows: Sequence[NkiTensor | None]) -> tuple[list[View], list[View | None]]:
+    """``full`` clipped as :func:`clip` does, and ``rows`` (per-partition results such as
+    max8's [P, 8]) clipped to the partitions the mask keeps of ``full[0]``."""
+    if mask is None:
+        return [t.view for t in full], [t.view if t is not None else None for t in rows]
+    index = _clip_index(mask, full)
+    return ([t.view[i] for t, i in zip(full, index)],
+            [t.view[index[0][:1]] if t is not None else None for t in rows])
+
+
+def _ranges(mask: object) -> dict[int, tuple[int, int]]:
     if not isinstance(mask, Mask):
-        raise tracer().fail(f"mask {mask!r} is not a condition on nl.arange indices (such as i_p + 128 * k < n)")
-    tr = tracer()
+        raise tracer().fail(f"mask {mask!r} is not a condition on nl.arange indices or loop counters "
+                            "(such as i_p + 128 * k < n)")
     if any(expr.single() is None for expr, _ in mask.conds):
-        raise tr.fail("a mask condition relating two indices (such as i_p >= i_f) cannot clip an access to a box; "
-                      "mask with nisa.affine_select, or give each index its own bound")
-    ranges = mask.ranges()
-    bases = next((t.bases for t in tiles if any(b in ranges for b in t.bases if b is not None)), None)
-    named = {b for t in tiles for b in t.bases if b is not None}
-    if bases is None or not set(ranges) <= named:
-        raise tr.fail("the mask bounds an nl.arange index that none of the operands was indexed with; "
-                      "index the tiles with the same nl.arange expressions the mask uses")
-    index = tuple(slice(*ranges[b]) if b in ranges else slice(None) for b in bases)
-    return [t.view[index] for t in tiles]
+        raise tracer().fail("a mask condition relating two indices (such as i_p >= i_f) cannot clip an access to a "
+                            "box; mask with nisa.affine_select, or give each index its own bound")
+    return mask.ranges()
 
 
-def clip_result(mask: Mask | None, out: NkiTensor) -> View:
-    """The part of a reduction's result that a mask keeps: the rows (or kept free
-    indices) the mask leaves out are not written, as on the chip."""
+def _index(t: NkiTensor, ranges: dict[int, tuple[int, int]], ref: dict[int, int],
+           kept: int | None = None) -> tuple[slice, ...]:
+    """The slices of ``t`` where each base stays in its range: on the axis ``t`` was
+    indexed with the base on, else on axis ``ref[base]`` (bases missing from ``ref``
+    bound nothing in ``t``); only axes below ``kept`` when it is given."""
+    shape = t.view.shape
+    bounds: dict[int, tuple[int, int]] = {}
+    for b, (lo, hi) in ranges.items():
+        if b in t.bases:
+            axis = t.bases.index(b)
+        elif b in ref and (kept is None or ref[b] < kept):
+            axis = ref[b]
+        else:
+            continue
+        if axis >= len(shape):
+            raise tracer().fail(f"the mask bounds axis {axis} of the index grid, and {t.name}{list(shape)} has "
+                                f"{len(shape)} axes; place the mask's nl.arange on an axis of the tile "
+                                "([:, None] the partitions, [None, :] the first free axis)")
+        old_lo, old_hi = bounds.get(axis, (0, shape[axis]))
+        lo, hi = min(max(lo, old_lo), shape[axis]), min(hi, old_hi)
+        bounds[axis] = (lo, max(lo, hi))
+    return tuple(slice(*bounds[a]) if a in bounds else slice(None) for a in range(len(shape)))
+
+
+def clip_result(mask: Mask | None, out: NkiTensor, kept: int | None = None, named: Any = ()) -> View:
+    """The part of ``out`` that a mask keeps: the rows (or kept free indices) the mask
+    leaves out are not written, as on the chip. Bases in ``named`` (those the operands
+    were indexed with) bound ``out`` only where ``out`` carries them; other bases bound
+    their index-grid axis, below ``kept`` (a reduction's kept axes) when given."""
     if mask is None:
         return out.view
-    ranges = mask.ranges()
-    if not any(b in ranges for b in out.bases if b is not None):
-        return out.view
-    return out.view[tuple(slice(*ranges[b]) if b in ranges else slice(None) for b in out.bases)]
+    ranges = _ranges(mask)
+    ref = {b: a for b, a in mask.grid_axes().items() if b not in set(named)}
+    return out.view[_index(out, ranges, ref, kept)]
 
 
-def restricted(t: Any, mask: Mask | None) -> Any:
-    """Tile ``t`` restricted to where ``mask`` holds (by ``t``'s own index bases); other
+def restricted(t: Any, mask: Mask | None, named: Any = ()) -> Any:
+    """Tile ``t`` restricted to where ``mask`` holds (see :func:`clip_result`); other
     values pass through."""
     if mask is None or not isinstance(t, NkiTensor):
         return t
-    return NkiTensor(t._placement, clip_result(mask, t), t.bases)
+    return NkiTensor(t._placement, clip_result(mask, t, named=named), t.bases)
+
+
+def named_bases(*values: Any) -> set[int]:
+    """The ``nl.arange`` bases the tiles among ``values`` were indexed with."""
+    return {b for v in values if isinstance(v, NkiTensor) for b in v.bases if b is not None}
 
 
 def masked(fn: Any) -> Any:
@@ -118,15 +173,53 @@ def masked(fn: Any) -> Any:
         if mask is None:
             return fn(*args, **kwargs)
         args = tuple(readable(a) if isinstance(a, MatmulResult) else a for a in args)
-        part = fn(*(restricted(a, mask) for a in args), **kwargs)
+        named = named_bases(*args)
+        part = fn(*(restricted(a, mask, named) for a in args), **kwargs)
         ref = next(a for a in args if isinstance(a, NkiTensor))
         out = like(ref, part.dtype)
-        copy_to(clip_result(mask, out), part.view)
+        copy_to(clip_result(mask, out, named=named), part.view)
         return out
 
     wrapper.__name__ = fn.__name__
     wrapper.__doc__ = fn.__doc__
     return wrapper
+
+
+def maskable(fn: Any) -> Any:
+    """``fn`` taking NKI's ``mask=`` as a Python bool as well: a condition on loop counters
+    alone (``mask=(2 * i + g) * 128 < seqlen``) is one while a kernel is traced. True
+    masks nothing; False masks everything, so the call emits nothing (NKI's compiler
+    skips the instruction): a tile it returns holds whatever its memory held, and
+    ``t[...] = `` or ``t += `` of such a tile leaves ``t`` as it was."""
+    @functools.wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        mask = kwargs.get("mask")
+        if not isinstance(mask, (bool, np.bool_)):
+            return fn(*args, **kwargs)
+        del kwargs["mask"]
+        if mask:
+            return fn(*args, **kwargs)
+        tr = tracer()
+        tr.masked_off_depth += 1
+        try:
+            result = fn(*args, **kwargs)
+            return result.materialize() if isinstance(result, MatmulResult) else result
+        finally:
+            tr.masked_off_depth -= 1
+
+    return wrapper
+
+
+def take_bool_masks(namespace: dict[str, Any], names: Sequence[str]) -> None:
+    """Wrap the functions of ``namespace`` named in ``names`` that take ``mask=`` (or any
+    keyword) with :func:`maskable`."""
+    for name in names:
+        fn = namespace.get(name)
+        if not inspect.isfunction(fn):
+            continue
+        params = inspect.signature(fn).parameters.values()
+        if any(p.name == "mask" or p.kind is p.VAR_KEYWORD for p in params):
+            namespace[name] = maskable(fn)
 
 
 def check_overrun(hbm: NkiTensor, mask: Mask | None, what: str) -> None:

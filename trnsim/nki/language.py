@@ -18,7 +18,7 @@ from typing import Any
 
 from trnsim import dtypes as _dt
 from trnsim.isa import AluOp
-from trnsim.nki import operators
+from trnsim.nki import emit as _e, operators
 from trnsim.nki.composed import (
     abs_max, abs_min, arctan, ceil, erf_dx, floor, fmod, gelu_apprx_sigmoid, gelu_apprx_sigmoid_dx, logical_and,
     logical_not, logical_or, logical_xor, loop_reduce, mish, mod, prod, shared_identity_matrix, tan, trunc,
@@ -176,6 +176,9 @@ DIFFERENCES: dict[str, str] = {
              "instructions (after the scalar engine's scale and bias), so it costs more than NKI's one",
     "gather_flattened": "axis=0 and no mask only; one GpSimd gather (nisa.nc_n_gather)",
 }
+
+# ``mask=True`` / ``mask=False`` (a condition on loop counters alone) on every call
+_e.take_bool_masks(globals(), [n for n in list(globals()) if not n.startswith("_")])
 
 # a kernel tensor's operators (``a + b``, ``t.astype``) call this namespace's functions
 operators.install(sys.modules[__name__])

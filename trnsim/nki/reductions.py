@@ -39,7 +39,7 @@ def _reduce(op: ReduceOp, name: str):
         kept_bases = (x.bases[: len(x.shape) - n] + (None,) * len(shape))[: len(shape)]
         out = _e.new_tensor(shape, dtype or (x.dtype if x.buffer is Memory.SBUF else _dt.float32), bases=kept_bases)
         src = _e.clip(mask, x)[0]
-        _e.reduce(_e.clip_result(mask, out), src, op, n)
+        _e.reduce(_e.clip_result(mask, out, len(kept), _e.named_bases(x)), src, op, n)
         return out
 
     fn.__name__ = name
@@ -70,7 +70,7 @@ def var(x: Any, axis: Any, dtype: Any = None, keepdims: bool = False, mask: Mask
     if mask is None:
         return result
     out = _e.new_tensor(result.shape, result.dtype, bases=(x.bases + (None,) * len(result.shape))[: len(result.shape)])
-    _e.copy_to(_e.clip_result(mask, out), result.view)
+    _e.copy_to(_e.clip_result(mask, out, len(x.shape) - free_axes(x, axis), _e.named_bases(x)), result.view)
     return out
 
 

@@ -9,7 +9,9 @@ the hazard tracker has ordered the reuse behind the old accesses).
 
 from __future__ import annotations
 
+import dis
 import itertools
+import sys
 from numbers import Real
 from typing import Any
 
@@ -84,7 +86,7 @@ class Affine:
     def _cmp(self, op: str, value: object) -> Mask:
         if not isinstance(value, (int, Affine)):
             return NotImplemented
-        return Mask(((self - value, op),))
+        return _and_pending(Mask(((self - value, op),)), sys._getframe(2))
 
     def __lt__(self, v: object) -> Mask:
         return self._cmp("lt", v)
@@ -114,12 +116,35 @@ class Mask:
     def __init__(self, conds: tuple[tuple[Affine, str], ...]) -> None:
         self.conds = conds
 
-    def __and__(self, other: Mask) -> Mask:
+    def __and__(self, other: object) -> Mask | bool:
+        """Both conditions; a Python bool (a condition on loop counters, which are numbers
+        while a kernel is traced) keeps this mask (True) or masks everything off (False)."""
+        if isinstance(other, bool):
+            return self if other else False
+        if not isinstance(other, Mask):
+            return NotImplemented
         return Mask(self.conds + other.conds)
 
+    __rand__ = __and__
+
     def __bool__(self) -> bool:
-        raise KernelError("a mask has no truth value: combine conditions with & (as in (i_p >= 64) & (i_p < 128)), "
-                          "not with 'and' or chained comparisons")
+        """``m and c`` (NKI's examples write ``mask=(ix < n and iy < m)``) is both
+        conditions, as NKI's compiler reads the kernel's source: the comparison that
+        follows ``and`` takes this mask in. Any other truth test (``if``, ``or``,
+        ``not``) is refused, as NKI refuses control flow on ``nl.arange`` indices."""
+        frame = sys._getframe(1)
+        end = _and_end(frame)
+        if end is None:
+            raise KernelError("a mask has no truth value: control flow depending on nl.arange indices is not "
+                              "supported (NKI's err_control_flow_condition_depending_on_arange); combine "
+                              "conditions with & (as in (i_p >= 64) & (i_p < 128)) and pass them as mask=")
+        _pending_and[:] = [(frame, frame.f_lasti, end, self)]
+        return True
+
+    def grid_axes(self) -> dict[int, int]:
+        """For each base: the axis of the index grid it sits on (``[:, None]`` axis 0,
+        ``[None, :]`` axis 1, ...; a bare ``nl.arange(n)`` axis 0)."""
+        return {b: expr.axes.get(b, 0) for expr, _ in self.conds for b in expr.terms}
 
     def ranges(self) -> dict[int, tuple[int, int]]:
         """For each base a condition constrains alone: the [lo, hi) of its values that pass.
@@ -139,6 +164,41 @@ class Mask:
             lo, hi = max(lo, old_lo), min(hi, old_hi)
             out[b] = (lo, max(lo, hi))
         return out
+
+
+#: The mask before an ``and`` whose right side is being evaluated: (frame, offset of
+#: the truth test, offset where the ``and`` ends, mask).
+_pending_and: list[tuple[Any, int, int, Mask]] = []
+
+
+def _and_end(frame: Any) -> int | None:
+    """Where the ``and`` ends whose truth test is running in ``frame``, or None when the
+    truth test is not the left side of an ``and`` (Python 3.11's JUMP_IF_FALSE_OR_POP;
+    COPY, TO_BOOL and POP_JUMP_IF_FALSE from 3.12)."""
+    code = list(dis.get_instructions(frame.f_code))
+    at = next((i for i, ins in enumerate(code) if ins.offset == frame.f_lasti), None)
+    if at is None:
+        return None
+    ins = code[at]
+    if ins.opname == "JUMP_IF_FALSE_OR_POP":
+        return ins.argval
+    if ins.opname == "TO_BOOL" and at + 1 < len(code):
+        at, ins = at + 1, code[at + 1]
+    if ins.opname == "POP_JUMP_IF_FALSE" and at >= 1 and code[at - 1].opname in ("COPY", "TO_BOOL") and \
+            any(c.opname == "COPY" for c in code[max(0, at - 2):at]):
+        return ins.argval
+    return None
+
+
+def _and_pending(mask: Mask, frame: Any) -> Mask:
+    """``mask`` and the mask an ``and`` being evaluated in ``frame`` started with."""
+    if not _pending_and:
+        return mask
+    pframe, start, end, left = _pending_and[0]
+    if pframe is frame and start < frame.f_lasti < end:
+        return left & mask  # type: ignore[return-value]
+    _pending_and.clear()
+    return mask
 
 
 class tile_size:
@@ -374,6 +434,8 @@ class NkiTensor(ViewMethods):
                 plain.append(slice(idx.const, stop, c))
                 bases.append(b)
             else:
+                if isinstance(idx, slice) and not self.view.tensor.on_chip and axis < len(self.view.shape):
+                    idx, over[axis] = _clamp(idx, self.view.shape[axis])
                 plain.append(idx)
                 if isinstance(idx, slice):
                     bases.append(None)
@@ -394,6 +456,11 @@ class NkiTensor(ViewMethods):
     def _plain(self, keys: tuple[slice | int, ...]) -> NkiTensor:
         """``self[keys]`` for an index of Python ints and slices only (the common case):
         no ``nl.arange`` bases to carry and nothing to overrun."""
+        over: list[int] = []
+        if not self.view.tensor.on_chip:
+            clamped = [_clamp(k, size) for k, size in zip(keys, self.view.shape)]
+            keys = tuple(k for k, _ in clamped) + keys[len(clamped):]
+            over = [o for k, o in clamped if k.__class__ is slice]
         try:
             view = self.view[keys]
         except Exception as e:  # noqa: BLE001 - a bad index is the kernel line's error
@@ -403,7 +470,7 @@ class NkiTensor(ViewMethods):
             kept.append(None)  # the partition axis stays
         kept += self.bases[len(keys):]
         n = len(view.shape)
-        return NkiTensor(self._placement, view, tuple(kept[:n]), (0,) * n)
+        return NkiTensor(self._placement, view, tuple(kept[:n]), tuple((over + [0] * n)[:n]))
 
     def reshape(self, shape: tuple[int, ...] | list[int]) -> NkiTensor:
         """The same elements under a new shape; the view must be contiguous (past the
@@ -516,6 +583,8 @@ class NkiTensor(ViewMethods):
 
     def __iadd__(self, other: object) -> NkiTensor:
         nl = operators.language()
+        if _masked_off(self, other):
+            return self
         if isinstance(other, nl.MatmulResult):
             other.accumulate_into(self)
             return self
@@ -525,6 +594,8 @@ class NkiTensor(ViewMethods):
     def __setitem__(self, index: object, value: object) -> None:
         nl = operators.language()
         target = self[index]
+        if _masked_off(target, value):
+            return
         if isinstance(value, nl.MatmulResult):
             value.write_into(target, accumulate=False)
         elif isinstance(value, NkiTensor) and value.view.tensor is target.view.tensor and \
@@ -532,6 +603,32 @@ class NkiTensor(ViewMethods):
             return  # ``t[i] += x`` already wrote t[i] in place; Python only stores it back
         else:
             nl.copy_into(target, value)
+
+
+def _clamp(key: object, size: int) -> tuple[object, int]:
+    """A slice of an HBM axis that runs past its end (the last tile of a loop whose
+    load or store is masked, as NKI lets a kernel write ``t[k * 128:(k + 1) * 128]``):
+    the slice up to the end and how many elements it asked for past it; the load or
+    store checks a mask keeps the access inside. Anything else passes unchanged."""
+    if key.__class__ is not slice or key.step not in (None, 1) or key.stop is None:
+        return key, 0
+    start = 0 if key.start is None else key.start
+    if not 0 <= start <= size < key.stop:
+        return key, 0
+    return slice(start, size), key.stop - size
+
+
+def _masked_off(target: NkiTensor, value: object) -> bool:
+    """Whether ``value`` came from a call under ``mask=False`` (so ``target = value`` or
+    ``target += value`` does nothing, as NKI's compiler skips the instruction that would
+    have written ``target``); ``target`` then reads as its old contents."""
+    if not isinstance(value, NkiTensor):
+        return False
+    tr = current()
+    if id(value.view.tensor) not in tr.masked_off or tr.hazards.written(value.view):
+        return False
+    tr.masked_off[id(target.view.tensor)] = target.view.tensor
+    return True
 
 
 class ParDim(int):

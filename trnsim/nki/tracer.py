@@ -114,6 +114,11 @@ class Tracer:
         self._hbm_asked = 0
         # nl.shared_constant data, by HBM tensor name: inputs the kernel made itself
         self.constants: dict[str, Any] = {}
+        # while above 0, calls run under mask=False: their instructions are not emitted
+        self.masked_off_depth = 0
+        # tensors such calls would have written, by id: reading what nothing wrote there
+        # reads the old contents, as on the chip, rather than being refused
+        self.masked_off: dict[int, Tensor] = {}
 
     def __enter__(self) -> Tracer:
         # A trace makes several objects per instruction and frees tiles by reference
@@ -223,6 +228,10 @@ class Tracer:
 
     def emit(self, inst: Instruction, check_written: bool = True) -> int:
         """Append ``inst`` with the dependencies its accesses imply; returns its index."""
+        if self.masked_off_depth:
+            for v in inst.writes():
+                self.masked_off[id(v.tensor)] = v.tensor
+            return -1
         source = caller_source()
         _set(inst, "source", source)
         reads, writes = inst.reads(), inst.writes()
@@ -233,8 +242,11 @@ class Tracer:
         try:
             deps = self.hazards.access(index, reads, writes, check_written)
         except UnwrittenRead as e:
-            raise self.fail(f"reads {_tile_name(e.view)} before anything wrote it; load, memset or compute it "
-                            "first", source) from None
+            if id(e.view.tensor) in self.masked_off:
+                deps = self.hazards.access(index, reads, writes, False)
+            else:
+                raise self.fail(f"reads {_tile_name(e.view)} before anything wrote it; load, memset or compute it "
+                                "first", source) from None
         # stationary loads overlap the multiply before them, so a barrier needs the last of each
         track = "tensor.load" if inst.__class__ is LoadStationary else inst.track
         if self._barrier and track not in self._barrier_done:

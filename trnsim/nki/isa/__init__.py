@@ -16,6 +16,7 @@ This package is the namespace; the instructions live in modules by concept:
 
 from __future__ import annotations
 
+from trnsim.nki import emit as _e
 from trnsim.nki.isa import constants
 from trnsim.nki.isa.activation import activate2, activation, activation_reduce, exponential
 from trnsim.nki.isa.affine import affine_select, iota
@@ -60,3 +61,6 @@ __all__ = [
 # Refused by name: each raises KernelError naming itself and saying why (see REFUSED).
 globals().update(REFUSED)
 __all__ += list(REFUSED)
+
+# ``mask=True`` / ``mask=False`` (a condition on loop counters alone) on every call
+_e.take_bool_masks(globals(), [n for n in list(globals()) if not n.startswith("_")])

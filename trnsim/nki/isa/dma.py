@@ -50,16 +50,36 @@ def dma_copy(*args: Any, **kwargs: Any) -> NkiTensor:
     src = kwargs.pop("src", args[1] if len(args) > 1 else None)
     rmw = kwargs.pop("dst_rmw_op", args[2] if len(args) > 2 else None)
     skip = oob_skip(kwargs.pop("oob_mode", None), "dma_copy")
+    mask = kwargs.pop("mask", None)
     tr = _e.tracer()
     if not isinstance(dst, NkiTensor) or not isinstance(src, NkiTensor):
         raise tr.fail("dma_copy needs dst= and src= tensors")
-    if src.view.size != dst.view.size:
+    for t in (dst, src):
+        _e.check_overrun(t, mask, "dma_copy")
+    if _asked(src) != _asked(dst):
         raise tr.fail(f"dma_copy of {list(src.shape)} into {list(dst.shape)}: sizes differ")
     if rmw is not None:   # dst = dst + src, added by the DMA (see the module)
         check_add(rmw, "dma_copy(dst_rmw_op=)")
+        if mask is not None:
+            if dst.indirect is not None or src.indirect is not None:
+                raise tr.fail("dma_copy(dst_rmw_op=) with both mask= and an index tile: trnsim clips one or the "
+                              "other; mask the index tile instead")
+            dst, src = (NkiTensor(t._placement, v, t.bases) for t, v in zip((dst, src), _e.clip(mask, dst, src)))
         return add_into(dst, [dst, src], "dma_copy(dst_rmw_op=)", skip)
-    _e.move(dst, src, skip=skip)
+    d, s = _e.clip(mask, dst, src)
+    if d.size != s.size and dst.indirect is None and src.indirect is None:
+        raise tr.fail(f"dma_copy: the mask keeps {list(s.shape)} of src and {list(d.shape)} of dst; an index past "
+                      "the end of an HBM tensor must be masked off")
+    _e.move(dst, src, mask, skip=skip)
     return dst
+
+
+def _asked(t: NkiTensor) -> int:
+    """How many elements an access asked for, counting those past the end of an HBM tensor."""
+    n = 1
+    for size, over in zip(t.shape, t.overrun):
+        n *= size + over
+    return n
 
 
 def dma_transpose(*args: Any, axes: Any = None, dtype: Any = None, **kwargs: Any) -> NkiTensor:

@@ -24,7 +24,7 @@ def nc_matmul(*args: Any, **kwargs: Any) -> NkiTensor:
         raise _e.tracer().fail("nc_matmul: is_transpose=True is not supported; use nisa.nc_transpose")
     stationary = kwargs.pop("stationary", rest[0] if rest else None)
     moving = kwargs.pop("moving", rest[1] if len(rest) > 1 else None)
-    result = matmul(stationary, moving, transpose_x=True)
+    result = matmul(stationary, moving, transpose_x=True, mask=kwargs.pop("mask", None))
     if dst is None:
         return result.materialize()
     result.accumulate_into(dst)

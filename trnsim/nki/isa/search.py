@@ -28,13 +28,14 @@ def _eight(name: str, t: NkiTensor | None, partitions: int) -> None:
 
 def max8(*args: Any, dtype: Any = None, **kwargs: Any) -> NkiTensor:
     """The 8 largest values of each partition of ``src`` (8..16384 elements), descending, [P, 8] (vector engine)."""
-    no_mask(kwargs, "max8")
+    mask = kwargs.pop("mask", None)
     dst, rest = split_dst(args, kwargs, lambda a: len(a) >= 2, "src")
     src = tile(take(kwargs, rest, 0, "src"), "max8 src")
-    _check_search("max8", src)
     out = dst if dst is not None else _e.new_tensor((src.view.partitions, MAX8_WIDTH), _e.dtype_of(dtype, src.dtype))
     _eight("max8", out, src.view.partitions)
-    _e.emit(Max8(out.view, _e.flat2d(src.view), engine=Engine.VECTOR))
+    (s,), (d,) = _e.clip_rows(mask, [src], [out])  # the mask applies to src; out keeps its partitions
+    _check_search("max8", NkiTensor(src._placement, s, src.bases))
+    _e.emit(Max8(d, _e.flat2d(s), engine=Engine.VECTOR))
     return out
 
 
@@ -58,7 +59,7 @@ def nc_find_index8(*args: Any, dtype: Any = None, **kwargs: Any) -> NkiTensor:
 def nc_match_replace8(*args: Any, imm: Any = None, dst_idx: Any = None, dtype: Any = None, **kwargs: Any) -> NkiTensor:
     """``data`` with the first occurrence of each of the 8 ``vals`` per partition replaced by
     ``imm``; ``dst_idx`` [P, 8] (optional) gets their positions. Vector engine."""
-    no_mask(kwargs, "nc_match_replace8")
+    mask = kwargs.pop("mask", None)
     dst, rest = split_dst(args, kwargs, lambda a: len(a) >= 3 and is_tile(a[2]), "data")
     data = tile(take(kwargs, rest, 0, "data"), "nc_match_replace8 data")
     vals = tile(take(kwargs, rest, 1, "vals"), "nc_match_replace8 vals")
@@ -70,6 +71,8 @@ def nc_match_replace8(*args: Any, imm: Any = None, dst_idx: Any = None, dtype: A
     _eight("nc_match_replace8", idx, data.view.partitions)
     out = out_tile(dst, data, dtype)
     same_free("nc_match_replace8", out, data)
-    _e.emit(MatchReplace8(_e.flat2d(out.view), _e.flat2d(data.view), vals.view, float(imm),
-                          idx.view if idx is not None else None, engine=Engine.VECTOR))
+    # the mask applies to data (and out, shaped like it); vals and dst_idx keep its partitions
+    (o, d), (v, i) = _e.clip_rows(mask, [out, data], [vals, idx])
+    _check_search("nc_match_replace8", NkiTensor(data._placement, d, data.bases))
+    _e.emit(MatchReplace8(_e.flat2d(o), _e.flat2d(d), v, float(imm), i, engine=Engine.VECTOR))
     return out
