@@ -183,14 +183,17 @@ def test_masked_reduction_clips_its_output():
     np.testing.assert_allclose(nki.jit(k)(a)[:, 0], a[:64].sum(axis=1), rtol=1e-5)
 
 
-def test_indexing_with_a_tile_is_refused_with_the_reason():
+def test_indexing_with_a_tile_gathers_rows():
     @nki.jit
     def k(a, idx):
+        out = nl.ndarray((8, 4), dtype=a.dtype, buffer=nl.shared_hbm)
         i = nl.load(idx)
-        return nl.load(a[i, :])
+        nl.store(out, nl.load(a[i, :]))
+        return out
 
-    with pytest.raises(KernelError, match="indirect"):
-        k(rand(8, 4), np.zeros((8, 1), np.int32))
+    a = rand(8, 4)
+    idx = np.array([[3], [0], [7], [7], [1], [2], [6], [5]], np.int32)
+    np.testing.assert_array_equal(k(a, idx), a[idx[:, 0]])
 
 
 def test_partition_axis_moved_off_a_tile_is_refused():
@@ -494,3 +497,26 @@ def test_a_tile_has_no_truth_value():
 
     with pytest.raises(KernelError, match="no truth value"):
         branch(np.ones((128, 8), np.float32))
+
+
+def test_integer_division_of_int32_tiles_truncates_toward_zero():
+    # all-int32 arithmetic runs in native integers (nki.isa.tensor_tensor's docs), so
+    # 2224 / 38 is 58, not 58.53 rounded to 59; a float operand keeps float32 division
+    @nki.jit
+    def k(a, b):
+        out = nl.ndarray((4, 3), dtype=nl.int32, buffer=nl.shared_hbm)
+        x = nl.load(a)
+        q = nl.divide(x, 38, dtype=nl.int32)
+        r = nl.divide(x, nl.load(b), dtype=nl.int32)
+        f = nl.divide(x, 38.0, dtype=nl.float32)
+        nl.store(out[:, 0:1], q)
+        nl.store(out[:, 1:2], r)
+        nl.store(out[:, 2:3], nl.floor(f, dtype=nl.int32))
+        return out
+
+    a = np.array([[2224], [-2224], [37], [75]], np.int32)
+    b = np.array([[38], [38], [-2], [-4]], np.int32)
+    got = k(a, b)
+    np.testing.assert_array_equal(got[:, 0], [58, -58, 0, 1])
+    np.testing.assert_array_equal(got[:, 1], [58, -58, -18, -18])
+    np.testing.assert_array_equal(got[:, 2], np.floor(a[:, 0] / 38.0))
