@@ -129,8 +129,18 @@ class Kernel:
         return Kernel(self.fn, grid, self.chip, self.mode)
 
     def trace(self, *args: Any, chip: ChipLike = None, **kwargs: Any) -> Traced:
-        """Trace the kernel for these arguments (numpy arrays or torch tensors)."""
-        tracer = Tracer(chip if chip is not None else self.chip, self.fn.__name__)
+        """Trace the kernel for these arguments (numpy arrays or torch tensors).
+
+        Tiles first live as long as the kernel names them; if they do not all fit in
+        SBUF/PSUM so, the kernel is traced again with each tile freed at its last use
+        (the Neuron compiler's lifetimes), and only what does not fit then is refused."""
+        traced = self._trace(args, kwargs, chip, None)
+        if traced.tracer.overflowed() is None:
+            return traced
+        return self._trace(args, kwargs, chip, traced.tracer.last_use)
+
+    def _trace(self, args: tuple, kwargs: dict[str, Any], chip: ChipLike, lifetimes: dict[int, int] | None) -> Traced:
+        tracer = Tracer(chip if chip is not None else self.chip, self.fn.__name__, lifetimes)
         sig = inspect.signature(self.fn)
         bound = sig.bind(*args, **kwargs)
         bound.apply_defaults()
