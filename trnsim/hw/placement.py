@@ -103,6 +103,18 @@ class OnChipAllocator:
         self.cursor = offset + nbytes
         return offset
 
+    def fits(self, start: int, count: int, nbytes: Bytes) -> bool:
+        """Whether :meth:`allocate` would find room for ``nbytes`` now (placing nothing)."""
+        if nbytes > self.partition_bytes:
+            return False
+        stop = start + count
+        busy = [(a.offset, a.offset + a.nbytes) for a in self.live.values()
+                if a.start_partition < stop and start < a.start_partition + a.partitions]
+        cursor = self.cursor
+        found = self._place(busy, nbytes)
+        self.cursor = cursor
+        return found is not None
+
     def place_at(self, name: str, start: int, count: int, offset: Bytes, nbytes: Bytes) -> None:
         """Place ``nbytes`` per partition at byte ``offset`` of partitions [start, start + count),
         as the program asked (direct allocation). It may overlap other directly placed

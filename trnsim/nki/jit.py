@@ -134,13 +134,20 @@ class Kernel:
         Tiles first live as long as the kernel names them; if they do not all fit in
         SBUF/PSUM so, the kernel is traced again with each tile freed at its last use
         (the Neuron compiler's lifetimes), and only what does not fit then is refused."""
-        traced = self._trace(args, kwargs, chip, None)
-        if traced.tracer.overflowed() is None:
+        chip = chip if chip is not None else self.chip
+        first = Tracer(chip, self.fn.__name__)
+        try:
+            traced = self._trace(first, args, kwargs)
+        except Exception:
+            if first.overflowed() is None:
+                raise
+            # a later error may come from the overflow itself: what does not fit is the news
+            return self._trace(Tracer(chip, self.fn.__name__, first.last_use), args, kwargs)
+        if first.overflowed() is None:
             return traced
-        return self._trace(args, kwargs, chip, traced.tracer.last_use)
+        return self._trace(Tracer(chip, self.fn.__name__, first.last_use), args, kwargs)
 
-    def _trace(self, args: tuple, kwargs: dict[str, Any], chip: ChipLike, lifetimes: dict[int, int] | None) -> Traced:
-        tracer = Tracer(chip if chip is not None else self.chip, self.fn.__name__, lifetimes)
+    def _trace(self, tracer: Tracer, args: tuple, kwargs: dict[str, Any]) -> Traced:
         sig = inspect.signature(self.fn)
         bound = sig.bind(*args, **kwargs)
         bound.apply_defaults()
@@ -173,6 +180,7 @@ class Kernel:
                 tracer.grid = self.grid
                 tracer.start_instance(ids)
                 result = self.fn(*call_args, **call_kwargs)
+                tracer.flush_matmul()
             outs = _hbm_results(result, tracer, self.fn)
         tracer.live = False
         inputs.update(tracer.constants)

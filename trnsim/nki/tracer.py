@@ -119,6 +119,10 @@ class Tracer:
         self._loop_instances = 0
         self._outermost = 0
         self._direct_cache: dict[tuple, Any] = {}
+        # an nisa.nc_matmul result waiting to learn where it lands (see hold_matmul)
+        self.pending_matmul: Any = None
+        # the kernel line instructions emitted now stand for (a held result's nc_matmul line)
+        self.source_override = ""
         self.hazards = Hazards()
         self.grid: tuple[int, ...] = ()
         self.program_ids: tuple[int, ...] = ()
@@ -205,6 +209,20 @@ class Tracer:
         if found is None:
             found = self._direct_cache[key] = compute()
         return found
+
+    def hold_matmul(self, result: Any) -> None:
+        """Keep ``result`` (a matmul result) unlanded until the next instruction: an
+        assignment or ``+=`` lands it in the kernel's own PSUM tile, anything else in a
+        fresh one."""
+        self.flush_matmul()
+        result.reserve()
+        self.pending_matmul = result
+
+    def flush_matmul(self) -> None:
+        """Land a held matmul result in a fresh PSUM tile."""
+        held, self.pending_matmul = self.pending_matmul, None
+        if held is not None:
+            held.materialize()
 
     def place_at(self, shape: tuple[int, ...], dtype: Any, memory: Memory, name: str, start_partition: int,
                  byte_offset: int, serial: int | None = None) -> Tensor:
@@ -315,7 +333,9 @@ class Tracer:
 
     def emit(self, inst: Instruction, check_written: bool = True) -> int:
         """Append ``inst`` with the dependencies its accesses imply; returns its index."""
-        source = caller_source()
+        if self.pending_matmul is not None:
+            self.flush_matmul()
+        source = self.source_override or caller_source()
         _set(inst, "source", source)
         reads, writes = inst.reads(), inst.writes()
         if self.zeros:

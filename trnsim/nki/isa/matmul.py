@@ -28,8 +28,10 @@ def nc_matmul(*args: Any, **kwargs: Any) -> NkiTensor:
     moving = kwargs.pop("moving", rest[1] if len(rest) > 1 else None)
     result = matmul(stationary, moving, transpose_x=True)
     if dst is None:
-        # lands where it goes: ``t[...] = nc_matmul(...)`` writes t's PSUM, ``t += ...``
-        # accumulates there, any other use puts it in a fresh PSUM tile (as nl.matmul)
+        # lands where it goes: ``t[...] = nc_matmul(...)`` writes t's PSUM and ``t += ...``
+        # accumulates there; anything else, or the next instruction, puts it in a fresh
+        # PSUM tile first (so the program order stays as written)
+        _e.tracer().hold_matmul(result)
         return result  # type: ignore[return-value]
     result.accumulate_into(dst)
     return dst
