@@ -46,6 +46,7 @@ def test_sbuf_overflow_says_what_is_live():
     def k(x):
         a = nl.load(x)
         b = nl.ndarray((128, 48 * 1024), nl.float32, buffer=nl.sbuf)  # sbuf-overflow
+        b[:, 0:1024] = a  # a is still to be read, so its space is not free yet
         return a, b
 
     msg = expect_error(k, np.ones((128, 1024), np.float32), match="SBUF allocation", tag="sbuf-overflow")

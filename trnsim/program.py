@@ -158,6 +158,24 @@ class Program:
         self._tensor_ids.add(id(t))
         return t
 
+    def place_at(self, memory: Memory, shape: Sequence[int], dtype: object, name: str, start_partition: int,
+                 byte_offset: int) -> Tensor:
+        """An SBUF or PSUM tensor at the address the caller chose (NKI's direct allocation);
+        it may share space with other tensors placed so."""
+        alloc = self.sbuf_alloc if memory is Memory.SBUF else self.psum_alloc
+        kind = MEMORY_NAMES[memory]
+        shape = _check_shape(shape, kind)
+        dt = as_dtype(dtype)
+        _check_partitions(lambda: f"{kind} tensor {name!r}", start_partition, shape[0], self.chip)
+        if name in self._names:
+            raise ProgramError(f"tensor name {name!r} is already used in program {self.name!r}; pick another")
+        alloc.place_at(name, start_partition, shape[0], byte_offset, math.prod(shape[1:]) * dt.itemsize)
+        self._names.add(name)
+        t = Tensor(name, memory, shape, dt, start_partition=start_partition, byte_offset=byte_offset)
+        self.tensors.append(t)
+        self._tensor_ids.add(id(t))
+        return t
+
     def free(self, tensor: Tensor) -> None:
         """Return an on-chip tensor's space to its allocator (its name stays taken)."""
         if tensor.memory is Memory.SBUF:

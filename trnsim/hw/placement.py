@@ -4,6 +4,10 @@ An allocation covers a range of partitions and a range of bytes inside each of
 them. Two allocations may share bytes only on disjoint partitions. Placement is
 first fit (or next fit) along the byte axis, so the same sequence of allocations always gets
 the same addresses.
+
+A tensor may also be placed at an address its program chose (:meth:`OnChipAllocator.place_at`,
+NKI's direct allocation): such tensors may share bytes with each other (the program
+reuses its own space), never with a live tensor placed here automatically.
 """
 
 from __future__ import annotations
@@ -27,6 +31,8 @@ class Allocation(NamedTuple):
     partitions: int
     offset: Bytes
     nbytes: Bytes
+    #: placed at an address the program chose (it may share bytes with other such tensors)
+    direct: bool = False
 
     def overlaps_partitions(self, start: int, count: int) -> bool:
         return self.start_partition < start + count and start < self.start_partition + self.partitions
@@ -54,6 +60,11 @@ class OnChipAllocator:
         self.next_fit = next_fit
         self.cursor: Bytes = 0
         self._used: Bytes = 0
+        #: When set, an allocation that does not fit is placed past the end of the
+        #: memory instead of failing, and the first such failure is kept here (a kernel
+        #: trace that only learns the tiles' lifetimes uses it); None when all fit.
+        self.overflow_allowed = False
+        self.overflowed: AllocationError | None = None
 
     def used_bytes(self) -> Bytes:
         """Bytes allocated, summed over partitions."""
@@ -76,16 +87,62 @@ class OnChipAllocator:
                 if a.start_partition < stop and start < a.start_partition + a.partitions]
         offset = self._place(busy, nbytes)
         if offset is None:
-            raise AllocationError(
+            error = AllocationError(
                 f"{self.memory.value.upper()} allocation {name!r} of {_kib(nbytes)} per partition "
                 f"on partitions {start}..{start + count - 1} does not fit on {self.chip_name}: "
                 f"{_kib(self.partition_bytes)} per partition, live there: {self.describe_live(start, count)}; "
                 "free a tile or make this one smaller")
+            if not self.overflow_allowed:
+                raise error
+            if self.overflowed is None:
+                self.overflowed = error
+            offset = self._fit(max([self.partition_bytes] + [hi for _, hi in busy]), nbytes)
         self.live[name] = Allocation(name, start, count, offset, nbytes)
         self._used += count * nbytes
         self.peak_bytes = max(self.peak_bytes, self._used)
         self.cursor = offset + nbytes
         return offset
+
+    def fits(self, start: int, count: int, nbytes: Bytes) -> bool:
+        """Whether :meth:`allocate` would find room for ``nbytes`` now (placing nothing)."""
+        if nbytes > self.partition_bytes:
+            return False
+        stop = start + count
+        busy = [(a.offset, a.offset + a.nbytes) for a in self.live.values()
+                if a.start_partition < stop and start < a.start_partition + a.partitions]
+        cursor = self.cursor
+        found = self._place(busy, nbytes)
+        self.cursor = cursor
+        return found is not None
+
+    def place_at(self, name: str, start: int, count: int, offset: Bytes, nbytes: Bytes) -> None:
+        """Place ``nbytes`` per partition at byte ``offset`` of partitions [start, start + count),
+        as the program asked (direct allocation). It may overlap other directly placed
+        tensors, not a live one placed by :meth:`allocate`."""
+        what = f"{self.memory.value.upper()} direct allocation {name!r} of {_kib(nbytes)} per partition at byte {offset}"
+        if offset < 0 or offset + nbytes > self.partition_bytes:
+            raise AllocationError(f"{what} ends at byte {offset + nbytes}, past the {_kib(self.partition_bytes)} of each "
+                                  f"partition on {self.chip_name}; choose a lower address or a smaller tile")
+        if self.bank_bytes is not None and nbytes <= self.bank_bytes and \
+                offset // self.bank_bytes != (offset + nbytes - 1) // self.bank_bytes:
+            raise AllocationError(f"{what} crosses a PSUM bank boundary ({self.bank_bytes} bytes a bank); "
+                                  "a PSUM tile lives inside one bank")
+        stop = start + count
+        for a in self.live.values():
+            if not a.direct and a.start_partition < stop and start < a.start_partition + a.partitions \
+                    and a.offset < offset + nbytes and offset < a.offset + a.nbytes:
+                error = AllocationError(
+                    f"{what} overlaps {a.name!r} ({_kib(a.nbytes)} at byte {a.offset}), a tile placed automatically "
+                    "that is still live; the Neuron compiler wants every tile of a kernel that allocates directly "
+                    "to be allocated directly, so give that tile an address of its own")
+                if not self.overflow_allowed:
+                    raise error
+                if self.overflowed is None:
+                    self.overflowed = error
+                break
+        self.live[name] = Allocation(name, start, count, offset, nbytes, True)
+        self._used += count * nbytes
+        self.peak_bytes = max(self.peak_bytes, self._used)
 
     def _place(self, busy: list[tuple[Bytes, Bytes]], nbytes: Bytes) -> Bytes | None:
         """The offset for ``nbytes`` among the ``busy`` byte ranges (in any order), or None

@@ -17,7 +17,7 @@ from trnsim import dtypes
 from trnsim.isa import (Activation, ActivationFunc, AluOp, DmaIndirect, Engine, Memory, MultiplyMoving, LoadStationary,
                         ReduceOp, TensorCopy, TensorReduce, TensorScalar, TensorTensor, Transpose, View)
 from trnsim.nki.tiles import Mask, NkiTensor, _Placement
-from trnsim.nki.tracer import KernelError, Tracer, current
+from trnsim.nki.tracer import KernelError, Tracer, caller_source, current
 
 
 def tracer() -> Tracer:
@@ -36,7 +36,7 @@ def dtype_of(value: Any, default: dtypes.DType | None = None) -> dtypes.DType:
 
 
 def new_tensor(shape: Sequence[int], dtype: Any, buffer: Memory = Memory.SBUF, name: str | None = None,
-               bases: tuple | None = None) -> NkiTensor:
+               bases: tuple | None = None, serial: int | None = None) -> NkiTensor:
     """Place a tensor and wrap it."""
     tr = tracer()
     shape = tuple(int(s) for s in shape)
@@ -48,7 +48,7 @@ def new_tensor(shape: Sequence[int], dtype: Any, buffer: Memory = Memory.SBUF, n
         shared = tr.shared_hbm(shape, dtype_of(dtype))
         if shared is not None:
             return shared
-    t = tr.place(shape, dtype_of(dtype), buffer, name)
+    t = tr.place(shape, dtype_of(dtype), buffer, name, serial)
     placement = _Placement(tr, t)
     result = NkiTensor(placement, t.view(), bases)
     if buffer is Memory.HBM:
@@ -311,9 +311,16 @@ class MatmulResult:
         self.shape = (stationary.free_size, moving.free_size)
         self.dtype = dtypes.float32
         self._tile: NkiTensor | None = None
+        self._tile_written = False
+        self._serial: int | None = None
+        self._source = ""   # the kernel line that asked for it, when held (nisa.nc_matmul)
 
     def write_into(self, dst: NkiTensor, accumulate: bool) -> None:
         tr = tracer()
+        if tr.pending_matmul is self:
+            tr.pending_matmul = None
+        if dst is not self._tile and not self._tile_written:
+            self._tile = None  # landed in the kernel's tile: a reserved one is not needed
         if dst.buffer is not Memory.PSUM:
             raise tr.fail(f"matmul results accumulate in PSUM; {dst.name} is in {dst.buffer.value.upper()} "
                           "(PSUM accumulation group misuse): make the accumulator with buffer=nl.psum")
@@ -326,13 +333,52 @@ class MatmulResult:
             accumulate = not tr.covers_whole(dst.view)
         elif accumulate and not tr.hazards.written(dst.view):
             accumulate = False
-        matmul(dst.view, self.stationary, self.moving, accumulate)
+        tr.source_override = self._source
+        try:
+            matmul(dst.view, self.stationary, self.moving, accumulate)
+        finally:
+            tr.source_override = ""
+        self._keep = ()
 
     def accumulate_into(self, dst: NkiTensor) -> None:
         self.write_into(dst, accumulate=True)
 
+    def reserve(self) -> None:
+        """Place the fresh PSUM tile now if it fits (where an eager result would go), else
+        when the result lands; either way under the number this tile has now."""
+        tr = tracer()
+        self._serial = tr.new_tile()
+        self._source = caller_source()
+        if tr.program.psum_alloc.fits(0, self.shape[0], self.shape[1] * self.dtype.itemsize):
+            self._tile = new_tensor(self.shape, dtypes.float32, Memory.PSUM, serial=self._serial)
+
     def materialize(self) -> NkiTensor:
-        if self._tile is None:
-            self._tile = new_tensor(self.shape, dtypes.float32, Memory.PSUM)
-            self.write_into(self._tile, accumulate=False)
-        return self._tile
+        tile = self._tile
+        if tile is None:
+            tile = self._tile = new_tensor(self.shape, dtypes.float32, Memory.PSUM, serial=self._serial)
+        if not self._tile_written:
+            self.write_into(tile, accumulate=False)
+            self._tile_written = True
+        return tile
+
+    def __getattr__(self, name: str) -> Any:
+        # any other use of the result is a use of the tile it lands in
+        if name.startswith("_"):
+            raise AttributeError(name)
+        return getattr(self.materialize(), name)
+
+    def __getitem__(self, index: object) -> NkiTensor:
+        return self.materialize()[index]
+
+
+def _on_tile(name: str) -> Any:
+    def op(self: MatmulResult, *args: Any) -> Any:
+        return getattr(self.materialize(), name)(*args)
+
+    op.__name__ = name
+    return op
+
+
+for _name in ("__add__", "__radd__", "__sub__", "__rsub__", "__mul__", "__rmul__", "__truediv__", "__rtruediv__",
+              "__mod__", "__pow__", "__neg__"):
+    setattr(MatmulResult, _name, _on_tile(_name))

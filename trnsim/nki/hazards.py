@@ -7,6 +7,12 @@ partitions x bytes, kept per tensor; a tensor placed where a freed one lived
 first waits for everything that touched the freed one, which is how reusing SBUF
 space stays safe.
 
+Tensors that share space while live (NKI's direct allocation, and the logical blocks a
+modulo allocation maps onto fewer physical tiles) are *aliased*: their accesses are
+kept together per memory, in the memory's own addresses, so a write into a block
+waits for the last reader of whatever else lives at those addresses. Reading a block
+whose bytes another block wrote since is a lifetime conflict (:class:`AliasConflict`).
+
 This runs once per traced instruction, so it is written for speed: regions are
 tuples, sorted lists bisect on parallel lists of plain integers, and short lists
 are scanned whole (bisecting only narrows the scan, it never changes what is found).
@@ -262,6 +268,29 @@ class UnwrittenRead(Exception):
         self.view = view
 
 
+class AliasConflict(Exception):
+    """Instruction reads ``view`` of an aliased tensor whose bytes a write into ``other``
+    (sharing its space) replaced since it was written."""
+
+    def __init__(self, view: View, other: Tensor) -> None:
+        super().__init__(view, other)
+        self.view = view
+        self.other = other
+
+
+class _Arena:
+    """Accesses of the aliased tensors of one memory, by physical region; values are
+    tuples of instruction indices (as ghosts), and each write remembers the tensor it
+    wrote (to find lifetime conflicts)."""
+
+    __slots__ = ("writes", "reads", "writer")
+
+    def __init__(self) -> None:
+        self.writes = RegionList()
+        self.reads = RegionList()
+        self.writer: dict[int, list[Tensor]] = {}
+
+
 class _Accesses:
     """What touched one tensor: write and read regions, and what it inherited from the
     space it was placed in. An HBM tensor's reads are grouped by region (``groups``:
@@ -269,13 +298,16 @@ class _Accesses:
     in ``reads``): inputs are read many times over in the same tiles, and one entry
     per tile keeps the list short."""
 
-    __slots__ = ("writes", "reads", "inherited", "groups")
+    __slots__ = ("writes", "reads", "inherited", "groups", "arena")
 
-    def __init__(self, hbm: bool = False) -> None:
+    def __init__(self, hbm: bool = False, arena: _Arena | None = None) -> None:
         self.writes = RowIndexedRegionList() if hbm else RegionList()
         self.reads = RowIndexedRegionList() if hbm else RegionList()
         self.inherited: tuple[int, ...] = ()
         self.groups: dict[Region, list[int]] | None = {} if hbm else None
+        #: for an aliased tensor, where its dependencies come from (its own lists only
+        #: say what it wrote, for reads before writes and accumulation)
+        self.arena = arena
 
 
 class Hazards:
@@ -284,6 +316,20 @@ class Hazards:
     def __init__(self) -> None:
         self._by_tensor: dict[int, _Accesses] = {}
         self._ghosts: dict[Memory, RegionList] = {Memory.SBUF: RegionList(), Memory.PSUM: RegionList()}
+        self._arenas: dict[Memory, _Arena] = {Memory.SBUF: _Arena(), Memory.PSUM: _Arena()}
+
+    def placed_aliased(self, t: Tensor) -> None:
+        """A new on-chip tensor that may share space with other live aliased tensors: its
+        accesses join its memory's arena, and what touched the space before (freed tiles)
+        is kept there as readers, so its first write waits for them."""
+        arena = self._arenas[t.memory]
+        self._by_tensor[id(t)] = _Accesses(arena=arena)
+        box = region_of_tensor(t)
+        ghosts = self._ghosts[t.memory]
+        if ghosts.items:
+            inherited = ghosts.take(box)
+            if inherited:
+                arena.reads.add(box, tuple(sorted(inherited)))
 
     def placed(self, t: Tensor) -> None:
         """A new on-chip tensor: it inherits what touched the space it now holds."""
@@ -300,6 +346,15 @@ class Hazards:
         """An on-chip tensor's space is given back; later tenants wait for its accesses."""
         acc = self._by_tensor.pop(id(t), None)
         if acc is None:
+            return
+        if acc.arena is not None:
+            # the arena keeps its entries: other aliased tensors may still live there
+            box = region_of_tensor(t)
+            last = set()
+            for v in acc.arena.writes.values_overlapping(box) + acc.arena.reads.values_overlapping(box):
+                last.update(v)  # type: ignore[call-overload]
+            if last:
+                self._ghosts[t.memory].add(box, tuple(sorted(last)))
             return
         last = set(acc.inherited)
         for _, i in acc.writes.items:
@@ -324,10 +379,17 @@ class Hazards:
         by_tensor = self._by_tensor
         deps: set[int] = set()
         read_boxes = []
+        aliased: list[tuple[_Arena, Region, View, bool]] = []
         for v in reads:
             t = v.tensor
             acc = by_tensor.get(id(t)) if check_written else by_tensor[id(t)]
             box = region_of(v)
+            if acc is not None and acc.arena is not None:
+                if check_written and not acc.writes.values_overlapping(box):
+                    raise UnwrittenRead(v)
+                self._aliased_read(acc.arena, box, v, deps)
+                aliased.append((acc.arena, box, v, False))
+                continue
             found = False
             if acc is not None and acc.writes.items:
                 # values_overlapping written out: most instructions read a tile written once
@@ -348,6 +410,13 @@ class Hazards:
         for v in writes:
             acc = by_tensor[id(v.tensor)]
             box = region_of(v)
+            if acc.arena is not None:
+                for found in acc.arena.writes.values_overlapping(box) + acc.arena.reads.values_overlapping(box):
+                    deps.update(found)  # type: ignore[call-overload]
+                aliased.append((acc.arena, box, v, True))
+                acc.writes.drop_covered(box)
+                acc.writes.add(box, index)
+                continue
             if acc.writes.items:
                 deps.update(acc.writes.values_overlapping(box))
             if acc.reads.items:
@@ -382,8 +451,28 @@ class Hazards:
                         del acc.groups[region]
             if acc.inherited and _covers(box, region_of_tensor(v.tensor)):
                 acc.inherited = ()
+        for arena, box, v, is_write in aliased:
+            if is_write:
+                arena.writes.take(box)
+                arena.reads.take(box)
+                arena.writes.add(box, (index,))
+                arena.writer.setdefault(index, []).append(v.tensor)
+            else:
+                arena.reads.add(box, (index,))
         deps.discard(index)
         return deps
+
+    @staticmethod
+    def _aliased_read(arena: _Arena, box: Region, v: View, deps: set[int]) -> None:
+        """Dependencies of reading ``v`` (an aliased tensor): the writes to its bytes, each
+        of which must have written ``v``'s own tensor (else another block replaced its data)."""
+        t = v.tensor
+        for found in arena.writes.values_overlapping(box):
+            for i in found:  # type: ignore[attr-defined]
+                written = arena.writer.get(i, ())
+                if not any(w is t for w in written):
+                    raise AliasConflict(v, written[0])
+                deps.add(i)
 
     def register(self, t: Tensor) -> None:
         """Start tracking an HBM tensor (never freed, never shared)."""

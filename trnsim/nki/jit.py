@@ -129,8 +129,25 @@ class Kernel:
         return Kernel(self.fn, grid, self.chip, self.mode)
 
     def trace(self, *args: Any, chip: ChipLike = None, **kwargs: Any) -> Traced:
-        """Trace the kernel for these arguments (numpy arrays or torch tensors)."""
-        tracer = Tracer(chip if chip is not None else self.chip, self.fn.__name__)
+        """Trace the kernel for these arguments (numpy arrays or torch tensors).
+
+        Tiles first live as long as the kernel names them; if they do not all fit in
+        SBUF/PSUM so, the kernel is traced again with each tile freed at its last use
+        (the Neuron compiler's lifetimes), and only what does not fit then is refused."""
+        chip = chip if chip is not None else self.chip
+        first = Tracer(chip, self.fn.__name__)
+        try:
+            traced = self._trace(first, args, kwargs)
+        except Exception:
+            if first.overflowed() is None:
+                raise
+            # a later error may come from the overflow itself: what does not fit is the news
+            return self._trace(Tracer(chip, self.fn.__name__, first.last_use), args, kwargs)
+        if first.overflowed() is None:
+            return traced
+        return self._trace(Tracer(chip, self.fn.__name__, first.last_use), args, kwargs)
+
+    def _trace(self, tracer: Tracer, args: tuple, kwargs: dict[str, Any]) -> Traced:
         sig = inspect.signature(self.fn)
         bound = sig.bind(*args, **kwargs)
         bound.apply_defaults()
@@ -163,6 +180,7 @@ class Kernel:
                 tracer.grid = self.grid
                 tracer.start_instance(ids)
                 result = self.fn(*call_args, **call_kwargs)
+                tracer.flush_matmul()
             outs = _hbm_results(result, tracer, self.fn)
         tracer.live = False
         inputs.update(tracer.constants)

@@ -14,11 +14,29 @@ from typing import Any, Iterator
 from trnsim.nki import emit as _e
 from trnsim.nki.compiler import no_reorder as _no_reorder_block
 from trnsim.nki.tiles import Affine, Mask, ParDim
+from trnsim.nki.tracer import tracing
+
+
+def _loop(r: range, sequential: bool) -> Iterator[int]:
+    """Iterate ``r``, telling the tracer where each iteration starts (direct allocations
+    in a loop body take the first iteration's addresses)."""
+    tr = _e.tracer()
+    tr.loop_enter()
+    try:
+        for k, i in enumerate(r):
+            if sequential and k:
+                tr.barrier()
+            tr.loop_iteration()
+            yield i
+    finally:
+        tr.loop_exit()
 
 
 def affine_range(*args: int) -> Iterator[int]:
     """Iterations with no loop-carried dependency; the schedule may overlap them."""
-    return iter(range(*args))
+    if not tracing():
+        return iter(range(*args))
+    return _loop(range(*args), sequential=False)
 
 
 def static_range(*args: int) -> Iterator[int]:
@@ -28,11 +46,7 @@ def static_range(*args: int) -> Iterator[int]:
 
 def sequential_range(*args: int) -> Iterator[int]:
     """Iterations that run one after another: each starts after the last one ended."""
-    tr = _e.tracer()
-    for i in range(*args):
-        if i != range(*args)[0]:
-            tr.barrier()
-        yield i
+    yield from _loop(range(*args), sequential=True)
 
 
 def arange(*args: int) -> Affine:

@@ -15,6 +15,7 @@ import numpy as np
 
 from trnsim.isa import Engine, Memory, Memset, View
 from trnsim.nki import emit as _e
+from trnsim.nki.allocation import DirectAllocation, ModuloTile, direct_tile
 from trnsim.nki.emit import MatmulResult
 from trnsim.nki.indirect import direct
 from trnsim.nki.tiles import BlockedTile, Mask, NkiTensor, ParDim, _Placement
@@ -32,13 +33,19 @@ private_hbm = Memory.HBM
 def _buffer(buffer: Any) -> Memory:
     if isinstance(buffer, Memory):
         return buffer
+    if isinstance(buffer, DirectAllocation):
+        return buffer.memory
     raise _e.tracer().fail(f"buffer {buffer!r} is not one of nl.sbuf, nl.psum, nl.hbm, nl.shared_hbm")
 
 
 def ndarray(shape: Sequence[int], dtype: Any, buffer: Any = sbuf, name: str | None = None) -> Any:
     """An uninitialised tensor: a tile in SBUF/PSUM, or an HBM tensor (a kernel output
     when the kernel returns it). A tile shape with dimensions before ``nl.par_dim(n)``
-    (legacy block dimensions) gives a :class:`~trnsim.nki.tiles.BlockedTile`."""
+    (legacy block dimensions) gives a :class:`~trnsim.nki.tiles.BlockedTile`. A direct
+    allocation (``buffer=ncc.sbuf.mod_alloc(...)``) places each block where it says
+    (:func:`trnsim.nki.allocation.direct_tile`)."""
+    if isinstance(buffer, DirectAllocation):
+        return direct_tile(tuple(shape), dtype, buffer, name)
     memory = _buffer(buffer)
     shape = tuple(shape)
     k = next((i for i, s_ in enumerate(shape) if isinstance(s_, ParDim)), 0)
@@ -51,7 +58,8 @@ def ndarray(shape: Sequence[int], dtype: Any, buffer: Any = sbuf, name: str | No
 def full(shape: Sequence[int], fill_value: float, dtype: Any, buffer: Any = sbuf, name: str | None = None) -> NkiTensor:
     """A tile filled with ``fill_value`` (vector engine memset)."""
     t = ndarray(shape, dtype, buffer, name)
-    _e.emit(Memset(t.view, float(fill_value), engine=Engine.VECTOR))
+    for tile in t.tiles() if isinstance(t, ModuloTile) else [t]:
+        _e.emit(Memset(tile.view, float(fill_value), engine=Engine.VECTOR))
     return t
 
 
@@ -60,7 +68,8 @@ def zeros(shape: Sequence[int], dtype: Any, buffer: Any = sbuf, name: str | None
     an accumulation group), as the compiler does."""
     if _buffer(buffer) is Memory.PSUM:
         t = ndarray(shape, dtype, buffer, name)
-        _e.tracer().zeros[id(t.tensor)] = t.tensor
+        for tile in t.tiles() if isinstance(t, ModuloTile) else [t]:
+            _e.tracer().zeros[id(tile.tensor)] = tile.tensor
         return t
     return full(shape, 0.0, dtype, buffer, name)
 

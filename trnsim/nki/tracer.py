@@ -17,7 +17,7 @@ from typing import Any, TYPE_CHECKING
 from trnsim.errors import ProgramError
 from trnsim.isa import MEMORY_NAMES, DmaCopy, Engine, Instruction, LoadStationary, Memory, Memset, Tensor, View
 from trnsim.program import Program
-from trnsim.nki.hazards import Hazards, UnwrittenRead, region_of, region_of_tensor
+from trnsim.nki.hazards import AliasConflict, Hazards, UnwrittenRead, region_of, region_of_tensor
 
 if TYPE_CHECKING:
     from trnsim.hw.spec import ChipLike
@@ -89,12 +89,40 @@ def current() -> Tracer:
 
 
 class Tracer:
-    """State of one kernel trace: the Program, hazards, placements and the launch grid."""
+    """State of one kernel trace: the Program, hazards, placements and the launch grid.
 
-    def __init__(self, chip: ChipLike, name: str) -> None:
+    Tiles live while the kernel can name them (a tile's space goes back when its Python
+    object dies). When that does not fit, :meth:`trnsim.nki.jit.Kernel.trace` traces
+    again with ``lifetimes`` (what :attr:`last_use` learned the first time): each tile's
+    space then goes back right after the last instruction that touches it, as the
+    Neuron compiler's allocator frees a tile at the end of its lifetime, so a tile made
+    in a loop body lives one iteration and next fit rotates the iterations' tiles
+    through the free space."""
+
+    def __init__(self, chip: ChipLike, name: str, lifetimes: dict[int, int] | None = None) -> None:
         self.program = Program(chip, name=name)
         self.program.sbuf_alloc.next_fit = True
         self.program.psum_alloc.next_fit = True
+        #: per tile (numbered in the order the kernel makes them), the index of the last
+        #: instruction that touched it
+        self.last_use: dict[int, int] = {}
+        self.lifetimes = lifetimes
+        self._made = 0
+        self._serial: dict[int, int] = {}           # id(tensor) -> its tile's number
+        self._expiring: dict[int, list[Tensor]] = {}
+        self._unused: list[Tensor] = []
+        for alloc in (self.program.sbuf_alloc, self.program.psum_alloc):
+            alloc.overflow_allowed = lifetimes is None
+        # direct allocations inside loops: the compiler runs a loop body once, so every
+        # iteration gets the addresses the first one chose (see direct_locations)
+        self.loops: list[dict[tuple, int]] = []
+        self._loop_instances = 0
+        self._outermost = 0
+        self._direct_cache: dict[tuple, Any] = {}
+        # an nisa.nc_matmul result waiting to learn where it lands (see hold_matmul)
+        self.pending_matmul: Any = None
+        # the kernel line instructions emitted now stand for (a held result's nc_matmul line)
+        self.source_override = ""
         self.hazards = Hazards()
         self.grid: tuple[int, ...] = ()
         self.program_ids: tuple[int, ...] = ()
@@ -136,6 +164,83 @@ class Tracer:
         if not _current and _gc_was_enabled[0]:
             gc.enable()
 
+    def overflowed(self) -> Exception | None:
+        """The first allocation that did not fit while tiles lived as long as the kernel
+        named them (None if all fit)."""
+        return self.program.sbuf_alloc.overflowed or self.program.psum_alloc.overflowed
+
+    def new_tile(self) -> int:
+        """Number the next tile the kernel makes (its blocks are placed under this number)."""
+        self._made += 1
+        return self._made
+
+    def _track(self, t: Tensor, serial: int | None) -> None:
+        """Remember which tile ``t`` belongs to; with lifetimes, schedule its release."""
+        serial = serial if serial is not None else self.new_tile()
+        self._serial[id(t)] = serial
+        if self.lifetimes is not None:
+            last = self.lifetimes.get(serial)
+            if last is None:
+                self._unused.append(t)
+            else:
+                self._expiring.setdefault(last, []).append(t)
+
+    def loop_enter(self) -> None:
+        """An ``affine_range``/``sequential_range`` loop starts."""
+        if not self.loops:
+            self._loop_instances += 1
+            self._outermost = self._loop_instances
+        self.loops.append({})
+
+    def loop_iteration(self) -> None:
+        self.loops[-1].clear()
+
+    def loop_exit(self) -> None:
+        if self.loops:
+            self.loops.pop()
+
+    def direct_locations(self, site: tuple, compute: Any) -> Any:
+        """``compute()`` (a direct allocation's addresses), or inside a loop what the first
+        evaluation at this call site in this loop nest gave: the Neuron compiler traces
+        a loop body once, so a kernel that moves its next address on in the body
+        (``cur_addr += ...``) allocates at the same addresses in every iteration."""
+        if not self.loops:
+            return compute()
+        counts = self.loops[-1]
+        n = counts.get(site, 0)
+        counts[site] = n + 1
+        key = (self._outermost, len(self.loops), site, n)
+        found = self._direct_cache.get(key)
+        if found is None:
+            found = self._direct_cache[key] = compute()
+        return found
+
+    def hold_matmul(self, result: Any) -> None:
+        """Keep ``result`` (a matmul result) unlanded until the next instruction: an
+        assignment or ``+=`` lands it in the kernel's own PSUM tile, anything else in a
+        fresh one."""
+        self.flush_matmul()
+        result.reserve()
+        self.pending_matmul = result
+
+    def flush_matmul(self) -> None:
+        """Land a held matmul result in a fresh PSUM tile."""
+        held, self.pending_matmul = self.pending_matmul, None
+        if held is not None:
+            held.materialize()
+
+    def place_at(self, shape: tuple[int, ...], dtype: Any, memory: Memory, name: str, start_partition: int,
+                 byte_offset: int, serial: int | None = None) -> Tensor:
+        """Place a tile at an address the kernel chose (direct allocation); it may share its
+        space with other such tiles, and the hazards see through the sharing."""
+        try:
+            t = self.program.place_at(memory, shape, dtype, name, start_partition, byte_offset)
+        except ProgramError as e:
+            raise self.fail(str(e)) from None
+        self.hazards.placed_aliased(t)
+        self._track(t, serial)
+        return t
+
     @property
     def chip(self) -> Any:
         return self.program.chip
@@ -152,7 +257,8 @@ class Tracer:
         message = self.program.source_names(message)
         return KernelError(f"{where}: {message}" if where else message)
 
-    def place(self, shape: tuple[int, ...], dtype: Any, memory: Memory, name: str | None = None) -> Tensor:
+    def place(self, shape: tuple[int, ...], dtype: Any, memory: Memory, name: str | None = None,
+              serial: int | None = None) -> Tensor:
         """Allocate a tile (SBUF/PSUM) or an HBM tensor; errors name the kernel line."""
         if name is None:
             name = self.fresh_name(MEMORY_NAMES[memory])
@@ -172,6 +278,7 @@ class Tracer:
             self.hazards.register(t)
         else:
             self.hazards.placed(t)
+            self._track(t, serial)
         return t
 
     def start_instance(self, ids: tuple[int, ...]) -> None:
@@ -196,7 +303,10 @@ class Tracer:
         return made
 
     def release(self, t: Tensor) -> None:
-        """Give an on-chip tile's space back (its Python object is gone)."""
+        """Give an on-chip tile's space back (its Python object is gone, or its lifetime ended)."""
+        alloc = self.program.sbuf_alloc if t.memory is Memory.SBUF else self.program.psum_alloc
+        if t.name not in alloc.live:
+            return  # freed at its last use already; now its Python object went too
         self.zeros.pop(id(t), None)
         self.hazards.freed(t)
         self.program.free(t)
@@ -232,7 +342,9 @@ class Tracer:
             for v in inst.writes():
                 self.masked_off[id(v.tensor)] = v.tensor
             return -1
-        source = caller_source()
+        if self.pending_matmul is not None:
+            self.flush_matmul()
+        source = self.source_override or caller_source()
         _set(inst, "source", source)
         reads, writes = inst.reads(), inst.writes()
         if self.zeros:
@@ -247,6 +359,15 @@ class Tracer:
             else:
                 raise self.fail(f"reads {_tile_name(e.view)} before anything wrote it; load, memset or compute it "
                                 "first", source) from None
+        except AliasConflict as e:
+            raise self.fail(_conflict(e, self.chip.psum.bank_bytes), source) from None
+        if self.lifetimes is None:
+            serial = self._serial
+            last = self.last_use
+            for v in reads + writes:
+                n = serial.get(id(v.tensor))
+                if n is not None:
+                    last[n] = index
         # stationary loads overlap the multiply before them, so a barrier needs the last of each
         track = "tensor.load" if inst.__class__ is LoadStationary else inst.track
         if self._barrier and track not in self._barrier_done:
@@ -257,7 +378,16 @@ class Tracer:
             program.add_traced(inst, tuple(sorted(deps)), reads, writes)
         except ProgramError as e:
             raise self.fail(str(e), source) from None
+        if self.lifetimes is not None:
+            self._expire(index)
         return index
+
+    def _expire(self, index: int) -> None:
+        """Free the tiles whose lifetime ends at instruction ``index`` (and those never used)."""
+        for t in self._expiring.pop(index, ()):
+            self.release(t)
+        while self._unused:
+            self.release(self._unused.pop())
 
     def dma(self, dst: View, src: View) -> int:
         return self.emit(DmaCopy(dst, src, self.next_queue(dst)))
@@ -270,6 +400,16 @@ class Tracer:
             return engine
         raise self.fail(f"engine {engine!r} is not one of nisa.vector_engine, nisa.scalar_engine, nisa.gpsimd_engine, "
                         "nisa.tensor_engine")
+
+
+def _conflict(e: AliasConflict, bank_bytes: int) -> str:
+    t, other = e.view.tensor, e.other
+    where = f"partitions {t.start_partition}..{t.start_partition + t.shape[0] - 1} from byte {t.byte_offset}"
+    if t.memory is Memory.PSUM:
+        where = f"PSUM bank {t.byte_offset // bank_bytes}"
+    return (f"reads {_tile_name(e.view)}, but {other.name} shares its space ({where}) and wrote it since: the two "
+            "are live at once (a lifetime conflict the Neuron compiler reports, or computes wrongly with); "
+            "give the tensor more physical tiles (num_free_tiles / num_bank_tiles) or other addresses")
 
 
 def _tile_name(v: View) -> str:

@@ -17,7 +17,9 @@ BLOCK_TRANSPOSE_MAX = 32
 def nc_matmul(*args: Any, **kwargs: Any) -> NkiTensor:
     """``stationary.T @ moving`` on the tensor engine: ``nc_matmul(dst, stationary, moving)``
     accumulates into the PSUM tile ``dst`` (the first matmul into fresh space starts the
-    accumulation group); ``nc_matmul(stationary, moving)`` returns a fresh PSUM tile.
+    accumulation group); ``nc_matmul(stationary, moving)`` returns the result, which an
+    assignment (``t[...] = ...``) or ``+=`` writes straight into that PSUM tile and any
+    other use puts in a fresh PSUM tile.
     stationary [K, M] (K <= 128 partitions, M <= 128), moving [K, N] (N <= 512)."""
     dst, rest = split_dst(args, kwargs, lambda a: len(a) >= 3, "stationary")
     if kwargs.pop("is_transpose", False):
@@ -26,7 +28,11 @@ def nc_matmul(*args: Any, **kwargs: Any) -> NkiTensor:
     moving = kwargs.pop("moving", rest[1] if len(rest) > 1 else None)
     result = matmul(stationary, moving, transpose_x=True, mask=kwargs.pop("mask", None))
     if dst is None:
-        return result.materialize()
+        # lands where it goes: ``t[...] = nc_matmul(...)`` writes t's PSUM and ``t += ...``
+        # accumulates there; anything else, or the next instruction, puts it in a fresh
+        # PSUM tile first (so the program order stays as written)
+        _e.tracer().hold_matmul(result)
+        return result  # type: ignore[return-value]
     result.accumulate_into(dst)
     return dst
 
