@@ -28,7 +28,7 @@ def _stationary_of(x: NkiTensor, transpose_x: bool) -> NkiTensor:
 
 
 
-def matmul(x: Any, y: Any, transpose_x: bool = False, mask: Mask | None = None) -> MatmulResult:
+def matmul(x: Any, y: Any, transpose_x: bool = False, mask: Mask | None = None, transpose_mode: bool = False) -> MatmulResult:
     """``x @ y`` on the tensor engine (fp32 in PSUM). With ``transpose_x=True``, ``x`` is
     already [K, M] (contraction on partitions) and the result is ``x.T @ y``; otherwise
     ``x`` [M, K] goes through the PE array's transpose first."""
@@ -46,7 +46,10 @@ def matmul(x: Any, y: Any, transpose_x: bool = False, mask: Mask | None = None) 
     if y.view.free_size > tile_size.gemm_moving_fmax:
         raise tr.fail(f"moving free size {y.view.free_size} exceeds nl.tile_size.gemm_moving_fmax "
                       f"({tile_size.gemm_moving_fmax}); tile N into pieces of 512")
-    return MatmulResult(st, _e.flat2d(y.view), keep=(st_tile, y))
+    if transpose_mode and y.view.partitions != y.view.free_size:
+        raise tr.fail(f"nc_matmul(is_transpose=True) moves the stationary through an identity: moving must be square "
+                      f"[{st.partitions}, {st.partitions}], got {list(y.shape)}")
+    return MatmulResult(st, _e.flat2d(y.view), keep=(st_tile, y), transpose=transpose_mode)
 
 
 def transpose(x: Any, dtype: Any = None, mask: Mask | None = None) -> NkiTensor:

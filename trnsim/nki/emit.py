@@ -224,7 +224,7 @@ def take_bool_masks(namespace: dict[str, Any], names: Sequence[str]) -> None:
 
 def check_overrun(hbm: NkiTensor, mask: Mask | None, what: str) -> None:
     """An index past the end of an HBM tensor is fine only under a mask that keeps the access inside."""
-    if mask is None and any(hbm.overrun):
+    if mask is None and any(hbm.overrun) and not tracer().masked_off_depth:   # mask=False: nothing is accessed
         axis, over = next((i, o) for i, o in enumerate(hbm.overrun) if o)
         raise tracer().fail(f"{what}: the index into {hbm.name}{list(hbm.tensor.shape)} runs {over} elements past its end "
                             f"on axis {axis}; pass mask= (such as i_p + base < n) to keep the access inside")
@@ -304,12 +304,15 @@ class MatmulResult:
     """``nl.matmul``'s result before it lands: ``+=`` accumulates it into a PSUM tile,
     any other use puts it in a fresh PSUM tile."""
 
-    def __init__(self, stationary: View, moving: View, keep: tuple[NkiTensor, ...] = ()) -> None:
+    def __init__(self, stationary: View, moving: View, keep: tuple[NkiTensor, ...] = (), transpose: bool = False) -> None:
         self.stationary = stationary
         self.moving = moving
         self._keep = keep  # the operand tiles stay placed until the result lands
         self.shape = (stationary.free_size, moving.free_size)
-        self.dtype = dtypes.float32
+        # transpose mode (nc_matmul(is_transpose=True), moving an identity) moves the
+        # stationary's values through the PE array: its PSUM tile may keep their dtype
+        self.transpose = transpose
+        self.dtype = stationary.dtype if transpose else dtypes.float32
         self._tile: NkiTensor | None = None
         self._tile_written = False
         self._serial: int | None = None
@@ -335,7 +338,10 @@ class MatmulResult:
             accumulate = False
         tr.source_override = self._source
         try:
-            matmul(dst.view, self.stationary, self.moving, accumulate)
+            if self.transpose:
+                transpose(dst.view, self.stationary)
+            else:
+                matmul(dst.view, self.stationary, self.moving, accumulate)
         finally:
             tr.source_override = ""
         self._keep = ()
@@ -350,12 +356,12 @@ class MatmulResult:
         self._serial = tr.new_tile()
         self._source = caller_source()
         if tr.program.psum_alloc.fits(0, self.shape[0], self.shape[1] * self.dtype.itemsize):
-            self._tile = new_tensor(self.shape, dtypes.float32, Memory.PSUM, serial=self._serial)
+            self._tile = new_tensor(self.shape, self.dtype, Memory.PSUM, serial=self._serial)
 
     def materialize(self) -> NkiTensor:
         tile = self._tile
         if tile is None:
-            tile = self._tile = new_tensor(self.shape, dtypes.float32, Memory.PSUM, serial=self._serial)
+            tile = self._tile = new_tensor(self.shape, self.dtype, Memory.PSUM, serial=self._serial)
         if not self._tile_written:
             self.write_into(tile, accumulate=False)
             self._tile_written = True

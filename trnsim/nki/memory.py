@@ -113,6 +113,11 @@ def store(dst: NkiTensor, value: Any, mask: Mask | None = None) -> None:
         value = full(shape, float(value), dst.dtype)
     value = _e.readable(value, "nl.store value")
     _e.check_overrun(dst, mask, "nl.store")
+    asked = tuple(n + o for n, o in zip(dst.shape, dst.overrun))
+    if any(dst.overrun) and tuple(value.shape) == asked:
+        # a value the size of the whole access (past the end included): the mask that keeps
+        # the access inside keeps the same leading part of the value
+        value = value[tuple(slice(0, n) for n in dst.shape)]
     given = value
     if value.buffer is Memory.PSUM or value.dtype is not dst.dtype:
         value = copy(value, dtype=dst.dtype)

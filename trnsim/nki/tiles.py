@@ -427,11 +427,13 @@ class NkiTensor(ViewMethods):
                         "shift the nl.arange expression so it starts at 0 or more")
                 stop = idx.const + c * (n - 1) + 1
                 end = self.view.shape[axis] if axis < len(self.view.shape) else stop
-                if not self.view.tensor.on_chip and idx.const < end < stop:
-                    # a mask on the load or store keeps the access inside; they check it has one
-                    over[axis] = n - (end - idx.const + c - 1) // c
-                    stop = end
-                plain.append(slice(idx.const, stop, c))
+                start = idx.const
+                if not self.view.tensor.on_chip and end < stop:
+                    # a mask on the load or store keeps the access inside (they check it has
+                    # one); an access wholly past the end is one a mask turns off
+                    over[axis] = n - max(0, (end - start + c - 1) // c)
+                    start, stop = min(start, end), end
+                plain.append(slice(start, stop, c))
                 bases.append(b)
             else:
                 if isinstance(idx, slice) and not self.view.tensor.on_chip and axis < len(self.view.shape):
@@ -613,9 +615,9 @@ def _clamp(key: object, size: int) -> tuple[object, int]:
     if key.__class__ is not slice or key.step not in (None, 1) or key.stop is None:
         return key, 0
     start = 0 if key.start is None else key.start
-    if not 0 <= start <= size < key.stop:
+    if not 0 <= start and size < key.stop:
         return key, 0
-    return slice(start, size), key.stop - size
+    return slice(min(start, size), size), key.stop - max(start, size)
 
 
 def _masked_off(target: NkiTensor, value: object) -> bool:

@@ -73,8 +73,9 @@ class matmul_perf_mode(enum.Enum):
     double_row = "double_row"
 
 
-class nc_version(enum.Enum):
-    """NeuronCore generations: gen2 is Trn1/Inf2, gen3 Trn2, gen4 Trn3."""
+class nc_version(enum.IntEnum):
+    """NeuronCore generations: gen2 is Trn1/Inf2, gen3 Trn2, gen4 Trn3; ordered, as kernels
+    compare them (``get_nc_version() >= nc_version.gen3``)."""
 
     gen2 = 2
     gen3 = 3

@@ -22,11 +22,12 @@ def nc_matmul(*args: Any, **kwargs: Any) -> NkiTensor:
     other use puts in a fresh PSUM tile.
     stationary [K, M] (K <= 128 partitions, M <= 128), moving [K, N] (N <= 512)."""
     dst, rest = split_dst(args, kwargs, lambda a: len(a) >= 3, "stationary")
-    if kwargs.pop("is_transpose", False):
-        raise _e.tracer().fail("nc_matmul: is_transpose=True is not supported; use nisa.nc_transpose")
+    # transpose mode (``moving`` an identity): the stationary's values move through the PE
+    # array bit for bit, NaN and Inf included, into PSUM in their own dtype
+    transpose_mode = bool(kwargs.pop("is_transpose", False))
     stationary = kwargs.pop("stationary", rest[0] if rest else None)
     moving = kwargs.pop("moving", rest[1] if len(rest) > 1 else None)
-    result = matmul(stationary, moving, transpose_x=True, mask=kwargs.pop("mask", None))
+    result = matmul(stationary, moving, transpose_x=True, mask=kwargs.pop("mask", None), transpose_mode=transpose_mode)
     if dst is None:
         # lands where it goes: ``t[...] = nc_matmul(...)`` writes t's PSUM and ``t += ...``
         # accumulates there; anything else, or the next instruction, puts it in a fresh

@@ -31,7 +31,7 @@ REFUSED: dict[str, Refused] = {name: Refused(f"nki.isa.{name}", why) for name, w
 DIFFERENCES: dict[str, str] = {
     "dma_compute": ("timed as the DMAs plus one vector-engine add per extra source (the chip adds inside the DMA "
                     "engine); HBM operands of more than 128 rows refused"),
-    "nc_matmul": "is_transpose=True refused; tile_position, tile_size and perf_mode accepted and not modelled",
+    "nc_matmul": "tile_position, tile_size and perf_mode accepted and not modelled",
     "activation": "reduce_cmd idle/reset_reduce only (the others refused)",
     "tensor_partition_reduce": "add, max and min only (average and bitwise ops refused)",
     "tensor_scalar": "reverse1 refused",

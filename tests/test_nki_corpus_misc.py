@@ -1,0 +1,86 @@
+"""Semantics AWS's public NKI kernels rely on (nki-samples' allocated_fused_linear):
+ordered NeuronCore versions, nc_matmul's transpose mode, an HBM access wholly past the
+end under a mask that turns it off, and a whole-access value stored under a mask."""
+
+import numpy as np
+import pytest
+
+from trnsim import nki
+from trnsim.nki import isa as nisa
+from trnsim.nki import language as nl
+
+
+def test_nc_versions_are_ordered():
+    @nki.jit
+    def k(a):
+        out = nl.ndarray(a.shape, dtype=a.dtype, buffer=nl.shared_hbm)
+        t = nl.load(a)
+        if nisa.get_nc_version() >= nisa.nc_version.gen3:
+            t = nl.multiply(t, 2.0)
+        nl.store(out, t)
+        return out
+
+    a = np.ones((4, 8), np.float32)
+    assert nisa.nc_version.gen2 < nisa.nc_version.gen3 < nisa.nc_version.gen4
+    np.testing.assert_array_equal(nki.simulate(k, chip="trn2")(a), 2 * a)
+    np.testing.assert_array_equal(nki.simulate(k, chip="trn1")(a), a)
+
+
+@pytest.mark.parametrize("dtype", [np.float16, np.float32])
+def test_nc_matmul_transpose_mode_moves_the_stationary_through_an_identity(dtype):
+    @nki.jit
+    def k(a, eye):
+        out = nl.ndarray((64, 128), dtype=a.dtype, buffer=nl.shared_hbm)
+        t = nl.load(a)
+        i = nl.load(eye)
+        res = nl.ndarray((64, 128), dtype=a.dtype, buffer=nl.psum)
+        res[...] = nisa.nc_matmul(t, i, is_transpose=True)
+        nl.store(out, nl.copy(res))
+        return out
+
+    a = np.random.default_rng(0).standard_normal((128, 64)).astype(dtype)
+    a[3, 5] = np.inf
+    got = nki.simulate_kernel(k, a, np.identity(128, dtype=dtype))
+    np.testing.assert_array_equal(got, a.T)   # Inf passes through, as the mode's bit-exact move does
+
+
+def test_nc_matmul_transpose_mode_needs_a_square_moving_operand():
+    @nki.jit
+    def k(a, b):
+        out = nl.ndarray((64, 32), dtype=nl.float32, buffer=nl.shared_hbm)
+        res = nl.ndarray((64, 32), dtype=nl.float32, buffer=nl.psum)
+        res[...] = nisa.nc_matmul(nl.load(a), nl.load(b), is_transpose=True)
+        nl.store(out, nl.copy(res))
+        return out
+
+    with pytest.raises(nki.KernelError, match="moving must be square"):
+        nki.simulate_kernel(k, np.zeros((128, 64), np.float32), np.zeros((128, 32), np.float32))
+
+
+def test_an_access_wholly_past_the_end_is_fine_under_a_mask_that_turns_it_off():
+    seqlen = 128
+
+    @nki.jit
+    def k(a):
+        out = nl.ndarray((seqlen, 16), dtype=a.dtype, buffer=nl.shared_hbm)
+        ix, iy = nl.mgrid[0:128, 0:16]
+        for g in nl.affine_range(2):
+            t = nl.load(a[g * 128 + ix, iy], mask=(g * 128 < seqlen))
+            nl.store(out[g * 128 + ix, iy], value=nl.multiply(t, 3.0, mask=(g * 128 < seqlen)), mask=(g * 128 < seqlen))
+        return out
+
+    a = np.arange(seqlen * 16, dtype=np.float32).reshape(seqlen, 16)
+    np.testing.assert_array_equal(nki.simulate_kernel(k, a), 3 * a)
+
+
+def test_a_whole_access_value_stored_under_a_mask_keeps_its_leading_part():
+    @nki.jit
+    def k(a):
+        out = nl.ndarray((128, 384), dtype=a.dtype, buffer=nl.shared_hbm)
+        i = nl.mgrid[0:128, 0:512]
+        t = nl.load(a)
+        nl.store(out[i.p, i.x], value=t, mask=(i.x < 384))
+        return out
+
+    a = np.random.default_rng(1).standard_normal((128, 512)).astype(np.float32)
+    np.testing.assert_array_equal(nki.simulate_kernel(k, a), a[:, :384])
