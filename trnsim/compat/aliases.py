@@ -35,6 +35,8 @@ TOP_LEVEL = {
     "neuronxcc": "trnsim.compat.neuronxcc",
     "torch_neuronx": "trnsim.compat.torch_neuronx",
     "torch_xla": "trnsim.compat.torch_xla",
+    "neuron_dtypes": "trnsim.compat.neuron_dtypes",
+    "nki_cpu_simulator": "trnsim.compat.nki_cpu_simulator",
 }
 # top-level names that libraries look for to pick a code path of their own (transformers
 # and accelerate take their TPU paths on finding torch_xla), and the libraries that must
@@ -44,7 +46,13 @@ HIDDEN_FROM = {
                             "torch", "transformers", "trl"}),
 }
 # aliased names below a top-level alias whose target is not the alias's target plus the rest
-SPECIAL = {"neuronxcc.nki": "trnsim.nki"}
+SPECIAL = {
+    "neuronxcc.nki": "trnsim.nki",
+    # AWS's simulator's own copies of these are trnsim's modules themselves
+    "nki_cpu_simulator.nki.isa": "trnsim.nki.isa",
+    "nki_cpu_simulator.nki.compiler": "trnsim.nki.compiler",
+    "nki_cpu_simulator.nki.typing": "trnsim.nki.typing",
+}
 ENV_OFF = "TRNSIM_NO_ALIASES"
 
 
@@ -91,17 +99,22 @@ class AliasFinder(importlib.abc.MetaPathFinder):
         if "." in fullname:
             parent_name = fullname.rpartition(".")[0]
             parent = sys.modules.get(parent_name)
-            if parent is None or parent is not sys.modules.get(target_of(parent_name) or ""):
+            if parent is None or not _stands_for(parent, target_of(parent_name) or ""):
                 return None   # the parent is a real package: its own submodules only
-            dest_spec = importlib.util.find_spec(dest)
-            if dest_spec is None:
-                return None
-            is_package = dest_spec.submodule_search_locations is not None
         elif real_spec(fullname) is not None or _hidden_from_caller(fullname):
             return None
-        else:
-            is_package = True   # every top-level target is a package
+        dest_spec = importlib.util.find_spec(dest)
+        if dest_spec is None:
+            return None
+        is_package = dest_spec.submodule_search_locations is not None
         return importlib.machinery.ModuleSpec(fullname, _AliasLoader(dest), is_package=is_package)
+
+
+def _stands_for(module: ModuleType, target: str) -> bool:
+    """Whether ``module`` is trnsim's module ``target``, or a module of trnsim's that stands
+    for it under another name (``__trnsim_alias_of__``: the simulator's ``nki``, which the NKI
+    library's tests put in ``sys.modules["nki"]``)."""
+    return module is sys.modules.get(target) or getattr(module, "__trnsim_alias_of__", None) == target
 
 
 def _hidden_from_caller(name: str) -> bool:
