@@ -389,7 +389,7 @@ def build_parser() -> argparse.ArgumentParser:
     cov.add_argument("--all", action="store_true", help="also list the estimated ops and those without device work")
     cov.set_defaults(func=_coverage)
 
-    doctor = sub.add_parser("doctor", help="which of nki, neuronxcc and torch_neuronx are trnsim's and which real "
+    doctor = sub.add_parser("doctor", help="which of nki, neuronxcc, torch_neuronx, torch_xla, ... are trnsim's and which real "
                                            "packages win; the chip, fidelity and versions")
     doctor.set_defaults(func=_doctor)
     return parser

@@ -85,6 +85,22 @@ _ALIASES = {
 _FROM_NUMPY = {np.dtype(np.float32): float32, np.dtype(np.float16): float16, np.dtype(np.int8): int8,
                np.dtype(np.uint8): uint8, np.dtype(np.int16): int16, np.dtype(np.uint16): uint16,
                np.dtype(np.int32): int32, np.dtype(np.uint32): uint32, np.dtype(np.bool_): bool_}
+# ml_dtypes' scalar types by their numpy names (float8_e4m3 and float8_e4m3fn are both the
+# chip's finite-only e4m3 in trnsim)
+_FROM_EXTENSION = {"bfloat16": bfloat16, "float8_e4m3fn": float8_e4m3, "float8_e4m3": float8_e4m3,
+                   "float8_e5m2": float8_e5m2, "float8_e8m0fnu": float8_e8m0fnu}
+
+
+def _from_numpy(value: np.dtype) -> DType | None:
+    """The chip dtype of a numpy dtype: numpy's own, ml_dtypes' narrow floats (known by
+    name, so ml_dtypes need not be imported) and the packed types of ``neuron_dtypes``
+    (uint dtypes that carry their name in the dtype's metadata)."""
+    packed = (value.metadata or {}).get("neuron_dtype")
+    if packed is not None:
+        return _BY_NAME.get(packed)
+    if value.kind == "V":
+        return _FROM_EXTENSION.get(value.name)
+    return _FROM_NUMPY.get(value)
 
 
 def as_dtype(value: object) -> DType:
@@ -97,7 +113,7 @@ def as_dtype(value: object) -> DType:
             return found
     else:
         try:
-            found = _FROM_NUMPY.get(np.dtype(value))  # type: ignore[call-overload]
+            found = _from_numpy(np.dtype(value))  # type: ignore[call-overload]
         except TypeError:
             found = None
         if found is not None:

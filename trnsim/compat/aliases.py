@@ -1,4 +1,5 @@
-"""``import nki``, ``import neuronxcc.nki`` and ``import torch_neuronx`` without AWS's packages.
+"""``import nki``, ``import neuronxcc.nki``, ``import torch_neuronx`` (and the other names of
+:data:`TOP_LEVEL`) without AWS's packages.
 
 A :data:`sys.meta_path` finder answers for these names only when nothing else on
 the path does: asked for a top-level name (``nki``, ``neuronxcc``, ``torch_neuronx``)
@@ -7,6 +8,9 @@ so a real installation always wins and is never shadowed or written to. Asked fo
 a submodule (``nki.language``) it answers only when the parent is its own alias.
 An aliased name's module object *is* trnsim's module (``nki.language is
 trnsim.nki.language``), so isinstance checks and module state are shared.
+
+A name of :data:`HIDDEN_FROM` is not answered to the libraries listed there, which
+would take another device's code path on finding it.
 
 The finder is installed by ``import trnsim`` (which PyTorch's backend autoload
 does on ``import torch``); installing it imports nothing. ``TRNSIM_NO_ALIASES=1``
@@ -30,9 +34,25 @@ TOP_LEVEL = {
     "nki": "trnsim.nki",
     "neuronxcc": "trnsim.compat.neuronxcc",
     "torch_neuronx": "trnsim.compat.torch_neuronx",
+    "torch_xla": "trnsim.compat.torch_xla",
+    "neuron_dtypes": "trnsim.compat.neuron_dtypes",
+    "nki_cpu_simulator": "trnsim.compat.nki_cpu_simulator",
+}
+# top-level names that libraries look for to pick a code path of their own (transformers
+# and accelerate take their TPU paths on finding torch_xla), and the libraries that must
+# not find trnsim's stand-in: for them the neuron device is the one to use
+HIDDEN_FROM = {
+    "torch_xla": frozenset({"accelerate", "diffusers", "lightning", "optimum", "peft", "pytorch_lightning",
+                            "torch", "transformers", "trl"}),
 }
 # aliased names below a top-level alias whose target is not the alias's target plus the rest
-SPECIAL = {"neuronxcc.nki": "trnsim.nki"}
+SPECIAL = {
+    "neuronxcc.nki": "trnsim.nki",
+    # AWS's simulator's own copies of these are trnsim's modules themselves
+    "nki_cpu_simulator.nki.isa": "trnsim.nki.isa",
+    "nki_cpu_simulator.nki.compiler": "trnsim.nki.compiler",
+    "nki_cpu_simulator.nki.typing": "trnsim.nki.typing",
+}
 ENV_OFF = "TRNSIM_NO_ALIASES"
 
 
@@ -79,17 +99,37 @@ class AliasFinder(importlib.abc.MetaPathFinder):
         if "." in fullname:
             parent_name = fullname.rpartition(".")[0]
             parent = sys.modules.get(parent_name)
-            if parent is None or parent is not sys.modules.get(target_of(parent_name) or ""):
+            if parent is None or not _stands_for(parent, target_of(parent_name) or ""):
                 return None   # the parent is a real package: its own submodules only
-            dest_spec = importlib.util.find_spec(dest)
-            if dest_spec is None:
-                return None
-            is_package = dest_spec.submodule_search_locations is not None
-        elif real_spec(fullname) is not None:
+        elif real_spec(fullname) is not None or _hidden_from_caller(fullname):
             return None
-        else:
-            is_package = True   # every top-level target is a package
+        dest_spec = importlib.util.find_spec(dest)
+        if dest_spec is None:
+            return None
+        is_package = dest_spec.submodule_search_locations is not None
         return importlib.machinery.ModuleSpec(fullname, _AliasLoader(dest), is_package=is_package)
+
+
+def _stands_for(module: ModuleType, target: str) -> bool:
+    """Whether ``module`` is trnsim's module ``target``, or a module of trnsim's that stands
+    for it under another name (``__trnsim_alias_of__``: the simulator's ``nki``, which the NKI
+    library's tests put in ``sys.modules["nki"]``)."""
+    return module is sys.modules.get(target) or getattr(module, "__trnsim_alias_of__", None) == target
+
+
+def _hidden_from_caller(name: str) -> bool:
+    """Whether the code asking for top-level ``name`` (by an import or by
+    ``importlib.util.find_spec``) is a library of :data:`HIDDEN_FROM` ``[name]``."""
+    hidden = HIDDEN_FROM.get(name)
+    if not hidden:
+        return False
+    frame = sys._getframe(1)
+    while frame is not None:
+        module = frame.f_globals.get("__name__", "")
+        if module != __name__ and module != "importlib" and not module.startswith("importlib."):
+            return module.partition(".")[0] in hidden
+        frame = frame.f_back   # type: ignore[assignment]
+    return False
 
 
 def real_spec(name: str) -> importlib.machinery.ModuleSpec | None:

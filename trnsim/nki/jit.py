@@ -86,10 +86,15 @@ def _as_array(value: Any, name: str) -> tuple[np.ndarray, _dt.DType]:
     if arr.dtype == np.float64:
         return arr.astype(np.float32), _dt.float32
     try:
-        return arr, _dt.as_dtype(arr.dtype)
+        dtype = _dt.as_dtype(arr.dtype)
     except TrnSimError:
+        dtype = None
+    if dtype is None:
         raise KernelError(f"argument {name!r}: numpy dtype {arr.dtype} has no chip dtype; use float32, float16, int8, "
-                          "int32 ...") from None
+                          "int32 ...")
+    if arr.dtype.kind == "V":   # an ml_dtypes array (bfloat16, float8): its values, or its bits if packed
+        return (arr.view(dtype.dtype) if dtype in _dt.PACKED else arr.astype(np.float32)), dtype
+    return arr, dtype
 
 
 @dataclass

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import builtins
 import math
-from typing import Any, Iterator
+from typing import Any, Iterator, Sequence
 
 from trnsim.nki import emit as _e
 from trnsim.nki.compiler import no_reorder as _no_reorder_block
@@ -65,10 +65,19 @@ def program_id(axis: int = 0) -> int:
     return tr.program_ids[axis] if tr.grid else 0
 
 
-def num_programs(axis: int = 0) -> int:
-    """Size of the launch grid along ``axis``."""
+def num_programs(axes: int | Sequence[int] | None = 0, *, axis: int | None = None) -> int:
+    """Size of the launch grid along ``axes`` (an axis, or several: the product of their
+    sizes; None: every axis, the number of programs). ``axis=`` is the older spelling."""
     tr = _e.tracer()
-    return tr.grid[axis] if tr.grid else 1
+    if axis is not None:
+        axes = axis
+    chosen = range(len(tr.grid)) if axes is None else [axes] if isinstance(axes, int) else list(axes)
+    count = 1
+    for a in chosen:
+        if not 0 <= a < builtins.max(len(tr.grid), 1):
+            raise tr.fail(f"num_programs({axes}): the launch grid has {len(tr.grid)} axes")
+        count *= tr.grid[a] if tr.grid else 1
+    return count
 
 
 def program_ndim() -> int:
