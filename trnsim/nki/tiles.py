@@ -615,7 +615,7 @@ def _clamp(key: object, size: int) -> tuple[object, int]:
     if key.__class__ is not slice or key.step not in (None, 1) or key.stop is None:
         return key, 0
     start = 0 if key.start is None else key.start
-    if not 0 <= start and size < key.stop:
+    if not (0 <= start and size < key.stop):
         return key, 0
     return slice(min(start, size), size), key.stop - max(start, size)
 
