@@ -165,7 +165,8 @@ DIFFERENCES: dict[str, str] = {
     "prod": _COMPOSED.format("about 15") + "; exp(sum(log|x|)), so about 1e-6 relative error",
     **{n: _COMPOSED.format("3 to 10") + "; exact for |x| below 2**31 (rounding goes through int32)"
        for n in ("floor", "ceil", "trunc", "mod", "fmod")},
-    "rand": "values from numpy's generator drawn at trace time, loaded with one DMA; not the chip's generator",
+    "rand": "values from numpy's generator drawn at trace time, loaded with one DMA; not the chip's generator; "
+            "dtype defaults to float32 (the legacy signature)",
     "random_seed": "a number seeds numpy's generator; a seed tile (its value unknown while tracing) restarts it "
                    "from one fixed state",
     "dropout": "its random values come from nl.rand (numpy's generator, drawn at trace time)",

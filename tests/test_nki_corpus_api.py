@@ -1,0 +1,182 @@
+"""API gaps that AWS's public NKI tests and examples ran into, each checked with a small
+kernel against numpy: legacy names (``nki.trace``, ``nl.rand`` without a dtype), kernel
+arguments (numpy scalars, optional HBM tensors), the vector engine's accumulator
+registers carried by ``reduce_cmd`` across instructions, ``select_reduce`` with a
+per-partition ``on_false``, and tiles returned under ``jit(mode="simulation")``."""
+
+import numpy as np
+import pytest
+
+import trnsim.nki as nki
+import trnsim.nki.isa as nisa
+import trnsim.nki.language as nl
+from trnsim.nki import KernelError
+from tests.nki_isa_support import run, run_on
+
+RNG = np.random.default_rng(23)
+X = RNG.standard_normal((128, 64)).astype(np.float32)
+Y = RNG.standard_normal((128, 64)).astype(np.float32)
+FMIN = np.finfo(np.float32).min
+
+
+def test_nki_trace_marks_a_kernel_for_simulate_kernel():
+    @nki.trace
+    def double(a, out):
+        nl.store(out, nl.multiply(nl.load(a), 2.0))
+
+    out = np.zeros_like(X)
+    nki.simulate_kernel(double, X, out)
+    np.testing.assert_array_equal(out, X * 2)
+
+
+def test_rand_without_dtype_gives_float32_in_unit_interval():
+    @nki.jit
+    def k():
+        out = nl.ndarray((32, 128), nl.float32, buffer=nl.shared_hbm)
+        r = nl.rand((32, 128))
+        assert r.dtype == nl.float32
+        nl.store(out, r)
+        return out
+
+    v = k()
+    assert v.shape == (32, 128) and (v >= 0).all() and (v < 1).all() and np.unique(v).size > 1000
+
+
+def test_numpy_scalar_arguments_are_numbers():
+    @nki.jit
+    def k(a, scale, shift):
+        out = nl.ndarray(a.shape, a.dtype, buffer=nl.shared_hbm)
+        t = nisa.tensor_scalar(data=nl.load(a), op0=nl.multiply, operand0=scale, op1=nl.add, operand1=float(shift))
+        nl.store(out, t)
+        return out
+
+    np.testing.assert_allclose(k(X, np.float32(3.0), np.float32(0.5)), X * np.float32(3) + np.float32(0.5), rtol=1e-6, atol=1e-6)
+
+
+def test_an_optional_hbm_argument_is_true_when_given():
+    @nki.jit
+    def k(a, b=None):
+        out = nl.ndarray(a.shape, a.dtype, buffer=nl.shared_hbm)
+        t = nl.load(a)
+        extra = nl.load(b) if b else None
+        nl.store(out, nl.add(t, extra) if extra is not None else t)
+        return out
+
+    np.testing.assert_array_equal(k(X), X)
+    np.testing.assert_array_equal(k(X, Y), X + Y)
+
+
+def test_a_tile_still_has_no_truth_value():
+    def body(x):
+        return x if x else x
+    with pytest.raises(KernelError, match="a tile has no truth value"):
+        run(body, X)
+
+
+@pytest.mark.parametrize("op, ufunc", [(nl.max, np.maximum), (nl.min, np.minimum), (np.max, np.maximum)])
+def test_reductions_name_alu_operations(op, ufunc):
+    def body(x, y):
+        return nisa.tensor_tensor(data1=x, data2=y, op=op)
+    np.testing.assert_array_equal(run(body, X, Y), ufunc(X, Y))
+
+
+def test_tensor_scalar_cumulative_continues_the_accumulator():
+    def body(x):
+        dst = nl.ndarray((128, 64), nl.float32, buffer=nl.sbuf)
+        nisa.tensor_scalar_cumulative(src=x, dst=dst, op0=nl.multiply, op1=nl.add, imm0=2.0,
+                                      reduce_cmd=nisa.reduce_cmd.reset_reduce)
+        nisa.tensor_scalar_cumulative(src=x, dst=dst, op0=nl.multiply, op1=nl.add, imm0=2.0,
+                                      reduce_cmd=nisa.reduce_cmd.reduce)
+        return dst
+    first = np.cumsum(X.astype(np.float64) * 2, axis=1)
+    np.testing.assert_allclose(run(body, X), first[:, -1:] + first, rtol=1e-5, atol=1e-4)
+
+
+def test_tensor_scalar_cumulative_loads_a_tile_and_keeps_fp32_registers():
+    init = RNG.standard_normal((128, 1)).astype(np.float32)
+
+    def body(x, i):
+        low = nl.ndarray((128, 64), nl.bfloat16, buffer=nl.sbuf)
+        nisa.tensor_scalar_cumulative(src=x, dst=low, op0=nl.add, op1=nl.maximum, imm0=0.0, imm1=i,
+                                      reduce_cmd=nisa.reduce_cmd.load_reduce)
+        res = nl.ndarray((128, 1), nl.float32, buffer=nl.sbuf)
+        nisa.tensor_scalar_reduce(data=x[:, 0:1], op0=nl.multiply, operand0=0.0, reduce_op=nl.maximum, reduce_res=res,
+                                  reduce_cmd=nisa.reduce_cmd.reduce)
+        return res
+    # the running max ends at max(init, max(x)) in fp32, not rounded through dst's bfloat16
+    expected = np.maximum(np.maximum(init[:, 0], X.max(axis=1)), 0.0)
+    np.testing.assert_array_equal(run(body, X, init, shape=(128, 1))[:, 0], expected)
+
+
+def test_range_select_chain_reduces_across_instructions():
+    lo = np.zeros((128, 1), np.float32)
+    hi = np.full((128, 1), 100.0, np.float32)
+
+    def body(x, b0, b1):
+        res = nl.ndarray((128, 1), nl.float32, buffer=nl.sbuf)
+        for i in range(3):
+            nisa.range_select(on_true_tile=nl.add(x, float(i)), comp_op0=nl.greater_equal, comp_op1=nl.less, bound0=b0,
+                              bound1=b1, range_start=64 * i, reduce_op=nl.maximum,
+                              reduce_cmd=nisa.reduce_cmd.reset_reduce if i == 0 else nisa.reduce_cmd.reduce,
+                              reduce_res=res if i == 2 else None)
+        return res
+    idx = np.arange(64)[None, :]
+    parts = [np.where((64 * i + idx >= 0) & (64 * i + idx < 100), X + i, FMIN).max(axis=1) for i in range(3)]
+    np.testing.assert_array_equal(run_on("trn2", body, X, lo, hi, shape=(128, 1))[:, 0], np.max(parts, axis=0))
+
+
+def test_select_reduce_takes_a_per_partition_on_false_and_accumulates():
+    pred = (X > 0).astype(np.uint8)
+    fill = RNG.standard_normal((128, 1)).astype(np.float32)
+
+    def body(p, x, f):
+        dst = nl.ndarray((128, 64), nl.float32, buffer=nl.sbuf)
+        res = nl.ndarray((128, 1), nl.float32, buffer=nl.sbuf)
+        nisa.select_reduce(dst=dst, predicate=p, on_true=x, on_false=f, reduce_cmd=nisa.reduce_cmd.reset_reduce,
+                           reduce_op=nl.max)
+        nisa.select_reduce(dst=dst, predicate=p, on_true=nl.multiply(x, -1.0), on_false=f, reverse_pred=True,
+                           reduce_cmd=nisa.reduce_cmd.reduce, reduce_res=res)
+        return nl.add(dst, res)
+    first = np.where(pred != 0, X, fill)
+    second = np.where(pred == 0, -X, fill)
+    acc = np.maximum(first.max(axis=1), second.max(axis=1))[:, None]
+    np.testing.assert_array_equal(run(body, pred, X, fill), second + acc)
+
+
+def test_tensor_scalar_reduce_and_exponential_share_the_registers():
+    init = RNG.standard_normal((128, 1)).astype(np.float32)
+
+    def body(x, i):
+        res = nl.ndarray((128, 1), nl.float32, buffer=nl.sbuf)
+        nisa.tensor_scalar_reduce(data=x, op0=nl.multiply, operand0=0.5, reduce_op=nl.add,
+                                  reduce_cmd=nisa.reduce_cmd.load_reduce, reduce_init=i)
+        nisa.exponential(src=x, max_value=1.0, reduce_cmd=nisa.reduce_cmd.reduce, reduce_res=res)
+        return res
+    x64 = X.astype(np.float64)
+    expected = init[:, 0] + (x64 * 0.5).sum(axis=1) + np.exp(x64 - 1.0).sum(axis=1)
+    np.testing.assert_allclose(run(body, X, init, shape=(128, 1))[:, 0], expected, rtol=1e-5, atol=1e-5)
+
+
+def test_reduce_after_idle_is_refused_with_the_reason():
+    def body(x):
+        res = nl.ndarray((128, 1), nl.float32, buffer=nl.sbuf)
+        nisa.exponential(src=x, reduce_cmd=nisa.reduce_cmd.reset_reduce)
+        nisa.select_reduce(predicate=x, on_true=x, on_false=0.0, reduce_cmd=nisa.reduce_cmd.idle)
+        nisa.exponential(src=x, reduce_cmd=nisa.reduce_cmd.reduce, reduce_res=res)
+        return res
+    with pytest.raises(KernelError, match="reduce_cmd=reduce continues the accumulator, but no earlier instruction"):
+        run(body, X, shape=(128, 1))
+
+
+def test_simulation_mode_returns_an_sbuf_tile_and_other_modes_refuse():
+    def body(a):
+        t = nl.load(a)
+        out = nl.ndarray(a.shape, a.dtype, buffer=nl.shared_hbm)
+        nl.store(out, t)
+        return nl.multiply(t, 3.0), out
+
+    got, copy = nki.jit(body, mode="simulation")(X)
+    np.testing.assert_array_equal(got, X * 3)
+    np.testing.assert_array_equal(copy, X)
+    with pytest.raises(KernelError, match="a kernel returns HBM tensors"):
+        nki.jit(body)(X)
