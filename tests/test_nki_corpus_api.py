@@ -180,3 +180,25 @@ def test_simulation_mode_returns_an_sbuf_tile_and_other_modes_refuse():
     np.testing.assert_array_equal(copy, X)
     with pytest.raises(KernelError, match="a kernel returns HBM tensors"):
         nki.jit(body)(X)
+
+
+def test_a_write_to_a_partition_the_engines_cannot_start_on_goes_by_dma():
+    @nki.jit
+    def k(a):
+        out = nl.ndarray((32, 10), nl.uint32, buffer=nl.shared_hbm)
+        idx = nl.zeros((32, 10), dtype=nl.uint32)
+        for i in nl.static_range(3):
+            for j in nl.static_range(10):
+                idx[i + 1, j] = 5 * j + i
+        t = nl.load(a)
+        idx[7:8, :] = t[9:10, :]
+        nl.store(out, idx)
+        return out
+
+    src = RNG.integers(0, 1000, (32, 10)).astype(np.uint32)
+    expected = np.zeros((32, 10), np.uint32)
+    expected[1:4] = 5 * np.arange(10)[None, :] + np.arange(3)[:, None]
+    expected[7] = src[9]
+    np.testing.assert_array_equal(k(src), expected)
+    with pytest.raises(KernelError, match="start partition 1 is misaligned"):
+        run(lambda x: nl.exp(x[1:2, :]), X, shape=(1, 64))
