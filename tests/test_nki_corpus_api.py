@@ -202,3 +202,23 @@ def test_a_write_to_a_partition_the_engines_cannot_start_on_goes_by_dma():
     np.testing.assert_array_equal(k(src), expected)
     with pytest.raises(KernelError, match="start partition 1 is misaligned"):
         run(lambda x: nl.exp(x[1:2, :]), X, shape=(1, 64))
+
+
+@pytest.mark.parametrize("dtype, largest", [(nl.float32, np.finfo(np.float32).max), (nl.float16, 65504.0),
+                                            (nl.bfloat16, 3.3895313892515355e38), (nl.float8_e4m3, 448.0),
+                                            (nl.float8_e5m2, 57344.0)])
+def test_finfo_gives_the_limits_the_chip_rounds_to(dtype, largest):
+    info = nl.finfo(dtype)
+    assert info.max == largest and info.min == -largest
+
+    @nki.jit
+    def k(a):
+        out = nl.ndarray(a.shape, nl.float32, buffer=nl.shared_hbm)
+        nl.store(out, nl.copy(nl.copy(nl.load(a), dtype=dtype), dtype=nl.float32))
+        return out
+
+    # the most negative finite value, 1 + eps and the smallest normal survive the dtype; 1 + eps / 4 rounds to 1
+    values = np.array([[info.min, 1 + info.eps, 1 + info.eps / 4, info.tiny]], np.float64).astype(np.float32)
+    np.testing.assert_array_equal(k(values), values * np.array([[1, 1, 0, 1]], np.float32) + [[0, 0, 1, 0]])
+    with pytest.raises(Exception, match="not a float dtype"):
+        nl.finfo(nl.int32)
