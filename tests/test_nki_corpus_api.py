@@ -222,3 +222,32 @@ def test_finfo_gives_the_limits_the_chip_rounds_to(dtype, largest):
     np.testing.assert_array_equal(k(values), values * np.array([[1, 1, 0, 1]], np.float32) + [[0, 0, 1, 0]])
     with pytest.raises(Exception, match="not a float dtype"):
         nl.finfo(nl.int32)
+
+
+def test_reductions_over_free_axes_that_are_not_trailing():
+    a = RNG.standard_normal((128, 6, 5, 4)).astype(np.float32)
+
+    @nki.jit
+    def k(x):
+        s = nl.ndarray((128, 5), nl.float32, buffer=nl.shared_hbm)
+        m = nl.ndarray((128, 6, 1, 4), nl.float32, buffer=nl.shared_hbm)
+        t = nl.load(x)
+        nl.store(s, nl.sum(t, axis=(1, 3)))
+        nl.store(m, nisa.tensor_reduce(op=nl.maximum, data=t, axis=2, keepdims=True))
+        return s, m
+
+    s, m = k(a)
+    np.testing.assert_allclose(s, a.astype(np.float64).sum(axis=(1, 3)), rtol=1e-5, atol=1e-5)
+    np.testing.assert_array_equal(m, a.max(axis=2, keepdims=True))
+    with pytest.raises(KernelError, match="must be the trailing free axes for nl.var"):
+        run(lambda x: nl.var(x, axis=1), a[:, :, 0, 0:1].reshape(128, 6, 1), shape=(128, 1))
+
+
+def test_a_windowed_max_reduces_the_window_axes_of_an_index_grid():
+    a = RNG.standard_normal((128, 3, 20)).astype(np.float32)
+
+    def body(t):
+        i_h, i_kh, i_w, i_kw = nl.mgrid[0:128, 0:3, 0:18, 0:3]
+        return nl.max(t[i_h, i_kh, i_w + i_kw], axis=[1, 3])
+    windows = np.stack([a[:, :, j:j + 18] for j in range(3)], axis=-1)
+    np.testing.assert_array_equal(run(body, a, shape=(128, 18)), windows.max(axis=(1, 3)))

@@ -13,23 +13,21 @@ from trnsim.nki.isa import accumulator
 from trnsim.nki.isa.constants import reduce_cmd as reduce_cmd_enum
 from trnsim.nki.isa._common import (IDLE, RESET_REDUCE, alu, fail, is_tile, no_mask, operand, out_tile, pick_engine,
                                     reduction, reduce_into, split_dst, take, tile)
-from trnsim.nki.reductions import free_axes
+from trnsim.nki.reductions import reduce_axes, reduced_last, reduced_shape
 from trnsim.nki.tiles import NkiTensor
 
 
 def tensor_reduce(*args: Any, axis: Any = None, dtype: Any = None, negate: bool = False, keepdims: bool = False,
                   engine: Any = None, **kwargs: Any) -> NkiTensor:
-    """Reduce ``data`` along trailing free axes with ``op`` (nl.add, nl.maximum, nl.minimum)."""
+    """Reduce ``data`` along free axes with ``op`` (nl.add, nl.maximum, nl.minimum)."""
     dst, rest = split_dst(args, kwargs, lambda a: is_tile(a[0]), "data")
     op = kwargs.pop("op", rest[0] if rest else None)
     data = _e.readable(kwargs.pop("data", rest[1] if len(rest) > 1 else None), "tensor_reduce data")
     if axis is None:
         axis = kwargs.pop("axis", rest[2] if len(rest) > 2 else -1)
-    n = free_axes(data, axis)
-    kept = data.shape[: len(data.shape) - n]
-    shape = kept + (1,) * n if keepdims else (kept if len(kept) > 1 else (kept[0], 1))
-    out = out_tile(dst, data, dtype, shape)
-    _e.reduce(out.view, data.view, reduction(op), n, pick_engine(engine, Engine.VECTOR))
+    axes = reduce_axes(data, axis)
+    out = out_tile(dst, data, dtype, reduced_shape(tuple(data.shape), axes, keepdims))
+    _e.reduce(out.view, reduced_last(data, data.view, axes), reduction(op), len(axes), pick_engine(engine, Engine.VECTOR))
     if negate:
         _e.tensor_scalar(out.view, out.view, AluOp.MULTIPLY, -1.0)
     return out
