@@ -251,3 +251,18 @@ def test_a_windowed_max_reduces_the_window_axes_of_an_index_grid():
         return nl.max(t[i_h, i_kh, i_w + i_kw], axis=[1, 3])
     windows = np.stack([a[:, :, j:j + 18] for j in range(3)], axis=-1)
     np.testing.assert_array_equal(run(body, a, shape=(128, 18)), windows.max(axis=(1, 3)))
+
+
+def test_nl_matmul_copies_a_psum_operand_to_sbuf():
+    a = RNG.standard_normal((128, 64)).astype(np.float32)
+    b = RNG.standard_normal((64, 128)).astype(np.float32)
+
+    @nki.jit
+    def k(x, y):
+        out = nl.ndarray((128, 128), nl.float32, buffer=nl.shared_hbm)
+        y_t = nl.transpose(nl.load(y))          # [128, 64] in PSUM
+        assert y_t.buffer is nl.psum
+        nl.store(out, nl.matmul(nl.load(x), nl.transpose(y_t), transpose_x=False))
+        return out
+
+    np.testing.assert_allclose(k(a, b), a.astype(np.float64) @ b, rtol=1e-4, atol=1e-4)
