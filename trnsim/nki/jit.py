@@ -114,6 +114,10 @@ MAX_GRID_INSTANCES = 65536
 class Kernel:
     """A kernel function made runnable by :func:`jit`."""
 
+    # a kernel named test_* is not a pytest test, though it wraps a function (AWS's tests
+    # define kernels so: pytest would collect one and ask for its arguments as fixtures)
+    __test__ = False
+
     def __init__(self, fn: Callable, grid: tuple[int, ...] = (), chip: ChipLike = None, mode: str = "auto") -> None:
         self.fn = fn
         self.grid = grid
