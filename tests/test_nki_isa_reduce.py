@@ -66,11 +66,11 @@ def test_tensor_scalar_reduce_and_activation_reduce():
     np.testing.assert_allclose(run(body2, X, shape=(128, 1))[:, 0], np.exp(X.astype(np.float64)).sum(axis=1), rtol=1e-5)
 
 
-def test_reduce_cmd_accumulation_is_refused_with_the_reason():
+def test_reduce_cmd_reduce_with_nothing_accumulated_is_refused_with_the_reason():
     def body(x):
         res = nl.ndarray((128, 1), nl.float32, buffer=nl.sbuf)
         nisa.tensor_scalar_reduce(data=x, op0=nl.add, operand0=0.0, reduce_op=nl.add, reduce_res=res,
                                   reduce_cmd=nisa.reduce_cmd.reduce)
         return res
-    with pytest.raises(KernelError, match="accumulator registers across instructions"):
+    with pytest.raises(KernelError, match="no earlier instruction of this kernel left a reduction"):
         run(body, X, shape=(128, 1))

@@ -128,6 +128,41 @@ def int_range(dtype: DType) -> tuple[int, int]:
     return int(info.min), int(info.max)
 
 
+@dataclass(frozen=True)
+class FloatInfo:
+    """Limits of a float dtype, as ``numpy.finfo`` gives them: ``max`` and ``min`` the
+    largest and most negative finite values, ``tiny`` the smallest positive normal,
+    ``eps`` the gap between 1 and the next value."""
+
+    dtype: DType
+    bits: int
+    max: float
+    min: float
+    tiny: float
+    eps: float
+
+    @property
+    def smallest_normal(self) -> float:
+        return self.tiny
+
+
+# (exponent bits, mantissa bits, largest finite value) of the narrow floats numpy lacks
+_NARROW_FLOATS = {"bfloat16": (8, 7, float.fromhex("0x1.fep127")), "float8_e4m3": (4, 3, 448.0),
+                  "float8_e5m2": (5, 2, 57344.0)}
+
+
+def finfo(dtype: object) -> FloatInfo:
+    """Limits of the float ``dtype`` (NKI's ``nl.finfo``)."""
+    dt = as_dtype(dtype)
+    if dt.name in _NARROW_FLOATS:
+        exponent, mantissa, largest = _NARROW_FLOATS[dt.name]
+        return FloatInfo(dt, 8 * dt.itemsize, largest, -largest, 2.0 ** (2 - 2 ** (exponent - 1)), 2.0 ** -mantissa)
+    if dt in (float32, float16):
+        info = np.finfo(dt.storage)
+        return FloatInfo(dt, int(info.bits), float(info.max), float(info.min), float(info.tiny), float(info.eps))
+    raise ProgramError(f"finfo of {dt.name}: not a float dtype the engines compute with; use numpy.iinfo for integers")
+
+
 def check_values(values: np.ndarray, dtype: DType, what: str) -> None:
     """Refuse ``values`` as data of ``dtype`` where they are not real numbers, or, for an
     integer dtype, not all integers in its range: the chip would saturate or round them

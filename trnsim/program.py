@@ -31,7 +31,9 @@ if TYPE_CHECKING:
 _set = object.__setattr__
 
 
-def _alignment_ok(start: int, count: int) -> bool:
+def partition_start_ok(start: int, count: int) -> bool:
+    """Whether an engine access of ``count`` partitions may start on partition ``start``
+    (DMAs reach any partition)."""
     if count > 64:
         return start == 0
     if count > 32:
@@ -288,7 +290,10 @@ class Program:
         if start + count > t.start_partition + t.shape[0] or v.offset % row + extent > row:
             raise self._fail(inst, f"operand {v!r} reaches outside {t!r}")
         if start != 0 or count > self.chip.sbuf.partitions:
-            _check_partitions(lambda: f"instruction {inst.index} {inst.opcode} operand {v!r}", start, count, self.chip)
+            # the start-partition rule is the engines' (their lanes stream whole quadrants);
+            # a DMA addresses any partition
+            _check_partitions(lambda: f"instruction {inst.index} {inst.opcode} operand {v!r}", start, count, self.chip,
+                              aligned=not isinstance(inst, DmaCopy))
 
     def _check_matmul_shapes(self, inst: Instruction, k: int, m: int) -> None:
         te = self.chip.tensor_engine
@@ -522,14 +527,15 @@ def _check_shape(shape: Sequence[int], where: str) -> tuple[int, ...]:
     return shape
 
 
-def _check_partitions(what: Callable[[], str], start: int, count: int, chip: ChipSpec) -> None:
-    """Partition range and start alignment; ``what`` names the operand (built only on failure)."""
+def _check_partitions(what: Callable[[], str], start: int, count: int, chip: ChipSpec, aligned: bool = True) -> None:
+    """Partition range and (``aligned``) start alignment; ``what`` names the operand (built
+    only on failure)."""
     limit = chip.sbuf.partitions
     if count > limit:
         raise ProgramError(f"{what()}: partition dimension {count} exceeds the {limit} partitions of {chip.name}; "
                            f"tile the first axis into pieces of {limit}")
     if start < 0 or start + count > limit:
         raise ProgramError(f"{what()}: partitions {start}..{start + count - 1} fall outside 0..{limit - 1} on {chip.name}")
-    if not _alignment_ok(start, count):
+    if aligned and not partition_start_ok(start, count):
         raise ProgramError(f"{what()}: start partition {start} is misaligned for {count} partitions; "
                            f"it must be {_allowed_starts(count)}")

@@ -48,7 +48,7 @@ from trnsim import adapters
 from trnsim.dtypes import DType
 from trnsim.nki import isa, language
 from trnsim.nki.jit import (Benchmark, BenchmarkResult, Kernel, NcLatency, Profile, Simulated, baremetal, benchmark, jit,
-                            profile, simulate, simulate_kernel, trace_program, typed)
+                            profile, simulate, simulate_kernel, trace, trace_program, typed)
 from trnsim.nki.tiles import NkiTensor
 from trnsim.nki.tracer import KernelError
 
@@ -57,7 +57,7 @@ dtype = DType        # the class of NKI's data types (nl.bfloat16, ...): kernels
 
 __all__ = ["Benchmark", "BenchmarkResult", "Kernel", "KernelError", "NcLatency", "NkiTensor", "Profile", "Simulated",
            "baremetal", "benchmark", "isa", "jit", "language", "nki_op", "profile", "simulate", "simulate_kernel",
-           "dtype", "tensor", "trace_program", "typed", "wrap_nki"]
+           "dtype", "tensor", "trace", "trace_program", "typed", "wrap_nki"]
 
 
 _FRAMEWORK_NAMES = ("nki_op", "wrap_nki")

@@ -28,13 +28,20 @@ def _stationary_of(x: NkiTensor, transpose_x: bool) -> NkiTensor:
 
 
 
+def _in_sbuf(t: NkiTensor) -> NkiTensor:
+    """The PE array reads SBUF: a PSUM operand (an ``nl.transpose`` result) is copied
+    there first, as NKI's compiler does for ``nl.matmul``."""
+    return copy(t) if t.buffer is Memory.PSUM else t
+
+
 def matmul(x: Any, y: Any, transpose_x: bool = False, mask: Mask | None = None, transpose_mode: bool = False) -> MatmulResult:
     """``x @ y`` on the tensor engine (fp32 in PSUM). With ``transpose_x=True``, ``x`` is
     already [K, M] (contraction on partitions) and the result is ``x.T @ y``; otherwise
-    ``x`` [M, K] goes through the PE array's transpose first."""
+    ``x`` [M, K] goes through the PE array's transpose first. Operands in PSUM are
+    copied to SBUF first (one vector-engine copy each)."""
     x, y = _e.readable(x, "matmul x"), _e.readable(y, "matmul y")
     named = _e.named_bases(x, y)
-    x, y = _e.restricted(x, mask, named), _e.restricted(y, mask, named)
+    x, y = _in_sbuf(_e.restricted(x, mask, named)), _in_sbuf(_e.restricted(y, mask, named))
     st_tile = _stationary_of(x, transpose_x)
     st = st_tile.view
     tr = _e.tracer()

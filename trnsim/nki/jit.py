@@ -31,6 +31,8 @@ from trnsim import dtypes as _dt
 from trnsim.errors import ProgramError, TrnSimError
 from trnsim.isa import Memory
 from trnsim import adapters
+from trnsim.nki import emit as _emit
+from trnsim.nki import memory as _memory
 from trnsim.nki.tiles import NkiTensor, _Placement
 from trnsim.nki import tracer as tracer_module
 from trnsim.nki.tracer import KernelError, Tracer
@@ -67,7 +69,9 @@ def typed(array: Any, dtype: Any) -> Typed:
 
 
 def _is_tensor_arg(value: Any) -> bool:
-    return isinstance(value, (np.ndarray, np.generic, Typed)) or hasattr(value, "detach")
+    # a numpy scalar (np.float32(0.5)) is a number, passed as is, as NKI passes every
+    # argument that is not an array; a 0-d array is a tensor of one element
+    return isinstance(value, (np.ndarray, Typed)) or hasattr(value, "detach")
 
 
 def _as_array(value: Any, name: str) -> tuple[np.ndarray, _dt.DType]:
@@ -114,6 +118,10 @@ MAX_GRID_INSTANCES = 65536
 
 class Kernel:
     """A kernel function made runnable by :func:`jit`."""
+
+    # a kernel named test_* is not a pytest test, though it wraps a function (AWS's tests
+    # define kernels so: pytest would collect one and ask for its arguments as fixtures)
+    __test__ = False
 
     def __init__(self, fn: Callable, grid: tuple[int, ...] = (), chip: ChipLike = None, mode: str = "auto") -> None:
         self.fn = fn
@@ -186,7 +194,7 @@ class Kernel:
                 tracer.start_instance(ids)
                 result = self.fn(*call_args, **call_kwargs)
                 tracer.flush_matmul()
-            outs = _hbm_results(result, tracer, self.fn)
+            outs = _hbm_results(result, tracer, self.fn, self.mode == "simulation")
         tracer.live = False
         inputs.update(tracer.constants)
         return Traced(tracer, inputs, result, outs)
@@ -207,14 +215,21 @@ class Kernel:
         return simulate(self)(*args, **kwargs)
 
 
-def _hbm_results(result: Any, tracer: Tracer, fn: Callable) -> list[NkiTensor]:
+def _hbm_results(result: Any, tracer: Tracer, fn: Callable, simulation: bool) -> list[NkiTensor]:
     items = result if isinstance(result, (tuple, list)) else ([] if result is None else [result])
     outs = []
     for r in items:
+        if simulation and isinstance(r, NkiTensor) and r.buffer is not Memory.HBM:
+            # NKI's CPU simulator (jit(mode="simulation")) gives a returned on-chip tile's
+            # values; here one DMA at the end copies the tile to an output
+            out = _emit.new_tensor(r.shape, r.dtype, Memory.HBM, name=f"{r.name}_out")
+            _memory.store(out, r)
+            r = out
         if not isinstance(r, NkiTensor) or r.buffer is not Memory.HBM:
             where = f"{fn.__code__.co_filename}:{fn.__code__.co_firstlineno}"
             raise tracer.fail(f"kernel {fn.__name__} returns {r!r}; a kernel returns HBM tensors "
-                              "(nl.ndarray(..., buffer=nl.shared_hbm)) it stored into", where)
+                              "(nl.ndarray(..., buffer=nl.shared_hbm)) it stored into (only under jit(mode=\"simulation\"), "
+                              "as NKI's CPU simulator, may it return an SBUF or PSUM tile)", where)
         if r.tensor not in tracer.program.outputs:
             tracer.program.outputs.append(r.tensor)
         outs.append(r)
@@ -534,6 +549,12 @@ def profile(func: Callable | None = None, *, working_directory: str | os.PathLik
     if func is None:
         return lambda f: Profile(jit(f), Path(working_directory), str(name), overwrite, nth, chip)
     return Profile(jit(func), Path(working_directory), str(name), overwrite, nth, chip)
+
+
+def trace(func: Callable | None = None, **options: Any) -> Any:
+    """Legacy ``@nki.trace``: marks a kernel for ``nki.simulate_kernel`` (or a call); the
+    same as :func:`jit`."""
+    return jit(func, **options)
 
 
 def trace_program(kernel: Callable, *args: Any, chip: ChipLike = None, **kwargs: Any) -> Any:

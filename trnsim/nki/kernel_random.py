@@ -37,8 +37,9 @@ def random_seed(seed: Any) -> None:
     _generators[_e.tracer()] = np.random.default_rng(value)
 
 
-def rand(shape: Sequence[int], dtype: Any, buffer: Any = sbuf, name: str = "") -> NkiTensor:
-    """A tile (or, with ``buffer=nl.hbm``, an HBM tensor) of values uniform in [0, 1)."""
+def rand(shape: Sequence[int], dtype: Any = np.float32, buffer: Any = sbuf, name: str = "") -> NkiTensor:
+    """A tile (or, with ``buffer=nl.hbm``, an HBM tensor) of values uniform in [0, 1);
+    ``dtype`` defaults to float32, as in the legacy ``neuronxcc`` signature."""
     tr = _e.tracer()
     data = _generator(tr).random(tuple(int(s) for s in shape), dtype=np.float32)
     hbm = shared_constant(data, dtype=dtype)

@@ -73,7 +73,7 @@ __all__ = [
     "float32", "bfloat16", "float16", "float8_e4m3", "float8_e5m2", "int8", "uint8", "int16", "int32", "uint32",
     "tfloat32", "MatmulResult",
     "uint16", "bool_", "float8_e4m3fn", "float8_e8m0fnu", "float8_e5m2_x4", "float8_e4m3fn_x4", "float4_e2m1fn_x4",
-    "float32r", "fp32", "NkiTensor", "NKIObject", "mgrid", "par_dim", "nc", "spmd_dim", "static_cast", "device_print",
+    "float32r", "fp32", "finfo", "NkiTensor", "NKIObject", "mgrid", "par_dim", "nc", "spmd_dim", "static_cast", "device_print",
     "no_reorder", "fori_loop", "while_loop", "dynamic_range", "is_hbm", "is_sbuf", "is_psum", "is_on_chip",
     "bypass", "logical_and", "logical_or", "logical_xor", "logical_not", "abs_max", "abs_min", "tan",
     "mish", "gelu_apprx_sigmoid", "all", "floor", "ceil", "trunc", "mod", "fmod",
@@ -105,6 +105,10 @@ float8_e4m3fn_x4 = _dt.float8_e4m3fn_x4
 float4_e2m1fn_x4 = _dt.float4_e2m1fn_x4
 #: fp32 matmul operands read in one pass (NKI's "fp32 replicated" performance mode).
 float32r = _dt.float32
+
+
+#: Limits of a float dtype (legacy ``nl.finfo(nl.bfloat16).min``), as ``numpy.finfo`` gives them.
+finfo = _dt.finfo
 
 
 class fp32:
@@ -166,7 +170,8 @@ DIFFERENCES: dict[str, str] = {
     "prod": _COMPOSED.format("about 15") + "; exp(sum(log|x|)), so about 1e-6 relative error",
     **{n: _COMPOSED.format("3 to 10") + "; exact for |x| below 2**31 (rounding goes through int32)"
        for n in ("floor", "ceil", "trunc", "mod", "fmod")},
-    "rand": "values from numpy's generator drawn at trace time, loaded with one DMA; not the chip's generator",
+    "rand": "values from numpy's generator drawn at trace time, loaded with one DMA; not the chip's generator; "
+            "dtype defaults to float32 (the legacy signature)",
     "random_seed": "a number seeds numpy's generator; a seed tile (its value unknown while tracing) restarts it "
                    "from one fixed state",
     "dropout": "its random values come from nl.rand (numpy's generator, drawn at trace time)",

@@ -16,6 +16,7 @@ import numpy as np
 from trnsim.isa import Engine, Memory, Memset, View
 from trnsim.nki import emit as _e
 from trnsim.nki.allocation import DirectAllocation, ModuloTile, direct_tile
+from trnsim.program import partition_start_ok
 from trnsim.nki.emit import MatmulResult
 from trnsim.nki.indirect import direct
 from trnsim.nki.tiles import BlockedTile, Mask, NkiTensor, ParDim, _Placement
@@ -146,14 +147,27 @@ def copy(x: Any, dtype: Any = None, mask: Mask | None = None) -> NkiTensor:
 
 
 def copy_into(target: NkiTensor, value: Any) -> None:
-    """``tile[...] = value``: a copy (or fill, for a number) into part of a tile."""
+    """``tile[...] = value``: a copy (or fill, for a number) into part of a tile. A part
+    that starts on a partition the engines cannot start on (``t[5, j] = x``: an engine
+    access of up to 32 partitions starts on 0, 32, 64 or 96) is written by a DMA, which
+    reaches any partition, from an HBM constant for a number."""
+    v = target.view
+    by_dma = target.buffer is not Memory.HBM and not partition_start_ok(v.start_partition, v.partitions)
     if isinstance(value, Real):
-        _e.emit(Memset(target.view, float(value), engine=Engine.VECTOR))
+        if by_dma:
+            fill = np.full((v.partitions, v.free_size), float(value)).astype(target.dtype.dtype)
+            _e.tracer().dma(_e.flat2d(v), _e.flat2d(shared_constant(fill, dtype=target.dtype).view))
+            return
+        _e.emit(Memset(v, float(value), engine=Engine.VECTOR))
         return
     value = _e.readable(value)
-    if value.view.size != target.view.size:
+    if value.view.size != v.size:
         raise _e.tracer().fail(f"assigning {list(value.shape)} elements to {list(target.shape)}: sizes differ")
-    _e.copy_to(target.view, value.view)
+    src = value.view
+    if value.buffer is Memory.SBUF and (by_dma or not partition_start_ok(src.start_partition, src.partitions)):
+        _e.tracer().dma(v, src)
+        return
+    _e.copy_to(v, src)
 
 
 

@@ -1,8 +1,9 @@
 """Reductions of ``nki.language`` along the free axes of a tile: ``sum``, ``max``, ``min``,
 ``mean``, ``var``, and the row-wise ``softmax`` and ``rms_norm`` built on them.
 
-Reductions run along trailing free axes on the vector engine; to reduce across
-partitions, transpose first.
+Reductions run along free axes on the vector engine: the access pattern walks the
+reduced axes last, so any free axes may be reduced, as NKI's compiler allows; to reduce
+across partitions, transpose first.
 """
 
 from __future__ import annotations
@@ -18,34 +19,61 @@ from trnsim.nki.tiles import Mask, NkiTensor
 
 
 def free_axes(x: NkiTensor, axis: Any) -> int:
-    """How many trailing free axes ``axis`` names; reductions run along free axes."""
-    nd = len(x.shape)
-    axes = sorted({a % nd for a in ((axis,) if isinstance(axis, int) else tuple(axis))})
-    tr = _e.tracer()
-    if 0 in axes:
-        raise tr.fail(f"reductions run along free axes; axis 0 of {list(x.shape)} is the partition axis (nl.transpose "
-                      "to reduce across partitions)")
-    if axes != list(range(nd - len(axes), nd)):
-        raise tr.fail(f"reduce axes {axes} of {list(x.shape)} must be the trailing free axes")
+    """How many trailing free axes ``axis`` names (softmax and rms_norm run along the last)."""
+    axes = reduce_axes(x, axis)
+    if list(axes) != list(range(len(x.shape) - len(axes), len(x.shape))):
+        raise _e.tracer().fail(f"reduce axes {list(axes)} of {list(x.shape)} must be the trailing free axes for "
+                               "nl.var, nl.softmax and nl.rms_norm in trnsim (nl.sum, nl.max, nl.min, nl.mean and "
+                               "nisa.tensor_reduce take any free axes)")
     return len(axes)
+
+
+def reduce_axes(x: NkiTensor, axis: Any) -> tuple[int, ...]:
+    """The free axes ``axis`` names, sorted; reductions run along free axes."""
+    nd = len(x.shape)
+    axes = tuple(sorted({a % nd for a in ((axis,) if isinstance(axis, int) else tuple(axis))}))
+    if 0 in axes:
+        raise _e.tracer().fail(f"reductions run along free axes; axis 0 of {list(x.shape)} is the partition axis "
+                               "(nl.transpose to reduce across partitions)")
+    return axes
+
+
+def reduced_shape(shape: tuple[int, ...], axes: tuple[int, ...], keepdims: bool) -> tuple[int, ...]:
+    """The shape of a reduction's result: the kept axes (with 1 for each reduced axis
+    under ``keepdims``), and at least [P, 1]."""
+    if keepdims:
+        return tuple(1 if i in axes else s for i, s in enumerate(shape))
+    kept = tuple(s for i, s in enumerate(shape) if i not in axes)
+    return kept if len(kept) > 1 else (kept[0], 1)
+
+
+def reduced_last(x: NkiTensor, v: View, axes: tuple[int, ...]) -> View:
+    """``v`` (a view of ``x``) walking the ``axes`` last, where the engines reduce."""
+    nd = len(v.dims)
+    if list(axes) == list(range(nd - len(axes), nd)):
+        return v
+    if nd != len(x.shape):
+        raise _e.tracer().fail(f"reducing axes {list(axes)} of {x.name}{list(x.shape)}, whose access pattern has "
+                               f"{nd} dimensions, not one per axis: copy it to a fresh tile first")
+    kept = [d for i, d in enumerate(v.dims) if i not in axes]
+    return View(v.tensor, v.offset, tuple(kept + [v.dims[i] for i in axes]))
 
 
 def _reduce(op: ReduceOp, name: str):
     def fn(x: Any, axis: Any, dtype: Any = None, keepdims: bool = False, mask: Mask | None = None) -> NkiTensor:
         x = _e.readable(x)
-        n = free_axes(x, axis)
-        kept = x.shape[: len(x.shape) - n]
-        shape = kept + (1,) * n if keepdims else (kept if len(kept) > 1 else (kept[0], 1))
-        kept_bases = (x.bases[: len(x.shape) - n] + (None,) * len(shape))[: len(shape)]
+        axes = reduce_axes(x, axis)
+        shape = reduced_shape(tuple(x.shape), axes, keepdims)
+        kept_bases = tuple(b for i, b in enumerate(x.bases) if i not in axes) if not keepdims else x.bases
+        kept_bases = (kept_bases + (None,) * len(shape))[: len(shape)]
         out = _e.new_tensor(shape, dtype or (x.dtype if x.buffer is Memory.SBUF else _dt.float32), bases=kept_bases)
-        src = _e.clip(mask, x)[0]
-        _e.reduce(_e.clip_result(mask, out, len(kept), _e.named_bases(x)), src, op, n)
+        src = reduced_last(x, _e.clip(mask, x)[0], axes)
+        _e.reduce(_e.clip_result(mask, out, len(x.shape) - len(axes), _e.named_bases(x)), src, op, len(axes))
         return out
 
     fn.__name__ = name
-    fn.__doc__ = f"{name} along trailing free axes (vector engine)."
+    fn.__doc__ = f"{name} along free axes (vector engine)."
     return fn
-
 
 
 sum = _reduce(ReduceOp.ADD, "sum")  # noqa: A001 - NKI's name
@@ -54,9 +82,9 @@ min = _reduce(ReduceOp.MIN, "min")  # noqa: A001
 
 
 def mean(x: Any, axis: Any, dtype: Any = None, keepdims: bool = False, mask: Mask | None = None) -> NkiTensor:
-    """Mean along trailing free axes."""
+    """Mean along free axes."""
     x = _e.readable(x)
-    n = math.prod(x.shape[len(x.shape) - free_axes(x, axis):])
+    n = math.prod(x.shape[a] for a in reduce_axes(x, axis))
     total = sum(x, axis, dtype=_dt.float32, keepdims=keepdims, mask=mask)
     return multiply(total, 1.0 / n, dtype=dtype or _dt.float32)
 
@@ -64,6 +92,7 @@ def mean(x: Any, axis: Any, dtype: Any = None, keepdims: bool = False, mask: Mas
 def var(x: Any, axis: Any, dtype: Any = None, keepdims: bool = False, mask: Mask | None = None) -> NkiTensor:
     """Population variance along trailing free axes: mean((x - mean(x))^2)."""
     x = _e.restricted(_e.readable(x), mask)
+    free_axes(x, axis)   # the mean is subtracted per partition
     m = mean(x, axis, keepdims=True)
     centred = subtract(x, _per_partition(m), dtype=_dt.float32)
     result = mean(square(centred), axis, dtype=dtype, keepdims=keepdims)

@@ -580,6 +580,10 @@ class NkiTensor(ViewMethods):
         return self._op("less_equal", o)
 
     def __bool__(self) -> bool:
+        if self.buffer is Memory.HBM:
+            # an HBM tensor is a handle, true as any object is (``x = nl.load(t) if t else None``
+            # tests whether an optional tensor was passed); its values are never tested here
+            return True
         raise current().fail("a tile has no truth value while the kernel is traced (its values are not known yet); "
                             "select with nl.where or a mask= instead of an if on a tile")
 

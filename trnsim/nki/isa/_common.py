@@ -22,7 +22,8 @@ COMPARISONS = (AluOp.IS_EQUAL, AluOp.NOT_EQUAL, AluOp.IS_GT, AluOp.IS_GE, AluOp.
 
 # numpy / nl functions that NKI passes as ``op``: map them to the engines' operations.
 ALU_NAMES = {"add": AluOp.ADD, "subtract": AluOp.SUBTRACT, "multiply": AluOp.MULTIPLY, "divide": AluOp.DIVIDE,
-             "maximum": AluOp.MAXIMUM, "minimum": AluOp.MINIMUM, "power": AluOp.POW, "equal": AluOp.IS_EQUAL,
+             "maximum": AluOp.MAXIMUM, "minimum": AluOp.MINIMUM, "max": AluOp.MAXIMUM, "min": AluOp.MINIMUM,
+             "amax": AluOp.MAXIMUM, "amin": AluOp.MINIMUM, "power": AluOp.POW, "equal": AluOp.IS_EQUAL,
              "not_equal": AluOp.NOT_EQUAL, "greater": AluOp.IS_GT, "greater_equal": AluOp.IS_GE, "less": AluOp.IS_LT,
              "less_equal": AluOp.IS_LE, "bypass": AluOp.BYPASS,
              "bitwise_and": AluOp.BITWISE_AND, "bitwise_or": AluOp.BITWISE_OR, "bitwise_xor": AluOp.BITWISE_XOR,
@@ -136,11 +137,12 @@ def no_mask(kwargs: dict, name: str) -> None:
 
 
 def only_reset(name: str, cmd: Any, allowed: tuple[reduce_cmd_enum, ...]) -> None:
-    """trnsim keeps no accumulator registers between instructions: each reduction starts afresh."""
+    """trnsim keeps no scalar-engine accumulator registers between instructions (the vector
+    engine's are :mod:`trnsim.nki.isa.accumulator`): each reduction starts afresh."""
     if cmd is not None and cmd not in allowed:
-        raise fail(f"{name}: reduce_cmd={cmd!r} carries the engine's accumulator registers across instructions, which "
-                    f"trnsim does not model; use one of {', '.join(c.name for c in allowed)} and combine partial results "
-                    "with nisa.tensor_tensor")
+        raise fail(f"{name}: reduce_cmd={cmd!r} carries the scalar engine's accumulator registers across instructions, "
+                    f"which trnsim does not model; use one of {', '.join(c.name for c in allowed)} and combine partial "
+                    "results with nisa.tensor_tensor")
 
 
 def reduce_into(name: str, reduce_res: Any, src: NkiTensor, op: ReduceOp, engine: Engine = Engine.VECTOR) -> None:

@@ -10,6 +10,8 @@ from trnsim import dtypes as _dt
 from trnsim.isa import ActivationFunc, AluOp, Engine, Memset, ReduceOp, TensorScalar
 from trnsim.nki import emit as _e
 from trnsim.nki.compute import prelu
+from trnsim.nki.isa import accumulator
+from trnsim.nki.isa.constants import reduce_cmd as reduce_cmd_enum
 from trnsim.nki.isa._common import (IDLE, RESET_REDUCE, act, alu, fail, is_tile, needs_version, no_mask, only_reset,
                                     operand, out_tile, reduction, split_dst, take, tile)
 from trnsim.nki.tiles import Mask, NkiTensor
@@ -96,16 +98,26 @@ def exponential(*args: Any, max_value: Any = 0.0, reduce_res: Any = None, reduce
     no_mask(kwargs, "exponential")
     dst, rest = split_dst(args, kwargs, lambda a: len(a) >= 2, "src")
     src = tile(take(kwargs, rest, 0, "src"), "exponential src")
-    only_reset("exponential", reduce_cmd, (IDLE, RESET_REDUCE))
-    if not isinstance(reduce_init, Real) or reduce_init != 0.0:
-        raise fail("exponential: reduce_init goes with reduce_cmd=load_reduce, which trnsim does not model")
+    cmd = IDLE if reduce_cmd is None else reduce_cmd
+    if cmd is not reduce_cmd_enum.load_reduce and (not isinstance(reduce_init, Real) or reduce_init != 0.0):
+        raise fail(f"exponential: reduce_init must be unset or 0.0 unless reduce_cmd=load_reduce (got {cmd!r}), as NKI "
+                   "documents")
     out = out_tile(dst, src, dtype)
     bias = _e.new_tensor((src.view.partitions, 1), _dt.float32)
     if isinstance(max_value, Real):
         _e.emit(Memset(bias.view, -float(max_value), engine=Engine.VECTOR))
     else:
         _e.tensor_scalar(bias.view, tile(max_value, "exponential max_value").view, AluOp.MULTIPLY, -1.0)
-    red = ReduceOp.ADD if reduce_res is not None else None
-    _e.activation(out.view, src.view, ActivationFunc.EXP, bias.view, 1.0, red,
-                  tile(reduce_res, "exponential reduce_res").view if reduce_res is not None else None)
+    if cmd is IDLE:
+        red = ReduceOp.ADD if reduce_res is not None else None
+        _e.activation(out.view, src.view, ActivationFunc.EXP, bias.view, 1.0, red,
+                      tile(reduce_res, "exponential reduce_res").view if reduce_res is not None else None)
+        accumulator.idle()
+        return out
+    parts = src.view.partitions
+    begin = accumulator.start("exponential", cmd, AluOp.ADD, reduce_init, parts)
+    part = accumulator.scratch(begin, AluOp.ADD, parts)
+    _e.activation(out.view, src.view, ActivationFunc.EXP, bias.view, 1.0, ReduceOp.ADD,
+                  part.view if part is not None else accumulator.registers(parts))
+    accumulator.finish("exponential", cmd, AluOp.ADD, begin, part.view if part is not None else None, reduce_res, parts)
     return out

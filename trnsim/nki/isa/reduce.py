@@ -7,27 +7,27 @@ from __future__ import annotations
 from typing import Any
 
 from trnsim import dtypes as _dt
-from trnsim.isa import BN_STATS_WIDTH, AluOp, BnAggr, BnStats, Engine, PartitionReduce, TensorScalar
+from trnsim.isa import BN_STATS_WIDTH, AluOp, BnAggr, BnStats, Engine, PartitionReduce, TensorReduce, TensorScalar
 from trnsim.nki import emit as _e
-from trnsim.nki.isa._common import (RESET_REDUCE, alu, fail, is_tile, no_mask, only_reset, operand, out_tile, pick_engine,
+from trnsim.nki.isa import accumulator
+from trnsim.nki.isa.constants import reduce_cmd as reduce_cmd_enum
+from trnsim.nki.isa._common import (IDLE, RESET_REDUCE, alu, fail, is_tile, no_mask, operand, out_tile, pick_engine,
                                     reduction, reduce_into, split_dst, take, tile)
-from trnsim.nki.reductions import free_axes
+from trnsim.nki.reductions import reduce_axes, reduced_last, reduced_shape
 from trnsim.nki.tiles import NkiTensor
 
 
 def tensor_reduce(*args: Any, axis: Any = None, dtype: Any = None, negate: bool = False, keepdims: bool = False,
                   engine: Any = None, **kwargs: Any) -> NkiTensor:
-    """Reduce ``data`` along trailing free axes with ``op`` (nl.add, nl.maximum, nl.minimum)."""
+    """Reduce ``data`` along free axes with ``op`` (nl.add, nl.maximum, nl.minimum)."""
     dst, rest = split_dst(args, kwargs, lambda a: is_tile(a[0]), "data")
     op = kwargs.pop("op", rest[0] if rest else None)
     data = _e.readable(kwargs.pop("data", rest[1] if len(rest) > 1 else None), "tensor_reduce data")
     if axis is None:
         axis = kwargs.pop("axis", rest[2] if len(rest) > 2 else -1)
-    n = free_axes(data, axis)
-    kept = data.shape[: len(data.shape) - n]
-    shape = kept + (1,) * n if keepdims else (kept if len(kept) > 1 else (kept[0], 1))
-    out = out_tile(dst, data, dtype, shape)
-    _e.reduce(out.view, data.view, reduction(op), n, pick_engine(engine, Engine.VECTOR))
+    axes = reduce_axes(data, axis)
+    out = out_tile(dst, data, dtype, reduced_shape(tuple(data.shape), axes, keepdims))
+    _e.reduce(out.view, reduced_last(data, data.view, axes), reduction(op), len(axes), pick_engine(engine, Engine.VECTOR))
     if negate:
         _e.tensor_scalar(out.view, out.view, AluOp.MULTIPLY, -1.0)
     return out
@@ -44,15 +44,26 @@ def tensor_scalar_reduce(*args: Any, dtype: Any = None, reverse0: bool = False, 
     operand0 = operand(take(kwargs, rest, 2, "operand0"))
     red = reduction(take(kwargs, rest, 3, "reduce_op"))
     reduce_res = take(kwargs, rest, 4, "reduce_res")
-    only_reset("tensor_scalar_reduce", reduce_cmd, (RESET_REDUCE,))
-    if reduce_init is not None:
-        raise fail("tensor_scalar_reduce: reduce_init goes with reduce_cmd=load_reduce, which trnsim does not model")
+    cmd = RESET_REDUCE if reduce_cmd is None else reduce_cmd
+    if reduce_init is not None and cmd is not reduce_cmd_enum.load_reduce:
+        raise fail(f"tensor_scalar_reduce: reduce_init is set only with reduce_cmd=load_reduce (got {cmd!r}), as NKI "
+                   "documents")
     out = out_tile(dst, data, dtype)
     _e.emit(TensorScalar(out.view, data.view, op0, operand0, None, None, bool(reverse0), engine=Engine.VECTOR))
-    if reduce_res is not None:
-        reduce_into("tensor_scalar_reduce", reduce_res, out, red)
-        if reduce_res_negate:
-            _e.tensor_scalar(reduce_res.view, reduce_res.view, AluOp.MULTIPLY, -1.0)
+    if cmd is IDLE:
+        if reduce_res is not None:
+            reduce_into("tensor_scalar_reduce", reduce_res, out, red)
+        accumulator.idle()
+    else:
+        op, parts = accumulator.COMBINE[red], data.view.partitions
+        begin = accumulator.start("tensor_scalar_reduce", cmd, op, reduce_init, parts)
+        part = accumulator.scratch(begin, op, parts)
+        _e.emit(TensorReduce(part.view if part is not None else accumulator.registers(parts), _e.flat2d(out.view), red,
+                             1, engine=Engine.VECTOR))
+        accumulator.finish("tensor_scalar_reduce", cmd, op, begin, part.view if part is not None else None, reduce_res,
+                           parts)
+    if reduce_res is not None and reduce_res_negate:
+        _e.tensor_scalar(reduce_res.view, reduce_res.view, AluOp.MULTIPLY, -1.0)
     return out
 
 

@@ -32,24 +32,27 @@ DIFFERENCES: dict[str, str] = {
     "dma_compute": ("timed as the DMAs plus one vector-engine add per extra source (the chip adds inside the DMA "
                     "engine); HBM operands of more than 128 rows refused"),
     "nc_matmul": "tile_position, tile_size and perf_mode accepted and not modelled",
-    "activation": "reduce_cmd idle/reset_reduce only (the others refused)",
+    "activation": "reduce_cmd idle/reset_reduce only (the scalar engine's accumulator is not carried across "
+                  "instructions; the others refused)",
     "tensor_partition_reduce": "add, max and min only (average and bitwise ops refused)",
     "tensor_scalar": "reverse1 refused",
     "reciprocal": "vector engine, costed max(64, 8N) like the scalar engine's reciprocal",
     "nonzero_with_count": "partitions 0, 16, ..., 112 only",
     "activate2": "NeuronCore-v4+ (KernelError before trn3); costed as a scalar-engine tensor_scalar + activation "
                  "(two instructions); relu_param and reverse1 refused",
-    "tensor_scalar_reduce": "costed as tensor_scalar + tensor_reduce (two instructions); reduce_cmd only "
-                            "reset_reduce; no nl.multiply reduction",
-    "tensor_scalar_cumulative": "costed as tensor_scalar + tensor_tensor_scan (two vector instructions); reduce_cmd "
-                                "reset_reduce or load_reduce (reduce, which continues across instructions, refused)",
+    "tensor_scalar_reduce": "costed as tensor_scalar + tensor_reduce (two instructions), plus the accumulator's "
+                            "[P, 1] vector ops (see reduce_cmd); no nl.multiply reduction",
+    "tensor_scalar_cumulative": "costed as tensor_scalar + tensor_tensor_scan (two vector instructions) plus a "
+                                "[P, 1] copy of the last running value into the accumulator (and a copy to dst when "
+                                "dst is not fp32); reduce_cmd idle refused",
     "exponential": "exp(src - max_value) runs as a scalar-engine activation (NKI: vector engine), plus a "
-                   "memset/negate of the bias; reduce_cmd idle/reset_reduce only",
+                   "memset/negate of the bias and the accumulator's [P, 1] vector ops (see reduce_cmd)",
     "dropout": "random stream is numpy PCG64 (seeded 0 per run, reseeded by set_rng_seed), not the hardware's "
                "XORWOW; no 1/(1-p) scaling, as NKI",
-    "range_select": "on_false_value must be FP32_MIN and reduce_op nl.maximum (as NKI); reduce_cmd "
-                    "idle/reset_reduce only",
-    "select_reduce": "reduce_cmd idle/reset_reduce only; the reduction is costed as a separate tensor_reduce",
+    "range_select": "on_false_value must be FP32_MIN and reduce_op nl.maximum (as NKI); plus the accumulator's "
+                    "[P, 1] vector ops (see reduce_cmd)",
+    "select_reduce": "the reduction is costed as a separate tensor_reduce, plus the accumulator's [P, 1] vector "
+                     "ops (see reduce_cmd)",
     "local_gather": "semantics as NKI's numpy equivalent; the index may be any integer dtype",
     "dma_copy": "dst_rmw_op=nl.add is timed as DMAs plus a vector-engine add, as dma_compute is; "
                 "converts between float dtypes through fp32; dge_mode, priority and engine accepted; an indirect "
@@ -68,7 +71,11 @@ DIFFERENCES: dict[str, str] = {
                       "state; rand_set_state of it seeds a new stream rather than restoring this one",
     "set_rng_seed": "seeds the numpy generator from the tile's values",
     "VirtualRegister": "a trace-time integer",
-    "reduce_cmd": "enum; instructions accept only idle/reset_reduce (tensor_scalar_cumulative also load_reduce)",
+    "reduce_cmd": "the vector engine's accumulator registers (range_select, select_reduce, tensor_scalar_reduce, "
+                  "tensor_scalar_cumulative, exponential) are a [128, 1] fp32 SBUF tile carried across instructions; "
+                  "carrying costs [P, 1] vector ops the chip does not run (a combine under reduce or load_reduce from "
+                  "a tile, a copy out to reduce_res); reduce after idle or before any reduction refused; activation "
+                  "(scalar engine) takes idle/reset_reduce only",
     "dge_mode": "enum; all modes timed alike",
     "matmul_perf_mode": "enum only (nc_matmul does not model double_row)",
     "constants": "the module of the enums (nki.isa.constants), also an attribute of nki.isa",

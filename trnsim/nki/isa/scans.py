@@ -3,15 +3,15 @@
 
 from __future__ import annotations
 
-import math
 from numbers import Real
 from typing import Any
 
 from trnsim import dtypes as _dt
-from trnsim.isa import AluOp, Engine, SequenceBounds, TensorScalar, TensorTensorScan
+from trnsim.isa import AluOp, Engine, SequenceBounds, TensorScalar, TensorTensorScan, View
 from trnsim.nki import emit as _e
-from trnsim.nki.isa._common import (RESET_REDUCE, alu, fail, is_tile, no_mask, not_both_psum, only_reset, operand,
-                                    out_tile, reduce_cmd_enum, same_free, scalar_or_view, split_dst, take, tile)
+from trnsim.nki.isa import accumulator
+from trnsim.nki.isa._common import (IDLE, RESET_REDUCE, alu, fail, is_tile, no_mask, not_both_psum, operand, out_tile,
+                                    same_free, scalar_or_view, split_dst, take, tile)
 from trnsim.nki.tiles import NkiTensor
 
 
@@ -35,35 +35,39 @@ def tensor_tensor_scan(*args: Any, dtype: Any = None, reverse0: bool = False, re
     return out
 
 
-_IDENTITY = {AluOp.ADD: 0.0, AluOp.SUBTRACT: 0.0, AluOp.MULTIPLY: 1.0, AluOp.MAXIMUM: -math.inf, AluOp.MINIMUM: math.inf}
-
-
 def tensor_scalar_cumulative(*args: Any, reduce_cmd: Any = None, reverse0: bool = False, dtype: Any = None,
                              **kwargs: Any) -> NkiTensor:
     """Running ``reg = op1(op0(src[i], imm0), reg)`` along the free axis, each step written to
-    ``dst``; ``reg`` starts at op1's identity (reset_reduce) or ``imm1`` (load_reduce). Runs as
-    a tensor_scalar then a tensor_tensor_scan on the vector engine."""
+    ``dst``; ``reg`` (the vector engine's accumulator) starts at op1's identity (reset_reduce),
+    ``imm1`` (load_reduce, a number or [P, 1] tile) or what the last accumulating instruction
+    left (reduce). Runs as a tensor_scalar then a tensor_tensor_scan on the vector engine."""
     no_mask(kwargs, "tensor_scalar_cumulative")
     dst, rest = split_dst(args, kwargs, lambda a: len(a) >= 2 and is_tile(a[1]), "src")
     src = tile(take(kwargs, rest, 0, "src"), "tensor_scalar_cumulative src")
     op0, op1 = alu(take(kwargs, rest, 1, "op0")), alu(take(kwargs, rest, 2, "op1"))
     imm0 = operand(take(kwargs, rest, 3, "imm0"))
     imm1 = take(kwargs, rest, 4, "imm1")
-    if op1 not in _IDENTITY:
+    if op1 not in accumulator.IDENTITY:
         raise fail(f"tensor_scalar_cumulative: op1 {op1.value} must be add, subtract, multiply, maximum or minimum")
-    only_reset("tensor_scalar_cumulative", reduce_cmd, (RESET_REDUCE, reduce_cmd_enum.load_reduce))
-    if reduce_cmd is reduce_cmd_enum.load_reduce:
-        if imm1 is None:
-            raise fail("tensor_scalar_cumulative: reduce_cmd=load_reduce starts from imm1; pass imm1=")
-        initial = scalar_or_view(imm1, "tensor_scalar_cumulative imm1")
-    else:
-        initial = _IDENTITY[op1]
+    cmd = RESET_REDUCE if reduce_cmd is None else reduce_cmd
+    if cmd is IDLE:
+        raise fail("tensor_scalar_cumulative: reduce_cmd=idle leaves the accumulator undefined; use reset_reduce, "
+                   "load_reduce or reduce")
+    parts = src.view.partitions
+    initial = accumulator.start("tensor_scalar_cumulative", cmd, op1, imm1, parts)
     out = out_tile(dst, src, dtype)
     same_free("tensor_scalar_cumulative", out, src)
-    step = _e.new_tensor((src.view.partitions, src.view.free_size), _dt.float32)
+    step = _e.new_tensor((parts, src.view.free_size), _dt.float32)
     _e.emit(TensorScalar(step.view, _e.flat2d(src.view), op0, imm0, None, None, bool(reverse0), engine=Engine.VECTOR))
-    _e.emit(TensorTensorScan(_e.flat2d(out.view), step.view, step.view, initial, op1, AluOp.BYPASS,
+    # the running value stays fp32 in the registers whatever dst's dtype
+    scan = out if out.dtype is _dt.float32 else _e.new_tensor((parts, src.view.free_size), _dt.float32)
+    _e.emit(TensorTensorScan(_e.flat2d(scan.view), step.view, step.view, initial, op1, AluOp.BYPASS,
                              engine=Engine.VECTOR))
+    if scan is not out:
+        _e.copy_to(_e.flat2d(out.view), scan.view)
+    v = _e.flat2d(scan.view)
+    last = View(v.tensor, v.offset + (v.free_size - 1) * v.dims[1][0], (v.dims[0], (1, 1)))
+    accumulator.finish("tensor_scalar_cumulative", cmd, op1, accumulator.IDENTITY[op1], last, None, parts)
     return out
 
 

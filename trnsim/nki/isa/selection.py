@@ -7,10 +7,11 @@ from typing import Any
 
 import numpy as np
 
-from trnsim.isa import Engine, Memset, RangeSelect, ReduceOp, Select, View
+from trnsim.isa import AluOp, Engine, Memset, RangeSelect, ReduceOp, Select, TensorReduce, View
 from trnsim.nki import emit as _e
+from trnsim.nki.isa import accumulator
 from trnsim.nki.isa._common import (COMPARISONS, IDLE, RESET_REDUCE, alu, fail, is_tile, needs_version, no_mask,
-                                    only_reset, out_tile, reduce_into, reduction, same_free, scalar_or_view, split_dst,
+                                    out_tile, reduce_into, reduction, same_free, scalar_or_view, split_dst,
                                     take, tile)
 from trnsim.nki.tiles import NkiTensor
 
@@ -37,12 +38,22 @@ def range_select(*args: Any, reduce_cmd: Any = None, reduce_res: Any = None, red
     if float(np.float32(on_false_value)) != FP32_MIN:
         raise fail(f"range_select: on_false_value must be FP32_MIN ({FP32_MIN}) due to hardware constraints, "
                     f"got {on_false_value}")
-    only_reset("range_select", reduce_cmd, (IDLE, RESET_REDUCE))
     out = out_tile(dst, src, dtype)
     same_free("range_select", out, src)
-    res = tile(reduce_res, "range_select reduce_res").view if reduce_res is not None else None
+    parts = src.view.partitions
+    cmd = RESET_REDUCE if reduce_cmd is None else reduce_cmd
+    if cmd is IDLE:
+        res = tile(reduce_res, "range_select reduce_res").view if reduce_res is not None else None
+        _e.emit(RangeSelect(_e.flat2d(out.view), _e.flat2d(src.view), cmp0, cmp1, bound0.view, bound1.view,
+                            int(range_start), FP32_MIN, res, engine=Engine.VECTOR))
+        accumulator.idle()
+        return out
+    begin = accumulator.start("range_select", cmd, AluOp.MAXIMUM, None, parts)
+    part = accumulator.scratch(begin, AluOp.MAXIMUM, parts)
     _e.emit(RangeSelect(_e.flat2d(out.view), _e.flat2d(src.view), cmp0, cmp1, bound0.view, bound1.view, int(range_start),
-                        FP32_MIN, res, engine=Engine.VECTOR))
+                        FP32_MIN, part.view if part is not None else accumulator.registers(parts), engine=Engine.VECTOR))
+    accumulator.finish("range_select", cmd, AluOp.MAXIMUM, begin, part.view if part is not None else None, reduce_res,
+                       parts)
     return out
 
 
@@ -55,20 +66,45 @@ def select_reduce(*args: Any, reduce_res: Any = None, reduce_cmd: Any = None, re
     pred = tile(take(kwargs, rest, 0, "predicate"), "select_reduce predicate")
     on_true = tile(take(kwargs, rest, 1, "on_true"), "select_reduce on_true")
     on_false = take(kwargs, rest, 2, "on_false", 0.0)
-    only_reset("select_reduce", reduce_cmd, (IDLE, RESET_REDUCE))
     red = reduction(reduce_op) if reduce_op is not None else ReduceOp.MAX
     out = out_tile(dst, on_true, dtype)
-    first, second = on_true.view, scalar_or_view(on_false, "select_reduce on_false")
+    same_free("select_reduce", out, on_true, pred)
+    first, second = _e.flat2d(on_true.view), _per_partition(on_false, out, "select_reduce on_false")
     if reverse_pred:
         if not isinstance(second, View):
             fill = _e.like(on_true)
             _e.emit(Memset(fill.view, second, engine=Engine.VECTOR))
-            second = fill.view
+            second = _e.flat2d(fill.view)
         first, second = second, first
-    _e.emit(Select(out.view, pred.view, first, second, engine=Engine.VECTOR))
-    if reduce_res is not None:
-        reduce_into("select_reduce", reduce_res, out, red)
+    _e.emit(Select(_e.flat2d(out.view), _e.flat2d(pred.view), first, second, engine=Engine.VECTOR))
+    cmd = IDLE if reduce_cmd is None else reduce_cmd
+    if cmd is IDLE:
+        if reduce_res is not None:
+            reduce_into("select_reduce", reduce_res, out, red)
+        accumulator.idle()
+        return out
+    op, parts = accumulator.COMBINE[red], out.view.partitions
+    begin = accumulator.start("select_reduce", cmd, op, None, parts)
+    part = accumulator.scratch(begin, op, parts)
+    _e.emit(TensorReduce(part.view if part is not None else accumulator.registers(parts), _e.flat2d(out.view), red, 1,
+                         engine=Engine.VECTOR))
+    accumulator.finish("select_reduce", cmd, op, begin, part.view if part is not None else None, reduce_res, parts)
     return out
+
+
+def _per_partition(x: Any, out: NkiTensor, what: str) -> float | View:
+    """A number, a tile shaped as ``out``, or a [P, 1] tile read as one value per partition
+    (a view that repeats it along the free axis)."""
+    value = scalar_or_view(x, what)
+    if not isinstance(value, View):
+        return value
+    v = _e.flat2d(value)
+    if v.partitions == out.view.partitions and v.free_size == 1 and out.view.free_size > 1:
+        return View(v.tensor, v.offset, (v.dims[0], (0, out.view.free_size)))
+    if v.partitions != out.view.partitions or v.free_size != out.view.free_size:
+        raise fail(f"{what} {list(x.shape)} must be a number, [{out.view.partitions}, 1] or shaped as dst "
+                   f"{list(out.shape)}")
+    return v
 
 
 def tensor_copy_predicated(*args: Any, reverse_pred: bool = False, **kwargs: Any) -> NkiTensor:
