@@ -26,7 +26,7 @@ def activation(*args: Any, bias: Any = None, scale: Any = 1.0, reduce_op: Any = 
     op = kwargs.pop("op", rest[0] if rest else None)
     data = _e.readable(kwargs.pop("data", rest[1] if len(rest) > 1 else None), "activation data")
     out = out_tile(dst, data, dtype)
-    if op is prelu:
+    if getattr(op, "__wrapped__", op) is prelu:   # nl.prelu is prelu taking a bool mask
         return _prelu(out, data, bias, scale, kwargs.pop("relu_param", None), reduce_op, mask)
     func = act(op)
     b = _e.readable(bias, "activation bias").view if bias is not None else None
