@@ -19,6 +19,14 @@ An item is one of:
 - a script, run as ``__main__``: passes when it exits 0 within the timeout;
 - a library module: passes when it imports.
 
+nki-library's own test suite (its ``test/integration`` in its documented simulation mode,
+``--test-mode simulation``) collects 21,232 tests: ``--sample N`` (8 by default) runs N
+of each file, evenly spaced over those its own rules do not skip, and the table counts
+those. Its framework imports one module its public repository lacks
+(``test.utils.perf_analysis_private``, used only to analyse hardware profiles): a
+plugin the harness writes into its scratch folder stands in for it; no file of the
+library is changed.
+
 Every item runs in a subprocess with a timeout (``--timeout``, 120 s by default), with
 trnsim's import aliases (``nki``, ``neuronxcc``, ``torch_neuronx``) active: pytest
 installs them through trnsim's plugin, and scripts and imports start with
@@ -84,7 +92,7 @@ def _reason(report):
 
 def pytest_collection_finish(session):
     for item in session.items:
-        _write({"collected": item.nodeid})
+        _write({"collected": item.nodeid, "skip": item.get_closest_marker("skip") is not None})
 
 
 def pytest_collectreport(report):
@@ -138,6 +146,25 @@ def pytest_runtest_logreport(report):
 '''
 
 
+# nki-library's test framework imports one module that its public repository does not
+# contain (test/utils/test_orchestrator.py: ``from .perf_analysis_private import
+# analyze_trace``, an AWS-internal analysis of hardware profiles, never called in
+# simulation mode): this plugin, loaded for those tests only, stands in for it
+PRIVATE_PLUGIN = '''
+import sys, types
+
+_missing = types.ModuleType("test.utils.perf_analysis_private")
+
+
+def analyze_trace(*args, **kwargs):
+    raise RuntimeError("test.utils.perf_analysis_private is not in nki-library's public repository")
+
+
+_missing.analyze_trace = analyze_trace
+sys.modules["test.utils.perf_analysis_private"] = _missing
+'''
+
+
 @dataclass(frozen=True)
 class Part:
     """Paths of one repository at one commit, and how their items run.
@@ -154,6 +181,8 @@ class Part:
     extract: tuple[str, ...] = ()      # more paths to extract, that hold no items
     pythonpath: tuple[str, ...] = ()   # relative to the extracted tree
     pytest_args: tuple[str, ...] = ()
+    plugins: tuple[str, ...] = ()      # more pytest plugins (modules of the scratch plugin folder)
+    sample: bool = False               # run --sample test ids of each file (nki-library's 21,232)
     out_of_scope: dict[str, str] = field(default_factory=dict)  # path -> reason
 
 
@@ -190,7 +219,8 @@ SOURCES = (
         # repository does not contain (test/utils/core_lock_client.py): no one can run
         # HEAD's tests, so they run at the last commit whose framework is complete
         Part("tests@0759719", "0759719", ("test/integration",), "pytest", extract=("src", "test"),
-             pythonpath=("src", "."), pytest_args=("--test-mode", "simulation")),
+             pythonpath=("src", "."), pytest_args=("--test-mode", "simulation"), plugins=("nki_corpus_private",),
+             sample=True),
     )),
 )
 
@@ -235,8 +265,10 @@ def extract(git_dir: Path, commit: str, paths: tuple[str, ...], dest: Path) -> N
 class Runner:
     """Runs the items of each part and prints them as they finish."""
 
-    def __init__(self, scratch: Path, timeout: Seconds, budget: Seconds | None, plain: bool) -> None:
+    def __init__(self, scratch: Path, timeout: Seconds, budget: Seconds | None, plain: bool, sample: int = 0) -> None:
         self.scratch = scratch
+        self.sample = sample
+        self.sample_counts: list[tuple[str, int, int, int]] = []   # file, tests, skipped by the suite, sampled
         self.timeout = timeout
         self.budget = budget
         self.plain = plain
@@ -244,6 +276,7 @@ class Runner:
         self.deadline = float("inf")
         (scratch / "plugin").mkdir(parents=True, exist_ok=True)
         (scratch / "plugin" / "nki_corpus_report.py").write_text(REPORT_PLUGIN)
+        (scratch / "plugin" / "nki_corpus_private.py").write_text(PRIVATE_PLUGIN)
 
     def add(self, item: Item) -> None:
         # paths inside the scratch folder read as paths inside the source's tree
@@ -343,7 +376,8 @@ class Runner:
     # -- pytest ----------------------------------------------------------------
 
     def pytest_cmd(self, part: Part, *args: str) -> list[str]:
-        return [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-p", "nki_corpus_report", "-q",
+        plugins = [arg for name in part.plugins for arg in ("-p", name)]
+        return [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-p", "nki_corpus_report", *plugins, "-q",
                 "-o", "addopts=", *part.pytest_args, *args]
 
     def run_pytest(self, source: Source, part: Part, tree: Path) -> None:
@@ -355,9 +389,11 @@ class Runner:
         env["NKI_CORPUS_REPORT"] = str(report)
         report.unlink(missing_ok=True)
         rels = [f.relative_to(tree).as_posix() for f in files]
+        # nki-library's suite takes minutes to collect
         rc, out, _ = self.subprocess(self.pytest_cmd(part, "--collect-only", *rels), tree, env,
-                                     max(self.timeout, 60))
+                                     max(self.timeout, 900))
         records = read_records(report)
+        skipped = {r["collected"] for r in records if r.get("skip")}
         collected = [r["collected"] for r in records if "collected" in r]
         errors = {r["collect_error"]: r["reason"] for r in records if "collect_error" in r}
         if not collected and not errors:
@@ -371,15 +407,28 @@ class Runner:
             bad = {k: v for k, v in errors.items() if k == rel or k.startswith(rel + "::")}
             for nodeid, why in bad.items():
                 self.add(Item(source.name, part.label, f"{part.label}:{nodeid}", FAILED, 0.0, f"collection: {why}"))
+            if part.sample and self.sample:
+                ids = self.sampled(rel, ids, skipped)
             if ids and not self.skip_if_over(source, part, [f"{part.label}:{i}" for i in ids]):
-                self.run_pytest_file(source, part, tree, env, rel, ids)
+                self.run_pytest_file(source, part, tree, env, rel, ids, explicit=part.sample and bool(self.sample))
+
+    def sampled(self, rel: str, ids: list[str], skipped: set[str]) -> list[str]:
+        """``--sample`` of the file's tests that its suite does not skip, evenly spaced in
+        collection order (so every kernel and parameter family is drawn from)."""
+        run = [i for i in ids if i not in skipped]
+        k = min(self.sample, len(run))
+        chosen = [run[round(j * (len(run) - 1) / (k - 1))] for j in range(k)] if k > 1 else run[:k]
+        self.sample_counts.append((rel, len(ids), len(ids) - len(run), len(chosen)))
+        print(f"{'':15} {rel}: {len(chosen)} of {len(ids)} tests sampled ({len(ids) - len(run)} skipped by the suite's "
+              "own rules)", flush=True)
+        return chosen
 
     def run_pytest_file(self, source: Source, part: Part, tree: Path, env: dict[str, str], rel: str,
-                        ids: list[str]) -> None:
+                        ids: list[str], explicit: bool = False) -> None:
         report = Path(env["NKI_CORPUS_REPORT"])
         report.unlink(missing_ok=True)
-        limit = min(self.timeout * len(ids) + 60, max(self.left(), 1))
-        cmd = self.pytest_cmd(part, f"--timeout={self.timeout:.0f}", rel)
+        limit = min(self.timeout * len(ids) + 60 + (900 if explicit else 0), max(self.left(), 1))
+        cmd = self.pytest_cmd(part, f"--timeout={self.timeout:.0f}", *(ids if explicit else [rel]))
         rc, out, secs = self.subprocess(cmd, tree, env, limit)
         outcomes: dict[str, dict] = {}
         records = read_records(report)
@@ -466,10 +515,13 @@ def main() -> None:
     parser.add_argument("--plain", action="store_true", help="run scripts as `python file.py`, without importing trnsim first")
     parser.add_argument("--json", type=Path, help="write every item here")
     parser.add_argument("--keep", action="store_true", help="keep the scratch folder")
+    parser.add_argument("--sample", type=int, default=8,
+                        help="test ids run per file of nki-library's suite (21,232 in all), evenly spaced over those "
+                             "its own rules do not skip; 0 runs them all (default 8)")
     args = parser.parse_args()
 
     scratch = Path(tempfile.mkdtemp(prefix="nki_corpus_"))
-    runner = Runner(scratch, args.timeout, args.budget, args.plain)
+    runner = Runner(scratch, args.timeout, args.budget, args.plain, args.sample)
     try:
         for source in SOURCES:
             if args.source and source.name not in args.source:
@@ -482,6 +534,12 @@ def main() -> None:
             shutil.rmtree(scratch, ignore_errors=True)
         print()
         print(table(runner.items))
+        if runner.sample_counts:
+            total = sum(c[1] for c in runner.sample_counts)
+            skipped = sum(c[2] for c in runner.sample_counts)
+            drawn = sum(c[3] for c in runner.sample_counts)
+            print(f"\nnki-library's suite: {drawn} of its {total} tests run ({runner.sample} per file, evenly spaced over "
+                  f"the {total - skipped} its own rules do not skip)")
         perf = perf_table(runner.items)
         if perf:
             print()
