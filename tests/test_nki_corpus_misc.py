@@ -84,3 +84,18 @@ def test_a_whole_access_value_stored_under_a_mask_keeps_its_leading_part():
 
     a = np.random.default_rng(1).standard_normal((128, 512)).astype(np.float32)
     np.testing.assert_array_equal(nki.simulate_kernel(k, a), a[:, :384])
+
+
+def test_load_transpose2d_of_a_batch_slice_indexed_by_arange_grids():
+    # nki-samples' SD attention: k[b, t * 64 + nl.arange(64)[:, None], nl.arange(32)[None, :]]
+    @nki.jit
+    def k(x):
+        out = nl.ndarray((2, 32, 128), dtype=x.dtype, buffer=nl.shared_hbm)
+        for b in nl.affine_range(2):
+            for t in nl.affine_range(2):
+                tile = nl.load_transpose2d(x[b, t * 64 + nl.arange(64)[:, None], nl.arange(32)[None, :]])
+                nl.store(out[b, nl.arange(32)[:, None], t * 64 + nl.arange(64)[None, :]], value=tile)
+        return out
+
+    x = np.random.default_rng(2).standard_normal((2, 128, 32)).astype(np.float32)
+    np.testing.assert_array_equal(nki.simulate_kernel(k, x), x.transpose(0, 2, 1))

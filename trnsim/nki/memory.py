@@ -205,7 +205,8 @@ def load_transpose2d(src: NkiTensor, dtype: Any = None, mask: Mask | None = None
         raise tr.fail(f"nl.load_transpose2d needs a 2-D HBM tensor, got {src!r}")
     direct(src, "nl.load_transpose2d")
     v = src.view
-    tile = _e.new_tensor((v.shape[1], v.shape[0]), src.dtype, Memory.SBUF, bases=(src.bases[1], src.bases[0]))
+    bases = (*src.bases, None, None)   # an index of integers and slices carries no nl.arange bases
+    tile = _e.new_tensor((v.shape[1], v.shape[0]), src.dtype, Memory.SBUF, bases=(bases[1], bases[0]))
     walked = NkiTensor(src._placement, View(v.tensor, v.offset, (v.dims[1], v.dims[0])), tile.bases)
     tr.dma(_e.clip_result(mask, tile), _e.clip_result(mask, walked))
     if dtype is not None and _e.dtype_of(dtype) is not src.dtype:
