@@ -99,3 +99,44 @@ def test_load_transpose2d_of_a_batch_slice_indexed_by_arange_grids():
 
     x = np.random.default_rng(2).standard_normal((2, 128, 32)).astype(np.float32)
     np.testing.assert_array_equal(nki.simulate_kernel(k, x), x.transpose(0, 2, 1))
+
+
+def test_static_cast_to_bfloat16_gives_a_bfloat16_array_that_kernels_see_as_such():
+    import ml_dtypes
+
+    x = nl.static_cast(np.array([[1.0, 1.00390625, 1.01171875, -3.0]]), nl.bfloat16)
+    assert x.dtype == np.dtype(ml_dtypes.bfloat16)
+    np.testing.assert_array_equal(x.astype(np.float32), [[1.0, 1.0, 1.015625, -3.0]])   # ties to even
+    assert nl.static_cast(np.array([500.0, -1e9]), nl.float8_e4m3).astype(np.float32).tolist() == [448.0, -448.0]
+
+    @nki.jit
+    def k(a):
+        out = nl.ndarray(a.shape, dtype=nl.float32, buffer=nl.shared_hbm)
+        assert a.dtype == nl.bfloat16 and a.itemsize == 2
+        nl.store(out, nl.copy(nl.load(a), dtype=nl.float32))
+        return out
+
+    np.testing.assert_array_equal(nki.simulate_kernel(k, x), x.astype(np.float32))
+
+
+def test_a_masked_off_iteration_may_read_a_psum_block_another_block_wrote():
+    # allocated_fused_linear: the second iteration's matmuls are masked off, its copy of the
+    # PSUM block (bank 7 for both iterations) is not, and its store is masked off again
+    from trnsim.nki import compiler as ncc
+
+    n = 1
+
+    @nki.jit
+    def k(a, b):
+        out = nl.ndarray((128, 64), dtype=nl.float32, buffer=nl.shared_hbm)
+        for g in nl.affine_range(2):
+            acc = nl.ndarray((1, nl.par_dim(128), 64), dtype=nl.float32,
+                             buffer=ncc.psum.mod_alloc(base_bank=7, num_bank_tiles=(1,)))
+            acc[0] += nisa.nc_matmul(nl.load(a), nl.load(b), mask=(g < n))
+            t = nl.copy(acc[0])
+            nl.store(out, value=t, mask=(g < n))
+        return out
+
+    a = np.random.default_rng(3).standard_normal((64, 128)).astype(np.float32)
+    b = np.random.default_rng(4).standard_normal((64, 64)).astype(np.float32)
+    np.testing.assert_allclose(nki.simulate_kernel(k, a, b), a.T @ b, rtol=1e-5, atol=1e-5)

@@ -20,6 +20,8 @@ are scanned whole (bisecting only narrows the scan, it never changes what is fou
 
 from __future__ import annotations
 
+from collections.abc import Container
+
 from bisect import bisect_left, bisect_right
 from typing import Iterator, NamedTuple
 
@@ -371,11 +373,14 @@ class Hazards:
             return False
         return bool(acc.writes.items) and bool(acc.writes.values_overlapping(region_of(view)))
 
-    def access(self, index: int, reads: tuple[View, ...], writes: tuple[View, ...], check_written: bool = False) -> set[int]:
+    def access(self, index: int, reads: tuple[View, ...], writes: tuple[View, ...], check_written: bool = False,
+               stale: Container[int] = ()) -> set[int]:
         """Record instruction ``index``'s accesses; return the instructions it must wait for.
 
         With ``check_written``, an on-chip read of a region nothing has written raises
-        :class:`UnwrittenRead` before anything is recorded."""
+        :class:`UnwrittenRead` before anything is recorded. A read of a tensor whose id is
+        in ``stale`` (one only skipped, masked-off instructions wrote) reads whatever its
+        memory holds, another block's data included, without an :class:`AliasConflict`."""
         by_tensor = self._by_tensor
         deps: set[int] = set()
         read_boxes = []
@@ -387,7 +392,7 @@ class Hazards:
             if acc is not None and acc.arena is not None:
                 if check_written and not acc.writes.values_overlapping(box):
                     raise UnwrittenRead(v)
-                self._aliased_read(acc.arena, box, v, deps)
+                self._aliased_read(acc.arena, box, v, deps, id(t) in stale)
                 aliased.append((acc.arena, box, v, False))
                 continue
             found = False
@@ -463,14 +468,15 @@ class Hazards:
         return deps
 
     @staticmethod
-    def _aliased_read(arena: _Arena, box: Region, v: View, deps: set[int]) -> None:
+    def _aliased_read(arena: _Arena, box: Region, v: View, deps: set[int], stale: bool = False) -> None:
         """Dependencies of reading ``v`` (an aliased tensor): the writes to its bytes, each
-        of which must have written ``v``'s own tensor (else another block replaced its data)."""
+        of which must have written ``v``'s own tensor (else another block replaced its
+        data), unless ``stale``: then whatever is there is what it reads."""
         t = v.tensor
         for found in arena.writes.values_overlapping(box):
             for i in found:  # type: ignore[attr-defined]
                 written = arena.writer.get(i, ())
-                if not any(w is t for w in written):
+                if not stale and not any(w is t for w in written):
                     raise AliasConflict(v, written[0])
                 deps.add(i)
 

@@ -229,9 +229,28 @@ def shared_constant(constant: Any, dtype: Any = None) -> NkiTensor:
     return NkiTensor(_Placement(tr, t), t.view())
 
 
+#: ml_dtypes' names of the chip's narrow floats, which numpy lacks
+_HOST_NARROW = {"bfloat16": "bfloat16", "float8_e4m3": "float8_e4m3fn", "float8_e5m2": "float8_e5m2"}
+
+
 def static_cast(value: Any, dtype: Any) -> Any:
     """``value`` converted to ``dtype``: a tile is copied (vector engine); a number or
-    array known at trace time is converted on the host with numpy's ``astype``."""
+    array known at trace time is converted on the host with numpy's ``astype``. An array
+    cast to bfloat16 or float8 becomes an ml_dtypes array of that type, as NKI's
+    ``static_cast`` gives, rounded to nearest even (float8_e4m3 saturates at 448), so a
+    kernel called on it sees that dtype and its 2 or 1 bytes per element."""
     if isinstance(value, (NkiTensor, MatmulResult)):
         return copy(value, dtype=dtype)
-    return np.asarray(value).astype(_e.dtype_of(dtype).dtype)
+    target = _e.dtype_of(dtype)
+    array = np.asarray(value)
+    narrow = _HOST_NARROW.get(target.name)
+    if narrow is None or array.ndim == 0:
+        return array.astype(target.dtype)
+    import ml_dtypes
+
+    host = np.dtype(getattr(ml_dtypes, narrow))
+    if narrow == "float8_e4m3fn" and array.dtype.kind == "f":
+        largest = float(ml_dtypes.finfo(host).max)
+        with np.errstate(invalid="ignore"):
+            array = np.clip(array.astype(np.float64), -largest, largest)
+    return array.astype(host)

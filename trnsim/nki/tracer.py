@@ -354,11 +354,14 @@ class Tracer:
         try:
             deps = self.hazards.access(index, reads, writes, check_written)
         except UnwrittenRead as e:
-            if id(e.view.tensor) in self.masked_off:
-                deps = self.hazards.access(index, reads, writes, False)
-            else:
+            if id(e.view.tensor) not in self.masked_off:
                 raise self.fail(f"reads {_tile_name(e.view)} before anything wrote it; load, memset or compute it "
                                 "first", source) from None
+            # only skipped (masked-off) instructions wrote it: it reads what its memory holds
+            try:
+                deps = self.hazards.access(index, reads, writes, False, stale=self.masked_off)
+            except AliasConflict as conflict:
+                raise self.fail(_conflict(conflict, self.chip.psum.bank_bytes), source) from None
         except AliasConflict as e:
             raise self.fail(_conflict(e, self.chip.psum.bank_bytes), source) from None
         if self.lifetimes is None:
