@@ -140,3 +140,24 @@ def test_a_masked_off_iteration_may_read_a_psum_block_another_block_wrote():
     a = np.random.default_rng(3).standard_normal((64, 128)).astype(np.float32)
     b = np.random.default_rng(4).standard_normal((64, 64)).astype(np.float32)
     np.testing.assert_allclose(nki.simulate_kernel(k, a, b), a.T @ b, rtol=1e-5, atol=1e-5)
+
+
+def test_a_benchmark_computes_values_for_small_programs_and_times_large_ones_only(monkeypatch):
+    from trnsim.nki import launch
+
+    @nki.jit
+    def k(a):
+        out = nl.ndarray(a.shape, dtype=a.dtype, buffer=nl.shared_hbm)
+        t = nl.load(a)
+        for _ in range(4):
+            t = nl.multiply(t, 2.0)
+        nl.store(out, t)
+        return out
+
+    a = np.ones((8, 8), np.float32)
+    small = nki.benchmark(k)(a)
+    np.testing.assert_array_equal(small.outputs, 16 * a)
+    monkeypatch.setattr(launch, "AUTO_NUMERICS_MAX_INSTRUCTIONS", 3)
+    large = nki.benchmark(warmup=1, iters=2)(k)(a)
+    assert large.outputs is None and large.latency_ns == small.latency_ns
+    np.testing.assert_array_equal(nki.benchmark(k, numerics=True)(a).outputs, 16 * a)

@@ -314,7 +314,7 @@ class Simulated:
         return _results(traced, result)
 
 
-def _run(kernel: Kernel, chip: ChipLike, numerics: bool, trace: str | os.PathLike | None,
+def _run(kernel: Kernel, chip: ChipLike, numerics: bool | None, trace: str | os.PathLike | None,
          args: tuple, kwargs: dict) -> tuple[Traced, Any]:
     """Trace ``kernel`` for a call and simulate it (at instruction fidelity when ``numerics``,
     writing the numpy arrays the kernel writes in place: destination passing)."""
@@ -323,7 +323,7 @@ def _run(kernel: Kernel, chip: ChipLike, numerics: bool, trace: str | os.PathLik
     return traced, result
 
 
-def _simulate_call(kernel: Kernel, chip: ChipLike, numerics: bool, trace: str | os.PathLike | None,
+def _simulate_call(kernel: Kernel, chip: ChipLike, numerics: bool | None, trace: str | os.PathLike | None,
                    args: tuple, kwargs: dict) -> tuple[Traced, Any]:
     from trnsim.nki.launch import launch
 
@@ -448,7 +448,7 @@ class Benchmark:
     :class:`BenchmarkResult`, also kept as ``.benchmark_result`` (legacy NKI reads
     ``.benchmark_result.nc_latency.get_latency_percentile(p)`` after a call)."""
 
-    def __init__(self, kernel: Kernel, chip: ChipLike, numerics: bool, trace: str | os.PathLike | None,
+    def __init__(self, kernel: Kernel, chip: ChipLike, numerics: bool | None, trace: str | os.PathLike | None,
                  warmup: int, iters: int) -> None:
         self.kernel, self.chip, self.numerics, self.trace = kernel, chip, numerics, trace
         self.warmup, self.iters = warmup, iters
@@ -469,7 +469,8 @@ class Benchmark:
         traced, result = _run(self.kernel, self.chip, self.numerics, self.trace, args, kwargs)
         s = result.summary()
         self.benchmark_result = BenchmarkResult(
-            outputs=_results(traced, result) if self.numerics else None, latency_ns=result.time_ns,
+            outputs=_results(traced, result) if getattr(result, "fidelity", "") == "instruction" else None,
+            latency_ns=result.time_ns,
             busy_pct=s.busy_pct, hbm_bytes=s.hbm_bytes, flops=s.flops, achieved_flops=s.achieved_flops,
             peak_flops=s.peak_flops, instructions=len(traced.tracer.program), trace=trace_from_run(result),
             run=result, warmup=self.warmup, iters=self.iters)
@@ -477,14 +478,17 @@ class Benchmark:
 
 
 def benchmark(kernel: Callable | None = None, *, warmup: int = 10, iters: int = 100, chip: ChipLike = None,
-              numerics: bool = True, trace: str | os.PathLike | None = None,
+              numerics: bool | None = None, trace: str | os.PathLike | None = None,
               save_neff_name: str | None = None, save_trace_name: str | os.PathLike | None = None,
               additional_compile_opt: str | None = None) -> Any:
     """``nki.benchmark(kernel)(*arrays)`` or legacy ``nki.benchmark(warmup=5, iters=10)(kernel)``:
     a :class:`Benchmark`, whose calls return a :class:`BenchmarkResult` (simulated latency,
     engine busy percentages, HBM bytes, FLOP/s against peak, trace, and legacy
     ``nc_latency``). ``numerics=False`` times the kernel without computing (outputs are
-    None), for kernels too large to compute on the host. ``warmup`` and ``iters`` are
+    None), for kernels too large to compute on the host; ``numerics=True`` always
+    computes; the default computes for Programs of at most
+    :data:`trnsim.nki.launch.AUTO_NUMERICS_MAX_INSTRUCTIONS` instructions and times larger
+    ones only (as a benchmark on the chip is run for its time). ``warmup`` and ``iters`` are
     checked and kept: a simulated run is deterministic, so one run gives every
     iteration's time. ``save_trace_name`` is ``trace``; there is no NEFF to save."""
     warmup, iters = _count("warmup", warmup, 0), _count("iters", iters, 1)

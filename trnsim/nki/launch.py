@@ -51,11 +51,21 @@ def written_inputs(program: Program) -> list[Any]:
     return list(written.values())
 
 
-def run_traced(traced: Traced, *, numerics: bool, trace: str | os.PathLike | None = None) -> Launched:
+#: the largest Program whose values ``numerics=None`` (a benchmark's default) computes:
+#: beyond it, computing every instruction's values on the host takes minutes, and a
+#: benchmark's point is its time
+AUTO_NUMERICS_MAX_INSTRUCTIONS = 20_000
+
+
+def run_traced(traced: Traced, *, numerics: bool | None, trace: str | os.PathLike | None = None) -> Launched:
     """Simulate a traced kernel: its timing only, or (``numerics``) instruction by
     instruction on the traced inputs' values, with the results and the arguments it
-    wrote. ``trace`` is a path to write the run's trace to."""
+    wrote; ``numerics=None`` computes values for Programs of at most
+    :data:`AUTO_NUMERICS_MAX_INSTRUCTIONS` instructions. ``trace`` is a path to write the
+    run's trace to."""
     program = traced.tracer.program
+    if numerics is None:
+        numerics = len(program.instructions) <= AUTO_NUMERICS_MAX_INSTRUCTIONS
     if not numerics:
         return Launched(traced, simulate(program, None, fidelity="timing", trace=trace))
     written = written_inputs(program)
@@ -70,7 +80,7 @@ def run_traced(traced: Traced, *, numerics: bool, trace: str | os.PathLike | Non
                     {t.name: run.outputs[t.name] for t in written})
 
 
-def launch(kernel: Any, args: tuple, kwargs: dict, *, chip: ChipLike, numerics: bool,
+def launch(kernel: Any, args: tuple, kwargs: dict, *, chip: ChipLike, numerics: bool | None,
            trace: str | os.PathLike | None = None) -> Launched:
     """Trace ``kernel`` (a :class:`trnsim.nki.jit.Kernel`) on ``args`` and ``kwargs`` for
     ``chip`` and run it (see :func:`run_traced`)."""
