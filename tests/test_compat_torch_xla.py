@@ -123,6 +123,22 @@ def test_hugging_face_does_not_see_it(tmp_path):
     assert r.stdout.strip() == "neuron:0"
 
 
+def test_a_script_that_imports_it_first_still_trains_with_hugging_face(tmp_path):
+    """Once a script's ``import torch_xla`` put the alias in sys.modules, transformers and
+    accelerate imported after it stay off their XLA paths (USE_TORCH_XLA=0)."""
+    r = run_python("import os, torch\n"
+                   "import transformers\n"
+                   "import torch_xla.core.xla_model as xm\n"
+                   "from transformers import TrainingArguments\n"
+                   "from transformers.utils import import_utils\n"
+                   "assert not import_utils.is_torch_xla_available()\n"
+                   "import accelerate.utils.imports as ai\n"
+                   "assert not ai.is_torch_xla_available()\n"
+                   "print(os.environ['USE_TORCH_XLA'], xm.xla_device())", tmp_path)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip() == "0 neuron:0"
+
+
 def test_doctor_lists_it(capsys):
     assert cli.main(["doctor"]) == 0
     assert "torch_xla      aliased to trnsim.compat.torch_xla" in capsys.readouterr().out

@@ -9,11 +9,15 @@ code uses is provided: :mod:`.core.xla_model` and the top-level :func:`device`,
 nor any XLA graph: ops on ``neuron`` tensors run eagerly, as they do on TorchNeuron.
 
 Libraries that switch to their TPU code paths when they find ``torch_xla``
-(transformers, accelerate, peft, ...) do not see this alias; see
-:mod:`trnsim.compat.aliases`.
+(transformers, accelerate, peft, ...) do not see this alias (see
+:mod:`trnsim.compat.aliases`), and importing it sets ``USE_TORCH_XLA=0`` unless it is
+set, which those libraries read when they are imported after it.
 """
 
 from __future__ import annotations
+
+import os
+import sys
 
 import torch
 
@@ -21,6 +25,17 @@ import trnsim  # registers the neuron device
 from trnsim.compat.torch_xla import core
 
 __version__ = trnsim.__version__
+
+# transformers and accelerate take their TPU paths when ``torch_xla`` is importable
+# unless USE_TORCH_XLA says otherwise: once a script has imported this alias, every
+# library sees it in sys.modules, so it says otherwise (a value the user set stays).
+# transformers reads the variable when it is imported: one imported before this alias
+# gets the value too.
+if "USE_TORCH_XLA" not in os.environ:
+    os.environ["USE_TORCH_XLA"] = "0"
+    _hf = sys.modules.get("transformers.utils.import_utils")
+    if _hf is not None and hasattr(_hf, "USE_TORCH_XLA"):
+        _hf.USE_TORCH_XLA = "0"
 
 __all__ = ["core", "device", "device_count", "devices", "sync"]
 
