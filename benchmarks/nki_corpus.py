@@ -92,7 +92,7 @@ def _reason(report):
 
 def pytest_collection_finish(session):
     for item in session.items:
-        _write({"collected": item.nodeid, "skip": item.get_closest_marker("skip") is not None})
+        _write({"collected": item.nodeid, "file": str(item.path), "skip": item.get_closest_marker("skip") is not None})
 
 
 def pytest_collectreport(report):
@@ -395,6 +395,10 @@ class Runner:
         records = read_records(report)
         skipped = {r["collected"] for r in records if r.get("skip")}
         collected = [r["collected"] for r in records if "collected" in r]
+        # node ids are relative to pytest's rootdir (nki-library's is test/, where its
+        # pytest.ini is): each id's file, relative to the tree, is what names it here
+        file_of = {r["collected"]: Path(r["file"]).resolve().relative_to(tree.resolve()).as_posix()
+                   for r in records if "collected" in r and "file" in r}
         errors = {r["collect_error"]: r["reason"] for r in records if "collect_error" in r}
         if not collected and not errors:
             # pytest stopped before collecting (a conftest that fails to import): every file fails with it
@@ -403,8 +407,8 @@ class Runner:
                 self.add(Item(source.name, part.label, f"{part.label}:{rel}", FAILED, 0.0, why))
             return
         for rel in rels:
-            ids = [c for c in collected if c.split("::")[0] == rel]
-            bad = {k: v for k, v in errors.items() if k == rel or k.startswith(rel + "::")}
+            ids = [c for c in collected if file_of.get(c, c.split("::")[0]) == rel]
+            bad = {k: v for k, v in errors.items() if _names_file(k.split("::")[0], rel)}
             for nodeid, why in bad.items():
                 self.add(Item(source.name, part.label, f"{part.label}:{nodeid}", FAILED, 0.0, f"collection: {why}"))
             if part.sample and self.sample:
@@ -428,7 +432,8 @@ class Runner:
         report = Path(env["NKI_CORPUS_REPORT"])
         report.unlink(missing_ok=True)
         limit = min(self.timeout * len(ids) + 60 + (900 if explicit else 0), max(self.left(), 1))
-        cmd = self.pytest_cmd(part, f"--timeout={self.timeout:.0f}", *(ids if explicit else [rel]))
+        chosen = [f"{rel}::{i.split('::', 1)[1]}" for i in ids]
+        cmd = self.pytest_cmd(part, f"--timeout={self.timeout:.0f}", *(chosen if explicit else [rel]))
         rc, out, secs = self.subprocess(cmd, tree, env, limit)
         outcomes: dict[str, dict] = {}
         records = read_records(report)
@@ -466,6 +471,12 @@ class Runner:
             timed = latencies.get(nodeid, {})
             self.add(Item(source.name, part.label, name, outcome, rec["seconds"], reason,
                           timed.get("threshold_us"), timed.get("simulated_us"), timed.get("chip")))
+
+
+def _names_file(path: str, rel: str) -> bool:
+    """Whether a node id's file part (relative to pytest's rootdir) is the file ``rel``
+    (relative to the extracted tree)."""
+    return path == rel or rel.endswith("/" + path)
 
 
 def read_records(path: Path) -> list[dict]:
