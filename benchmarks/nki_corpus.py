@@ -71,6 +71,8 @@ JAX_IMPORT = re.compile(r"^\s*(import jax|from jax)\b", re.M)
 REPORT_PLUGIN = '''
 import json, os
 
+import pytest
+
 _OUT = os.environ["NKI_CORPUS_REPORT"]
 
 
@@ -88,6 +90,31 @@ def _reason(report):
     text = str(report.longrepr or "")
     errors = [line[1:].strip() for line in text.splitlines() if line.startswith("E ")]
     return errors[-1] if errors else text.strip().splitlines()[-1] if text.strip() else ""
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_collection_modifyitems(session, config, items):
+    # NKI_CORPUS_SAMPLE=N keeps N tests of each file, evenly spaced over those the
+    # suite's own rules (its conftest's skip markers, applied before this) do not skip;
+    # chosen in each run, since a suite may draw its parameters anew in every process
+    n = int(os.environ.get("NKI_CORPUS_SAMPLE", "0"))
+    if not n:
+        return
+    by_file = {}
+    for item in items:
+        by_file.setdefault(str(item.path), []).append(item)
+    keep = []
+    for path, group in by_file.items():
+        run = [i for i in group if i.get_closest_marker("skip") is None]
+        k = min(n, len(run))
+        chosen = [run[round(j * (len(run) - 1) / (k - 1))] for j in range(k)] if k > 1 else run[:k]
+        _write({"sampled": path, "tests": len(group), "skipped": len(group) - len(run), "chosen": len(chosen)})
+        keep += chosen
+    kept = set(map(id, keep))
+    dropped = [i for i in items if id(i) not in kept]
+    if dropped:
+        config.hook.pytest_deselected(items=dropped)
+    items[:] = keep
 
 
 def pytest_collection_finish(session):
@@ -268,6 +295,7 @@ class Runner:
     def __init__(self, scratch: Path, timeout: Seconds, budget: Seconds | None, plain: bool, sample: int = 0) -> None:
         self.scratch = scratch
         self.sample = sample
+        self.match: list[str] = []
         self.sample_counts: list[tuple[str, int, int, int]] = []   # file, tests, skipped by the suite, sampled
         self.timeout = timeout
         self.budget = budget
@@ -323,7 +351,7 @@ class Runner:
     # -- scripts ---------------------------------------------------------------
 
     def run_scripts(self, source: Source, part: Part, tree: Path) -> None:
-        files = sorted(f for p in part.paths for f in (tree / p).rglob("*.py"))
+        files = sorted(f for p in part.paths for f in (tree / p).rglob("*.py") if self.wanted(f))
         env = self.env(tree, part)
         for path in files:
             rel = path.relative_to(tree).as_posix()
@@ -359,7 +387,7 @@ class Runner:
         root = tree / part.pythonpath[0]
         env = self.env(tree, part)
         modules = []
-        for path in sorted((tree / part.paths[0]).rglob("*.py")):
+        for path in sorted(f for f in (tree / part.paths[0]).rglob("*.py") if self.wanted(f)):
             dotted = path.relative_to(root).with_suffix("").parts
             modules.append(".".join(dotted[:-1] if dotted[-1] == "__init__" else dotted))
         for module in modules:
@@ -381,19 +409,31 @@ class Runner:
                 "-o", "addopts=", *part.pytest_args, *args]
 
     def run_pytest(self, source: Source, part: Part, tree: Path) -> None:
-        self.run_pytest_files(source, part, tree, sorted((tree / part.paths[0]).rglob("test_*.py")))
+        self.run_pytest_files(source, part, tree, sorted(f for f in (tree / part.paths[0]).rglob("test_*.py")
+                                                         if self.wanted(f)))
+
+    def wanted(self, path: Path) -> bool:
+        """Whether ``--match`` lets this file run (every file without it)."""
+        return not self.match or any(m in path.as_posix() for m in self.match)
 
     def run_pytest_files(self, source: Source, part: Part, tree: Path, files: list[Path]) -> None:
         env = self.env(tree, part)
         report = self.scratch / "report.jsonl"
         env["NKI_CORPUS_REPORT"] = str(report)
+        if part.sample and self.sample:
+            env["NKI_CORPUS_SAMPLE"] = str(self.sample)
         report.unlink(missing_ok=True)
         rels = [f.relative_to(tree).as_posix() for f in files]
         # nki-library's suite takes minutes to collect
         rc, out, _ = self.subprocess(self.pytest_cmd(part, "--collect-only", *rels), tree, env,
                                      max(self.timeout, 900))
         records = read_records(report)
-        skipped = {r["collected"] for r in records if r.get("skip")}
+        for r in records:
+            if "sampled" in r:
+                rel = Path(r["sampled"]).resolve().relative_to(tree.resolve()).as_posix()
+                self.sample_counts.append((rel, r["tests"], r["skipped"], r["chosen"]))
+                print(f"{'':15} {rel}: {r['chosen']} of {r['tests']} tests sampled ({r['skipped']} skipped by the "
+                      "suite's own rules)", flush=True)
         collected = [r["collected"] for r in records if "collected" in r]
         # node ids are relative to pytest's rootdir (nki-library's is test/, where its
         # pytest.ini is): each id's file, relative to the tree, is what names it here
@@ -411,32 +451,21 @@ class Runner:
             bad = {k: v for k, v in errors.items() if _names_file(k.split("::")[0], rel)}
             for nodeid, why in bad.items():
                 self.add(Item(source.name, part.label, f"{part.label}:{nodeid}", FAILED, 0.0, f"collection: {why}"))
-            if part.sample and self.sample:
-                ids = self.sampled(rel, ids, skipped)
             if ids and not self.skip_if_over(source, part, [f"{part.label}:{i}" for i in ids]):
-                self.run_pytest_file(source, part, tree, env, rel, ids, explicit=part.sample and bool(self.sample))
-
-    def sampled(self, rel: str, ids: list[str], skipped: set[str]) -> list[str]:
-        """``--sample`` of the file's tests that its suite does not skip, evenly spaced in
-        collection order (so every kernel and parameter family is drawn from)."""
-        run = [i for i in ids if i not in skipped]
-        k = min(self.sample, len(run))
-        chosen = [run[round(j * (len(run) - 1) / (k - 1))] for j in range(k)] if k > 1 else run[:k]
-        self.sample_counts.append((rel, len(ids), len(ids) - len(run), len(chosen)))
-        print(f"{'':15} {rel}: {len(chosen)} of {len(ids)} tests sampled ({len(ids) - len(run)} skipped by the suite's "
-              "own rules)", flush=True)
-        return chosen
+                self.run_pytest_file(source, part, tree, env, rel, ids)
 
     def run_pytest_file(self, source: Source, part: Part, tree: Path, env: dict[str, str], rel: str,
-                        ids: list[str], explicit: bool = False) -> None:
+                        ids: list[str]) -> None:
         report = Path(env["NKI_CORPUS_REPORT"])
         report.unlink(missing_ok=True)
-        limit = min(self.timeout * len(ids) + 60 + (900 if explicit else 0), max(self.left(), 1))
-        chosen = [f"{rel}::{i.split('::', 1)[1]}" for i in ids]
-        cmd = self.pytest_cmd(part, f"--timeout={self.timeout:.0f}", *(chosen if explicit else [rel]))
+        limit = min(self.timeout * len(ids) + 60 + (600 if "NKI_CORPUS_SAMPLE" in env else 0), max(self.left(), 1))
+        cmd = self.pytest_cmd(part, f"--timeout={self.timeout:.0f}", rel)
         rc, out, secs = self.subprocess(cmd, tree, env, limit)
         outcomes: dict[str, dict] = {}
         records = read_records(report)
+        if "NKI_CORPUS_SAMPLE" in env:
+            # this run's own sample: its parameters (so its ids) may differ from the collection's
+            ids = [r["collected"] for r in records if "collected" in r] or ids
         latencies = {r["latency"]: r for r in records if "latency" in r}
         for record in records:
             if "id" not in record:
@@ -526,6 +555,7 @@ def main() -> None:
     parser.add_argument("--plain", action="store_true", help="run scripts as `python file.py`, without importing trnsim first")
     parser.add_argument("--json", type=Path, help="write every item here")
     parser.add_argument("--keep", action="store_true", help="keep the scratch folder")
+    parser.add_argument("--match", action="append", help="run only files whose path contains this (repeatable)")
     parser.add_argument("--sample", type=int, default=8,
                         help="test ids run per file of nki-library's suite (21,232 in all), evenly spaced over those "
                              "its own rules do not skip; 0 runs them all (default 8)")
@@ -533,6 +563,7 @@ def main() -> None:
 
     scratch = Path(tempfile.mkdtemp(prefix="nki_corpus_"))
     runner = Runner(scratch, args.timeout, args.budget, args.plain, args.sample)
+    runner.match = args.match or []
     try:
         for source in SOURCES:
             if args.source and source.name not in args.source:
