@@ -161,3 +161,25 @@ def test_a_benchmark_computes_values_for_small_programs_and_times_large_ones_onl
     large = nki.benchmark(warmup=1, iters=2)(k)(a)
     assert large.outputs is None and large.latency_ns == small.latency_ns
     np.testing.assert_array_equal(nki.benchmark(k, numerics=True)(a).outputs, 16 * a)
+
+
+def test_a_column_of_a_tile_keeps_its_free_axis_and_blocks_index_one_at_a_time():
+    # nki-samples' flash attention: l_buffer[:, i] is [128, 1] and is indexed [:, 0];
+    # dy_o_sum[h] of a tile with two block dimensions is still blocked by the second
+    @nki.jit
+    def k(a):
+        out = nl.ndarray((128, 3), dtype=nl.float32, buffer=nl.shared_hbm)
+        cols = nl.full((nl.par_dim(128), 3), fill_value=0.0, dtype=nl.float32, lazy_initialization=False)
+        blocks = nl.zeros((2, 3, nl.par_dim(128), 1), dtype=nl.float32, lazy_initialization=True)
+        t = nl.load(a)
+        for i in nl.affine_range(3):
+            col = cols[:, i]
+            assert tuple(col.shape) == (128, 1)
+            per_head = blocks[1]
+            per_head[i] = nl.multiply(t[:, i:i + 1], 2.0)
+            cols[:, i] = nl.copy(per_head[i][:, 0])
+        nl.store(out, cols)
+        return out
+
+    a = np.random.default_rng(5).standard_normal((128, 3)).astype(np.float32)
+    np.testing.assert_array_equal(nki.simulate_kernel(k, a), 2 * a)

@@ -56,15 +56,19 @@ def ndarray(shape: Sequence[int], dtype: Any, buffer: Any = sbuf, name: str | No
     return _e.new_tensor(shape, dtype, memory, name)
 
 
-def full(shape: Sequence[int], fill_value: float, dtype: Any, buffer: Any = sbuf, name: str | None = None) -> NkiTensor:
-    """A tile filled with ``fill_value`` (vector engine memset)."""
+def full(shape: Sequence[int], fill_value: float, dtype: Any, buffer: Any = sbuf, name: str | None = None,
+         lazy_initialization: bool = False) -> NkiTensor:
+    """A tile filled with ``fill_value`` (vector engine memset). Legacy
+    ``lazy_initialization`` (when the compiler may place the fill) changes no value and
+    is accepted as given."""
     t = ndarray(shape, dtype, buffer, name)
     for tile in t.tiles() if isinstance(t, ModuloTile) else [t]:
         _e.emit(Memset(tile.view, float(fill_value), engine=Engine.VECTOR))
     return t
 
 
-def zeros(shape: Sequence[int], dtype: Any, buffer: Any = sbuf, name: str | None = None) -> NkiTensor:
+def zeros(shape: Sequence[int], dtype: Any, buffer: Any = sbuf, name: str | None = None,
+          lazy_initialization: bool = False) -> NkiTensor:
     """A zero tile. In PSUM the zeroing is left to the first matmul into it (it starts
     an accumulation group), as the compiler does."""
     if _buffer(buffer) is Memory.PSUM:

@@ -448,10 +448,13 @@ class NkiTensor(ViewMethods):
             view = self.view[tuple(plain)]
         except Exception as e:  # noqa: BLE001 - a bad index is the kernel line's error
             raise self._placement.tracer.fail(f"{self.name}: {e}") from None
+        if self.view.tensor.on_chip and len(view.dims) == 1 and len(self.view.dims) > 1:
+            view = _keep_free_axis(view)
         kept = [b for idx, b in zip(plain, bases) if not isinstance(idx, int)]
         if self.view.tensor.on_chip and plain and isinstance(plain[0], int):
             kept.insert(0, None)  # the partition axis stays
         kept += list(self.bases[len(index):])
+        kept += [None] * len(view.shape)
         overrun = [o for idx, o in zip(plain, over) if not isinstance(idx, int)] + [0] * len(view.shape)
         return NkiTensor(self._placement, view, tuple(kept[: len(view.shape)]), tuple(overrun[: len(view.shape)]))
 
@@ -467,6 +470,8 @@ class NkiTensor(ViewMethods):
             view = self.view[keys]
         except Exception as e:  # noqa: BLE001 - a bad index is the kernel line's error
             raise self._placement.tracer.fail(f"{self.name}: {e}") from None
+        if self.view.tensor.on_chip and len(view.dims) == 1 and len(self.view.dims) > 1:
+            view = _keep_free_axis(view)
         kept: list[int | None] = [None for k in keys if k.__class__ is slice]
         if keys and keys[0].__class__ is int and self.view.tensor.on_chip:
             kept.append(None)  # the partition axis stays
@@ -611,6 +616,12 @@ class NkiTensor(ViewMethods):
             nl.copy_into(target, value)
 
 
+def _keep_free_axis(view: View) -> View:
+    """A tile keeps a free axis: ``t[:, i]`` of a [P, F] tile is [P, 1], as on the chip
+    (NKI's kernels go on to index it as ``t[:, 0]``)."""
+    return View(view.tensor, view.offset, (view.dims[0], (1, 1)))
+
+
 def _clamp(key: object, size: int) -> tuple[object, int]:
     """A slice of an HBM axis that runs past its end (the last tile of a loop whose
     load or store is masked, as NKI lets a kernel write ``t[k * 128:(k + 1) * 128]``):
@@ -696,7 +707,16 @@ class BlockedTile:
         block = self.whole[(slice(None),) + tuple(i % n for i, n in zip(head, self.shape))]
         return block, rest
 
-    def __getitem__(self, index: object) -> NkiTensor:
+    def __getitem__(self, index: object) -> NkiTensor | BlockedTile:
+        key = index if isinstance(index, tuple) else (index,)
+        if 0 < len(key) < self.blocks and all(isinstance(i, int) for i in key):
+            # the leading block dimensions only: the tiles of the rest, still blocked
+            tr = self.whole._placement.tracer
+            for axis, (i, n) in enumerate(zip(key, self.shape)):
+                if not -n <= i < n:
+                    raise tr.fail(f"block index {i} is out of range for dimension {axis} of size {n} of {self.name}")
+            sub = self.whole[(slice(None),) + tuple(i % n for i, n in zip(key, self.shape))]
+            return BlockedTile(sub, self.blocks - len(key), self.shape[len(key):])
         block, rest = self._split(index)
         return block[rest] if rest else block
 
