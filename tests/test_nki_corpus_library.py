@@ -1,0 +1,30 @@
+"""Semantics that AWS's NKI library (nki-library, run by its test suite in simulation
+mode) relies on, each checked on a small kernel of its own against numpy."""
+
+import numpy as np
+
+from trnsim import nki
+from trnsim.nki import isa as nisa
+from trnsim.nki import language as nl
+
+RNG = np.random.default_rng(7)
+
+
+def test_tensor_reduce_reduces_as_many_trailing_axes_as_axis_names():
+    # cascaded_max and layernorm_tkg reduce the last axis of a [P, A, B] tile with axis=1
+    a = RNG.standard_normal((16, 5, 3)).astype(np.float32)
+
+    @nki.jit
+    def k(x):
+        last = nl.ndarray((16, 5), nl.float32, buffer=nl.shared_hbm)
+        both = nl.ndarray((16, 1), nl.float32, buffer=nl.shared_hbm)
+        t = nl.load(x)
+        r = nl.ndarray((16, 5), nl.float32, buffer=nl.sbuf)
+        nisa.tensor_reduce(dst=r, op=nl.maximum, data=t, axis=1)
+        nl.store(last, r)
+        nl.store(both, nisa.tensor_reduce(op=nl.add, data=t, axis=(1, 2)))
+        return last, both
+
+    last, both = k(a)
+    np.testing.assert_array_equal(last, a.max(axis=2))
+    np.testing.assert_allclose(both[:, 0], a.astype(np.float64).sum(axis=(1, 2)), rtol=1e-5, atol=1e-5)
