@@ -28,3 +28,23 @@ def test_tensor_reduce_reduces_as_many_trailing_axes_as_axis_names():
     last, both = k(a)
     np.testing.assert_array_equal(last, a.max(axis=2))
     np.testing.assert_allclose(both[:, 0], a.astype(np.float64).sum(axis=(1, 2)), rtol=1e-5, atol=1e-5)
+
+
+def test_dma_copy_converts_an_integer_tile_through_fp32():
+    # find_nonzero_indices loads an int8 identity into a float32 SBUF tile with dma_copy
+    a = RNG.integers(-128, 128, (32, 24)).astype(np.int8)
+    b = np.array([[2**24 + 1, -7, 3, 2**31 - 1]], np.int32)
+
+    @nki.jit
+    def k(x, y):
+        fx = nl.ndarray((32, 24), nl.float32, buffer=nl.shared_hbm)
+        fy = nl.ndarray((1, 4), nl.float32, buffer=nl.shared_hbm)
+        t = nl.ndarray((32, 24), nl.float32, buffer=nl.sbuf)
+        nisa.dma_copy(dst=t, src=x)
+        nl.store(fx, t)
+        nisa.dma_copy(dst=fy, src=y)
+        return fx, fy
+
+    fx, fy = k(nki.typed(a, nl.int8), nki.typed(b, nl.int32))
+    np.testing.assert_array_equal(fx, a.astype(np.float32))
+    np.testing.assert_array_equal(fy, b.astype(np.float32))   # 2**24 + 1 rounds to 2**24 in fp32

@@ -55,7 +55,7 @@ DIFFERENCES: dict[str, str] = {
                      "ops (see reduce_cmd)",
     "local_gather": "semantics as NKI's numpy equivalent; the index may be any integer dtype",
     "dma_copy": "dst_rmw_op=nl.add is timed as DMAs plus a vector-engine add, as dma_compute is; "
-                "converts between float dtypes through fp32; dge_mode, priority and engine accepted; an indirect "
+                "converts between dtypes (MX formats aside) through fp32; dge_mode, priority and engine accepted; an indirect "
                 "side (a tile as index, .ap(vector_offset=/scalar_offset=)) is timed as software DGE whatever "
                 "the mode (a register scalar_offset refused); a scatter with dst_rmw_op gathers, adds and "
                 "scatters, so a row indexed twice gets one sum",
