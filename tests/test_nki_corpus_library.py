@@ -48,3 +48,30 @@ def test_dma_copy_converts_an_integer_tile_through_fp32():
     fx, fy = k(nki.typed(a, nl.int8), nki.typed(b, nl.int32))
     np.testing.assert_array_equal(fx, a.astype(np.float32))
     np.testing.assert_array_equal(fy, b.astype(np.float32))   # 2**24 + 1 rounds to 2**24 in fp32
+
+
+def test_ndarray_address_places_a_tile_where_it_says():
+    # conv1d and the tkg kernels pin PSUM banks with nl.ndarray(..., address=(0, bank * 2048))
+    a = RNG.standard_normal((128, 64)).astype(np.float32)
+    b = RNG.standard_normal((128, 32)).astype(np.float32)
+
+    @nki.jit
+    def k(x, y):
+        out = nl.ndarray((64, 32), nl.float32, buffer=nl.shared_hbm)
+        xs = nl.ndarray((128, 64), nl.float32, buffer=nl.sbuf, address=(0, 0))
+        ys = nl.ndarray((128, 32), nl.float32, buffer=nl.sbuf, address=(0, 64 * 4))
+        nisa.dma_copy(dst=xs, src=x)
+        nisa.dma_copy(dst=ys, src=y)
+        acc = nl.ndarray((64, 32), nl.float32, buffer=nl.psum, address=(0, 3 * 2048))
+        nisa.nc_matmul(dst=acc, stationary=xs, moving=ys)
+        res = nl.ndarray((64, 32), nl.float32, buffer=nl.sbuf, address=(0, 96 * 4))
+        nisa.tensor_copy(dst=res, src=acc)
+        nl.store(out, res)
+        return out
+
+    program = nki.trace_program(k, a, b)
+    placed = sorted((t.memory.name, t.start_partition, t.byte_offset) for t in program.tensors
+                    if t.memory.name != "HBM")
+    assert placed == [("PSUM", 0, 3 * 2048), ("SBUF", 0, 0), ("SBUF", 0, 256), ("SBUF", 0, 384)]
+    out = k(a, b)
+    np.testing.assert_allclose(out, a.T.astype(np.float64) @ b, rtol=1e-4, atol=1e-4)
