@@ -75,3 +75,24 @@ def test_ndarray_address_places_a_tile_where_it_says():
     assert placed == [("PSUM", 0, 3 * 2048), ("SBUF", 0, 0), ("SBUF", 0, 256), ("SBUF", 0, 384)]
     out = k(a, b)
     np.testing.assert_allclose(out, a.T.astype(np.float64) @ b, rtol=1e-4, atol=1e-4)
+
+
+def test_dma_transpose_permutes_3d_and_4d_tiles_as_nki_does():
+    # norm_tkg_utils transposes a [BxS*H1, 1, 1, H0] HBM view into a [H0, 1, 1, BxS*H1] tile
+    a4 = RNG.standard_normal((24, 2, 3, 16)).astype(np.float32)
+    a3 = RNG.standard_normal((4, 5, 6)).astype(np.float32)
+
+    @nki.jit
+    def k(x4, x3):
+        o4 = nl.ndarray((16, 2, 3, 24), nl.float32, buffer=nl.shared_hbm)
+        o3 = nl.ndarray((6, 5, 4), nl.float32, buffer=nl.shared_hbm)
+        t4 = nl.ndarray((16, 2, 3, 24), nl.float32, buffer=nl.sbuf)
+        nisa.dma_transpose(dst=t4, src=x4)
+        nl.store(o4, t4)
+        s3 = nl.load(x3)
+        nl.store(o3, nisa.dma_transpose(s3))
+        return o4, o3
+
+    o4, o3 = k(a4, a3)
+    np.testing.assert_array_equal(o4, a4.transpose(3, 1, 2, 0))
+    np.testing.assert_array_equal(o3, a3.transpose(2, 1, 0))
