@@ -96,3 +96,19 @@ def test_dma_transpose_permutes_3d_and_4d_tiles_as_nki_does():
     o4, o3 = k(a4, a3)
     np.testing.assert_array_equal(o4, a4.transpose(3, 1, 2, 0))
     np.testing.assert_array_equal(o3, a3.transpose(2, 1, 0))
+
+
+def test_outside_a_kernel_the_launch_grid_is_empty():
+    # topk's host-side config asks nl.program_ndim() for the sharding before any kernel runs
+    assert (nl.program_ndim(), nl.num_programs(axes=0), nl.program_id(axis=0)) == (0, 1, 0)
+
+    @nki.jit
+    def k(x):
+        out = nl.ndarray((1, 2), nl.int32, buffer=nl.shared_hbm)
+        t = nl.ndarray((1, 2), nl.int32, buffer=nl.sbuf)
+        nisa.memset(dst=t[:, 0:1], value=nl.program_ndim())
+        nisa.memset(dst=t[:, 1:2], value=nl.num_programs(axes=0))
+        nl.store(out, t)
+        return out
+
+    np.testing.assert_array_equal(k[3](np.zeros((1, 1), np.float32)), [[1, 3]])
