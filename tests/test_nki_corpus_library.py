@@ -112,3 +112,19 @@ def test_outside_a_kernel_the_launch_grid_is_empty():
         return out
 
     np.testing.assert_array_equal(k[3](np.zeros((1, 1), np.float32)), [[1, 3]])
+
+
+def test_the_simulators_nki_dtype_is_the_module_of_data_types(monkeypatch):
+    # the suite's set-up puts the simulator's modules in sys.modules; its qkv tests then
+    # `import nki.dtype as nt` and read nt.float8_e4m3
+    import sys
+
+    import nki_cpu_simulator.nki as sim_nki
+    import nki_cpu_simulator.nki.language.dtypes as sim_dtypes
+
+    monkeypatch.setitem(sys.modules, "nki", sim_nki)
+    monkeypatch.setitem(sys.modules, "nki.dtype", sim_dtypes)
+    import nki.dtype as nt
+
+    assert nt is sim_dtypes
+    assert nt.float8_e4m3 is nl.float8_e4m3 and nt.bfloat16 is nl.bfloat16
