@@ -2,10 +2,12 @@
 mode) relies on, each checked on a small kernel of its own against numpy."""
 
 import numpy as np
+import pytest
 
 from trnsim import nki
 from trnsim.nki import isa as nisa
 from trnsim.nki import language as nl
+from trnsim.nki.tracer import KernelError
 
 RNG = np.random.default_rng(7)
 
@@ -128,3 +130,26 @@ def test_the_simulators_nki_dtype_is_the_module_of_data_types(monkeypatch):
 
     assert nt is sim_dtypes
     assert nt.float8_e4m3 is nl.float8_e4m3 and nt.bfloat16 is nl.bfloat16
+
+
+def test_an_access_pattern_past_the_end_is_refused_only_where_it_is_used():
+    # output_projection_tkg makes a .ap view for every iteration and uses it under a condition
+    a = RNG.standard_normal((8, 12)).astype(np.float32)
+
+    def kernel(use_last):
+        @nki.jit
+        def k(x):
+            out = nl.ndarray((8, 3), nl.float32, buffer=nl.shared_hbm)
+            t = nl.load(x)
+            res = nl.ndarray((8, 3), nl.float32, buffer=nl.sbuf)
+            for j in range(5):
+                view = t.ap(pattern=[[12, 8], [4, 3]], offset=j)   # j = 4 reads element 12 of each row
+                if j < 4 or use_last:
+                    nisa.tensor_copy(dst=res, src=view)
+            nl.store(out, res)
+            return out
+        return k
+
+    np.testing.assert_array_equal(kernel(False)(a), a[:, 3::4])
+    with pytest.raises(KernelError, match="reaches outside"):
+        kernel(True)(a)
