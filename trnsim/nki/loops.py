@@ -1,5 +1,5 @@
 """Loops, index ranges and the launch grid of ``nki.language``, and its small helpers for
-kernel code (``NKIObject``, ``device_print``, ``no_reorder``).
+kernel code (``device_print``, ``no_reorder``).
 
 Every loop is unrolled when the kernel is traced; ``sequential_range`` also orders its
 iterations one after another.
@@ -130,14 +130,6 @@ def par_dim(size: int) -> int:
     """Marks the partition dimension of a tile shape: ``(nl.par_dim(128), 512)``, or
     ``(4, nl.par_dim(128), 512)`` for four [128, 512] tiles (legacy block dimensions)."""
     return ParDim(int(size))
-
-
-class NKIObject:
-    """Base class for kernel configuration objects: keyword arguments become attributes."""
-
-    def __init__(self, **kwargs: Any) -> None:
-        for key, value in kwargs.items():
-            setattr(self, key, value)
 
 
 def device_print(print_prefix: str, tensor: Any, mask: Mask | None = None) -> None:
