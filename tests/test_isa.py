@@ -119,8 +119,8 @@ def test_engine_and_memory_rules():
         p.add(Activation(s, h, engine=Engine.SCALAR))
     with pytest.raises(ProgramError, match="DMA queue 999 does not exist on trn1; use 0..255"):
         p.add(DmaCopy(s.view(), h.view(), 999))
-    with pytest.raises(ProgramError, match="DMA converts between float dtypes only"):
-        p.dma(p.sbuf([128, 16], dtypes.int32), h)
+    with pytest.raises(ProgramError, match="DMA cannot convert float32 to float8_e4m3fn_x4"):
+        p.dma(p.sbuf([128, 16], dtypes.float8_e4m3fn_x4), h)
     with pytest.raises(ProgramError, match="dependency 5 must be the index of an earlier instruction"):
         p.dma(s, h, deps=[5])
     other = Program("trn1", name="other").sbuf([128, 16], dtypes.float32, "x")

@@ -16,7 +16,7 @@ import os
 import re
 from typing import TYPE_CHECKING, Callable, Iterator, Sequence
 
-from trnsim.dtypes import as_dtype, float32
+from trnsim.dtypes import PACKED, as_dtype, float32
 from trnsim.errors import AllocationError, ProgramError
 from trnsim.isa import (ALU_COMPARISONS, BN_STATS_MAX_FREE, BN_STATS_WIDTH, MAX_FREE_DIMS, MEMORY_NAMES, Activation, AffineSelect,
                         BnAggr, BnStats, DmaCopy, DmaIndirect, Engine, Instruction, Iota, LoadStationary, Memory, MultiplyMoving,
@@ -437,9 +437,10 @@ class Program:
         if inst.src.size != inst.dst.size:
             raise self._fail(inst, f"copies {inst.src.size} elements from {inst.src!r} into {inst.dst.size} of {inst.dst!r}; "
                                    "sizes must match")
-        if inst.src.dtype is not inst.dst.dtype and not (inst.src.dtype.is_float and inst.dst.dtype.is_float):
-            raise self._fail(inst, f"DMA converts between float dtypes only ({inst.src.dtype.name} -> {inst.dst.dtype.name}); "
-                             "copy with tensor_copy to convert")
+        # a converting DMA casts through fp32 (NKI's dma_copy docs), except to or from the MX formats
+        if inst.src.dtype is not inst.dst.dtype and (inst.src.dtype in PACKED or inst.dst.dtype in PACKED):
+            raise self._fail(inst, f"DMA cannot convert {inst.src.dtype.name} to {inst.dst.dtype.name}: a DMA does "
+                                   "not cast MX formats (NKI's DMA docs); copy them as they are")
         for v in (inst.src, inst.dst):
             if not v.tensor.on_chip and _extent(v) + v.offset > v.tensor.size:
                 raise self._fail(inst, f"access {v!r} reaches past the end of {v.tensor!r}")

@@ -17,6 +17,8 @@ import math
 import sys
 from typing import Any, Callable, Sequence
 
+import numpy as np
+
 from trnsim.isa import MEMORY_NAMES, Memory, Tensor, View
 from trnsim.nki import emit as _e
 from trnsim.nki.tiles import NkiTensor, ParDim, _Placement
@@ -94,6 +96,20 @@ def psum_mod_alloc(base_addr: int = 0, *, base_bank: int = 0, num_bank_tiles: tu
 
     return DirectAllocation(Memory.PSUM, func, f"ncc.psum.mod_alloc(base_bank={base_bank}, "
                                                f"num_bank_tiles={tuple(num_bank_tiles)})")
+
+
+def at_address(memory: Memory, address: Any) -> DirectAllocation:
+    """``nl.ndarray(..., address=(start_partition, byte_offset))``: the tile at that place
+    of SBUF, or of PSUM (the offset counting on across its banks, as ``bank * 2048``)."""
+    if not (isinstance(address, (tuple, list)) and len(address) == 2
+            and all(isinstance(a, (int, np.integer)) for a in address)):
+        raise _e.tracer().fail(f"nl.ndarray address={address!r} must be (start_partition, byte_offset), two integers")
+    partition, offset = int(address[0]), int(address[1])
+    if memory is Memory.PSUM:
+        return DirectAllocation(memory, lambda idx, pdim_size, fdim_size: (0, partition, offset),
+                                f"psum address=({partition}, {offset})")
+    return DirectAllocation(memory, lambda idx, pdim_size, fdim_size: (partition, offset),
+                            f"sbuf address=({partition}, {offset})")
 
 
 class ModuloTile:

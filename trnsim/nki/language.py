@@ -30,13 +30,14 @@ from trnsim.nki.compute import (
 )
 from trnsim.nki.emit import MatmulResult
 from trnsim.nki.loops import (
-    NKIObject, affine_range, arange, device_print, dynamic_range, fori_loop, nc, no_reorder, num_programs, par_dim,
+    affine_range, arange, device_print, dynamic_range, fori_loop, nc, no_reorder, num_programs, par_dim,
     program_id, program_ndim, sequential_range, spmd_dim, static_range, while_loop,
 )
 from trnsim.nki.memory import (
     copy, empty_like, expand_dims, full, hbm, is_hbm, is_on_chip, is_psum, is_sbuf, load, load_transpose2d, ndarray,
     ones, private_hbm, psum, sbuf, shared_constant, shared_hbm, static_cast, store, zeros, zeros_like,
 )
+from trnsim.nki.objects import NKIObject
 from trnsim.nki.reductions import mean, rms_norm, softmax, var
 from trnsim.nki.refused import Refused
 from trnsim.nki.kernel_random import dropout, rand, random_seed

@@ -1,5 +1,5 @@
 """Loops, index ranges and the launch grid of ``nki.language``, and its small helpers for
-kernel code (``NKIObject``, ``device_print``, ``no_reorder``).
+kernel code (``device_print``, ``no_reorder``).
 
 Every loop is unrolled when the kernel is traced; ``sequential_range`` also orders its
 iterations one after another.
@@ -14,7 +14,7 @@ from typing import Any, Iterator, Sequence
 from trnsim.nki import emit as _e
 from trnsim.nki.compiler import no_reorder as _no_reorder_block
 from trnsim.nki.tiles import Affine, Mask, ParDim
-from trnsim.nki.tracer import tracing
+from trnsim.nki.tracer import active, tracing
 
 
 def _loop(r: range, sequential: bool) -> Iterator[int]:
@@ -58,8 +58,11 @@ def arange(*args: int) -> Affine:
 
 
 def program_id(axis: int = 0) -> int:
-    """This instance's index along ``axis`` of the launch grid."""
-    tr = _e.tracer()
+    """This instance's index along ``axis`` of the launch grid (0 outside a kernel, as
+    in NKI, where host code asks for the sharding of a launch without a grid)."""
+    tr = active()
+    if tr is None:
+        return 0
     if not 0 <= axis < builtins.max(len(tr.grid), 1):
         raise tr.fail(f"program_id({axis}): the launch grid has {len(tr.grid)} axes")
     return tr.program_ids[axis] if tr.grid else 0
@@ -67,8 +70,11 @@ def program_id(axis: int = 0) -> int:
 
 def num_programs(axes: int | Sequence[int] | None = 0, *, axis: int | None = None) -> int:
     """Size of the launch grid along ``axes`` (an axis, or several: the product of their
-    sizes; None: every axis, the number of programs). ``axis=`` is the older spelling."""
-    tr = _e.tracer()
+    sizes; None: every axis, the number of programs). ``axis=`` is the older spelling.
+    Outside a kernel there is no grid: 1."""
+    tr = active()
+    if tr is None:
+        return 1
     if axis is not None:
         axes = axis
     chosen = range(len(tr.grid)) if axes is None else [axes] if isinstance(axes, int) else list(axes)
@@ -81,7 +87,9 @@ def num_programs(axes: int | Sequence[int] | None = 0, *, axis: int | None = Non
 
 
 def program_ndim() -> int:
-    return len(_e.tracer().grid)
+    """How many axes the launch grid has (0 outside a kernel, or for a launch without one)."""
+    tr = active()
+    return len(tr.grid) if tr is not None else 0
 
 
 def fori_loop(lower: int, upper: int, body_fun: Any, step: int = 1) -> None:
@@ -122,14 +130,6 @@ def par_dim(size: int) -> int:
     """Marks the partition dimension of a tile shape: ``(nl.par_dim(128), 512)``, or
     ``(4, nl.par_dim(128), 512)`` for four [128, 512] tiles (legacy block dimensions)."""
     return ParDim(int(size))
-
-
-class NKIObject:
-    """Base class for kernel configuration objects: keyword arguments become attributes."""
-
-    def __init__(self, **kwargs: Any) -> None:
-        for key, value in kwargs.items():
-            setattr(self, key, value)
 
 
 def device_print(print_prefix: str, tensor: Any, mask: Mask | None = None) -> None:

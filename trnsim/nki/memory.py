@@ -15,7 +15,7 @@ import numpy as np
 
 from trnsim.isa import Engine, Memory, Memset, View
 from trnsim.nki import emit as _e
-from trnsim.nki.allocation import DirectAllocation, ModuloTile, direct_tile
+from trnsim.nki.allocation import DirectAllocation, ModuloTile, at_address, direct_tile
 from trnsim.program import partition_start_ok
 from trnsim.nki.emit import MatmulResult
 from trnsim.nki.indirect import direct
@@ -39,12 +39,19 @@ def _buffer(buffer: Any) -> Memory:
     raise _e.tracer().fail(f"buffer {buffer!r} is not one of nl.sbuf, nl.psum, nl.hbm, nl.shared_hbm")
 
 
-def ndarray(shape: Sequence[int], dtype: Any, buffer: Any = sbuf, name: str | None = None) -> Any:
+def ndarray(shape: Sequence[int], dtype: Any, buffer: Any = sbuf, name: str | None = None,
+            address: Any = None) -> Any:
     """An uninitialised tensor: a tile in SBUF/PSUM, or an HBM tensor (a kernel output
     when the kernel returns it). A tile shape with dimensions before ``nl.par_dim(n)``
     (legacy block dimensions) gives a :class:`~trnsim.nki.tiles.BlockedTile`. A direct
-    allocation (``buffer=ncc.sbuf.mod_alloc(...)``) places each block where it says
+    allocation (``buffer=ncc.sbuf.mod_alloc(...)``, or ``address=(start_partition,
+    byte_offset)`` in SBUF or PSUM) places each block where it says
     (:func:`trnsim.nki.allocation.direct_tile`)."""
+    if address is not None:
+        if isinstance(buffer, DirectAllocation) or _buffer(buffer) is Memory.HBM:
+            raise _e.tracer().fail(f"nl.ndarray address={address!r} places an SBUF or PSUM tile; buffer {buffer!r} "
+                                   "takes none")
+        buffer = at_address(_buffer(buffer), address)
     if isinstance(buffer, DirectAllocation):
         return direct_tile(tuple(shape), dtype, buffer, name)
     memory = _buffer(buffer)

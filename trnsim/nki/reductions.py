@@ -23,8 +23,8 @@ def free_axes(x: NkiTensor, axis: Any) -> int:
     axes = reduce_axes(x, axis)
     if list(axes) != list(range(len(x.shape) - len(axes), len(x.shape))):
         raise _e.tracer().fail(f"reduce axes {list(axes)} of {list(x.shape)} must be the trailing free axes for "
-                               "nl.var, nl.softmax and nl.rms_norm in trnsim (nl.sum, nl.max, nl.min, nl.mean and "
-                               "nisa.tensor_reduce take any free axes)")
+                               "nl.var, nl.softmax and nl.rms_norm in trnsim (nl.sum, nl.max, nl.min and nl.mean take "
+                               "any free axes)")
     return len(axes)
 
 

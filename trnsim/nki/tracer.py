@@ -88,6 +88,11 @@ def current() -> Tracer:
     return _current[-1]
 
 
+def active() -> Tracer | None:
+    """The tracer of the kernel being traced, or None outside a kernel."""
+    return _current[-1] if _current else None
+
+
 class Tracer:
     """State of one kernel trace: the Program, hazards, placements and the launch grid.
 

@@ -82,8 +82,14 @@ def _asked(t: NkiTensor) -> int:
     return n
 
 
+#: dma_transpose's permutation for each rank when ``axes`` is not given (NKI's docs)
+DMA_TRANSPOSE_AXES = {2: (1, 0), 3: (2, 1, 0), 4: (3, 1, 2, 0)}
+
+
 def dma_transpose(*args: Any, axes: Any = None, dtype: Any = None, **kwargs: Any) -> NkiTensor:
-    """Transpose a 2-D ``src`` [A, B] into ``dst`` [B, A] by DMA (an SBUF tile by default)."""
+    """Permute the axes of ``src`` into ``dst`` by DMA (an SBUF tile by default): by
+    ``axes``, else as NKI does for the rank: [A, B] -> [B, A], [A, B, C] -> [C, B, A],
+    [A, B, C, D] -> [D, B, C, A]."""
     if "src" in kwargs:
         src, dst = kwargs.pop("src"), kwargs.pop("dst", args[0] if args else None)
     elif len(args) >= 2:
@@ -97,13 +103,16 @@ def dma_transpose(*args: Any, axes: Any = None, dtype: Any = None, **kwargs: Any
         raise fail(f"dma_transpose needs a tensor src, got {src!r}")
     direct(src, "dma_transpose")
     v = src.view
-    if len(v.dims) != 2 or axes not in (None, (1, 0), [1, 0]):
-        raise fail(f"dma_transpose: trnsim transposes 2-D access patterns with axes=(1, 0); got shape {list(v.shape)} "
-                    f"and axes={axes!r}")
-    out = dst if dst is not None else _e.new_tensor((v.shape[1], v.shape[0]), _e.dtype_of(dtype, src.dtype))
+    perm = DMA_TRANSPOSE_AXES.get(len(v.dims)) if axes is None else tuple(int(a) for a in axes)
+    if perm is None or sorted(perm) != list(range(len(v.dims))):
+        raise fail(f"dma_transpose of an access pattern of shape {list(v.shape)} with axes={axes!r}: give a "
+                   "permutation of its axes (without axes, a 2-, 3- or 4-D one is transposed as NKI does)")
+    shape = tuple(v.shape[a] for a in perm)
+    out = dst if dst is not None else _e.new_tensor(shape, _e.dtype_of(dtype, src.dtype))
     d = out.view
-    if d.shape != (v.shape[1], v.shape[0]):
-        raise fail(f"dma_transpose of {list(v.shape)} into {list(out.shape)}: dst must be [{v.shape[1]}, {v.shape[0]}]")
+    if d.shape != shape:
+        raise fail(f"dma_transpose of {list(v.shape)} with axes {perm} into {list(out.shape)}: dst must be "
+                   f"{list(shape)}")
     tr = _e.tracer()
     if v.tensor.on_chip:
         # an on-chip access cannot step over partitions element by element: trnsim bounces
@@ -112,7 +121,7 @@ def dma_transpose(*args: Any, axes: Any = None, dtype: Any = None, **kwargs: Any
         scratch = tr.place(v.shape, src.dtype, Memory.HBM, "dma_transpose").view()
         tr.dma(scratch, v)
         v = scratch
-    tr.dma(d, View(v.tensor, v.offset, (v.dims[1], v.dims[0])))
+    tr.dma(d, View(v.tensor, v.offset, tuple(v.dims[a] for a in perm)))
     return out
 
 

@@ -19,13 +19,17 @@ from trnsim.nki.tiles import NkiTensor
 
 def tensor_reduce(*args: Any, axis: Any = None, dtype: Any = None, negate: bool = False, keepdims: bool = False,
                   engine: Any = None, **kwargs: Any) -> NkiTensor:
-    """Reduce ``data`` along free axes with ``op`` (nl.add, nl.maximum, nl.minimum)."""
+    """Reduce ``data`` along its trailing free axes with ``op`` (nl.add, nl.maximum,
+    nl.minimum): as many as ``axis`` names, since the instruction encodes a count of
+    trailing axes (NKI's docs: "the last contiguous free dimension(s), ending at the final
+    dimension"), so AWS's kernels write ``axis=1`` for the last axis of a [P, A, B] tile."""
     dst, rest = split_dst(args, kwargs, lambda a: is_tile(a[0]), "data")
     op = kwargs.pop("op", rest[0] if rest else None)
     data = _e.readable(kwargs.pop("data", rest[1] if len(rest) > 1 else None), "tensor_reduce data")
     if axis is None:
         axis = kwargs.pop("axis", rest[2] if len(rest) > 2 else -1)
-    axes = reduce_axes(data, axis)
+    nd = len(data.shape)
+    axes = tuple(range(nd - len(reduce_axes(data, axis)), nd))
     out = out_tile(dst, data, dtype, reduced_shape(tuple(data.shape), axes, keepdims))
     _e.reduce(out.view, reduced_last(data, data.view, axes), reduction(op), len(axes), pick_engine(engine, Engine.VECTOR))
     if negate:

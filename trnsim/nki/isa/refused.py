@@ -55,11 +55,12 @@ DIFFERENCES: dict[str, str] = {
                      "ops (see reduce_cmd)",
     "local_gather": "semantics as NKI's numpy equivalent; the index may be any integer dtype",
     "dma_copy": "dst_rmw_op=nl.add is timed as DMAs plus a vector-engine add, as dma_compute is; "
-                "converts between float dtypes through fp32; dge_mode, priority and engine accepted; an indirect "
+                "converts between dtypes (MX formats aside) through fp32; dge_mode, priority and engine accepted; an indirect "
                 "side (a tile as index, .ap(vector_offset=/scalar_offset=)) is timed as software DGE whatever "
                 "the mode (a register scalar_offset refused); a scatter with dst_rmw_op gathers, adds and "
                 "scatters, so a row indexed twice gets one sum",
-    "dma_transpose": "2-D (axes=(1, 0)) only; an SBUF/PSUM source goes through an HBM scratch tensor (two DMAs)",
+    "dma_transpose": "any permutation of the axes (NKI's default per rank without axes); an SBUF/PSUM source "
+                     "goes through an HBM scratch tensor (two DMAs)",
     "register_alloc": "a trace-time integer (VirtualRegister); not usable as a run-time loop bound",
     "register_move": "trace-time integers only",
     "rng": "32 random bits per element (integer dst) from numpy PCG64, not XORWOW",

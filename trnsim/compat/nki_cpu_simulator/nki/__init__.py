@@ -14,6 +14,9 @@ import os
 from typing import Any, Callable
 
 import trnsim.nki as _nki
+# ``dtype`` is the module of data types here, as in AWS's simulator, whose set-up also puts it in
+# sys.modules["nki.dtype"]: ``import nki.dtype as nt`` takes the attribute before the module
+from trnsim.compat.nki_cpu_simulator.nki.language import dtypes as dtype  # noqa: F401 - a name of the module
 from trnsim.nki.jit import PLATFORM_TARGETS, Simulated, platform_target, simulate
 
 # the module whose names and submodules this one stands for (read by trnsim.compat.aliases)
