@@ -183,3 +183,36 @@ def test_a_column_of_a_tile_keeps_its_free_axis_and_blocks_index_one_at_a_time()
 
     a = np.random.default_rng(5).standard_normal((128, 3)).astype(np.float32)
     np.testing.assert_array_equal(nki.simulate_kernel(k, a), 2 * a)
+
+
+@pytest.mark.parametrize("sa,sb", [((16, 4, 1), (16, 4, 8)), ((16, 1, 8), (16, 4, 8)), ((1, 4, 8), (16, 4, 1)),
+                                   ((16, 4, 8), (16, 4, 8))])
+def test_binary_ops_broadcast_axis_by_axis_as_numpy_does(sa, sb):
+    # nki-samples' select_and_scatter compares a [P, a, 1] window maximum with its [P, a, b] window
+    @nki.jit
+    def k(a, b):
+        shape = tuple(max(x, y) for x, y in zip(a.shape, b.shape))
+        out = nl.ndarray(shape, dtype=nl.float32, buffer=nl.shared_hbm)
+        eq = nl.ndarray(shape, dtype=nl.float32, buffer=nl.shared_hbm)
+        ta, tb = nl.load(a), nl.load(b)
+        nl.store(out, nl.subtract(ta, tb))
+        nl.store(eq, nl.where(nl.equal(ta, tb), ta, 0.0))
+        return out, eq
+
+    rng = np.random.default_rng(1)
+    a = rng.integers(0, 3, sa).astype(np.float32)
+    b = rng.integers(0, 3, sb).astype(np.float32)
+    out, eq = nki.simulate_kernel(k, a, b)
+    np.testing.assert_array_equal(out, a - b)
+    np.testing.assert_array_equal(eq, np.where(a == b, np.broadcast_to(a, out.shape), 0.0))
+
+
+def test_shapes_that_do_not_broadcast_are_refused_by_name():
+    @nki.jit
+    def k(a, b):
+        out = nl.ndarray((16, 4, 8), dtype=nl.float32, buffer=nl.shared_hbm)
+        nl.store(out, nl.add(nl.load(a), nl.load(b)))
+        return out
+
+    with pytest.raises(nki.KernelError, match=r"nl.add of \[16, 4, 3\] and \[16, 4, 8\]: the shapes do not broadcast"):
+        nki.simulate_kernel(k, np.zeros((16, 4, 3), np.float32), np.zeros((16, 4, 8), np.float32))

@@ -12,6 +12,8 @@ import math
 from numbers import Real
 from typing import Any, Sequence
 
+import numpy as np
+
 from trnsim import dtypes as _dt
 from trnsim.isa import ActivationFunc, AluOp, Engine, Memory, Select, View
 from trnsim.nki import emit as _e
@@ -156,13 +158,23 @@ def _binary(alu: AluOp, name: str):
 
 
 def _broadcast_pair(a: NkiTensor, b: NkiTensor, name: str) -> tuple[NkiTensor, NkiTensor]:
-    """``a`` and ``b`` brought to one [P, F] size by numpy's rules on (partitions, free
-    size), except that a [P, 1] beside a full [P, F] stays a per-partition scalar."""
+    """``a`` and ``b`` brought to one shape by numpy's rules, except that a [P, 1] beside a
+    full [P, F] stays a per-partition scalar. Tiles of one rank broadcast axis by axis (a
+    [P, 4, 1] beside a [P, 4, 8]); otherwise on (partitions, free size)."""
     pa, fa = a.view.partitions, a.view.free_size
     pb, fb = b.view.partitions, b.view.free_size
-    if (pa, fa) == (pb, fb):
+    if tuple(a.shape) == tuple(b.shape) or ((pa, fa) == (pb, fb) and len(a.shape) != len(b.shape)):
         return a, b
     p, f = builtins.max(pa, pb), builtins.max(fa, fb)
+    if pa == pb and (fa == 1 or fb == 1):  # one value per partition beside a full tile
+        return a, b
+    if len(a.shape) == len(b.shape) > 2:
+        try:
+            shape = tuple(int(n) for n in np.broadcast_shapes(tuple(a.shape), tuple(b.shape)))
+        except ValueError:
+            shape = ()
+        if shape:
+            return _axis_broadcast(a, shape), _axis_broadcast(b, shape)
 
     def fit(t: NkiTensor, pt: int, ft: int, other_full: bool) -> NkiTensor:
         if (pt, ft) == (p, f) or (pt == p and ft == 1 and other_full):
@@ -170,9 +182,21 @@ def _broadcast_pair(a: NkiTensor, b: NkiTensor, name: str) -> tuple[NkiTensor, N
         if pt in (1, p) and ft in (1, f):
             return broadcast_to(t, (p, f))
         raise _e.tracer().fail(f"nl.{name} of {list(a.shape)} and {list(b.shape)}: the shapes do not broadcast; "
-                               "each operand's partitions and free size must match the other's or be 1")
+                               "each axis of one operand must match the other's or be 1")
 
     return fit(a, pa, fa, (pb, fb) == (p, f)), fit(b, pb, fb, (pa, fa) == (p, f))
+
+
+def _axis_broadcast(t: NkiTensor, shape: tuple[int, ...]) -> NkiTensor:
+    """``t`` repeated along each size-1 axis to ``shape``: over partitions by one DMA
+    (engines read a tile partition by partition), along free axes by a stride-0 view, which
+    the engines read with no copy."""
+    if t.shape[0] != shape[0]:
+        t = broadcast_to(t, (shape[0],) + tuple(t.shape[1:]))
+    for d in range(1, len(shape)):
+        if t.shape[d] != shape[d]:
+            t = t.broadcast(d, shape[d])
+    return t
 
 
 add = _binary(AluOp.ADD, "add")
@@ -255,11 +279,31 @@ def broadcast_to(x: Any, shape: Sequence[int]) -> NkiTensor:
 def where(condition: Any, x: Any, y: Any, dtype: Any = None) -> NkiTensor:
     """``x`` where ``condition`` is non-zero, else ``y`` (a tile or a number)."""
     cond = _e.readable(condition, "nl.where condition")
-    xt = _e.readable(x, "nl.where x") if not isinstance(x, Real) else full(cond.shape, x, dtype or _dt.float32)
+    tiles = [t for t in (x, y) if not isinstance(t, Real)]
+    shape = _where_shape(cond, *(_e.readable(t, "nl.where operand") for t in tiles))
+
+    def fit(t: NkiTensor) -> NkiTensor:
+        return t if shape is None else _axis_broadcast(t, shape)
+
+    cond = fit(cond)
+    xt = (fit(_e.readable(x, "nl.where x")) if not isinstance(x, Real)
+          else full(cond.shape, x, dtype or _dt.float32))
     out = _e.like(xt, dtype)
-    other = float(y) if isinstance(y, Real) else _e.readable(y, "nl.where y").view
+    other = float(y) if isinstance(y, Real) else fit(_e.readable(y, "nl.where y")).view
     _e.emit(Select(out.view, cond.view, xt.view, other, engine=Engine.VECTOR))
     return out
+
+
+def _where_shape(*tiles: NkiTensor) -> tuple[int, ...] | None:
+    """The shape nl.where's tiles broadcast to when they are of one rank and differ, else None."""
+    shapes = [tuple(int(n) for n in t.shape) for t in tiles]
+    if len(set(shapes)) == 1 or len({len(s) for s in shapes}) != 1:
+        return None
+    try:
+        return tuple(int(n) for n in np.broadcast_shapes(*shapes))
+    except ValueError:
+        raise _e.tracer().fail(f"nl.where of shapes {[list(s) for s in shapes]}: the shapes do not broadcast; each "
+                               "axis must match the others or be 1") from None
 
 
 def prelu(x: Any, alpha: Any, dtype: Any = None, mask: Mask | None = None, out: NkiTensor | None = None) -> NkiTensor:
