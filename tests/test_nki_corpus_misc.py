@@ -216,3 +216,37 @@ def test_shapes_that_do_not_broadcast_are_refused_by_name():
 
     with pytest.raises(nki.KernelError, match=r"nl.add of \[16, 4, 3\] and \[16, 4, 8\]: the shapes do not broadcast"):
         nki.simulate_kernel(k, np.zeros((16, 4, 3), np.float32), np.zeros((16, 4, 8), np.float32))
+
+
+def test_loop_reduce_keeps_one_running_result_per_iteration_of_the_loops_it_does_not_name():
+    # nki-samples' flash attention backward: dq[i_q] = nl.loop_reduce(x, np.add, [i_k])
+    # in a loop over i_q inside the loop over i_k sums over i_k for each i_q on its own
+    @nki.jit
+    def k(a):
+        out = nl.ndarray((3, 128, 4), dtype=nl.float32, buffer=nl.shared_hbm)
+        acc = nl.zeros((3, nl.par_dim(128), 4), dtype=nl.float32)
+        for i_k in nl.sequential_range(2):
+            for i_q in nl.affine_range(3):
+                x = nl.load(a[i_k, i_q])
+                acc[i_q] = nl.loop_reduce(x, np.add, [i_k], dtype=nl.float32)
+        for i_q in nl.affine_range(3):
+            nl.store(out[i_q], acc[i_q])
+        return out
+
+    a = np.random.default_rng(7).standard_normal((2, 3, 128, 4)).astype(np.float32)
+    np.testing.assert_allclose(nki.simulate_kernel(k, a), a.sum(axis=0), rtol=1e-6)
+
+
+def test_a_single_hbm_element_loads_as_a_one_by_one_tile():
+    # nki-samples' flash attention backward loads one sink value: nl.load(sinks[b, h])
+    @nki.jit
+    def k(x, sinks):
+        out = nl.ndarray((128, 4), dtype=nl.float32, buffer=nl.shared_hbm)
+        s = nl.load(sinks[1, 2])
+        assert tuple(s.shape) == (1, 1)
+        nl.store(out, nl.add(nl.load(x), nl.broadcast_to(s, (128, 4))))
+        return out
+
+    x = np.random.default_rng(3).standard_normal((128, 4)).astype(np.float32)
+    sinks = np.arange(6, dtype=np.float32).reshape(2, 3)
+    np.testing.assert_array_equal(nki.simulate_kernel(k, x, sinks), x + sinks[1, 2])

@@ -203,26 +203,32 @@ def shared_identity_matrix(n: int, dtype: Any = _dt.uint8, dst: NkiTensor | None
     return out
 
 
-# A loop_reduce call's running result, by tracer and by the call's source line.
-_running: weakref.WeakKeyDictionary[Tracer, dict[str, NkiTensor]] = weakref.WeakKeyDictionary()
+# A loop_reduce call's running result, by tracer, by the call's source line and by the
+# counters of the enclosing loops it does not reduce over.
+_running: weakref.WeakKeyDictionary[Tracer, dict[tuple, NkiTensor]] = weakref.WeakKeyDictionary()
 _LOOP_OPS = {"add": add, "maximum": maximum, "max": maximum, "minimum": minimum, "min": minimum,
              "multiply": multiply, "subtract": subtract}
 
 
 def loop_reduce(x: Any, op: Any, loop_indices: Any, dtype: Any = None, mask: Mask | None = None) -> NkiTensor:
-    """``b = op(b, x)`` for the ``b`` this call returned in the loop's last iteration, from
-    zeros when every index in ``loop_indices`` is 0 (the loop's first iteration), as
-    NKI's ``b = nl.zeros(...)`` then ``b = nl.loop_reduce(a, op, [k])`` reads."""
+    """``b = op(b, x)`` for the ``b`` this call returned in the last iteration of the loops
+    ``loop_indices`` name, from zeros when every one of them is 0 (their first
+    iteration), as NKI's ``b = nl.zeros(...)`` then ``b = nl.loop_reduce(a, op, [k])``
+    reads. Each iteration of the other enclosing ``affine_range``/``sequential_range``
+    loops keeps its own ``b``: ``acc[i_q] = nl.loop_reduce(x, np.add, [i_k])`` in a loop
+    over ``i_q`` inside one over ``i_k`` sums over ``i_k`` for each ``i_q``."""
     tr = _e.tracer()
     fn = _LOOP_OPS.get(getattr(op, "__name__", str(op)))
     if fn is None:
         raise tr.fail(f"nl.loop_reduce op {op!r}: use np.add, np.maximum, np.minimum, np.multiply or np.subtract")
     indices = loop_indices if isinstance(loop_indices, (list, tuple)) else (loop_indices,)
-    site = caller_source()
+    reduced = {getattr(i, "depth", None) for i in indices}
+    others = tuple(v for depth, v in enumerate(tr.loop_values, 1) if depth not in reduced)
+    key = (caller_source(), others if None not in reduced else ())
     state = _running.setdefault(tr, {})
     x = _e.readable(x)
-    prev = None if builtins.all(int(i) == 0 for i in indices) else state.get(site)
+    prev = None if builtins.all(int(i) == 0 for i in indices) else state.get(key)
     if prev is None:
         prev = zeros(x.shape, dtype or x.dtype)
-    state[site] = fn(prev, x, dtype=dtype or x.dtype, mask=mask)
-    return state[site]
+    state[key] = fn(prev, x, dtype=dtype or x.dtype, mask=mask)
+    return state[key]

@@ -17,17 +17,28 @@ from trnsim.nki.tiles import Affine, Mask, ParDim
 from trnsim.nki.tracer import active, tracing
 
 
+class LoopIndex(int):
+    """A loop counter of ``affine_range``/``sequential_range``: the int itself, plus the
+    depth of the loop nest it counts (1 for the outermost), by which ``nl.loop_reduce``
+    knows which loop its ``loop_indices`` name. Arithmetic gives plain ints."""
+
+    depth: int
+
+
 def _loop(r: range, sequential: bool) -> Iterator[int]:
     """Iterate ``r``, telling the tracer where each iteration starts (direct allocations
     in a loop body take the first iteration's addresses)."""
     tr = _e.tracer()
     tr.loop_enter()
+    depth = len(tr.loops)
     try:
         for k, i in enumerate(r):
             if sequential and k:
                 tr.barrier()
-            tr.loop_iteration()
-            yield i
+            tr.loop_iteration(i)
+            index = LoopIndex(i)
+            index.depth = depth
+            yield index
     finally:
         tr.loop_exit()
 

@@ -107,7 +107,7 @@ def load(src: NkiTensor, mask: Mask | None = None, dtype: Any = None) -> NkiTens
         raise tr.fail(f"nl.load needs an HBM tensor slice, got {src!r}")
     _e.check_overrun(src, mask, "nl.load")
     asked = tuple(s + o for s, o in zip(src.shape, src.overrun))
-    shape = asked if len(asked) > 1 else (asked[0], 1)
+    shape = asked if len(asked) > 1 else (asked[0], 1) if asked else (1, 1)  # one element: a [1, 1] tile
     tile = _e.new_tensor(shape, src.dtype, Memory.SBUF, bases=src.bases if len(src.shape) > 1 else None)
     _e.move(tile, src, mask)
     if dtype is not None and _e.dtype_of(dtype) is not src.dtype:

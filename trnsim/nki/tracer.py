@@ -121,6 +121,8 @@ class Tracer:
         # direct allocations inside loops: the compiler runs a loop body once, so every
         # iteration gets the addresses the first one chose (see direct_locations)
         self.loops: list[dict[tuple, int]] = []
+        # the current counter of each of those loops, outermost first
+        self.loop_values: list[int] = []
         self._loop_instances = 0
         self._outermost = 0
         self._direct_cache: dict[tuple, Any] = {}
@@ -196,13 +198,16 @@ class Tracer:
             self._loop_instances += 1
             self._outermost = self._loop_instances
         self.loops.append({})
+        self.loop_values.append(0)
 
-    def loop_iteration(self) -> None:
+    def loop_iteration(self, value: int) -> None:
         self.loops[-1].clear()
+        self.loop_values[-1] = value
 
     def loop_exit(self) -> None:
         if self.loops:
             self.loops.pop()
+            self.loop_values.pop()
 
     def direct_locations(self, site: tuple, compute: Any) -> Any:
         """``compute()`` (a direct allocation's addresses), or inside a loop what the first
