@@ -240,11 +240,9 @@ def test_legacy_wrappers_take_a_launch_grid(name, tmp_path):
     launched = [ns.benchmark(ns.jit(fn)[g])(A, B, np.zeros_like(A)) for g in (1, 2)]
     assert result.nc_latency.get_latency_percentile(50) == launched[1].latency_us
     assert result.latency_ns > launched[0].latency_ns   # both instances ran
-    profiled = ns.profile(working_directory=tmp_path, profile_nth=2)(fn)
+    profiled = ns.profile(working_directory=tmp_path / "p", num_execs=2, profile_nth=2)(fn)
     run(profiled[2])
-    assert list(tmp_path.iterdir()) == []
-    run(profiled[2])    # the second call of the wrapped kernel, through another subscript
-    assert json.loads((tmp_path / "profile_summary.json").read_text())["kernel"] == "add_rows"
+    assert json.loads((tmp_path / "p" / "json_reports" / "profile_exec_2.json").read_text())["kernel"] == "add_rows"
     out = np.zeros_like(A)
     ns.simulate_kernel(ns.baremetal(fn)[2], A, B, out)
     np.testing.assert_array_equal(out, expected)
@@ -288,21 +286,43 @@ def test_platform_target_override_picks_the_chip(monkeypatch):
         nki.trace_program(add, A, B)
 
 
-def test_profile_writes_a_trace_and_summary_once(tmp_path):
-    profiled = nki.profile(working_directory=tmp_path, save_trace_name="profile.ntff", profile_nth=2)(add.fn)
+def test_profile_captures_every_nth_of_num_execs_executions_of_a_call(tmp_path):
+    work = tmp_path / "work"   # made by the call, as the device's profiler makes it
+    profiled = nki.profile(working_directory=work, save_trace_name="custom.ntff", save_neff_name="k.neff",
+                           num_execs=20, profile_nth=10)(add.fn)
     np.testing.assert_array_equal(profiled(A, B), A + B)
-    assert list(tmp_path.iterdir()) == []
-    np.testing.assert_array_equal(profiled(A, B), A + B)
-    trace = json.loads((tmp_path / "profile.json").read_text())
-    summary = json.loads((tmp_path / "profile_summary.json").read_text())
-    assert trace["traceEvents"] and summary["kernel"] == "add"
-    assert summary["latency_us"] == nki.benchmark(add)(A, B).latency_us
-    again = nki.profile(working_directory=tmp_path, save_trace_name="profile.ntff")(add.fn)
+    assert sorted(p.name for p in work.iterdir()) == ["custom_exec_10.ntff", "custom_exec_20.ntff", "json_reports",
+                                                     "k.neff"]
+    reports = sorted((work / "json_reports").iterdir())
+    assert [p.name for p in reports] == ["custom_exec_10.json", "custom_exec_20.json"]
+    latency = nki.benchmark(add)(A, B).latency_us
+    for path, execution in zip(reports, (10, 20)):
+        report = json.loads(path.read_text())
+        assert (report["kernel"], report["execution"], report["latency_us"]) == ("add", execution, latency)
+    # the trace is Chrome trace-event JSON under the name asked for; the "NEFF" is the Program's listing
+    assert json.loads((work / "custom_exec_20.ntff").read_text())["traceEvents"]
+    listing = (work / "k.neff").read_text().splitlines()
+    assert listing[0].startswith("# add on ") and len(listing) == 1 + len(nki.trace_program(add, A, B).instructions)
     with pytest.raises(KernelError, match="overwrite=True"):
-        again(A, B)
-    nki.profile(working_directory=tmp_path, save_trace_name="profile.ntff", overwrite=True)(add.fn)(A, B)
+        profiled(A, B)
+    profiled_again = nki.profile(working_directory=work, save_trace_name="custom.ntff", save_neff_name="k.neff",
+                                 num_execs=20, profile_nth=10, overwrite=True)(add.fn)
+    np.testing.assert_array_equal(profiled_again(A, B), A + B)
+
+
+def test_profile_defaults_and_bad_arguments(tmp_path):
+    # one execution, captured: the trace under its own name (n = 1 has no _exec_ suffix)
+    nki.profile(working_directory=tmp_path)(add.fn)(A, B)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["file.neff", "json_reports", "profile.ntff"]
+    # fewer executions than profile_nth: the profile_nth-th still runs and is captured
+    nki.profile(working_directory=tmp_path / "few", num_execs=1, profile_nth=3)(add.fn)(A, B)
+    assert [p.name for p in (tmp_path / "few" / "json_reports").iterdir()] == ["profile_exec_3.json"]
     with pytest.raises(KernelError, match="working_directory="):
         nki.profile(add)
+    with pytest.raises(KernelError, match="num_execs"):
+        nki.profile(working_directory=tmp_path, num_execs=0)
+    with pytest.raises(KernelError, match="save_trace_name='a/b.ntff'"):
+        nki.profile(working_directory=tmp_path, save_trace_name="a/b.ntff")
 
 
 def test_baremetal_saves_a_trace(tmp_path):

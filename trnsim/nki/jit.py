@@ -23,7 +23,7 @@ import json
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Iterator, TYPE_CHECKING
+from typing import Any, Callable, TYPE_CHECKING
 
 import numpy as np
 
@@ -499,60 +499,91 @@ def benchmark(kernel: Callable | None = None, *, warmup: int = 10, iters: int = 
 
 
 class Profile:
-    """A kernel wrapped by :func:`profile`: its ``profile_nth`` call writes the trace and a
-    summary into the working directory; every call returns the outputs as numpy arrays.
-    ``profiled[grid]`` launches a grid; its calls count toward ``profile_nth`` with the
-    wrapped kernel's."""
+    """A kernel wrapped by :func:`profile`. Each call executes the kernel ``num_execs``
+    times (at least ``profile_nth``) and captures every ``profile_nth``-th execution, as
+    the device's profiler does: execution ``n`` writes its trace to ``<trace stem>.<ext>``
+    (``n`` = 1) or ``<trace stem>_exec_<n>.<ext>``, and its report to
+    ``json_reports/<same stem>.json``; the traced Program goes to ``save_neff_name``.
+    A simulated run is deterministic, so the kernel is simulated once and every captured
+    execution's files hold that run. Every call returns the outputs as numpy arrays;
+    ``profiled[grid]`` launches a grid."""
 
-    def __init__(self, kernel: Kernel, directory: Path, trace_name: str, overwrite: bool, nth: int, chip: ChipLike,
-                 calls: Iterator[int] | None = None) -> None:
-        self.kernel, self.directory, self.overwrite, self.nth, self.chip = kernel, directory, overwrite, nth, chip
-        self.trace_name = trace_name
-        self.trace_path = directory / trace_name
-        self.summary_path = self.trace_path.with_name(self.trace_path.stem + "_summary.json")
-        self._calls = calls if calls is not None else itertools.count(1)
+    def __init__(self, kernel: Kernel, directory: Path, trace_name: str, neff_name: str, overwrite: bool, nth: int,
+                 execs: int, chip: ChipLike) -> None:
+        self.kernel, self.directory, self.overwrite, self.chip = kernel, directory, overwrite, chip
+        self.trace_name, self.neff_name, self.nth, self.execs = trace_name, neff_name, nth, execs
         functools.update_wrapper(self, kernel.fn)
 
     def __getitem__(self, grid: Any) -> Profile:
-        return Profile(self.kernel[grid], self.directory, self.trace_name, self.overwrite, self.nth, self.chip,
-                       self._calls)
+        return Profile(self.kernel[grid], self.directory, self.trace_name, self.neff_name, self.overwrite, self.nth,
+                       self.execs, self.chip)
+
+    def captured(self) -> list[int]:
+        """The executions of one call whose profile is captured (1-based)."""
+        return list(range(self.nth, max(self.execs, self.nth) + 1, self.nth))
+
+    def paths(self, execution: int) -> tuple[Path, Path]:
+        """Where execution ``execution``'s trace and JSON report go."""
+        name = Path(self.trace_name)
+        stem = name.stem if execution == 1 else f"{name.stem}_exec_{execution}"
+        return self.directory / f"{stem}{name.suffix}", self.directory / "json_reports" / f"{stem}.json"
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        if next(self._calls) != self.nth:
-            return simulate(self.kernel, chip=self.chip)(*args, **kwargs)
+        files = [self.directory / self.neff_name] + [p for n in self.captured() for p in self.paths(n)]
         if not self.overwrite:
-            for path in (self.trace_path, self.summary_path):
+            for path in files:
                 if path.exists():
                     raise KernelError(f"nki.profile would overwrite {path}; pass overwrite=True or choose "
                                       "another working_directory")
         from trnsim.atomic import write_atomic
 
-        bench = Benchmark(self.kernel, self.chip, True, self.trace_path, 10, 100)(*args, **kwargs)
-        summary = {"kernel": self.kernel.fn.__name__, "chip": bench.run.program.chip.name,
-                   "latency_us": bench.latency_us, "instructions": bench.instructions, "hbm_bytes": bench.hbm_bytes,
-                   "flops": bench.flops, "busy_pct": bench.busy_pct, "trace": str(self.trace_path)}
-        write_atomic(self.summary_path, lambda f: json.dump(summary, f, indent=1))
+        captured = self.captured()
+        first_trace = self.paths(captured[0])[0]
+        first_trace.parent.mkdir(parents=True, exist_ok=True)
+        bench = Benchmark(self.kernel, self.chip, True, first_trace, 10, 100)(*args, **kwargs)
+        program = bench.run.program
+        (self.directory / "json_reports").mkdir(parents=True, exist_ok=True)
+        listing = [f"# {self.kernel.fn.__name__} on {program.chip.name}: the traced Program (trnsim has no NEFF)"]
+        listing += [f"{i:6d} {inst.describe()}" for i, inst in enumerate(program.instructions)]
+        write_atomic(self.directory / self.neff_name, lambda f: f.write("\n".join(listing) + "\n"))
+        trace_bytes = first_trace.read_bytes()
+        for execution in captured:
+            trace_path, report_path = self.paths(execution)
+            if trace_path != first_trace:
+                write_atomic(trace_path, lambda f: f.write(trace_bytes), binary=True)
+            report = {"kernel": self.kernel.fn.__name__, "chip": program.chip.name, "execution": execution,
+                      "latency_us": bench.latency_us, "instructions": bench.instructions, "hbm_bytes": bench.hbm_bytes,
+                      "flops": bench.flops, "busy_pct": bench.busy_pct, "trace": str(trace_path)}
+            write_atomic(report_path, lambda f, r=report: json.dump(r, f, indent=1))
         return bench.outputs
 
 
 def profile(func: Callable | None = None, *, working_directory: str | os.PathLike | None = None,
-            save_neff_name: str | None = None, save_trace_name: str = "profile.json",
+            save_neff_name: str = "file.neff", save_trace_name: str = "profile.ntff",
             additional_compile_opt: str | None = None, overwrite: bool = False, profile_nth: int = 1,
-            chip: ChipLike = None) -> Any:
-    """Legacy ``@nki.profile(working_directory=..., save_trace_name=...)``: the kernel's
-    ``profile_nth`` call (first by default) writes its simulated trace (Chrome trace-event
-    JSON for Perfetto; a ``.ntff`` name is written with ``.json`` instead) and
-    ``<trace stem>_summary.json`` (latency, instructions, HBM bytes, FLOPs, engine busy
-    percentages) into ``working_directory``, refusing to replace them unless
-    ``overwrite=True``. Unlike the device, the outputs are computed and returned."""
+            num_execs: int = 1, chip: ChipLike = None) -> Any:
+    """Legacy ``@nki.profile(working_directory=..., save_trace_name=..., num_execs=...,
+    profile_nth=...)``: each call of the kernel executes it ``num_execs`` times and
+    captures every ``profile_nth``-th execution into ``working_directory`` (created if
+    missing): the trace under the name asked for (Chrome trace-event JSON, which Perfetto
+    opens whatever the suffix; not NTFF), a JSON report per captured execution in
+    ``json_reports/`` (latency, instructions, HBM bytes, FLOPs, engine busy percentages),
+    and the traced Program's listing as ``save_neff_name`` (there is no NEFF). Existing
+    files are not replaced unless ``overwrite=True``. Unlike the device, the outputs are
+    computed and returned."""
     if working_directory is None:
-        raise KernelError("nki.profile needs working_directory=, the folder its trace and summary go to")
-    nth = _count("profile_nth", profile_nth, 1)
-    name = Path(save_trace_name)
-    name = name.with_suffix(".json") if name.suffix == ".ntff" else name
-    if func is None:
-        return lambda f: Profile(jit(f), Path(working_directory), str(name), overwrite, nth, chip)
-    return Profile(jit(func), Path(working_directory), str(name), overwrite, nth, chip)
+        raise KernelError("nki.profile needs working_directory=, the folder its trace and reports go to")
+    nth, execs = _count("profile_nth", profile_nth, 1), _count("num_execs", num_execs, 1)
+    for what, name in (("save_trace_name", save_trace_name), ("save_neff_name", save_neff_name)):
+        if not isinstance(name, (str, os.PathLike)) or not str(name) or Path(name).name != str(name):
+            raise KernelError(f"nki.profile: {what}={name!r} must be a file name inside working_directory, "
+                              "not a path")
+    directory = Path(working_directory)
+
+    def wrap(f: Callable) -> Profile:
+        return Profile(jit(f), directory, str(save_trace_name), str(save_neff_name), overwrite, nth, execs, chip)
+
+    return wrap if func is None else wrap(func)
 
 
 def trace(func: Callable | None = None, **options: Any) -> Any:
