@@ -250,3 +250,34 @@ def test_a_single_hbm_element_loads_as_a_one_by_one_tile():
     x = np.random.default_rng(3).standard_normal((128, 4)).astype(np.float32)
     sinks = np.arange(6, dtype=np.float32).reshape(2, 3)
     np.testing.assert_array_equal(nki.simulate_kernel(k, x, sinks), x + sinks[1, 2])
+
+
+def _max_pool_rows(h_in, k, masked):
+    """A stride-1 max pool over rows of ``x[h_in, w]`` whose last row tile reads
+    ``x[i_h + i_kh, :]`` past the end unless a mask bounds i_h (nki-samples' maxpooling)."""
+
+    @nki.jit
+    def pool(x):
+        w = x.shape[1]
+        h_out = h_in - (k - 1)
+        out = nl.ndarray((h_out, w), dtype=x.dtype, buffer=nl.shared_hbm)
+        for t in nl.affine_range((h_in + 127) // 128):
+            i_h, i_kh, i_w = nl.mgrid[0:128, 0:k, 0:w]
+            i_h = t * 128 + i_h
+            rows = nl.load(x[i_h + i_kh, i_w], mask=(i_h < h_out) if masked else None)
+            i_p, i_r, i_f = nl.mgrid[0:128, 0:k, 0:w]
+            best = nl.max(rows[i_p, i_r, i_f], axis=[1], mask=(t * 128 + i_p < h_out))
+            i_o, i_c = nl.mgrid[0:128, 0:w]
+            nl.store(out[t * 128 + i_o, i_c], value=best, mask=(t * 128 + i_o < h_out))
+        return out
+
+    return pool
+
+
+def test_an_index_of_several_terms_may_run_past_the_end_under_a_mask_that_keeps_it_inside():
+    x = np.random.default_rng(0).standard_normal((200, 24)).astype(np.float32)
+    k = 3
+    expected = np.max(np.stack([x[j:200 - (k - 1) + j] for j in range(k)]), axis=0)
+    np.testing.assert_array_equal(nki.simulate(_max_pool_rows(200, k, masked=True))(x), expected)
+    with pytest.raises(nki.KernelError, match=r"runs 58 elements past its end on axis 0; pass mask="):
+        nki.simulate(_max_pool_rows(200, k, masked=False))(x)

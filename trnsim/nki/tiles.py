@@ -361,6 +361,7 @@ class NkiTensor(ViewMethods):
             raise tr.fail(f"too many indices ({len(index)}) for {self.name}{list(v.shape)}")
         offset = v.offset
         grid: dict[int, tuple[int, int, int]] = {}
+        over_at: dict[int, int] = {}   # grid axis -> elements asked past the end of the tensor
         for axis, idx in enumerate(index):
             stride, count = v.dims[axis]
             if isinstance(idx, int):
@@ -368,26 +369,47 @@ class NkiTensor(ViewMethods):
             if not isinstance(idx, Affine):
                 raise tr.fail(f"index {axis} of {self.name}: mix nl.arange expressions only with integers here "
                               "(not slices) when an index combines several nl.arange terms or transposes axes")
-            lo = idx.const + sum(min(0, c * (idx.sizes[b] - 1)) for b, c in idx.terms.items())
-            hi = idx.const + sum(max(0, c * (idx.sizes[b] - 1)) for b, c in idx.terms.items())
+            sizes = dict(idx.sizes)
+            lo = idx.const + sum(min(0, c * (sizes[b] - 1)) for b, c in idx.terms.items())
+            hi = idx.const + sum(max(0, c * (sizes[b] - 1)) for b, c in idx.terms.items())
             if lo < 0 or hi >= count:
-                raise tr.fail(f"index {axis} of {self.name}{list(v.shape)} reaches {lo if lo < 0 else hi}, outside "
-                              f"0..{count - 1}")
+                cut = self._overrun_cut(idx, hi - (count - 1)) if lo >= 0 else None
+                if cut is None:
+                    raise tr.fail(f"index {axis} of {self.name}{list(v.shape)} reaches {lo if lo < 0 else hi}, "
+                                  f"outside 0..{count - 1}")
+                b, keep = cut
+                over_at[idx.axes.get(b, axis)] = sizes[b] - keep
+                sizes[b] = keep
             offset += idx.const * stride
             for b, c in idx.terms.items():
                 g = idx.axes.get(b, axis)
                 if g in grid:
                     raise tr.fail(f"two nl.arange terms indexing {self.name} sit on the same grid axis {g}; "
                                   "give each its own axis ([:, None], [None, :], ...)")
-                grid[g] = (c * stride, idx.sizes[b], b)
+                grid[g] = (c * stride, sizes[b], b)
         rest = [(d, None) for d in v.dims[len(index):]]
         ordered = [(grid[g][:2], grid[g][2]) for g in sorted(grid)] + rest
+        overrun = tuple(over_at.get(g, 0) for g in sorted(grid)) + (0,) * len(rest)
         if v.tensor.on_chip and (not ordered or ordered[0][0][0] % v.tensor.row_elems or
                                  any(s_ % v.tensor.row_elems == 0 and s_ and n > 1 for (s_, n), _ in ordered[1:])):
             raise tr.fail(f"index of tile {self.name} moves its partition axis off the first grid axis; engines "
                           "read a tile partition by partition, so transpose it with nl.transpose or nisa.nc_transpose")
         view = View(v.tensor, offset, tuple(d for d, _ in ordered))
-        return NkiTensor(self._placement, view, tuple(b for _, b in ordered))
+        return NkiTensor(self._placement, view, tuple(b for _, b in ordered), overrun)
+
+    def _overrun_cut(self, idx: Affine, over: int) -> tuple[int, int] | None:
+        """How an index of an HBM tensor that runs ``over`` elements past its end stops at
+        the end, as a masked access does (``x[i_h + i_k]`` under ``mask=i_h < n``): the
+        base on the lowest grid axis whose range alone can absorb the overrun keeps its
+        first ``keep`` values; the access then needs a mask (see ``check_overrun``). None
+        when no base can, or the tensor is on chip (tiles have no masked tail)."""
+        if self.view.tensor.on_chip:
+            return None
+        for b in sorted((b for b, c in idx.terms.items() if c > 0), key=lambda b: idx.axes.get(b, 0)):
+            keep = idx.sizes[b] - -(-over // idx.terms[b])
+            if keep >= 1:
+                return b, keep
+        return None
 
     def __getitem__(self, index: object) -> NkiTensor:
         keys = index if index.__class__ is tuple else (index,)
