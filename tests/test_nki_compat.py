@@ -247,7 +247,7 @@ def test_legacy_wrappers_take_a_launch_grid(name, tmp_path):
     ns.simulate_kernel(ns.baremetal(fn)[2], A, B, out)
     np.testing.assert_array_equal(out, expected)
     with pytest.raises(KernelError, match="launch grid"):
-        ns.baremetal(fn)[0]
+        ns.baremetal(fn)[-1]
 
 
 def test_benchmark_percentiles_are_the_simulated_latency():

@@ -210,13 +210,15 @@ _LOOP_OPS = {"add": add, "maximum": maximum, "max": maximum, "minimum": minimum,
              "multiply": multiply, "subtract": subtract}
 
 
-def loop_reduce(x: Any, op: Any, loop_indices: Any, dtype: Any = None, mask: Mask | None = None) -> NkiTensor:
+def loop_reduce(x: Any, op: Any, loop_indices: Any, dtype: Any = None, mask: Mask | None = None,
+                name: str | None = None) -> NkiTensor:
     """``b = op(b, x)`` for the ``b`` this call returned in the last iteration of the loops
     ``loop_indices`` name, from zeros when every one of them is 0 (their first
     iteration), as NKI's ``b = nl.zeros(...)`` then ``b = nl.loop_reduce(a, op, [k])``
     reads. Each iteration of the other enclosing ``affine_range``/``sequential_range``
     loops keeps its own ``b``: ``acc[i_q] = nl.loop_reduce(x, np.add, [i_k])`` in a loop
-    over ``i_q`` inside one over ``i_k`` sums over ``i_k`` for each ``i_q``."""
+    over ``i_q`` inside one over ``i_k`` sums over ``i_k`` for each ``i_q``. ``name``
+    names the instruction for the compiler's reports and changes nothing here."""
     tr = _e.tracer()
     fn = _LOOP_OPS.get(getattr(op, "__name__", str(op)))
     if fn is None:

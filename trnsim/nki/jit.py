@@ -132,9 +132,11 @@ class Kernel:
 
     def __getitem__(self, grid: Any) -> Kernel:
         grid = grid if isinstance(grid, tuple) else (grid,)
-        if not grid or not all(isinstance(g, (int, np.integer)) and not isinstance(g, bool) and g > 0 for g in grid):
+        if not grid or not all(isinstance(g, (int, np.integer)) and not isinstance(g, bool) and g >= 0 for g in grid):
             raise KernelError(f"launch grid {grid!r} must be positive integers, as in kernel[4] or kernel[2, 3]")
-        grid = tuple(int(g) for g in grid)
+        # a dimension of 0 launches one instance on it, as the real compiler does: AWS's
+        # contributed pipelined attention calls flash_fwd[0](...) and reads its output
+        grid = tuple(max(int(g), 1) for g in grid)
         if math.prod(grid) > MAX_GRID_INSTANCES:
             raise KernelError(f"launch grid {grid!r} has {math.prod(grid):,} instances, more than the "
                               f"{MAX_GRID_INSTANCES:,} the simulator traces one by one; launch fewer instances "

@@ -43,8 +43,23 @@ def _loop(r: range, sequential: bool) -> Iterator[int]:
         tr.loop_exit()
 
 
-def affine_range(*args: int) -> Iterator[int]:
-    """Iterations with no loop-carried dependency; the schedule may overlap them."""
+# keyword hints the Neuron compiler's loops take that change how it schedules a loop,
+# not what the loop computes (AWS's contributed pipelined attention passes
+# precise_schedule=True); a simulated schedule follows the dependencies either way
+SCHEDULE_HINTS = frozenset({"precise_schedule"})
+
+
+def _hints(what: str, hints: dict[str, Any]) -> None:
+    unknown = sorted(set(hints) - SCHEDULE_HINTS)
+    if unknown:
+        raise TypeError(f"nl.{what}() got an unexpected keyword argument {unknown[0]!r} (it takes start, stop, step "
+                        f"and the scheduling hints {', '.join(sorted(SCHEDULE_HINTS))})")
+
+
+def affine_range(*args: int, **hints: Any) -> Iterator[int]:
+    """Iterations with no loop-carried dependency; the schedule may overlap them.
+    Scheduling hints (``precise_schedule=True``) are accepted and change nothing."""
+    _hints("affine_range", hints)
     if not tracing():
         return iter(range(*args))
     return _loop(range(*args), sequential=False)
@@ -55,8 +70,9 @@ def static_range(*args: int) -> Iterator[int]:
     return iter(range(*args))
 
 
-def sequential_range(*args: int) -> Iterator[int]:
+def sequential_range(*args: int, **hints: Any) -> Iterator[int]:
     """Iterations that run one after another: each starts after the last one ended."""
+    _hints("sequential_range", hints)
     yield from _loop(range(*args), sequential=True)
 
 
