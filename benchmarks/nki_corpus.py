@@ -242,10 +242,11 @@ SOURCES = (
     Source("nki-library", "aws-neuron+nki-library", (
         # a module that imports the library's tests finds them as in a checkout of the repository
         Part("modules@d2ad3a5", "d2ad3a5", ("src/nkilib_src",), "imports", extract=("test",), pythonpath=("src",)),
-        # the library's simulation-mode tests at the same commit (the one fetched on
-        # 2026-12-06); its framework imports ``test.utils.scripts`` only from its own
-        # unit tests (``test/unit``), which the repository lacks, not from ``test/integration``
-        Part("tests@d2ad3a5", "d2ad3a5", ("test/integration",), "pytest", extract=("src", "test"),
+        # at d2ad3a5 (HEAD when fetched on 2026-12-06) the public test framework imports
+        # ``test.utils.scripts`` (test/utils/core_lock_client.py, through host_management),
+        # which the repository does not contain: no one can run those tests, so they run
+        # at the last commit whose framework is complete
+        Part("tests@0759719", "0759719", ("test/integration",), "pytest", extract=("src", "test"),
              pythonpath=("src", "."), pytest_args=("--test-mode", "simulation"), plugins=("nki_corpus_private",),
              sample=True),
     )),
