@@ -281,3 +281,28 @@ def test_an_index_of_several_terms_may_run_past_the_end_under_a_mask_that_keeps_
     np.testing.assert_array_equal(nki.simulate(_max_pool_rows(200, k, masked=True))(x), expected)
     with pytest.raises(nki.KernelError, match=r"runs 58 elements past its end on axis 0; pass mask="):
         nki.simulate(_max_pool_rows(200, k, masked=False))(x)
+
+
+def test_a_kernel_returns_its_output_reshaped():
+    """nki-samples' interpolation kernels work on [n * c, h, w] and return
+    ``dst.reshape((n, c, h, w))``: the caller gets the reshaped array."""
+
+    @nki.jit
+    def double(x):
+        n, c, h, w = x.shape
+        flat = x.reshape((n * c, h, w))
+        out = nl.ndarray((n * c, h, w), dtype=x.dtype, buffer=nl.shared_hbm)
+        nl.store(out, nl.multiply(nl.load(flat), 2.0))
+        return out.reshape((n, c, h, w))
+
+    x = np.arange(2 * 3 * 4 * 5, dtype=np.float32).reshape(2, 3, 4, 5)
+    got = nki.simulate(double)(x)
+    assert got.shape == (2, 3, 4, 5)
+    np.testing.assert_array_equal(got, 2 * x)
+    import torch
+
+    for device in ("cpu", "neuron"):
+        t = torch.from_numpy(x).to(device)
+        got = double(t)
+        assert got.device.type == device and tuple(got.shape) == (2, 3, 4, 5)
+        np.testing.assert_array_equal(got.cpu().numpy(), 2 * x)

@@ -169,7 +169,7 @@ def _call(kernel: Any, args: tuple, kwargs: dict) -> Any:
         if r.tensor.name in named:
             results.append(named[r.tensor.name])
             continue
-        results.append(_result(r.tensor, None if timing else launched.outputs[i], where))
+        results.append(_result(r, None if timing else launched.outputs[i], where))
     return _structured(traced.outputs, results)
 
 

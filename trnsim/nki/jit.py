@@ -293,7 +293,9 @@ def _chip(chip: ChipLike, kernel: Kernel) -> Any:
 
 
 def _results(traced: Traced, run: Any) -> Any:
-    values = [run.outputs[t.tensor.name] for t in traced.output_tensors]
+    from trnsim.nki.launch import result_value
+
+    values = [result_value(run, t) for t in traced.output_tensors]
     if isinstance(traced.outputs, (tuple, list)):
         return type(traced.outputs)(values)
     return values[0] if values else None

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from trnsim.errors import ProgramError
+from trnsim.isa import row_major_dims
 from trnsim.nki.tracer import KernelError
 from trnsim.simulator import RunResult, simulate
 
@@ -76,8 +77,21 @@ def run_traced(traced: Traced, *, numerics: bool | None, trace: str | os.PathLik
         raise
     except ProgramError as e:   # found only when values are known (a gather index): still the kernel's fault
         raise KernelError(program.source_names(str(e))) from e
-    return Launched(traced, run, [run.outputs[t.tensor.name] for t in traced.output_tensors],
+    return Launched(traced, run, [result_value(run, t) for t in traced.output_tensors],
                     {t.name: run.outputs[t.name] for t in written})
+
+
+def result_value(run: RunResult, result: Any) -> np.ndarray:
+    """The value of a tensor a kernel returned, through the view it returned: the whole
+    HBM tensor as allocated, or a reshape of it (``out.reshape((n, c, h, w))`` before
+    ``return``, as nki-samples' interpolation kernels do)."""
+    full = run.outputs[result.tensor.name]
+    view = result.view
+    if view.offset == 0 and view.dims == row_major_dims(tuple(full.shape)):
+        return full
+    flat = np.ascontiguousarray(full).reshape(-1)
+    strides = tuple(stride * flat.itemsize for stride, _ in view.dims)
+    return np.lib.stride_tricks.as_strided(flat[view.offset:], shape=view.shape, strides=strides).copy()
 
 
 def launch(kernel: Any, args: tuple, kwargs: dict, *, chip: ChipLike, numerics: bool | None,
