@@ -306,3 +306,28 @@ def test_a_kernel_returns_its_output_reshaped():
         got = double(t)
         assert got.device.type == device and tuple(got.shape) == (2, 3, 4, 5)
         np.testing.assert_array_equal(got.cpu().numpy(), 2 * x)
+
+
+def test_loop_reduce_accumulates_in_the_tile_its_result_is_assigned_to():
+    """``acc[i] = nl.loop_reduce(x, np.add, [k])`` over 64 accumulators of 2 KiB per
+    partition each (128 KiB): the running sums live in ``acc`` itself, as the Neuron
+    compiler reads the pattern, so they need no second 128 KiB (nki-samples' flash
+    attention backward at 8192 tokens)."""
+
+    @nki.jit
+    def sums(x):
+        n_k, n_q = x.shape[0], x.shape[1]
+        out = nl.ndarray((n_q, 128, 512), dtype=nl.float32, buffer=nl.shared_hbm)
+        acc = nl.zeros((n_q, nl.par_dim(128), 512), dtype=nl.float32)
+        for k in nl.affine_range(n_k):
+            for q in nl.affine_range(n_q):
+                acc[q] = nl.loop_reduce(nl.load(x[k, q]), np.add, loop_indices=[k])
+        for q in nl.affine_range(n_q):
+            nl.store(out[q], acc[q])
+        return out
+
+    x = np.random.default_rng(1).standard_normal((3, 64, 128, 512)).astype(np.float32)
+    got = nki.simulate(sums, chip="trn2")(x)
+    np.testing.assert_allclose(got, x.sum(axis=0), rtol=1e-6, atol=1e-5)
+    program = nki.trace_program(sums, x, chip="trn2")
+    assert program.sbuf_alloc.peak_bytes < 192 * 1024 * 128

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import builtins
 import math
-import weakref
 from typing import Any
 
 from trnsim import dtypes as _dt
@@ -26,7 +25,7 @@ from trnsim.nki.loops import arange
 from trnsim.nki.memory import copy, copy_into, full, zeros
 from trnsim.nki.reductions import min, sum  # noqa: A004 - nl.min and nl.sum, NKI's names
 from trnsim.nki.tiles import Mask, NkiTensor
-from trnsim.nki.tracer import Tracer, caller_source
+from trnsim.nki.tracer import caller_source
 
 __all__ = [
     "logical_and", "logical_or", "logical_xor", "logical_not", "abs_max", "abs_min", "tan", "arctan", "mish",
@@ -203,9 +202,6 @@ def shared_identity_matrix(n: int, dtype: Any = _dt.uint8, dst: NkiTensor | None
     return out
 
 
-# A loop_reduce call's running result, by tracer, by the call's source line and by the
-# counters of the enclosing loops it does not reduce over.
-_running: weakref.WeakKeyDictionary[Tracer, dict[tuple, NkiTensor]] = weakref.WeakKeyDictionary()
 _LOOP_OPS = {"add": add, "maximum": maximum, "max": maximum, "minimum": minimum, "min": minimum,
              "multiply": multiply, "subtract": subtract}
 
@@ -217,8 +213,13 @@ def loop_reduce(x: Any, op: Any, loop_indices: Any, dtype: Any = None, mask: Mas
     iteration), as NKI's ``b = nl.zeros(...)`` then ``b = nl.loop_reduce(a, op, [k])``
     reads. Each iteration of the other enclosing ``affine_range``/``sequential_range``
     loops keeps its own ``b``: ``acc[i_q] = nl.loop_reduce(x, np.add, [i_k])`` in a loop
-    over ``i_q`` inside one over ``i_k`` sums over ``i_k`` for each ``i_q``. ``name``
-    names the instruction for the compiler's reports and changes nothing here."""
+    over ``i_q`` inside one over ``i_k`` sums over ``i_k`` for each ``i_q``.
+
+    When the result is assigned to a tile (``acc[i] = nl.loop_reduce(...)``), that tile
+    is the accumulator from then on, as the Neuron compiler reads the pattern: later
+    iterations compute ``op(acc[i], x)`` into ``acc[i]`` in place, so the running value
+    takes no SBUF of its own. ``name`` names the instruction for the compiler's reports
+    and changes nothing here."""
     tr = _e.tracer()
     fn = _LOOP_OPS.get(getattr(op, "__name__", str(op)))
     if fn is None:
@@ -227,10 +228,22 @@ def loop_reduce(x: Any, op: Any, loop_indices: Any, dtype: Any = None, mask: Mas
     reduced = {getattr(i, "depth", None) for i in indices}
     others = tuple(v for depth, v in enumerate(tr.loop_values, 1) if depth not in reduced)
     key = (caller_source(), others if None not in reduced else ())
-    state = _running.setdefault(tr, {})
     x = _e.readable(x)
-    prev = None if builtins.all(int(i) == 0 for i in indices) else state.get(key)
-    if prev is None:
-        prev = zeros(x.shape, dtype or x.dtype)
-    state[key] = fn(prev, x, dtype=dtype or x.dtype, mask=mask)
-    return state[key]
+    running, assigned = (None, False) if builtins.all(int(i) == 0 for i in indices) else tr.running.get(key, (None, False))
+    if assigned:
+        fn(running, x, mask=mask, out=running)
+        return running
+    result = fn(running if running is not None else zeros(x.shape, dtype or x.dtype), x, dtype=dtype or x.dtype,
+                mask=mask)
+    tr.running[key] = (result, False)
+    tr.running_unassigned[id(result.view.tensor)] = (key, result)
+    return result
+
+
+def assigned(value: Any, target: NkiTensor) -> None:
+    """``target[...] = value`` was copied: if ``value`` is a running ``nl.loop_reduce``
+    result, ``target`` becomes that call's accumulator (see :func:`loop_reduce`)."""
+    tr = _e.tracer()
+    entry = tr.running_unassigned.pop(id(value.view.tensor), None)
+    if entry is not None and entry[1] is value:
+        tr.running[entry[0]] = (target, True)

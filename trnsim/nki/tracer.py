@@ -123,6 +123,11 @@ class Tracer:
         self.loops: list[dict[tuple, int]] = []
         # the current counter of each of those loops, outermost first
         self.loop_values: list[int] = []
+        # nl.loop_reduce's running results (see trnsim.nki.composed.loop_reduce): by call
+        # key, the running tile and whether it is the tile the result was assigned to;
+        # and the results not yet assigned, by id of their tensor
+        self.running: dict[tuple, tuple[Any, bool]] = {}
+        self.running_unassigned: dict[int, tuple[tuple, Any]] = {}
         self._loop_instances = 0
         self._outermost = 0
         self._direct_cache: dict[tuple, Any] = {}
