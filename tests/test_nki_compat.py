@@ -84,6 +84,22 @@ def test_unknown_submodules_are_not_invented():
         importlib.import_module("nki.no_such_module")
 
 
+def test_the_guides_example_modules_load_the_users_own_copy(tmp_path):
+    """``from neuronxcc.nki.docs.examples.<tutorial>.<module> import f`` (AWS's layernorm
+    tutorial imports its neighbour file so) loads ``<module>.py`` from the path."""
+    (tmp_path / "my_kernels.py").write_text("def scale(x):\n    return 2 * x\n")
+    r = run_python("import trnsim\n"
+                   "from neuronxcc.nki.docs.examples.tut.my_kernels import scale\n"
+                   "import neuronxcc.nki.docs.examples.tut as tut\n"
+                   "print(scale(21), tut.__name__)\n"
+                   "try:\n"
+                   "    import neuronxcc.nki.docs.examples.tut.missing_module\n"
+                   "except ModuleNotFoundError as e:\n"
+                   "    print(e.name)", tmp_path, extra_path=str(tmp_path))
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.split() == ["42", "neuronxcc.nki.docs.examples.tut", "neuronxcc.nki.docs.examples.tut.missing_module"]
+
+
 def test_no_aliases_turns_them_off(tmp_path):
     r = run_python("import importlib.util, torch, trnsim\n"
                    "assert importlib.util.find_spec('torch_neuronx') is None\n"

@@ -96,6 +96,9 @@ class AliasFinder(importlib.abc.MetaPathFinder):
         dest = target_of(fullname)
         if dest is None:
             return None
+        if fullname == DOCS or fullname.startswith(DOCS + "."):
+            owner = sys.modules.get("neuronxcc.nki")
+            return _docs_example_spec(fullname) if owner is not None and _stands_for(owner, "trnsim.nki") else None
         if "." in fullname:
             parent_name = fullname.rpartition(".")[0]
             parent = sys.modules.get(parent_name)
@@ -108,6 +111,35 @@ class AliasFinder(importlib.abc.MetaPathFinder):
             return None
         is_package = dest_spec.submodule_search_locations is not None
         return importlib.machinery.ModuleSpec(fullname, _AliasLoader(dest), is_package=is_package)
+
+
+# The Neuron compiler's package carries the NKI guide's example kernels as
+# ``neuronxcc.nki.docs.examples.<tutorial>.<module>``; AWS's tutorials import them so
+# (nki-samples' layernorm_torch.py imports its neighbour layernorm_nki_kernel.py that
+# way). trnsim ships none of AWS's code: such a name loads the user's own copy, the
+# module ``<module>`` as ``import <module>`` would find it (the script's folder first).
+DOCS = "neuronxcc.nki.docs"
+
+
+class _PackageLoader(importlib.abc.Loader):
+    """An empty package (``neuronxcc.nki.docs``, ``...docs.examples.<tutorial>``)."""
+
+    def create_module(self, spec: importlib.machinery.ModuleSpec) -> ModuleType | None:
+        return None
+
+    def exec_module(self, module: ModuleType) -> None:
+        module.__path__ = []
+
+
+def _docs_example_spec(fullname: str) -> importlib.machinery.ModuleSpec | None:
+    parts = fullname[len(DOCS):].strip(".").split(".")
+    if len(parts) < 3 or parts[0] != "examples":
+        return importlib.machinery.ModuleSpec(fullname, _PackageLoader(), is_package=True)
+    found = importlib.machinery.PathFinder.find_spec(parts[-1], sys.path)
+    if found is None or found.origin is None:
+        return None
+    return importlib.util.spec_from_file_location(fullname, found.origin,
+                                                  submodule_search_locations=found.submodule_search_locations)
 
 
 def _stands_for(module: ModuleType, target: str) -> bool:
