@@ -331,3 +331,31 @@ def test_loop_reduce_accumulates_in_the_tile_its_result_is_assigned_to():
     np.testing.assert_allclose(got, x.sum(axis=0), rtol=1e-6, atol=1e-5)
     program = nki.trace_program(sums, x, chip="trn2")
     assert program.sbuf_alloc.peak_bytes < 192 * 1024 * 128
+
+
+def test_a_masked_op_reads_its_per_partition_operands_on_the_partitions_it_keeps():
+    """AWS's softmax tutorial on a [2, 5] input: a 128-row tile masked to 2 rows minus its
+    row maxima ([128, 1], also masked); nisa.activation's bias and nisa.tensor_scalar's
+    operand under the same mask."""
+
+    @nki.jit
+    def softmaxish(a):
+        out = nl.ndarray(a.shape, dtype=a.dtype, buffer=nl.shared_hbm)
+        out2 = nl.ndarray(a.shape, dtype=a.dtype, buffer=nl.shared_hbm)
+        ix = nl.arange(128)[:, None]
+        iy = nl.arange(a.shape[1])[None, :]
+        rows = a.shape[0]
+        t = nl.load(a[ix, iy], mask=(ix < rows))
+        m = nl.max(t, axis=[1], keepdims=True, mask=(ix < rows))
+        shifted = nl.subtract(t, m, mask=(ix < rows))
+        e = nisa.activation(op=nl.exp, data=t, bias=m, scale=-1.0, mask=(ix < rows))
+        s = nisa.tensor_scalar(e, np.multiply, m, mask=(ix < rows))
+        nl.store(out[ix, iy], value=shifted, mask=(ix < rows))
+        nl.store(out2[ix, iy], value=s, mask=(ix < rows))
+        return out, out2
+
+    a = np.array([[1.0, 2.0, 3.0, 4.0, 5.0], [5.0, 4.0, 3.0, 2.0, 1.0]], np.float32)
+    shifted, scaled = nki.simulate(softmaxish)(a)
+    m = a.max(axis=1, keepdims=True)
+    np.testing.assert_array_equal(shifted, a - m)
+    np.testing.assert_allclose(scaled, np.exp(-a + m) * m, rtol=1e-5)

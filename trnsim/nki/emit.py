@@ -96,15 +96,16 @@ def _clip_index(mask: Mask, tiles: Sequence[NkiTensor]) -> list[tuple[slice, ...
     return [_index(t, ranges, ref) for t in tiles]
 
 
-def clip_rows(mask: Mask | None, full: Sequence[NkiTensor],
-              rows: Sequence[NkiTensor | None]) -> tuple[list[View], list[View | None]]:
-    """``full`` clipped as :func:`clip` does, and ``rows`` (per-partition results such as
-    max8's [P, 8]) clipped to the partitions the mask keeps of ``full[0]``."""
+def clip_rows(mask: Mask | None, full: Sequence[NkiTensor], rows: Sequence[Any]) -> tuple[list[View], list[Any]]:
+    """``full`` clipped as :func:`clip` does, and ``rows`` (per-partition operands and
+    results: a [P, 1] bias or scalar operand, max8's [P, 8]; tiles or views) clipped to
+    the partitions the mask keeps of ``full[0]``; numbers and None pass unchanged."""
     if mask is None:
-        return [t.view for t in full], [t.view if t is not None else None for t in rows]
+        return [t.view for t in full], [r.view if isinstance(r, NkiTensor) else r for r in rows]
     index = _clip_index(mask, full)
+    kept = index[0][:1]
     return ([t.view[i] for t, i in zip(full, index)],
-            [t.view[index[0][:1]] if t is not None else None for t in rows])
+            [r.view[kept] if isinstance(r, NkiTensor) else r[kept] if isinstance(r, View) else r for r in rows])
 
 
 def _ranges(mask: object) -> dict[int, tuple[int, int]]:

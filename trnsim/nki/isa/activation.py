@@ -34,8 +34,8 @@ def activation(*args: Any, bias: Any = None, scale: Any = 1.0, reduce_op: Any = 
     red = reduction(reduce_op) if reduce_op is not None else None
     if (red is None) != (reduce_res is None):
         raise _e.tracer().fail("activation: reduce_op and reduce_res go together")
-    d, src = _e.clip(mask, out, data)
-    _e.activation(d, src, func, b, s, red, reduce_res.view if reduce_res is not None else None)
+    (d, src), (b, s, r) = _e.clip_rows(mask, [out, data], [b, s, reduce_res])
+    _e.activation(d, src, func, b, s, red, r)
     return out
 
 

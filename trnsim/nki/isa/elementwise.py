@@ -39,8 +39,8 @@ def tensor_scalar(*args: Any, op0: Any = None, operand0: Any = None, reverse0: b
     if reverse1:
         raise _e.tracer().fail("tensor_scalar: reverse1 is not supported; swap the operation instead")
     out = out_tile(dst, data, dtype)
-    d, src = _e.clip(mask, out, data)
-    _e.tensor_scalar(d, src, alu(op0), operand(operand0), alu(op1) if op1 is not None else None, operand(operand1),
+    (d, src), (o0, o1) = _e.clip_rows(mask, [out, data], [operand(operand0), operand(operand1)])
+    _e.tensor_scalar(d, src, alu(op0), o0, alu(op1) if op1 is not None else None, o1,
                      reverse0, pick_engine(engine, Engine.VECTOR))
     return out
 
