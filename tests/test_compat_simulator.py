@@ -83,7 +83,8 @@ def test_nki_dtypes_work_as_numpy_dtypes():
     import nki.language as nl
 
     assert np.full((2, 3), 7, dtype=nl.int32).dtype == np.int32
-    assert np.zeros(4, dtype=nl.bfloat16).dtype == np.float32   # the host type of its values
+    # ml_dtypes' bfloat16, as in NKI: the library's convert_to_torch tests a.dtype == nl.bfloat16
+    assert np.zeros(4, dtype=nl.bfloat16).dtype == nl.bfloat16 != np.float32
     assert np.ones(2, dtype=nl.float8_e4m3fn_x4).dtype == np.uint32
 
 

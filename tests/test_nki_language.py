@@ -22,7 +22,12 @@ def rand(*shape):
 
 def test_numpy_accepts_nl_dtypes():
     assert np.ones(3, dtype=nl.float8_e5m2).tolist() == [1.0, 1.0, 1.0]
-    assert np.zeros(2, dtype=nl.bfloat16).dtype == np.float32
+    # the narrow floats are ml_dtypes' as in NKI, so an ml_dtypes array's dtype equals them
+    import ml_dtypes
+
+    assert np.zeros(2, dtype=nl.bfloat16).dtype == ml_dtypes.bfloat16
+    assert np.zeros(2, dtype=ml_dtypes.bfloat16).dtype == nl.bfloat16
+    assert np.zeros(2, dtype=ml_dtypes.float8_e5m2).dtype == nl.float8_e5m2 != np.float32
     assert np.zeros(2, dtype=nl.bool_).dtype == np.bool_
     assert np.zeros(2, dtype=nl.int16).dtype == np.int16
     assert np.zeros(2, dtype=nl.float8_e4m3fn_x4).dtype == np.uint32

@@ -41,8 +41,15 @@ class DType:
 
     @property
     def dtype(self) -> np.dtype:
-        """The numpy dtype that holds this dtype's values on the host (numpy reads this
-        attribute, so ``np.zeros(shape, dtype=nl.bfloat16)`` works)."""
+        """The numpy dtype of this dtype's values on the host, as NKI's are: numpy reads
+        this attribute, so ``np.zeros(shape, dtype=nl.bfloat16)`` is an ml_dtypes
+        bfloat16 array and ``a.dtype == nl.bfloat16`` holds for one (AWS's NKI library's
+        tests compare so); the narrow floats are ml_dtypes' (imported on first use)."""
+        narrow = _ML_DTYPES.get(self.name)
+        if narrow is not None:
+            import ml_dtypes
+
+            return np.dtype(getattr(ml_dtypes, narrow))
         return self.host if self.host is not None else self.storage
 
     def __repr__(self) -> str:
@@ -50,6 +57,8 @@ class DType:
 
 
 _F32 = np.dtype(np.float32)
+# the chip's narrow floats by ml_dtypes' names (trnsim's float8_e4m3 is the finite-only e4m3)
+_ML_DTYPES = {"bfloat16": "bfloat16", "float8_e4m3": "float8_e4m3fn", "float8_e5m2": "float8_e5m2"}
 
 float32 = DType("float32", 4, np.dtype(np.float32), True)
 bfloat16 = DType("bfloat16", 2, np.dtype(np.uint16), True, _F32)
