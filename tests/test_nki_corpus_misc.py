@@ -359,3 +359,42 @@ def test_a_masked_op_reads_its_per_partition_operands_on_the_partitions_it_keeps
     m = a.max(axis=1, keepdims=True)
     np.testing.assert_array_equal(shifted, a - m)
     np.testing.assert_allclose(scaled, np.exp(-a + m) * m, rtol=1e-5)
+
+
+def _psum_reuse(conflict):
+    """Two tiles placed at PSUM address (0, 0): a [128, 512] matmul result, read, then a
+    [64, 128] transpose into the first 64 partitions, read (nki-library's attention_cte).
+    With ``conflict`` the matmul writes again between the transpose and its read."""
+
+    @nki.jit
+    def k(q, a, b):
+        out = nl.ndarray((64, 128), dtype=nl.float32, buffer=nl.shared_hbm)
+        out2 = nl.ndarray((128, 512), dtype=nl.float32, buffer=nl.shared_hbm)
+        mm = nl.ndarray((128, 512), dtype=nl.float32, buffer=nl.psum, address=(0, 0))
+        ta, tb = nl.load(a), nl.load(b)
+        nisa.nc_matmul(mm[...], ta, tb)
+        r = nl.ndarray((128, 512), dtype=nl.float32, buffer=nl.sbuf)
+        nisa.tensor_copy(r, mm)
+        nl.store(out2, r)
+        buf = nl.ndarray((64, 128), dtype=nl.float32, buffer=nl.psum, address=(0, 0))
+        nisa.nc_transpose(buf[:64, :128], nl.load(q)[:128, :64])
+        if conflict:
+            nisa.nc_matmul(mm[...], ta, tb)
+        o = nl.ndarray((64, 128), dtype=nl.float32, buffer=nl.sbuf)
+        nisa.tensor_copy(o, buf)
+        nl.store(out, o)
+        return out, out2
+
+    return k
+
+
+def test_a_psum_tile_written_over_part_of_another_reads_its_own_data():
+    rng = np.random.default_rng(2)
+    q = rng.standard_normal((128, 64)).astype(np.float32)
+    a = rng.standard_normal((128, 128)).astype(np.float32)
+    b = rng.standard_normal((128, 512)).astype(np.float32)
+    t, prod = nki.simulate(_psum_reuse(False), chip="trn2")(q, a, b)
+    np.testing.assert_array_equal(t, q.T)
+    np.testing.assert_allclose(prod, a.T @ b, rtol=1e-4, atol=1e-3)
+    with pytest.raises(nki.KernelError, match=r"reads PSUM tile buf\[64, 128\], but mm shares its space"):
+        nki.simulate(_psum_reuse(True), chip="trn2")(q, a, b)

@@ -154,8 +154,9 @@ class RegionList:
 
     def take(self, box: Region) -> set:
         """Give ``box`` to a new tenant: returns the values (tuples of instruction indices)
-        of the items that overlap it, and trims each item whose partitions ``box`` spans
-        to what sticks out of it (such items are cut along bytes only)."""
+        of the items that overlap it, and trims each to what sticks out of it: the
+        partitions ``box`` does not span whole, and on the ones it does, the bytes
+        before and after it."""
         items = self.items
         keys = self._keys
         p0, p1, b0, b1 = box
@@ -171,13 +172,15 @@ class RegionList:
                 keep.append(pair)
                 continue
             taken.update(idx)
-            if p0 <= r0 and r1 <= p1:
-                if rb0 < b0:
-                    keep.append(((r0, r1, rb0, b0), idx))
-                if b1 < rb1:
-                    moved.append(((r0, r1, b1, rb1), idx))
-            else:
-                keep.append(pair)
+            if r0 < p0:
+                keep.append(((r0, p0, rb0, rb1), idx))
+            if p1 < r1:
+                keep.append(((p1, r1, rb0, rb1), idx))
+            q0, q1 = max(r0, p0), min(r1, p1)
+            if rb0 < b0:
+                keep.append(((q0, q1, rb0, b0), idx))
+            if b1 < rb1:
+                moved.append(((q0, q1, b1, rb1), idx))
         if taken:
             items[lo:hi] = keep
             keys[lo:hi] = [r[2] for r, _ in keep]
