@@ -398,3 +398,64 @@ def test_a_psum_tile_written_over_part_of_another_reads_its_own_data():
     np.testing.assert_allclose(prod, a.T @ b, rtol=1e-4, atol=1e-3)
     with pytest.raises(nki.KernelError, match=r"reads PSUM tile buf\[64, 128\], but mm shares its space"):
         nki.simulate(_psum_reuse(True), chip="trn2")(q, a, b)
+
+
+def test_per_partition_operands_with_more_partitions_are_read_on_the_instructions_rows():
+    """nki-library's attention_cte hands a [128, 1] zero bias to a range_select over 81
+    rows: the engine reads the bound of each row it works on, from the operand's first."""
+
+    @nki.jit
+    def k(x, lo, hi):
+        out = nl.ndarray((81, 64), dtype=nl.float32, buffer=nl.shared_hbm)
+        out2 = nl.ndarray((81, 64), dtype=nl.float32, buffer=nl.shared_hbm)
+        t = nl.load(x)
+        b0, b1 = nl.load(lo), nl.load(hi)
+        sel = nisa.range_select(on_true_tile=t[:81, :], comp_op0=nl.greater_equal, comp_op1=nl.less,
+                                bound0=b0, bound1=b1[:81, :], reduce_op=nl.maximum,
+                                reduce_res=nl.ndarray((81, 1), dtype=nl.float32, buffer=nl.sbuf), range_start=0)
+        shifted = nisa.activation(op=nl.copy, data=t[:81, :], bias=b1)
+        nl.store(out, sel)
+        nl.store(out2, shifted)
+        return out, out2
+
+    rng = np.random.default_rng(3)
+    x = rng.standard_normal((128, 64)).astype(np.float32)
+    lo = np.zeros((128, 1), np.float32)
+    hi = rng.integers(1, 64, (128, 1)).astype(np.float32)
+    sel, shifted = nki.simulate(k, chip="trn2")(x, lo, hi)
+    cols = np.arange(64)[None, :]
+    fp32_min = np.finfo(np.float32).min
+    np.testing.assert_array_equal(sel, np.where(cols < hi[:81], x[:81], fp32_min))
+    np.testing.assert_allclose(shifted, x[:81] + hi[:81], rtol=1e-6)
+
+
+def test_the_accumulator_registers_share_no_space_with_a_tile_placed_at_an_address():
+    """A kernel that places its tiles at addresses of its own (nki-library's modular
+    allocator, from byte 0) and chains accumulating instructions, whose registers are
+    not SBUF on the chip."""
+
+    @nki.jit
+    def k(x):
+        out = nl.ndarray((128, 1), dtype=nl.float32, buffer=nl.shared_hbm)
+        t = nl.ndarray((128, 64), dtype=nl.float32, buffer=nl.sbuf, address=(0, 0))
+        nisa.dma_copy(dst=t, src=x)
+        res = nl.ndarray((128, 1), dtype=nl.float32, buffer=nl.sbuf, address=(0, 256))
+        e = nl.ndarray((128, 64), dtype=nl.float32, buffer=nl.sbuf, address=(0, 260))
+        nisa.tensor_scalar_reduce(dst=e, data=t, op0=nl.multiply, operand0=2.0, reduce_op=nl.add, reduce_res=res,
+                                  reduce_cmd=nisa.reduce_cmd.reset_reduce)
+        # a tile placed while the registers hold that sum, over the bytes that follow the others
+        later = nl.ndarray((128, 1024), dtype=nl.float32, buffer=nl.sbuf, address=(0, 516))
+        nisa.tensor_copy(dst=later[:, 0:64], src=e)
+        res2 = nl.ndarray((128, 1), dtype=nl.float32, buffer=nl.sbuf, address=(0, 4612))
+        nisa.tensor_scalar_reduce(dst=e, data=later[:, 0:64], op0=nl.multiply, operand0=1.0, reduce_op=nl.add,
+                                  reduce_res=res2, reduce_cmd=nisa.reduce_cmd.reduce)
+        nisa.dma_copy(dst=out, src=res2)
+        return out
+
+    x = np.random.default_rng(4).standard_normal((128, 64)).astype(np.float32)
+    program = nki.trace_program(k, x, chip="trn2")
+    (regs,) = [t for t in program.tensors if t.name.startswith("vector_accumulator")]
+    assert regs.byte_offset >= program.chip.sbuf.partition_bytes   # past every byte a kernel places tiles in
+    # the second sum continues the first: 2 x summed, then the 2 x it copied
+    np.testing.assert_allclose(nki.simulate(k, chip="trn2")(x)[:, 0], 4 * x.astype(np.float64).sum(axis=1),
+                               rtol=1e-5, atol=1e-4)

@@ -20,7 +20,7 @@ from trnsim.dtypes import PACKED, as_dtype, float32
 from trnsim.errors import AllocationError, ProgramError
 from trnsim.isa import (ALU_COMPARISONS, BN_STATS_MAX_FREE, BN_STATS_WIDTH, MAX_FREE_DIMS, MEMORY_NAMES, Activation, AffineSelect,
                         BnAggr, BnStats, DmaCopy, DmaIndirect, Engine, Instruction, Iota, LoadStationary, Memory, MultiplyMoving,
-                        Select, SemaphoreWait, Tensor, TensorCopy, TensorReduce, TensorScalar, TensorTensor,
+                        RangeSelect, Select, SemaphoreWait, Tensor, TensorCopy, TensorReduce, TensorScalar, TensorTensor,
                         Transpose, View, dims_extent)
 
 if TYPE_CHECKING:
@@ -48,6 +48,11 @@ def _allowed_starts(count: int) -> str:
         return "0 or 64"
     return "0, 32, 64 or 96"
 
+
+#: Bytes per partition past the end of SBUF where the simulator keeps engine state that
+#: the chip holds outside SBUF (the vector engine's accumulator registers: see
+#: :meth:`Program.registers`); no kernel tile can be placed there.
+REGISTER_BYTES = 16
 
 # ``name = ...`` (or ``name: T = ...``) at the start of a source line
 _ASSIGNED = re.compile(r"\s*([A-Za-z_]\w*)\s*(?::[^=]*)?=(?!=)")
@@ -174,6 +179,26 @@ class Program:
         alloc.place_at(name, start_partition, shape[0], byte_offset, math.prod(shape[1:]) * dt.itemsize)
         self._names.add(name)
         t = Tensor(name, memory, shape, dt, start_partition=start_partition, byte_offset=byte_offset)
+        self.tensors.append(t)
+        self._tensor_ids.add(id(t))
+        return t
+
+    def registers(self, shape: Sequence[int], dtype: object, name: str) -> Tensor:
+        """An SBUF-shaped tensor for engine state that lives outside SBUF on the chip (the
+        vector engine's accumulator registers): it sits past the last byte kernels can
+        allocate (:data:`REGISTER_BYTES` per partition there), so no tile, placed
+        automatically or directly, shares its space."""
+        shape = _check_shape(shape, "registers")
+        dt = as_dtype(dtype)
+        _check_partitions(lambda: f"registers {name!r}", 0, shape[0], self.chip)
+        nbytes = math.prod(shape[1:]) * dt.itemsize
+        if nbytes > REGISTER_BYTES:
+            raise ProgramError(f"registers {name!r} of {nbytes} bytes per partition exceed the {REGISTER_BYTES} "
+                               "bytes the simulator keeps for engine registers")
+        if name in self._names:
+            raise ProgramError(f"tensor name {name!r} is already used in program {self.name!r}; pick another")
+        self._names.add(name)
+        t = Tensor(name, Memory.SBUF, shape, dt, byte_offset=self.chip.sbuf.partition_bytes)
         self.tensors.append(t)
         self._tensor_ids.add(id(t))
         return t
@@ -372,6 +397,12 @@ class Program:
         if (inst.reduce_op is None) != (inst.reduce_dst is None):
             raise self._fail(inst, "reduce_op and reduce_dst go together: give both or neither")
         self._check_per_partition(inst, inst.dst, inst.reduce_dst, "reduce_dst")
+
+    def _check_range_select(self, inst: RangeSelect) -> None:
+        self._check_same_size(inst, inst.dst, inst.src)
+        self._check_per_partition(inst, inst.src, inst.bound0, "bound0")
+        self._check_per_partition(inst, inst.src, inst.bound1, "bound1")
+        self._check_per_partition(inst, inst.src, inst.reduce_dst, "reduce_dst")
 
     def _check_tensor_tensor(self, inst: TensorTensor) -> None:
         self._check_same_size(inst, inst.dst, inst.a, inst.b)

@@ -20,7 +20,7 @@ from trnsim.compute.reference import encode
 from trnsim.dtypes import Storage
 from trnsim.errors import ProgramError
 from trnsim.isa import Memory, Tensor, View
-from trnsim.program import Program
+from trnsim.program import REGISTER_BYTES, Program
 
 
 class CoreMemory:
@@ -32,7 +32,8 @@ class CoreMemory:
 
     def __init__(self, program: Program) -> None:
         chip = program.chip
-        self.sbuf = np.zeros((chip.sbuf.partitions, chip.sbuf.partition_bytes), dtype=np.uint8)
+        # past SBUF's last byte: engine registers (Program.registers)
+        self.sbuf = np.zeros((chip.sbuf.partitions, chip.sbuf.partition_bytes + REGISTER_BYTES), dtype=np.uint8)
         self.psum = np.zeros((chip.psum.partitions, chip.psum.partition_bytes), dtype=np.uint8)
         self.hbm: dict[int, NDArray[np.uint8]] = {}
         self._written: dict[int, NDArray[np.bool_]] = {}

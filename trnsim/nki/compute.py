@@ -153,7 +153,7 @@ def _binary(alu: AluOp, name: str):
             (dst, src), (scalar,) = _e.clip_rows(mask, [result, tile], [other])
         else:
             (dst, src), scalar = _e.clip(mask, result, tile), _scalar_operand(other, tile)
-        _e.tensor_scalar(dst, src, alu, scalar, reverse0=reverse)
+        _e.tensor_scalar(dst, src, alu, _e.partition_rows(scalar, src.partitions), reverse0=reverse)
         return result
 
     op.__name__ = name

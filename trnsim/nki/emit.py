@@ -108,6 +108,19 @@ def clip_rows(mask: Mask | None, full: Sequence[NkiTensor], rows: Sequence[Any])
             [r.view[kept] if isinstance(r, NkiTensor) else r[kept] if isinstance(r, View) else r for r in rows])
 
 
+def partition_rows(v: Any, partitions: int) -> Any:
+    """A per-partition operand (a [P', 1] bias, scale, scalar operand or bound) of an
+    instruction over ``partitions`` partitions: its first ``partitions`` when it has more,
+    as the engine reads one value for each partition it works on, from the operand's
+    first (nki-library passes a [128, 1] zero bias to a range_select over 81 rows);
+    anything else unchanged."""
+    if isinstance(v, NkiTensor):
+        v = v.view
+    if isinstance(v, View) and v.partitions > partitions:
+        return v[0:partitions]
+    return v
+
+
 def _ranges(mask: object) -> dict[int, tuple[int, int]]:
     if not isinstance(mask, Mask):
         raise tracer().fail(f"mask {mask!r} is not a condition on nl.arange indices or loop counters "

@@ -296,6 +296,16 @@ class Tracer:
             self._track(t, serial)
         return t
 
+    def place_registers(self, shape: tuple[int, ...], dtype: Any, name: str) -> Tensor:
+        """Engine registers held as an SBUF-shaped tensor outside the space kernels
+        allocate (:meth:`trnsim.program.Program.registers`); live for the whole kernel."""
+        try:
+            t = self.program.registers(shape, dtype, self.fresh_name(name))
+        except ProgramError as e:
+            raise self.fail(str(e)) from None
+        self.hazards.placed(t)
+        return t
+
     def start_instance(self, ids: tuple[int, ...]) -> None:
         """Begin tracing the launch-grid instance ``ids``."""
         self.program_ids = ids

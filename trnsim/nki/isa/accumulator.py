@@ -5,8 +5,10 @@ starts: ``reset_reduce`` from the reduction's identity, ``load_reduce`` from a g
 value, ``reduce`` from what the last accumulating instruction left; ``idle`` leaves the
 registers undefined, as NKI documents.
 
-trnsim holds the registers in a [128, 1] fp32 SBUF tile per traced kernel, so chained
-instructions depend on each other through it as they do on the chip. Carrying them costs
+trnsim holds the registers in a [128, 1] fp32 tile per traced kernel, past the last byte
+of SBUF that kernels allocate (they are not SBUF on the chip, so no tile a kernel places,
+automatically or at an address of its own, shares their space), so chained instructions
+depend on each other through it as they do on the chip. Carrying them costs
 small [P, 1] vector instructions that the chip does not run: one to combine with the
 carried value (``reduce``, or ``load_reduce`` from a tile), one to copy the result out
 to ``reduce_res``.
@@ -25,7 +27,7 @@ from trnsim.isa import AluOp, Engine, ReduceOp, View
 from trnsim.nki import emit as _e
 from trnsim.nki.isa.constants import reduce_cmd as reduce_cmd_enum
 from trnsim.nki.isa._common import fail, tile
-from trnsim.nki.tiles import NkiTensor
+from trnsim.nki.tiles import NkiTensor, _Placement
 from trnsim.nki.tracer import Tracer
 
 IDENTITY = {AluOp.ADD: 0.0, AluOp.SUBTRACT: 0.0, AluOp.MULTIPLY: 1.0, AluOp.MAXIMUM: -math.inf, AluOp.MINIMUM: math.inf}
@@ -46,7 +48,8 @@ def _state() -> _Registers:
     tr = _e.tracer()
     regs = _registers.get(tr)
     if regs is None:
-        regs = _registers[tr] = _Registers(_e.new_tensor((REGISTERS, 1), _dt.float32, name="vector_accumulator"))
+        t = tr.place_registers((REGISTERS, 1), _dt.float32, "vector_accumulator")
+        regs = _registers[tr] = _Registers(NkiTensor(_Placement(tr, t), t.view()))
     return regs
 
 

@@ -35,6 +35,7 @@ def activation(*args: Any, bias: Any = None, scale: Any = 1.0, reduce_op: Any = 
     if (red is None) != (reduce_res is None):
         raise _e.tracer().fail("activation: reduce_op and reduce_res go together")
     (d, src), (b, s, r) = _e.clip_rows(mask, [out, data], [b, s, reduce_res])
+    b, s = _e.partition_rows(b, src.partitions), _e.partition_rows(s, src.partitions)
     _e.activation(d, src, func, b, s, red, r)
     return out
 

@@ -40,6 +40,7 @@ def tensor_scalar(*args: Any, op0: Any = None, operand0: Any = None, reverse0: b
         raise _e.tracer().fail("tensor_scalar: reverse1 is not supported; swap the operation instead")
     out = out_tile(dst, data, dtype)
     (d, src), (o0, o1) = _e.clip_rows(mask, [out, data], [operand(operand0), operand(operand1)])
+    o0, o1 = _e.partition_rows(o0, src.partitions), _e.partition_rows(o1, src.partitions)
     _e.tensor_scalar(d, src, alu(op0), o0, alu(op1) if op1 is not None else None, o1,
                      reverse0, pick_engine(engine, Engine.VECTOR))
     return out
@@ -53,7 +54,8 @@ def scalar_tensor_tensor(*args: Any, dtype: Any = None, reverse0: bool = False, 
     dst, rest = split_dst(args, kwargs, lambda a: len(a) >= 2 and is_tile(a[1]), "data")
     data = tile(take(kwargs, rest, 0, "data"), "scalar_tensor_tensor data")
     op0 = alu(take(kwargs, rest, 1, "op0"))
-    operand0 = scalar_or_view(take(kwargs, rest, 2, "operand0"), "scalar_tensor_tensor operand0")
+    operand0 = _e.partition_rows(scalar_or_view(take(kwargs, rest, 2, "operand0"), "scalar_tensor_tensor operand0"),
+                                 data.view.partitions)
     op1 = alu(take(kwargs, rest, 3, "op1"))
     operand1 = tile(take(kwargs, rest, 4, "operand1"), "scalar_tensor_tensor operand1")
     not_both_psum(data, operand1, "scalar_tensor_tensor", "data", "operand1")

@@ -41,6 +41,7 @@ def range_select(*args: Any, reduce_cmd: Any = None, reduce_res: Any = None, red
     out = out_tile(dst, src, dtype)
     same_free("range_select", out, src)
     parts = src.view.partitions
+    bound0, bound1 = (NkiTensor(b._placement, _e.partition_rows(b, parts), b.bases) for b in (bound0, bound1))
     cmd = RESET_REDUCE if reduce_cmd is None else reduce_cmd
     if cmd is IDLE:
         res = tile(reduce_res, "range_select reduce_res").view if reduce_res is not None else None
