@@ -368,3 +368,24 @@ def test_the_dtype_class_is_named_as_in_nki():
         return None
 
     assert kernel_params.__annotations__["compute_dtype"] is nki.dtype
+
+
+def test_nki_standalone_traces_a_kernel_for_the_library_frameworks_trace_only_mode(tmp_path):
+    from neuronxcc.nki_standalone import (NKI_IR_VERSION, _compile_nki_ir_to_tensorizer_ir, _write_tensorizer_ir,
+                                          compile_nki_ir_kernel_to_neff)
+
+    def kernel(out, rows: int):
+        t = nl.ndarray((rows, 8), nl.float32, buffer=nl.sbuf)
+        assert t.shape[0] == 4, f"rows {rows}"
+        nl.store(out, nl.add(nl.zeros((rows, 8), nl.float32), 1.0))
+        return out
+
+    out = np.zeros((4, 8), np.float32)
+    ir, _ = _compile_nki_ir_to_tensorizer_ir(kernel, "trn2", 1, {"out.must_alias_input": out, "rows": 4}, [],
+                                             NKI_IR_VERSION.beta2)
+    assert ir.program.chip.name == "trn2" and len(ir.program.instructions) > 0
+    listing = _write_tensorizer_ir(ir, tmp_path).read_text().splitlines()
+    assert listing[0].startswith("# kernel traced by trnsim for trn2") and len(listing) == 1 + len(ir.program.instructions)
+    assert compile_nki_ir_kernel_to_neff(kernel, {"out": out, "rows": 4}, [], "trn1", 1, tmp_path / "c").exists()
+    with pytest.raises(AssertionError, match="rows 5"):   # the kernel's own check fails the "compile"
+        _compile_nki_ir_to_tensorizer_ir(kernel, "trn2", 1, {"out": np.zeros((5, 8), np.float32), "rows": 5}, [])

@@ -48,6 +48,7 @@ HIDDEN_FROM = {
 # aliased names below a top-level alias whose target is not the alias's target plus the rest
 SPECIAL = {
     "neuronxcc.nki": "trnsim.nki",
+    "neuronxcc.nki_standalone": "trnsim.compat.nki_standalone",
     # AWS's simulator's own copies of these are trnsim's modules themselves
     "nki_cpu_simulator.nki.isa": "trnsim.nki.isa",
     "nki_cpu_simulator.nki.compiler": "trnsim.nki.compiler",

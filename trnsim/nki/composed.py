@@ -239,11 +239,3 @@ def loop_reduce(x: Any, op: Any, loop_indices: Any, dtype: Any = None, mask: Mas
     tr.running_unassigned[id(result.view.tensor)] = (key, result)
     return result
 
-
-def assigned(value: Any, target: NkiTensor) -> None:
-    """``target[...] = value`` was copied: if ``value`` is a running ``nl.loop_reduce``
-    result, ``target`` becomes that call's accumulator (see :func:`loop_reduce`)."""
-    tr = _e.tracer()
-    entry = tr.running_unassigned.pop(id(value.view.tensor), None)
-    if entry is not None and entry[1] is value:
-        tr.running[entry[0]] = (target, True)

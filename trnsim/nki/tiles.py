@@ -637,10 +637,8 @@ class NkiTensor(ViewMethods):
             return  # ``t[i] += x`` already wrote t[i] in place; Python only stores it back
         else:
             nl.copy_into(target, value)
-            if isinstance(value, NkiTensor) and current().running_unassigned:
-                from trnsim.nki.composed import assigned   # composed sits above tiles
-
-                assigned(value, target)
+            if isinstance(value, NkiTensor):
+                current().running_assigned(value, target)
 
 
 def _keep_free_axis(view: View) -> View:

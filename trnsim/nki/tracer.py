@@ -296,6 +296,15 @@ class Tracer:
             self._track(t, serial)
         return t
 
+    def running_assigned(self, value: Any, target: Any) -> None:
+        """``target[...] = value`` was copied: if ``value`` is a running ``nl.loop_reduce``
+        result, ``target`` becomes that call's accumulator (see
+        :func:`trnsim.nki.composed.loop_reduce`)."""
+        if self.running_unassigned:
+            entry = self.running_unassigned.pop(id(value.view.tensor), None)
+            if entry is not None and entry[1] is value:
+                self.running[entry[0]] = (target, True)
+
     def place_registers(self, shape: tuple[int, ...], dtype: Any, name: str) -> Tensor:
         """Engine registers held as an SBUF-shaped tensor outside the space kernels
         allocate (:meth:`trnsim.program.Program.registers`); live for the whole kernel."""
