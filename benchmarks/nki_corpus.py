@@ -463,32 +463,53 @@ class Runner:
 
     def run_pytest_file(self, source: Source, part: Part, tree: Path, env: dict[str, str], rel: str,
                         ids: list[str]) -> None:
+        """Run the tests ``ids`` of file ``rel`` in one pytest process. A process that dies
+        before its last test (killed for memory, a crash in native code) fails the test
+        it was running, and the tests after it run again in a fresh process, so that no
+        test fails for another's sake."""
         report = Path(env["NKI_CORPUS_REPORT"])
-        report.unlink(missing_ok=True)
         limit = min(self.timeout * len(ids) + 60 + (600 if "NKI_CORPUS_SAMPLE" in env else 0), max(self.left(), 1))
-        cmd = self.pytest_cmd(part, f"--timeout={self.timeout:.0f}", rel)
-        rc, out, secs = self.subprocess(cmd, tree, env, limit)
         outcomes: dict[str, dict] = {}
-        records = read_records(report)
-        if "NKI_CORPUS_SAMPLE" in env:
-            # this run's own sample: its parameters (so its ids) may differ from the collection's
-            ids = [r["collected"] for r in records if "collected" in r] or ids
-        latencies = {r["latency"]: r for r in records if "latency" in r}
-        for record in records:
-            if "id" not in record:
-                continue
-            known = outcomes.get(record["id"])
-            # the worst phase decides: a teardown error fails a passed test
-            if known is None or record["outcome"] != "passed":
-                if known is not None:
-                    record["seconds"] += known["seconds"]
-                outcomes[record["id"]] = record
+        latencies: dict[str, dict] = {}
+        args = [rel]
+        died: dict[str, str] = {}
+        while True:
+            report.unlink(missing_ok=True)
+            cmd = self.pytest_cmd(part, f"--timeout={self.timeout:.0f}", *args)
+            rc, out, secs = self.subprocess(cmd, tree, env, limit)
+            records = read_records(report)
+            if "NKI_CORPUS_SAMPLE" in env and args == [rel]:
+                # this run's own sample: its parameters (so its ids) may differ from the collection's
+                ids = [r["collected"] for r in records if "collected" in r] or ids
+            latencies.update({r["latency"]: r for r in records if "latency" in r})
+            for record in records:
+                if "id" not in record:
+                    continue
+                known = outcomes.get(record["id"])
+                # the worst phase decides: a teardown error fails a passed test
+                if known is None or record["outcome"] != "passed":
+                    if known is not None:
+                        record["seconds"] += known["seconds"]
+                    outcomes[record["id"]] = record
+            missing = [i for i in ids if i not in outcomes and i not in died]
+            # a process that ended with tests left and no summary line died on the first of them
+            if rc is None or not missing or re.search(r"\b(passed|failed|error|no tests ran)\b.* in [\d.]+s", out):
+                break
+            why = f"the pytest process ended (exit status {rc}) while this test ran, without a summary: killed " \
+                  f"(for memory?) or crashed; last output: {error_line(out)[:200]}"
+            died[missing[0]] = why
+            rest = missing[1:]
+            if not rest or self.left() <= 0:
+                break
+            args = [rel + "::" + i.split("::", 1)[1] for i in rest]
         ran_to_end = rc is not None
         for nodeid in ids:
             name = f"{part.label}:{nodeid}"
             rec = outcomes.get(nodeid)
             if rec is None:
-                if ran_to_end:
+                if nodeid in died:
+                    self.add(Item(source.name, part.label, name, FAILED, 0.0, died[nodeid]))
+                elif ran_to_end:
                     why = error_line(out) or f"no outcome (pytest exit status {rc})"
                     self.add(Item(source.name, part.label, name, FAILED, 0.0, why))
                 else:
