@@ -136,7 +136,6 @@ all_reduce = _refuse("all_reduce", "a trnsim kernel runs on one simulated Neuron
 
 
 _COMPOSED = "built from {} simulated instructions, so it costs more than NKI's single instruction"
-_F32_HOST = "numpy has no {0}: np.dtype(nl.{0}) is float32 on the host; values are rounded to {0} when a kernel reads them"
 _PACKED = "held and moved as bit patterns (numpy sees {}); no simulated engine computes with it yet"
 
 #: Documented names that trnsim implements with a difference (read by ``trnsim.nki.apitable``).
@@ -156,9 +155,6 @@ DIFFERENCES: dict[str, str] = {
     "tfloat32": "computed as float32",
     "float32r": "computed as float32",
     "float8_e4m3": "the finite-only e4m3 format (largest value 448), the same as float8_e4m3fn",
-    "bfloat16": _F32_HOST.format("bfloat16"),
-    "float8_e5m2": _F32_HOST.format("float8_e5m2"),
-    "float8_e4m3fn": _F32_HOST.format("float8_e4m3fn"),
     "float8_e8m0fnu": _PACKED.format("uint8"),
     "float8_e5m2_x4": _PACKED.format("uint32"),
     "float8_e4m3fn_x4": _PACKED.format("uint32"),
@@ -176,7 +172,9 @@ DIFFERENCES: dict[str, str] = {
     "random_seed": "a number seeds numpy's generator; a seed tile (its value unknown while tracing) restarts it "
                    "from one fixed state",
     "dropout": "its random values come from nl.rand (numpy's generator, drawn at trace time)",
-    "loop_reduce": "the running result is kept per call line and restarts from zeros when every loop index is 0",
+    "loop_reduce": "the running result is kept per call line and per iteration of the enclosing loops it does not "
+                   "reduce over, and restarts from zeros when every loop index it names is 0; once assigned to a "
+                   "tile (acc[i] = nl.loop_reduce(...)) it accumulates in that tile",
     "static_cast": "a tile is copied on the vector engine; a number or array is converted on the host",
     "prelu": "nisa.activation's op (with relu_param=) and a function prelu(x, alpha): three vector-engine "
              "instructions (after the scalar engine's scale and bias), so it costs more than NKI's one",
