@@ -459,3 +459,30 @@ def test_the_accumulator_registers_share_no_space_with_a_tile_placed_at_an_addre
     # the second sum continues the first: 2 x summed, then the 2 x it copied
     np.testing.assert_allclose(nki.simulate(k, chip="trn2")(x)[:, 0], 4 * x.astype(np.float64).sum(axis=1),
                                rtol=1e-5, atol=1e-4)
+
+
+def test_nl_abs_is_a_unary_alu_operator_with_an_operand_of_zero():
+    """nki-library's rmsnorm_quant: tensor_scalar_reduce(op0=nl.abs, operand0=0.0,
+    reduce_op=nl.maximum) is each row's largest magnitude (NKI's tensor_scalar docs:
+    the operand of a unary operator must be None or 0)."""
+
+    def kernel(operand0):
+        @nki.jit
+        def k(x):
+            out = nl.ndarray((128, 1), dtype=nl.float32, buffer=nl.shared_hbm)
+            mags = nl.ndarray((128, 64), dtype=nl.float32, buffer=nl.shared_hbm)
+            t = nl.load(x)
+            a = nl.ndarray((128, 64), dtype=nl.float32, buffer=nl.sbuf)
+            r = nl.ndarray((128, 1), dtype=nl.float32, buffer=nl.sbuf)
+            nisa.tensor_scalar_reduce(dst=a, data=t, op0=nl.abs, operand0=operand0, reduce_op=nl.maximum, reduce_res=r)
+            nl.store(out, r)
+            nl.store(mags, nisa.tensor_scalar(t, nl.abs, None, op1=np.multiply, operand1=2.0))
+            return out, mags
+        return k
+
+    x = np.random.default_rng(5).standard_normal((128, 64)).astype(np.float32)
+    peak, mags = nki.simulate(kernel(0.0))(x)
+    np.testing.assert_array_equal(peak[:, 0], np.abs(x).max(axis=1))
+    np.testing.assert_array_equal(mags, 2 * np.abs(x))
+    with pytest.raises(nki.KernelError, match="nl.abs is a unary operator, so its operand must be None or 0"):
+        nki.simulate(kernel(1.5))(x)

@@ -51,6 +51,24 @@ def alu(op: Any) -> AluOp:
     return lookup(op, AluOp, ALU_NAMES, "an ALU operation", "one of nl." + ", nl.".join(ALU_NAMES))
 
 
+# unary operators an ALU instruction takes as op0 with an operand of None or 0 (NKI's
+# tensor_scalar docs: "Must be None or 0 when op0 is a unary operator (e.g., nl.abs)"),
+# as the binary operation that gives the same result against 0
+UNARY_ALU = {"abs": AluOp.ABS_DIFF}
+
+
+def alu_operand(op: Any, value: Any, what: str) -> tuple[AluOp, Any]:
+    """An ALU operation and its scalar operand (a number or a [P, 1] view): a unary
+    operator (``nl.abs``) takes None or 0 and computes against 0."""
+    unary = UNARY_ALU.get(op_name(op))
+    if unary is None:
+        return alu(op), operand(value)
+    if value is not None and not (isinstance(value, Real) and float(value) == 0.0):
+        raise fail(f"{what}: nl.{op_name(op)} is a unary operator, so its operand must be None or 0 (as NKI "
+                   f"documents), got {value!r}")
+    return unary, 0.0
+
+
 def reduction(op: Any) -> ReduceOp:
     return lookup(op, ReduceOp, REDUCE_NAMES, "a reduction", "nl.add, nl.maximum or nl.minimum")
 

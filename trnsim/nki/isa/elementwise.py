@@ -9,7 +9,7 @@ from typing import Any
 from trnsim import dtypes as _dt
 from trnsim.isa import Engine, Memset, Reciprocal, ScalarTensorTensor
 from trnsim.nki import emit as _e
-from trnsim.nki.isa._common import (alu, is_tile, no_mask, not_both_psum, operand, out_tile, pick_engine, same_free,
+from trnsim.nki.isa._common import (alu, alu_operand, is_tile, no_mask, not_both_psum, operand, out_tile, pick_engine, same_free,
                                     scalar_or_view, split_dst, take, tile)
 from trnsim.nki.tiles import Mask, NkiTensor
 
@@ -39,10 +39,11 @@ def tensor_scalar(*args: Any, op0: Any = None, operand0: Any = None, reverse0: b
     if reverse1:
         raise _e.tracer().fail("tensor_scalar: reverse1 is not supported; swap the operation instead")
     out = out_tile(dst, data, dtype)
-    (d, src), (o0, o1) = _e.clip_rows(mask, [out, data], [operand(operand0), operand(operand1)])
+    alu0, operand0 = alu_operand(op0, operand0, "tensor_scalar")
+    alu1, operand1 = alu_operand(op1, operand1, "tensor_scalar") if op1 is not None else (None, operand(operand1))
+    (d, src), (o0, o1) = _e.clip_rows(mask, [out, data], [operand0, operand1])
     o0, o1 = _e.partition_rows(o0, src.partitions), _e.partition_rows(o1, src.partitions)
-    _e.tensor_scalar(d, src, alu(op0), o0, alu(op1) if op1 is not None else None, o1,
-                     reverse0, pick_engine(engine, Engine.VECTOR))
+    _e.tensor_scalar(d, src, alu0, o0, alu1, o1, reverse0, pick_engine(engine, Engine.VECTOR))
     return out
 
 

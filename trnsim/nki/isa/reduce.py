@@ -11,7 +11,7 @@ from trnsim.isa import BN_STATS_WIDTH, AluOp, BnAggr, BnStats, Engine, Partition
 from trnsim.nki import emit as _e
 from trnsim.nki.isa import accumulator
 from trnsim.nki.isa.constants import reduce_cmd as reduce_cmd_enum
-from trnsim.nki.isa._common import (IDLE, RESET_REDUCE, alu, fail, is_tile, no_mask, operand, out_tile, pick_engine,
+from trnsim.nki.isa._common import (IDLE, RESET_REDUCE, alu_operand, fail, is_tile, no_mask, out_tile, pick_engine,
                                     reduction, reduce_into, split_dst, take, tile)
 from trnsim.nki.reductions import reduce_axes, reduced_last, reduced_shape
 from trnsim.nki.tiles import NkiTensor
@@ -44,8 +44,8 @@ def tensor_scalar_reduce(*args: Any, dtype: Any = None, reverse0: bool = False, 
     no_mask(kwargs, "tensor_scalar_reduce")
     dst, rest = split_dst(args, kwargs, lambda a: len(a) >= 2 and is_tile(a[1]), "data")
     data = tile(take(kwargs, rest, 0, "data"), "tensor_scalar_reduce data")
-    op0 = alu(take(kwargs, rest, 1, "op0"))
-    operand0 = operand(take(kwargs, rest, 2, "operand0"))
+    op0, operand0 = alu_operand(take(kwargs, rest, 1, "op0"), take(kwargs, rest, 2, "operand0"),
+                                "tensor_scalar_reduce")
     red = reduction(take(kwargs, rest, 3, "reduce_op"))
     reduce_res = take(kwargs, rest, 4, "reduce_res")
     cmd = RESET_REDUCE if reduce_cmd is None else reduce_cmd
