@@ -185,6 +185,7 @@ EXPECTED_ACTIVATION = {
     ActivationFunc.SIGN: np.sign,
     ActivationFunc.GELU_DX: _torch(lambda t: torch.ops.aten.gelu_backward(torch.ones_like(t), t)),
     ActivationFunc.SILU_DX: _torch(lambda t: torch.ops.aten.silu_backward(torch.ones_like(t), t)),
+    ActivationFunc.GELU_APPRX_SIGMOID: _torch(lambda t: t * torch.sigmoid(1.702 * t)),
 }
 
 

@@ -486,3 +486,20 @@ def test_nl_abs_is_a_unary_alu_operator_with_an_operand_of_zero():
     np.testing.assert_array_equal(mags, 2 * np.abs(x))
     with pytest.raises(nki.KernelError, match="nl.abs is a unary operator, so its operand must be None or 0"):
         nki.simulate(kernel(1.5))(x)
+
+
+def test_gelu_apprx_sigmoid_is_a_scalar_engine_activation_function():
+    """nki-library's MLP kernels pass nl.gelu_apprx_sigmoid as nisa.activation's op."""
+
+    @nki.jit
+    def k(x):
+        out = nl.ndarray(x.shape, dtype=nl.float32, buffer=nl.shared_hbm)
+        t = nl.load(x)
+        nl.store(out, nisa.activation(op=nl.gelu_apprx_sigmoid, data=t, scale=2.0))
+        return out
+
+    x = np.random.default_rng(6).standard_normal((128, 64)).astype(np.float32)
+    z = 2.0 * x.astype(np.float64)
+    np.testing.assert_allclose(nki.simulate(k)(x), z / (1 + np.exp(-1.702 * z)), rtol=1e-5, atol=1e-6)
+    acts = [i for i in nki.trace_program(k, x).instructions if i.opcode == "activation"]
+    assert [a.func.value for a in acts] == ["gelu_apprx_sigmoid"]

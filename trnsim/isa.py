@@ -318,6 +318,8 @@ class ActivationFunc(str, enum.Enum):
     SIGN = "sign"
     GELU_DX = "gelu_dx"
     SILU_DX = "silu_dx"
+    #: ``z * sigmoid(1.702 z)``
+    GELU_APPRX_SIGMOID = "gelu_apprx_sigmoid"
 
 
 class AluOp(str, enum.Enum):

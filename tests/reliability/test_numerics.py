@@ -119,6 +119,7 @@ CPU_ACTIVATIONS = {
     ActivationFunc.ERF: torch.erf, ActivationFunc.SIGN: torch.sign,
     ActivationFunc.GELU_DX: lambda z: torch.ops.aten.gelu_backward(_ONES(z.shape, dtype=z.dtype), z),
     ActivationFunc.SILU_DX: lambda z: torch.ops.aten.silu_backward(_ONES(z.shape, dtype=z.dtype), z),
+    ActivationFunc.GELU_APPRX_SIGMOID: lambda z: z * torch.sigmoid(1.702 * z),
 }
 EDGES = [NAN, INF, -INF, 0.0, -0.0]
 

@@ -24,7 +24,8 @@ from numpy.typing import NDArray
 
 from trnsim import dtypes
 from trnsim.compute import jitcache
-from trnsim.compute.reference import (F32_NAN, FLOAT_FORMATS, Accumulator, GELU_TANH_CUBIC, GELU_TANH_SCALE, INV_SQRT_2PI, SQRT_2,
+from trnsim.compute.reference import (F32_NAN, FLOAT_FORMATS, Accumulator, GELU_SIGMOID_SCALE, GELU_TANH_CUBIC,
+                                      GELU_TANH_SCALE, INV_SQRT_2PI, SQRT_2,
                                       activation_operands, alu_operands, bn_aggr_operand, find_index8, match_replace8,
                                       matmul_operands, max8, reduce_operand, scan_operands, sequence_bounds, storage_operand)
 from trnsim.dtypes import DType, Storage, Values
@@ -37,7 +38,7 @@ __all__ = ["activation", "alu", "decode", "encode", "find_index8", "match_replac
 _jit = jitcache.njit(error_model="numpy")
 
 (_IDENTITY, _EXP, _LOG, _SQRT, _RSQRT, _RECIPROCAL, _TANH, _SIGMOID, _RELU, _GELU, _GELU_TANH, _SILU,
- _SQUARE, _ABS, _SOFTPLUS, _SIN, _COS, _ERF, _SIGN, _GELU_DX, _SILU_DX) = range(21)
+ _SQUARE, _ABS, _SOFTPLUS, _SIN, _COS, _ERF, _SIGN, _GELU_DX, _SILU_DX, _GELU_APPRX_SIGMOID) = range(22)
 _ACT_CODES = {
     ActivationFunc.IDENTITY: _IDENTITY, ActivationFunc.EXP: _EXP, ActivationFunc.LOG: _LOG,
     ActivationFunc.SQRT: _SQRT, ActivationFunc.RSQRT: _RSQRT, ActivationFunc.RECIPROCAL: _RECIPROCAL,
@@ -46,6 +47,7 @@ _ACT_CODES = {
     ActivationFunc.SQUARE: _SQUARE, ActivationFunc.ABS: _ABS, ActivationFunc.SOFTPLUS: _SOFTPLUS,
     ActivationFunc.SIN: _SIN, ActivationFunc.COS: _COS, ActivationFunc.ERF: _ERF, ActivationFunc.SIGN: _SIGN,
     ActivationFunc.GELU_DX: _GELU_DX, ActivationFunc.SILU_DX: _SILU_DX,
+    ActivationFunc.GELU_APPRX_SIGMOID: _GELU_APPRX_SIGMOID,
 }
 
 (_ADD, _SUBTRACT, _MULTIPLY, _DIVIDE, _MAXIMUM, _MINIMUM, _POW, _ABS_DIFF, _IS_EQUAL, _NOT_EQUAL,
@@ -254,6 +256,8 @@ def _act(code: int, z: float) -> float:
         return 0.5 * (1.0 + math.erf(z / SQRT_2)) + z * math.exp(-0.5 * z * z) * INV_SQRT_2PI
     if code == _SILU_DX:
         return _sigmoid(z) * (1.0 + z * (1.0 - _sigmoid(z)))
+    if code == _GELU_APPRX_SIGMOID:
+        return z * _sigmoid(GELU_SIGMOID_SCALE * z)
     if z > 0.0:  # sign
         return 1.0
     if z < 0.0:

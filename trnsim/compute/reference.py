@@ -33,6 +33,8 @@ SQRT_2 = math.sqrt(2.0)
 INV_SQRT_2PI = 1.0 / math.sqrt(2.0 * math.pi)
 GELU_TANH_SCALE = math.sqrt(2.0 / math.pi)
 GELU_TANH_CUBIC = 0.044715
+#: gelu's sigmoid approximation, x * sigmoid(1.702 x)
+GELU_SIGMOID_SCALE = 1.702
 
 #: A PSUM tile's values, as a matmul accumulates into them: float32, or float64 read back from PSUM.
 Accumulator: TypeAlias = NDArray[np.float32] | Values
@@ -290,6 +292,7 @@ _ACTIVATIONS: dict[ActivationFunc, Callable[[Values], Values]] = {
     # d/dz gelu(z) = Phi(z) + z * phi(z); d/dz silu(z) = s + z * s * (1 - s), s = sigmoid(z)
     ActivationFunc.GELU_DX: lambda z: 0.5 * (1.0 + _ERF(z / SQRT_2)) + z * _EXP(-0.5 * z * z) * INV_SQRT_2PI,
     ActivationFunc.SILU_DX: lambda z: _sigmoid(z) * (1.0 + z * (1.0 - _sigmoid(z))),
+    ActivationFunc.GELU_APPRX_SIGMOID: lambda z: z * _sigmoid(GELU_SIGMOID_SCALE * z),
 }
 
 
