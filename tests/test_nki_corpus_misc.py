@@ -503,3 +503,22 @@ def test_gelu_apprx_sigmoid_is_a_scalar_engine_activation_function():
     np.testing.assert_allclose(nki.simulate(k)(x), z / (1 + np.exp(-1.702 * z)), rtol=1e-5, atol=1e-6)
     acts = [i for i in nki.trace_program(k, x).instructions if i.opcode == "activation"]
     assert [a.func.value for a in acts] == ["gelu_apprx_sigmoid"]
+
+
+def test_a_dtype_survives_asdict_and_pickle_as_itself():
+    """nki-library's tests call the kernel with ``**asdict(test_cfg)``, whose ``dtype`` is
+    ``nl.bfloat16``: it must stay the dtype (NKI's are ml_dtypes types, not dataclasses)."""
+    import copy
+    import dataclasses
+    import pickle
+
+    @dataclasses.dataclass
+    class Config:
+        rows: int
+        dtype: object
+
+    assert dataclasses.asdict(Config(4, nl.bfloat16)) == {"rows": 4, "dtype": nl.bfloat16}
+    for dt in (nl.bfloat16, nl.float32, nl.float8_e4m3fn_x4):
+        assert pickle.loads(pickle.dumps(dt)) is dt and copy.deepcopy(dt) is dt
+    with pytest.raises(AttributeError, match="cannot change its itemsize"):
+        nl.bfloat16.itemsize = 4

@@ -27,17 +27,35 @@ Values: TypeAlias = NDArray[np.float64]
 Storage: TypeAlias = NDArray[np.generic]
 
 
-@dataclass(frozen=True, eq=False)
 class DType:
     """A chip data type: its name, size in bytes, numpy storage type and kind.
 
-    Each dtype exists once, so dtypes compare by identity."""
+    Each dtype exists once, so dtypes compare by identity, and it cannot change. It is
+    not a dataclass, as NKI's dtypes (ml_dtypes' types) are not: ``dataclasses.asdict``
+    of a kernel's configuration that holds one keeps the dtype (nki-library's tests
+    pass ``**asdict(test_cfg)`` with ``dtype=nl.bfloat16`` in it)."""
 
+    __slots__ = ("name", "itemsize", "storage", "is_float", "host")
     name: str
     itemsize: int
     storage: np.dtype
     is_float: bool
-    host: np.dtype | None = None
+    host: np.dtype | None
+
+    def __init__(self, name: str, itemsize: int, storage: np.dtype, is_float: bool, host: np.dtype | None = None) -> None:
+        for field_name, value in (("name", name), ("itemsize", itemsize), ("storage", storage), ("is_float", is_float),
+                                  ("host", host)):
+            object.__setattr__(self, field_name, value)
+
+    def __setattr__(self, name: str, value: object) -> None:
+        raise AttributeError(f"dtype {self.name} cannot change its {name}: each dtype exists once")
+
+    def __delattr__(self, name: str) -> None:
+        raise AttributeError(f"dtype {self.name} cannot lose its {name}: each dtype exists once")
+
+    def __reduce__(self) -> tuple:
+        # a pickled dtype comes back as the one of that name
+        return (as_dtype, (self.name,))
 
     @property
     def dtype(self) -> np.dtype:
