@@ -253,6 +253,12 @@ class Program:
         _set(inst, "_owner", self.name)
         return index
 
+    def listing(self, header: str) -> str:
+        """The Program as text: a ``# header`` line, then one line per instruction (its
+        index, opcode and operands)."""
+        lines = [f"# {header}"] + [f"{i:6d} {inst.describe()}" for i, inst in enumerate(self.instructions)]
+        return "\n".join(lines) + "\n"
+
     def __len__(self) -> int:
         return len(self.instructions)
 

@@ -39,10 +39,8 @@ class TracedKernel:
         self.name, self.program, self.target, self.lnc = name, program, target, lnc
 
     def listing(self) -> str:
-        lines = [f"# {self.name} traced by trnsim for {self.target} (logical NeuronCores: {self.lnc}); "
-                 f"{len(self.program.instructions)} instructions; not NKI IR or a NEFF"]
-        lines += [f"{i:6d} {inst.describe()}" for i, inst in enumerate(self.program.instructions)]
-        return "\n".join(lines) + "\n"
+        return self.program.listing(f"{self.name} traced by trnsim for {self.target} (logical NeuronCores: {self.lnc}); "
+                                    f"{len(self.program.instructions)} instructions; not NKI IR or a NEFF")
 
 
 def _trace(kernel: Any, target: str, lnc: Any, inputs: dict[str, Any]) -> TracedKernel:

@@ -148,11 +148,8 @@ def _binary(alu: AluOp, name: str):
                     return result
                 raise tr.fail(f"nl.{name} of {list(tile.shape)} and {list(other.shape)}: shapes must match, or one must be "
                               f"[P, 1] (one value per partition) or [1, F] (broadcast over partitions)")
-        if isinstance(other, NkiTensor):
-            # a masked op reads the per-partition operand on the partitions it keeps
-            (dst, src), (scalar,) = _e.clip_rows(mask, [result, tile], [other])
-        else:
-            (dst, src), scalar = _e.clip(mask, result, tile), _scalar_operand(other, tile)
+        # a masked op reads a per-partition operand on the partitions it keeps
+        (dst, src), (scalar,) = _e.clip_rows(mask, [result, tile], [_scalar_operand(other, tile)])
         _e.tensor_scalar(dst, src, alu, _e.partition_rows(scalar, src.partitions), reverse0=reverse)
         return result
 

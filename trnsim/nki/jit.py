@@ -133,7 +133,7 @@ class Kernel:
     def __getitem__(self, grid: Any) -> Kernel:
         grid = grid if isinstance(grid, tuple) else (grid,)
         if not grid or not all(isinstance(g, (int, np.integer)) and not isinstance(g, bool) and g >= 0 for g in grid):
-            raise KernelError(f"launch grid {grid!r} must be positive integers, as in kernel[4] or kernel[2, 3]")
+            raise KernelError(f"launch grid {grid!r} must be non-negative integers, as in kernel[4] or kernel[2, 3]")
         # a dimension of 0 launches one instance on it, as the real compiler does: AWS's
         # contributed pipelined attention calls flash_fwd[0](...) and reads its output
         grid = tuple(max(int(g), 1) for g in grid)
@@ -547,9 +547,8 @@ class Profile:
         bench = Benchmark(self.kernel, self.chip, True, first_trace, 10, 100)(*args, **kwargs)
         program = bench.run.program
         (self.directory / "json_reports").mkdir(parents=True, exist_ok=True)
-        listing = [f"# {self.kernel.fn.__name__} on {program.chip.name}: the traced Program (trnsim has no NEFF)"]
-        listing += [f"{i:6d} {inst.describe()}" for i, inst in enumerate(program.instructions)]
-        write_atomic(self.directory / self.neff_name, lambda f: f.write("\n".join(listing) + "\n"))
+        listing = program.listing(f"{self.kernel.fn.__name__} on {program.chip.name}: the traced Program (trnsim has no NEFF)")
+        write_atomic(self.directory / self.neff_name, lambda f: f.write(listing))
         trace_bytes = first_trace.read_bytes()
         for execution in captured:
             trace_path, report_path = self.paths(execution)
