@@ -197,3 +197,27 @@ def test_partial_names_and_reasons():
     assert why_unfinished(KeyboardInterrupt()) == "interrupted by Ctrl-C"
     assert why_unfinished(RuntimeError("a\n  b")) == "RuntimeError: a b"
     assert why_unfinished(RuntimeError("x" * 500)).endswith("x...") and len(why_unfinished(RuntimeError("x" * 500))) < 200
+
+
+STOPPED_WHILE_FAILING = """\
+import os, signal, torch
+x = torch.ones(8, device="neuron") + 1
+class Late(ValueError):
+    def __str__(self):   # torchrun's SIGTERM lands while the rank shows the exception
+        os.kill(os.getpid(), signal.{sig})
+        return "late"
+raise Late()
+"""
+
+
+@pytest.mark.parametrize("sig", ["SIGTERM", "SIGINT"])
+def test_a_signal_while_a_rank_shows_its_exception_loses_neither_it_nor_the_trace(tmp_path, sig):
+    script = tmp_path / "late.py"
+    script.write_text(STOPPED_WHILE_FAILING.format(sig=sig))
+    env = with_repo_on_path(ROOT, TRNSIM_CHIP="trn2", TRNSIM_FIDELITY="op", TRNSIM_PROGRESS="0",
+                            TRNSIM_JOB_TRACE_DIR=str(tmp_path), RANK="0", WORLD_SIZE="1")
+    r = run_session([sys.executable, "-m", "trnsim.backend.distributed.launch", str(script)], timeout=TIMEOUT_S,
+                    env=env, cwd=tmp_path)
+    assert r.returncode == 1, r.stderr[-3000:]
+    assert r.stderr.splitlines()[-1] == "Late: late"
+    assert tt.load(tmp_path / "rank0.json").partial == "Late: late"

@@ -58,8 +58,26 @@ class RankStopped(BaseException):
     job is stopped). A BaseException, so the script's ``except Exception`` lets it pass."""
 
 
-def _stopped(signum: int, frame: Any) -> None:
-    raise RankStopped(STOPPED)
+class _Signals:
+    """SIGTERM and SIGINT stop the script while it runs (as :class:`RankStopped` and
+    KeyboardInterrupt); from the moment it ends they are ignored, so one that arrives
+    while the rank shows the script's exception or writes its trace loses neither."""
+
+    def __init__(self) -> None:
+        self.running = True
+        signal.signal(signal.SIGTERM, self._handle)
+        signal.signal(signal.SIGINT, self._handle)
+
+    def _handle(self, signum: int, frame: Any) -> None:
+        if not self.running:
+            return
+        self.running = False
+        if signum == signal.SIGTERM:
+            raise RankStopped(STOPPED)
+        raise KeyboardInterrupt
+
+    def ended(self) -> None:
+        self.running = False
 
 
 def rank_main(argv: list[str]) -> None:
@@ -77,12 +95,15 @@ def rank_main(argv: list[str]) -> None:
     out = os.environ.get(JOB_DIR)
     from trnsim.backend.progress import Progress
 
-    signal.signal(signal.SIGTERM, _stopped)
+    signals = _Signals()
     prof = trnsim.profile()
     status: int | str | None = 0
     try:
         with prof, Progress() if rank == 0 else contextlib.nullcontext():   # one line for the job, on a terminal only
-            program.run(args)
+            try:
+                program.run(args)
+            finally:
+                signals.ended()
     except SystemExit as e:
         status = e.code
     except KeyboardInterrupt:
@@ -95,8 +116,6 @@ def rank_main(argv: list[str]) -> None:
         status = 1
         if isinstance(e, RankLostError):   # the consequence; the failed rank says the cause
             prof.partial = PEER_LOST
-    for sig in (signal.SIGINT, signal.SIGTERM):   # the trace is written whole
-        signal.signal(sig, signal.SIG_IGN)
     if out:
         trace = prof.trace()
         trace.process = _rank_name(rank, world)
