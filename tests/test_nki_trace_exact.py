@@ -127,12 +127,13 @@ def fingerprint(program) -> str:
         h.update(b"\n")
 
     for t in program.tensors:
-        put([t.name, t.memory.value, list(t.shape), t.dtype.name, t.start_partition, t.byte_offset])
+        put([t.name, t.memory.value, list(t.shape), t.dtype.name, t.start_partition, t.byte_offset]
+            + ([t.core] if t.core else []))
     put(["inputs"] + [t.name for t in program.inputs] + ["outputs"] + [t.name for t in program.outputs])
     timing = static_timing(program)
     for inst in program.instructions:
         fields = {f.name: _value(getattr(inst, f.name)) for f in dataclasses.fields(inst)
-                  if f.name not in ("source", "deps", "index")}
+                  if f.name not in ("source", "deps", "index") and not (f.name == "core" and not inst.core)}
         file, _, line = inst.source.rpartition(":")
         plan = timing.plans.get(inst.index)
         put([type(inst).__name__, fields, list(inst.deps), os.path.basename(file), line, inst.track,

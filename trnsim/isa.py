@@ -47,6 +47,27 @@ MAX_FREE_DIMS = 4
 MEMORY_NAMES = {m: m.value for m in Memory}
 ENGINE_NAMES = {e: e.value for e in Engine}
 
+#: How a track of physical core ``n`` > 0 is named: its core-0 name, then ``@nc<n>``
+#: (``vector@nc1``, ``dma.q3@nc1``); core 0's tracks keep their plain names.
+CORE_MARK = "@nc"
+_CORE_TRACKS: dict[tuple[str, int], str] = {}
+
+
+def core_track(track: str, core: int) -> str:
+    """The name of ``track`` (a core-0 track name) on physical core ``core``."""
+    if not core:
+        return track
+    name = _CORE_TRACKS.get((track, core))
+    if name is None:
+        name = _CORE_TRACKS[(track, core)] = f"{track}{CORE_MARK}{core}"
+    return name
+
+
+def split_track(track: str) -> tuple[str, int]:
+    """A track's core-0 name and its physical core: ``"vector@nc1"`` is ``("vector", 1)``."""
+    base, mark, core = track.partition(CORE_MARK)
+    return (base, int(core)) if mark and core.isdigit() else (track, 0)
+
 
 def row_major_dims(shape: tuple[int, ...]) -> tuple[tuple[int, int], ...]:
     """The (step, count) dims of a contiguous row-major layout of ``shape``."""
@@ -103,7 +124,9 @@ class Tensor:
 
     On-chip tensors (SBUF, PSUM) are laid out ``shape[0]`` partitions from
     ``start_partition``, the free dimensions row-major within each partition at
-    ``byte_offset``. HBM tensors are row-major from ``byte_offset``.
+    ``byte_offset``. HBM tensors are row-major from ``byte_offset``. An on-chip tensor
+    is in the SBUF or PSUM of physical core ``core`` (0 but in a kernel launched over
+    the cores of a logical NeuronCore); HBM is the chip's, shared by its cores.
     """
 
     name: str
@@ -112,6 +135,7 @@ class Tensor:
     dtype: DType
     start_partition: int = 0
     byte_offset: int = 0
+    core: int = 0
     #: Whether the tensor is in SBUF or PSUM.
     on_chip: bool = field(init=False)
     #: Elements in all.
@@ -142,7 +166,8 @@ class Tensor:
         return self.view()[index]
 
     def __repr__(self) -> str:
-        return f"{self.memory.value}:{self.name}{list(self.shape)}:{self.dtype.name}"
+        where = f"{self.memory.value}{CORE_MARK}{self.core}" if self.core else self.memory.value
+        return f"{where}:{self.name}{list(self.shape)}:{self.dtype.name}"
 
 
 _guard(Tensor, _tensor_setattr)
@@ -364,6 +389,8 @@ class Instruction:
     deps: tuple[int, ...] = field(default=(), kw_only=True)
     source: str = field(default="", kw_only=True)
     index: int = field(default=-1, kw_only=True)
+    #: the physical core whose engine (or DMA queue) runs it
+    core: int = field(default=0, kw_only=True)
 
     opcode: ClassVar[str] = "instruction"
     engines: ClassVar[tuple[Engine, ...]] = ()
@@ -392,7 +419,8 @@ class Instruction:
     @property
     def track(self) -> str:
         """Name of the timeline this instruction runs on."""
-        return ENGINE_NAMES[self.engine]
+        name = ENGINE_NAMES[self.engine]
+        return core_track(name, self.core) if self.core else name
 
     def reads(self) -> tuple[View, ...]:
         """The operands this instruction reads (fields named in ``read_fields`` that hold Views)."""
@@ -937,7 +965,7 @@ class DmaCopy(Instruction):
         name = _QUEUE_TRACKS.get(self.queue)
         if name is None:
             name = _QUEUE_TRACKS[self.queue] = f"dma.q{self.queue}"
-        return name
+        return core_track(name, self.core) if self.core else name
 
 
 _QUEUE_TRACKS: dict[int, str] = {}

@@ -78,7 +78,6 @@ class Program:
     """
 
     def __init__(self, chip: str | os.PathLike[str] | ChipSpec | None = None, name: str = "program") -> None:
-        from trnsim.hw.placement import OnChipAllocator
         from trnsim.hw.spec import load_chip
 
         self.chip = load_chip(chip)
@@ -87,9 +86,11 @@ class Program:
         self.tensors: list[Tensor] = []
         self.inputs: list[Tensor] = []
         self.outputs: list[Tensor] = []
-        self.sbuf_alloc = OnChipAllocator(Memory.SBUF, self.chip.sbuf.partitions, self.chip.sbuf.partition_bytes, self.chip.name)
-        self.psum_alloc = OnChipAllocator(Memory.PSUM, self.chip.psum.partitions, self.chip.psum.partition_bytes, self.chip.name,
-                                          bank_bytes=self.chip.psum.bank_bytes)
+        #: per physical core, its SBUF and PSUM allocators (see :meth:`use_core`)
+        self.allocators: list[tuple[OnChipAllocator, OnChipAllocator]] = []
+        #: the physical core whose SBUF and PSUM new on-chip tensors go into
+        self.core = 0
+        self.use_core(0)
         self._hbm_bytes = 0
         self._names: set[str] = set()
         self._tensor_ids: set[int] = set()
@@ -99,6 +100,37 @@ class Program:
         #: where (file, line) the source that traced this Program made each tensor it did
         #: not name; :meth:`source_names` reads it
         self.made_at: dict[str, tuple[str, int] | None] = {}
+
+    def use_core(self, core: int) -> None:
+        """Place the on-chip tensors made from now on in the SBUF and PSUM of physical core
+        ``core`` (a kernel launched over a logical NeuronCore's cores uses several; each has
+        its own SBUF and PSUM, and all share HBM)."""
+        from trnsim.hw.placement import OnChipAllocator
+
+        if not isinstance(core, int) or core < 0:
+            raise ProgramError(f"core {core!r} must be a non-negative int, the physical core's number")
+        chip = self.chip
+        while len(self.allocators) <= core:
+            self.allocators.append((
+                OnChipAllocator(Memory.SBUF, chip.sbuf.partitions, chip.sbuf.partition_bytes, chip.name),
+                OnChipAllocator(Memory.PSUM, chip.psum.partitions, chip.psum.partition_bytes, chip.name,
+                                bank_bytes=chip.psum.bank_bytes)))
+        self.core = core
+
+    @property
+    def sbuf_alloc(self) -> OnChipAllocator:
+        """The SBUF allocator of the current core (:meth:`use_core`)."""
+        return self.allocators[self.core][0]
+
+    @property
+    def psum_alloc(self) -> OnChipAllocator:
+        """The PSUM allocator of the current core (:meth:`use_core`)."""
+        return self.allocators[self.core][1]
+
+    @property
+    def cores(self) -> int:
+        """How many physical cores the Program's tensors and instructions use."""
+        return len(self.allocators)
 
     def source_names(self, message: str) -> str:
         """``message`` with each tensor made without a name (``sbuf_3``) called by the
@@ -160,7 +192,7 @@ class Program:
         offset = alloc.allocate(label, start_partition, shape[0], nbytes)
         self._names.add(label)
         name = label
-        t = Tensor(name, alloc.memory, shape, dt, start_partition=start_partition, byte_offset=offset)
+        t = Tensor(name, alloc.memory, shape, dt, start_partition=start_partition, byte_offset=offset, core=self.core)
         self.tensors.append(t)
         self._tensor_ids.add(id(t))
         return t
@@ -178,7 +210,7 @@ class Program:
             raise ProgramError(f"tensor name {name!r} is already used in program {self.name!r}; pick another")
         alloc.place_at(name, start_partition, shape[0], byte_offset, math.prod(shape[1:]) * dt.itemsize)
         self._names.add(name)
-        t = Tensor(name, memory, shape, dt, start_partition=start_partition, byte_offset=byte_offset)
+        t = Tensor(name, memory, shape, dt, start_partition=start_partition, byte_offset=byte_offset, core=self.core)
         self.tensors.append(t)
         self._tensor_ids.add(id(t))
         return t
@@ -198,7 +230,7 @@ class Program:
         if name in self._names:
             raise ProgramError(f"tensor name {name!r} is already used in program {self.name!r}; pick another")
         self._names.add(name)
-        t = Tensor(name, Memory.SBUF, shape, dt, byte_offset=self.chip.sbuf.partition_bytes)
+        t = Tensor(name, Memory.SBUF, shape, dt, byte_offset=self.chip.sbuf.partition_bytes, core=self.core)
         self.tensors.append(t)
         self._tensor_ids.add(id(t))
         return t
@@ -206,9 +238,9 @@ class Program:
     def free(self, tensor: Tensor) -> None:
         """Return an on-chip tensor's space to its allocator (its name stays taken)."""
         if tensor.memory is Memory.SBUF:
-            self.sbuf_alloc.release(tensor.name)
+            self.allocators[tensor.core][0].release(tensor.name)
         elif tensor.memory is Memory.PSUM:
-            self.psum_alloc.release(tensor.name)
+            self.allocators[tensor.core][1].release(tensor.name)
         else:
             raise ProgramError(f"free({tensor!r}): only SBUF and PSUM tensors are freed")
 
@@ -309,6 +341,10 @@ class Program:
                 raise self._fail(inst, f"operand {v!r} is in HBM; engines read and write SBUF/PSUM only, "
                                        "so move it with a DMA first")
             return
+        if t.core != inst.core and not isinstance(inst, DmaCopy):
+            raise self._fail(inst, f"operand {v!r} is in the memory of physical core {t.core}, and the instruction "
+                                   f"runs on core {inst.core}; an engine reads and writes its own core's SBUF/PSUM, "
+                                   "so move the data with a DMA first")
         row = t.row_elems
         if dims and dims[0][1] > 1 and dims[0][0] != row:
             raise self._fail(inst, f"operand {v!r} steps over partitions; the partition dimension must have step 1")
@@ -371,7 +407,7 @@ class Program:
 
     def _last_stationary(self, inst: Instruction) -> LoadStationary | None:
         for prev in reversed(self.instructions):
-            if isinstance(prev, LoadStationary):
+            if isinstance(prev, LoadStationary) and prev.core == inst.core:
                 return prev
         return None
 

@@ -32,9 +32,12 @@ class CoreMemory:
 
     def __init__(self, program: Program) -> None:
         chip = program.chip
-        # past SBUF's last byte: engine registers (Program.registers)
-        self.sbuf = np.zeros((chip.sbuf.partitions, chip.sbuf.partition_bytes + REGISTER_BYTES), dtype=np.uint8)
-        self.psum = np.zeros((chip.psum.partitions, chip.psum.partition_bytes), dtype=np.uint8)
+        # per physical core; past SBUF's last byte: engine registers (Program.registers)
+        self.sbufs = [np.zeros((chip.sbuf.partitions, chip.sbuf.partition_bytes + REGISTER_BYTES), dtype=np.uint8)
+                      for _ in range(max(program.cores, 1))]
+        self.psums = [np.zeros((chip.psum.partitions, chip.psum.partition_bytes), dtype=np.uint8)
+                      for _ in range(max(program.cores, 1))]
+        self.sbuf, self.psum = self.sbufs[0], self.psums[0]
         self.hbm: dict[int, NDArray[np.uint8]] = {}
         self._written: dict[int, NDArray[np.bool_]] = {}
         self._tensors: set[int] = set()
@@ -110,7 +113,7 @@ class CoreMemory:
 
     def _on_chip(self, view: View) -> tuple[NDArray[np.uint8], int, tuple[int, ...]]:
         t = view.tensor
-        mem = self.sbuf if t.memory is Memory.SBUF else self.psum
+        mem = (self.sbufs if t.memory is Memory.SBUF else self.psums)[t.core]
         row_bytes = mem.shape[1]
         first, free_offset = divmod(view.offset, t.row_elems)
         if not view.dims:

@@ -25,7 +25,7 @@ from trnsim.errors import SimulationError
 from trnsim.hw.dma import DmaPlan, DmaSystem
 from trnsim.hw.spec import ChipSpec
 from trnsim.hw.static import DMA, LOAD, MULTIPLY, SIGNAL, WAIT, StaticTiming, static_timing
-from trnsim.isa import Engine, SemaphoreSignal, SemaphoreWait
+from trnsim.isa import Engine, SemaphoreSignal, SemaphoreWait, split_track
 from trnsim.program import Program
 from trnsim.units import Picos
 
@@ -387,12 +387,13 @@ def schedule(program: Program) -> TimedRun:
     by_group: dict[str, list[int]] = {}
     for i, group in enumerate(static.groups):
         by_group.setdefault(group, []).append(i)
-    dma = DmaSystem()
+    dma: dict[int, DmaSystem] = {}   # per physical core: its engine pool and share of HBM
     for group, indices in by_group.items():
-        if group.startswith("dma."):
-            env.process(_dma_process(sched, group, indices, dma))
+        base, core = split_track(group)
+        if base.startswith("dma."):
+            env.process(_dma_process(sched, group, indices, dma.setdefault(core, DmaSystem())))
         else:
-            engine = (_TensorEngine if group == Engine.TENSOR.value else _Engine)(sched, group, indices)
+            engine = (_TensorEngine if base == Engine.TENSOR.value else _Engine)(sched, group, indices)
             sched.engines[group] = engine
             sched.ready_engines.append(engine)
     sched.drain()

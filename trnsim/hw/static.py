@@ -15,7 +15,8 @@ from typing import cast
 from trnsim.hw.dma import DmaPlan, PlanKey, plan_dma, plan_key
 from trnsim.hw.engines import CostKey, cost_key, cost_ps
 from trnsim.hw.spec import ChipSpec
-from trnsim.isa import DmaCopy, DmaIndirect, Engine, Instruction, LoadStationary, MultiplyMoving, SemaphoreSignal, SemaphoreWait
+from trnsim.isa import (DmaCopy, DmaIndirect, Instruction, LoadStationary, MultiplyMoving, SemaphoreSignal, SemaphoreWait,
+                        core_track)
 from trnsim.program import Program
 from trnsim.units import Picos
 
@@ -47,7 +48,7 @@ class StaticTiming:
         self.deps: list[tuple[int, ...]] = []
         self.costs: list[Picos] = []
         self.plans: dict[int, DmaPlan] = {}
-        self._last_on_engine: dict[Engine, int] = {}
+        self._last_on_engine: dict[str, int] = {}
         self._stationary_free: list[int] = []
         self._cost_of: dict[CostKey, Picos] = {}
         self._plan_of: dict[PlanKey, DmaPlan] = {}
@@ -57,7 +58,7 @@ class StaticTiming:
         i = inst.index
         kind = _KINDS.get(type(inst), PLAIN)
         group = inst.track
-        self.tracks.append(LOAD_TRACK if kind == LOAD else group)
+        self.tracks.append(core_track(LOAD_TRACK, inst.core) if kind == LOAD else group)
         self.groups.append(group)
         self.kinds.append(kind)
         self.deps.append(inst.deps)
@@ -74,8 +75,8 @@ class StaticTiming:
             return
         stationary_free = cast(LoadStationary, inst).src.free_size if kind == LOAD else previous
         self._stationary_free.append(stationary_free)
-        dependent = self._last_on_engine.get(inst.engine, -1) in inst.deps
-        self._last_on_engine[inst.engine] = i
+        dependent = self._last_on_engine.get(group, -1) in inst.deps
+        self._last_on_engine[group] = i
         key = cost_key(inst, dependent, stationary_free)
         cost = self._cost_of.get(key)
         if cost is None:

@@ -36,22 +36,25 @@ def dtype_of(value: Any, default: dtypes.DType | None = None) -> dtypes.DType:
 
 
 def new_tensor(shape: Sequence[int], dtype: Any, buffer: Memory = Memory.SBUF, name: str | None = None,
-               bases: tuple | None = None, serial: int | None = None) -> NkiTensor:
-    """Place a tensor and wrap it."""
+               bases: tuple | None = None, serial: int | None = None, private: bool = False) -> NkiTensor:
+    """Place a tensor and wrap it. An HBM tensor is the one every instance of a launch
+    grid shares (made by the first), but a ``private`` one on the cores of a logical
+    NeuronCore (``nl.private_hbm``), which each core makes for itself."""
     tr = tracer()
     shape = tuple(int(s) for s in shape)
     if not shape:
         shape = (1, 1)
     if buffer is not Memory.HBM and len(shape) == 1:
         shape = (shape[0], 1)
-    if buffer is Memory.HBM:
+    private = private and tr.team is not None
+    if buffer is Memory.HBM and not private:
         shared = tr.shared_hbm(shape, dtype_of(dtype))
         if shared is not None:
             return shared
     t = tr.place(shape, dtype_of(dtype), buffer, name, serial)
     placement = _Placement(tr, t)
     result = NkiTensor(placement, t.view(), bases)
-    if buffer is Memory.HBM:
+    if buffer is Memory.HBM and not private:
         tr.hbm_made.append(result)
     return result
 

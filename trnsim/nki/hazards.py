@@ -320,17 +320,26 @@ class Hazards:
 
     def __init__(self) -> None:
         self._by_tensor: dict[int, _Accesses] = {}
-        self._ghosts: dict[Memory, RegionList] = {Memory.SBUF: RegionList(), Memory.PSUM: RegionList()}
-        self._arenas: dict[Memory, _Arena] = {Memory.SBUF: _Arena(), Memory.PSUM: _Arena()}
+        # per memory of each physical core: what freed tiles left, and the aliased tensors' accesses
+        self._ghosts: dict[tuple[Memory, int], RegionList] = {}
+        self._arenas: dict[tuple[Memory, int], _Arena] = {}
+
+    def _ghosts_of(self, t: Tensor) -> RegionList:
+        found = self._ghosts.get((t.memory, t.core))
+        if found is None:
+            found = self._ghosts[(t.memory, t.core)] = RegionList()
+        return found
 
     def placed_aliased(self, t: Tensor) -> None:
         """A new on-chip tensor that may share space with other live aliased tensors: its
         accesses join its memory's arena, and what touched the space before (freed tiles)
         is kept there as readers, so its first write waits for them."""
-        arena = self._arenas[t.memory]
+        arena = self._arenas.get((t.memory, t.core))
+        if arena is None:
+            arena = self._arenas[(t.memory, t.core)] = _Arena()
         self._by_tensor[id(t)] = _Accesses(arena=arena)
         box = region_of_tensor(t)
-        ghosts = self._ghosts[t.memory]
+        ghosts = self._ghosts_of(t)
         if ghosts.items:
             inherited = ghosts.take(box)
             if inherited:
@@ -341,7 +350,7 @@ class Hazards:
         acc = _Accesses()
         self._by_tensor[id(t)] = acc
         if t.on_chip:
-            ghosts = self._ghosts[t.memory]
+            ghosts = self._ghosts_of(t)
             if ghosts.items:
                 inherited = ghosts.take(region_of_tensor(t))
                 if inherited:
@@ -359,7 +368,7 @@ class Hazards:
             for v in acc.arena.writes.values_overlapping(box) + acc.arena.reads.values_overlapping(box):
                 last.update(v)  # type: ignore[call-overload]
             if last:
-                self._ghosts[t.memory].add(box, tuple(sorted(last)))
+                self._ghosts_of(t).add(box, tuple(sorted(last)))
             return
         last = set(acc.inherited)
         for _, i in acc.writes.items:
@@ -367,7 +376,7 @@ class Hazards:
         for _, i in acc.reads.items:
             last.add(i)
         if last:
-            self._ghosts[t.memory].add(region_of_tensor(t), tuple(sorted(last)))
+            self._ghosts_of(t).add(region_of_tensor(t), tuple(sorted(last)))
 
     def written(self, view: View) -> bool:
         """Whether anything has written part of the region ``view`` covers."""

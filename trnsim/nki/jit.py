@@ -143,6 +143,14 @@ class Kernel:
                               "and loop inside the kernel (nl.affine_range)")
         return Kernel(self.fn, grid, self.chip, self.mode)
 
+    def cores(self, chip: Any) -> int:
+        """How many physical cores a launch on ``chip`` runs on: a one-dimensional grid of
+        2 up to the chip's logical core size (``kernel[2]`` on Trainium2 and 3, whose
+        logical NeuronCore is two physical cores) runs one instance per core, at once;
+        any other grid runs its instances on one core, one after another."""
+        grid = self.grid
+        return grid[0] if len(grid) == 1 and 2 <= grid[0] <= chip.logical_core_size else 1
+
     def trace(self, *args: Any, chip: ChipLike = None, **kwargs: Any) -> Traced:
         """Trace the kernel for these arguments (numpy arrays or torch tensors).
 
@@ -191,11 +199,19 @@ class Kernel:
                 else:
                     call_args.append(hbm_input(name, value))
             result = None
-            for ids in itertools.product(*(range(g) for g in self.grid)) if self.grid else [()]:
-                tracer.grid = self.grid
-                tracer.start_instance(ids)
-                result = self.fn(*call_args, **call_kwargs)
-                tracer.flush_matmul()
+            cores = self.cores(tracer.chip)
+            if cores > 1:
+                from trnsim.nki.cores import CoreTeam
+
+                team = CoreTeam([tracer] + [tracer.for_core(c) for c in range(1, cores)])
+                result = team.run(self.fn, call_args, call_kwargs)[0]
+                tracer.program.use_core(0)
+            else:
+                for ids in itertools.product(*(range(g) for g in self.grid)) if self.grid else [()]:
+                    tracer.grid = self.grid
+                    tracer.start_instance(ids)
+                    result = self.fn(*call_args, **call_kwargs)
+                    tracer.flush_matmul()
             outs = _hbm_results(result, tracer, self.fn, self.mode == "simulation")
         tracer.live = False
         inputs.update(tracer.constants)

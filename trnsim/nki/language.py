@@ -141,13 +141,16 @@ _PACKED = "held and moved as bit patterns (numpy sees {}); no simulated engine c
 #: Documented names that trnsim implements with a difference (read by ``trnsim.nki.apitable``).
 DIFFERENCES: dict[str, str] = {
     "device_print": "prints the tile's name, shape, dtype and memory at trace time, not its values",
-    "nc": "a plain grid size: trnsim runs every instance on one simulated core, one after another",
-    "spmd_dim": "the product of its sizes as one grid axis; instances run on one simulated core in turn",
+    "nc": "a plain grid size: a one-dimensional grid of 2 on trn2/trn3 runs an instance on each core of the logical "
+          "NeuronCore, at once; any other grid runs its instances on one simulated core, one after another",
+    "spmd_dim": "the product of its sizes as one grid axis (a grid of 2 on trn2/trn3 runs on the two cores of the "
+                "logical NeuronCore; other grids on one core, in turn)",
     "fori_loop": "the bounds must be known when the kernel is traced (no register-valued bounds)",
     "while_loop": "the condition must be known when the kernel is traced (no register-valued conditions)",
     "dynamic_range": "traced as nl.sequential_range: the bounds must be known when the kernel is traced",
-    "hbm": "nl.hbm, nl.shared_hbm and nl.private_hbm are one memory in trnsim",
-    "private_hbm": "nl.hbm, nl.shared_hbm and nl.private_hbm are one memory in trnsim",
+    "hbm": "shared by the instances of a launch, as nl.shared_hbm (nl.private_hbm is each core's own)",
+    "private_hbm": "each core of a launch over a logical NeuronCore (kernel[2] on trn2/trn3) has its own; the "
+                   "instances of a grid that runs on one core share it",
     "NkiTensor": "indexing and the view methods work; ``t.view`` is trnsim's access pattern, so ``t.view(dtype)`` "
                  "is not available; an HBM tensor indexed by a tile or .ap(vector_offset=/scalar_offset=) "
                  "works in nl.load, nl.store and nisa.dma_copy (indirect DMA); select with a tile, "

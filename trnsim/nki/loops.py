@@ -144,8 +144,9 @@ def dynamic_range(start: int, stop: int | None = None, step: int = 1) -> Iterato
 # -- launch grid: logical cores and SPMD dimensions ---------------------------
 
 class nc(int):
-    """``nl.nc(2)``: a launch-grid axis spread over 2 logical NeuronCores. trnsim runs
-    the instances on its one simulated core in turn, so it is the plain size."""
+    """``nl.nc(2)``: a launch-grid axis spread over 2 NeuronCores; the plain size, as a
+    grid of 2 on trn2/trn3 runs an instance on each core of the logical NeuronCore
+    (:mod:`trnsim.nki.cores`)."""
 
 
 def spmd_dim(*sizes: int) -> int:

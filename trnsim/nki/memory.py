@@ -26,7 +26,19 @@ sbuf = Memory.SBUF
 psum = Memory.PSUM
 hbm = Memory.HBM
 shared_hbm = Memory.HBM
-private_hbm = Memory.HBM
+
+
+class _PrivateHbm:
+    """``nl.private_hbm``: HBM that each core of a kernel launched over a logical
+    NeuronCore (``kernel[2]``) has its own of; with one core, HBM like the rest."""
+
+    memory = Memory.HBM
+
+    def __repr__(self) -> str:
+        return "nl.private_hbm"
+
+
+private_hbm = _PrivateHbm()
 
 
 # -- creation ---------------------------------------------------------------
@@ -34,7 +46,7 @@ private_hbm = Memory.HBM
 def _buffer(buffer: Any) -> Memory:
     if isinstance(buffer, Memory):
         return buffer
-    if isinstance(buffer, DirectAllocation):
+    if isinstance(buffer, (DirectAllocation, _PrivateHbm)):
         return buffer.memory
     raise _e.tracer().fail(f"buffer {buffer!r} is not one of nl.sbuf, nl.psum, nl.hbm, nl.shared_hbm")
 
@@ -60,7 +72,7 @@ def ndarray(shape: Sequence[int], dtype: Any, buffer: Any = sbuf, name: str | No
     if k and memory is not Memory.HBM:
         physical = (shape[k],) + shape[:k] + shape[k + 1:]
         return BlockedTile(_e.new_tensor(physical, dtype, memory, name), k, tuple(int(s_) for s_ in shape))
-    return _e.new_tensor(shape, dtype, memory, name)
+    return _e.new_tensor(shape, dtype, memory, name, private=buffer is private_hbm)
 
 
 def full(shape: Sequence[int], fill_value: float, dtype: Any, buffer: Any = sbuf, name: str | None = None,
@@ -184,7 +196,7 @@ def copy_into(target: NkiTensor, value: Any) -> None:
 
 def is_hbm(buffer: Any) -> bool:
     """Whether ``buffer`` is HBM (``nl.hbm``, ``nl.shared_hbm``, ``nl.private_hbm``)."""
-    return buffer is Memory.HBM
+    return buffer is Memory.HBM or buffer is private_hbm
 
 
 def is_sbuf(buffer: Any) -> bool:

@@ -12,10 +12,11 @@ from __future__ import annotations
 import gc
 import os
 import sys
+import threading
 from typing import Any, TYPE_CHECKING
 
 from trnsim.errors import ProgramError
-from trnsim.isa import MEMORY_NAMES, DmaCopy, Engine, Instruction, LoadStationary, Memory, Memset, Tensor, View
+from trnsim.isa import MEMORY_NAMES, DmaCopy, Engine, Instruction, LoadStationary, Memory, Memset, Tensor, View, core_track
 from trnsim.program import Program
 from trnsim.nki.hazards import AliasConflict, Hazards, UnwrittenRead, region_of, region_of_tensor
 
@@ -72,25 +73,38 @@ def caller_source() -> str:
 
 
 _set = object.__setattr__
-_current: list[Tracer] = []
+
+
+class _Stack(threading.local):
+    """The tracers of the kernels being traced, innermost last, per thread: the cores
+    of a kernel launched over a logical NeuronCore are traced in threads of their own
+    (:mod:`trnsim.nki.cores`), each with its core's tracer."""
+
+    def __init__(self) -> None:
+        self.tracers: list[Tracer] = []
+
+
+_stack = _Stack()
 _gc_was_enabled: list[bool] = [True]
 
 
 def tracing() -> bool:
-    """Whether a kernel is being traced now (in this process)."""
-    return bool(_current)
+    """Whether a kernel is being traced now (in this thread)."""
+    return bool(_stack.tracers)
 
 
 def current() -> Tracer:
     """The tracer of the kernel being traced; errors outside a kernel."""
-    if not _current:
+    tracers = _stack.tracers
+    if not tracers:
         raise KernelError("nki language calls only work inside a kernel run by nki.jit, nki.simulate or nki.benchmark")
-    return _current[-1]
+    return tracers[-1]
 
 
 def active() -> Tracer | None:
     """The tracer of the kernel being traced, or None outside a kernel."""
-    return _current[-1] if _current else None
+    tracers = _stack.tracers
+    return tracers[-1] if tracers else None
 
 
 class Tracer:
@@ -112,7 +126,7 @@ class Tracer:
         #: instruction that touched it
         self.last_use: dict[int, int] = {}
         self.lifetimes = lifetimes
-        self._made = 0
+        self._made = [0]   # in a list: the tracers of a launch's cores number tiles in one sequence
         self._serial: dict[int, int] = {}           # id(tensor) -> its tile's number
         self._expiring: dict[int, list[Tensor]] = {}
         self._unused: list[Tensor] = []
@@ -159,32 +173,72 @@ class Tracer:
         # tensors such calls would have written, by id: reading what nothing wrote there
         # reads the old contents, as on the chip, rather than being refused
         self.masked_off: dict[int, Tensor] = {}
+        #: the physical core this tracer's instructions and tiles are on
+        self.core = 0
+        #: the cores a kernel launched over a logical NeuronCore runs on, traced together
+        #: (:class:`trnsim.nki.cores.CoreTeam`); None for one core
+        self.team: Any = None
+
+    def for_core(self, core: int) -> Tracer:
+        """A tracer for physical core ``core`` of a kernel launched over the cores of a
+        logical NeuronCore (:mod:`trnsim.nki.cores`): it traces into this tracer's
+        Program, tiles in that core's SBUF and PSUM, and shares the hazards (HBM is one
+        memory; each core's SBUF and PSUM are their own), the tile numbering and
+        lifetimes, the names and the HBM tensors made; loops, grid position, DMA queue
+        rotation and barriers are its own."""
+        other = Tracer.__new__(Tracer)
+        other.__dict__.update(self.__dict__)
+        program = self.program
+        program.use_core(core)
+        for alloc in (program.sbuf_alloc, program.psum_alloc):
+            alloc.next_fit = True
+            alloc.overflow_allowed = self.lifetimes is None
+        program.use_core(self.core)
+        other.core = core
+        other.loops, other.loop_values = [], []
+        other.running, other.running_unassigned = {}, {}
+        other._direct_cache = {}
+        other.pending_matmul = None
+        other.source_override = ""
+        other.program_ids = ()
+        other._queue = {self._loads: 0, self._stores: 0}
+        other._last_on_track, other._barrier, other._barrier_done = {}, set(), set()
+        other.zeros = {}
+        other.masked_off_depth, other.masked_off = 0, {}
+        other._hbm_asked = 0
+        other.team = None
+        return other
 
     def __enter__(self) -> Tracer:
         # A trace makes several objects per instruction and frees tiles by reference
         # counting alone; the cyclic collector would rescan the growing Program over and
         # over (a fifth of the time at 16,000 instructions, more beyond), so it waits
         # until the outermost trace ends.
-        if not _current:
+        tracers = _stack.tracers
+        if not tracers and threading.current_thread() is threading.main_thread():
             _gc_was_enabled[:] = [gc.isenabled()]
             gc.disable()
-        _current.append(self)
+        tracers.append(self)
         return self
 
     def __exit__(self, *exc: object) -> None:
-        _current.pop()
-        if not _current and _gc_was_enabled[0]:
+        tracers = _stack.tracers
+        tracers.pop()
+        if not tracers and threading.current_thread() is threading.main_thread() and _gc_was_enabled[0]:
             gc.enable()
 
     def overflowed(self) -> Exception | None:
         """The first allocation that did not fit while tiles lived as long as the kernel
         named them (None if all fit)."""
-        return self.program.sbuf_alloc.overflowed or self.program.psum_alloc.overflowed
+        for sbuf, psum in self.program.allocators:
+            if sbuf.overflowed or psum.overflowed:
+                return sbuf.overflowed or psum.overflowed
+        return None
 
     def new_tile(self) -> int:
         """Number the next tile the kernel makes (its blocks are placed under this number)."""
-        self._made += 1
-        return self._made
+        self._made[0] += 1
+        return self._made[0]
 
     def _track(self, t: Tensor, serial: int | None) -> None:
         """Remember which tile ``t`` belongs to; with lifetimes, schedule its release."""
@@ -248,6 +302,8 @@ class Tracer:
                  byte_offset: int, serial: int | None = None) -> Tensor:
         """Place a tile at an address the kernel chose (direct allocation); it may share its
         space with other such tiles, and the hazards see through the sharing."""
+        if self.program.core != self.core:
+            self.program.use_core(self.core)
         try:
             t = self.program.place_at(memory, shape, dtype, name, start_partition, byte_offset)
         except ProgramError as e:
@@ -280,6 +336,8 @@ class Tracer:
             self.program.made_at[name] = caller_location()
         else:
             name = self.fresh_name(name)
+        if self.program.core != self.core:
+            self.program.use_core(self.core)
         try:
             if memory is Memory.SBUF:
                 t = self.program.sbuf(shape, dtype, name)
@@ -308,6 +366,8 @@ class Tracer:
     def place_registers(self, shape: tuple[int, ...], dtype: Any, name: str) -> Tensor:
         """Engine registers held as an SBUF-shaped tensor outside the space kernels
         allocate (:meth:`trnsim.program.Program.registers`); live for the whole kernel."""
+        if self.program.core != self.core:
+            self.program.use_core(self.core)
         try:
             t = self.program.registers(shape, dtype, self.fresh_name(name))
         except ProgramError as e:
@@ -323,6 +383,12 @@ class Tracer:
     def shared_hbm(self, shape: tuple[int, ...], dtype: Any) -> Any:
         """For a grid instance after the first: the HBM tensor the first one made at this
         point of the kernel (None for the first instance)."""
+        if self.team is not None:   # the cores of a logical NeuronCore: whichever asks first makes it
+            k = self._hbm_asked
+            self._hbm_asked += 1
+            if k >= len(self.hbm_made):
+                return None
+            return self._same_hbm(k, shape, dtype)
         if not self.program_ids or not any(self.program_ids):
             return None
         k = self._hbm_asked
@@ -330,6 +396,9 @@ class Tracer:
         if k >= len(self.hbm_made):
             raise self.fail(f"grid instance {self.program_ids} makes more HBM tensors than instance 0; "
                             "every instance must make the same outputs")
+        return self._same_hbm(k, shape, dtype)
+
+    def _same_hbm(self, k: int, shape: tuple[int, ...], dtype: Any) -> Any:
         made = self.hbm_made[k]
         if made.shape != tuple(shape) or made.dtype is not dtype:
             raise self.fail(f"grid instance {self.program_ids} makes HBM tensor {k} as {list(shape)} {dtype.name}, "
@@ -338,7 +407,7 @@ class Tracer:
 
     def release(self, t: Tensor) -> None:
         """Give an on-chip tile's space back (its Python object is gone, or its lifetime ended)."""
-        alloc = self.program.sbuf_alloc if t.memory is Memory.SBUF else self.program.psum_alloc
+        alloc = self.program.allocators[t.core][0 if t.memory is Memory.SBUF else 1]
         if t.name not in alloc.live:
             return  # freed at its last use already; now its Python object went too
         self.zeros.pop(id(t), None)
@@ -380,6 +449,8 @@ class Tracer:
             self.flush_matmul()
         source = self.source_override or caller_source()
         _set(inst, "source", source)
+        if self.core:
+            _set(inst, "core", self.core)
         reads, writes = inst.reads(), inst.writes()
         if self.zeros:
             self._zero_first(reads, writes)
@@ -406,7 +477,7 @@ class Tracer:
                 if n is not None:
                     last[n] = index
         # stationary loads overlap the multiply before them, so a barrier needs the last of each
-        track = "tensor.load" if inst.__class__ is LoadStationary else inst.track
+        track = core_track("tensor.load", self.core) if inst.__class__ is LoadStationary else inst.track
         if self._barrier and track not in self._barrier_done:
             deps |= self._barrier
             self._barrier_done.add(track)

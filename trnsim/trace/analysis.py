@@ -47,6 +47,8 @@ class Summary:
     flops: int
     peak_flops: float
     partial: str | None = None
+    #: physical cores the run used (a kernel launched over a logical NeuronCore's cores)
+    cores: int = 1
 
     @property
     def achieved_flops(self) -> float:
@@ -63,7 +65,8 @@ class Summary:
                   f"simulated time {self.total_ns / 1000:,.3f} us"]
         for track, pct in self.busy_pct.items():
             lines.append(f"  {track_label(track):<27} {pct:6.1f}% busy")
-        share = (f" ({100 * self.hbm_gbps / self.hbm_peak_gbps:.1f}% of {self.hbm_peak_gbps:,.0f} GB/s per core)"
+        whose = "per core" if self.cores == 1 else f"of its {self.cores} cores"
+        share = (f" ({100 * self.hbm_gbps / self.hbm_peak_gbps:.1f}% of {self.hbm_peak_gbps:,.0f} GB/s {whose})"
                  if self.hbm_peak_gbps else "")
         lines.append(f"HBM traffic    {self.hbm_bytes / 2**20:,.2f} MiB at {self.hbm_gbps:,.1f} GB/s{share}")
         if self.flops:
@@ -94,4 +97,5 @@ def summarize(run_or_trace: Any) -> Summary:
         flops=int(meta.get("flops", 0)),
         peak_flops=float(meta.get("peak_flops", 0.0)),
         partial=trace.partial,
+        cores=int(meta.get("cores", 1)),
     )

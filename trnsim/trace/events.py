@@ -12,6 +12,7 @@ import os
 from dataclasses import dataclass, field
 from typing import Any
 
+from trnsim.isa import split_track
 from trnsim.units import Nanos
 
 # Display names and order of a NeuronCore's tracks, as a Neuron profile shows them.
@@ -30,23 +31,29 @@ TRACK_NAMES = {
 }
 
 
-def track_sort_key(track: str) -> tuple[int, int, str]:
-    """Engines first in profile order, then DMA queues by number, then the rest."""
+def track_sort_key(track: str) -> tuple[int, int, int, str]:
+    """Core by core (a kernel on a logical NeuronCore's cores has tracks per core),
+    engines first in profile order, then DMA queues by number, then the rest."""
+    base, core = split_track(track)
     order = list(TRACK_NAMES)
-    if track in TRACK_NAMES:
-        return (0, order.index(track), track)
-    if track.startswith("dma.q") and track[5:].isdigit():
-        return (1, int(track[5:]), track)
-    return (2, 0, track)
+    if base in TRACK_NAMES:
+        return (core, 0, order.index(base), track)
+    if base.startswith("dma.q") and base[5:].isdigit():
+        return (core, 1, int(base[5:]), track)
+    return (core, 2, 0, track)
 
 
 def track_label(track: str) -> str:
-    """Human name of a track (``dma.q3`` is ``DMA queue 3``)."""
-    if track in TRACK_NAMES:
-        return TRACK_NAMES[track]
-    if track.startswith("dma.q"):
-        return f"DMA queue {track[5:]}"
-    return track
+    """Human name of a track (``dma.q3`` is ``DMA queue 3``; ``vector@nc1`` is
+    ``VectorE (core 1)``, physical core 1 of a logical NeuronCore)."""
+    base, core = split_track(track)
+    if base in TRACK_NAMES:
+        label = TRACK_NAMES[base]
+    elif base.startswith("dma.q"):
+        label = f"DMA queue {base[5:]}"
+    else:
+        label = base
+    return f"{label} (core {core})" if core else label
 
 
 @dataclass
@@ -164,8 +171,10 @@ def trace_from_run(result: Any) -> Trace:
         "instructions": len(program.instructions),
         "total_ns": result.total_ps / 1000,
         "flops": program.flops(),
-        "peak_flops": _effective_peak(program),
-        "hbm_bw_gbps": chip.hbm_bw_per_core_gbps,
+        # a kernel on the cores of a logical NeuronCore has the peak and HBM share of each
+        "peak_flops": _effective_peak(program) * max(program.cores, 1),
+        "hbm_bw_gbps": chip.hbm_bw_per_core_gbps * max(program.cores, 1),
+        **({"cores": program.cores} if program.cores > 1 else {}),
     })
     causes = result.causes
     matmul_flops = {inst.index: (f, inst.src.dtype.name) for f, inst in program.matmuls()}
@@ -195,9 +204,11 @@ def trace_from_run(result: Any) -> Trace:
             if t.on_chip:
                 span = live.setdefault(t.name, [start, end])
                 span[0], span[1] = min(span[0], start), max(span[1], end)
-                sizes[t.name] = (t.memory.value, t.shape[0] * t.partition_bytes)
+                sizes[t.name] = (t.memory.value, t.core, t.shape[0] * t.partition_bytes)
     trace.counters.append(_step_counter("HBM traffic", "bytes/s", hbm_spans, per_second=True))
-    for memory, label in (("sbuf", "SBUF occupancy"), ("psum", "PSUM occupancy")):
-        spans = [(s, e, sizes[n][1]) for n, (s, e) in live.items() if sizes[n][0] == memory]
-        trace.counters.append(_step_counter(label, "bytes", spans, per_second=False))
+    for core in range(max(program.cores, 1)):
+        for memory, label in (("sbuf", "SBUF occupancy"), ("psum", "PSUM occupancy")):
+            spans = [(s, e, sizes[n][2]) for n, (s, e) in live.items() if sizes[n][:2] == (memory, core)]
+            trace.counters.append(_step_counter(f"{label} (core {core})" if core else label, "bytes", spans,
+                                                per_second=False))
     return trace

@@ -80,8 +80,10 @@ DIFFERENCES: dict[str, str] = {
     "dge_mode": "enum; all modes timed alike",
     "matmul_perf_mode": "enum only (nc_matmul does not model double_row)",
     "constants": "the module of the enums (nki.isa.constants), also an attribute of nki.isa",
-    "core_barrier": "a world of one NeuronCore: cores must be (0,), this core, and the barrier is a sync point "
-                    "(what follows starts after everything before has ended); other cores refused",
-    "sendrecv": "a world of one rank: the peer must be rank 0, this rank, and the transfer is one DMA copy; "
-                "another peer refused",
+    "core_barrier": "between the cores of a launch over a logical NeuronCore (kernel[2] on trn2/trn3): each core's "
+                    "next instructions wait for all that every named core issued before (semaphore latency); on one "
+                    "core, cores must be (0,) and the barrier is a sync point",
+    "sendrecv": "between the cores of a launch over a logical NeuronCore (kernel[2] on trn2/trn3), the ranks being "
+                "the cores: one DMA on the sender's queue into the peer's dst; on one core the peer must be 0 (a "
+                "DMA copy); pipe_id accepted",
 }
