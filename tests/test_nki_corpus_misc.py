@@ -237,6 +237,27 @@ def test_loop_reduce_keeps_one_running_result_per_iteration_of_the_loops_it_does
     np.testing.assert_allclose(nki.simulate_kernel(k, a), a.sum(axis=0), rtol=1e-6)
 
 
+def test_each_grid_instance_starts_its_loop_reduce_afresh_even_when_it_skips_the_first_iteration():
+    # nki-samples' flash attention backward with a sliding window: the tiles a window
+    # leaves out are skipped, the first (i_k = 0) among them, so a later grid instance
+    # must not go on from the running result the instance before it left
+    @nki.jit
+    def k(a):
+        pid = nl.program_id(0)
+        out = nl.ndarray((nl.num_programs(0), 128, 4), dtype=nl.float32, buffer=nl.shared_hbm)
+        acc = nl.zeros((nl.par_dim(128), 4), dtype=nl.float32)
+        for i_k in range(3):
+            if i_k >= 1:
+                x = nl.load(a[pid, i_k])
+                acc[...] = nl.loop_reduce(x, np.add, [i_k], dtype=nl.float32)
+        nl.store(out[pid], acc)
+        return out
+
+    a = np.random.default_rng(8).standard_normal((3, 3, 128, 4)).astype(np.float32)
+    for grid in (2, 3):   # 2: one instance per core of trn2's logical NeuronCore; 3: in turn on one core
+        np.testing.assert_allclose(nki.simulate_kernel(k[grid], a), a[:grid, 1:].sum(axis=1), rtol=1e-6)
+
+
 def test_a_single_hbm_element_loads_as_a_one_by_one_tile():
     # nki-samples' flash attention backward loads one sink value: nl.load(sinks[b, h])
     @nki.jit

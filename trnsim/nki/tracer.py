@@ -376,9 +376,11 @@ class Tracer:
         return t
 
     def start_instance(self, ids: tuple[int, ...]) -> None:
-        """Begin tracing the launch-grid instance ``ids``."""
+        """Begin tracing the launch-grid instance ``ids``: what an instance keeps while it
+        runs (its ``nl.loop_reduce`` running results) starts afresh."""
         self.program_ids = ids
         self._hbm_asked = 0
+        self.running, self.running_unassigned = {}, {}
 
     def shared_hbm(self, shape: tuple[int, ...], dtype: Any) -> Any:
         """For a grid instance after the first: the HBM tensor the first one made at this
