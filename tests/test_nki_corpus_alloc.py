@@ -160,3 +160,29 @@ def test_sbuf_modulo_allocation_double_buffers_and_loop_body_addresses_stay():
     result = simulate(traced.tracer.program, traced.inputs, fidelity="instruction")
     np.testing.assert_allclose(result.outputs[traced.output_tensors[0].tensor.name], 3 * x, rtol=1e-6)
     assert simulate(traced.tracer.program).total_ps == 41250240
+
+
+# nki-library's qkv_cte: one PSUM bank per loop iteration, each at address=(0, bank * 2048),
+# all live at once (a loop Python runs iteration by iteration places each where it says)
+@nki.jit
+def psum_bank_per_iteration(a, b):
+    out = nl.ndarray((4, 128, 512), dtype=nl.float32, buffer=nl.shared_hbm)
+    a_sb, b_sb = nl.load(a), nl.load(b)
+    banks = []
+    for bank_id in nl.affine_range(4):
+        banks.append(nl.ndarray((128, 512), dtype=nl.float32, buffer=nl.psum, address=(0, bank_id * 2048)))
+    for i in range(4):
+        nisa.nc_matmul(dst=banks[i], stationary=a_sb, moving=b_sb)
+    for i in range(4):
+        nl.store(out[i], nl.multiply(banks[i], float(i + 1)))
+    return out
+
+
+def test_an_address_in_a_loop_places_each_iteration_where_it_says():
+    a, b = _rng(21, 128, 128), _rng(22, 128, 512)
+    traced = psum_bank_per_iteration.trace(a, b, chip="trn2")
+    assert sorted(t.byte_offset for t in traced.tracer.program.tensors if t.memory.value == "psum") == \
+        [0, 2048, 4096, 6144]
+    out = nki.simulate(psum_bank_per_iteration)(a, b)
+    for i in range(4):
+        np.testing.assert_allclose(out[i], (i + 1) * (a.T @ b), rtol=1e-4, atol=1e-4)

@@ -33,12 +33,15 @@ class DirectAllocation:
     """What ``buffer=ncc.sbuf.mod_alloc(...)`` (and the other direct allocators) gives:
     the memory and the function placing each logical block."""
 
-    def __init__(self, memory: Memory, func: LocateFunc, what: str) -> None:
+    def __init__(self, memory: Memory, func: LocateFunc, what: str, every_iteration: bool = False) -> None:
         if not callable(func):
             raise _e.tracer().fail(f"{what} takes a function (idx, pdim_size, fdim_size) -> address, got {func!r}")
         self.memory = memory
         self.func = func
         self.what = what
+        #: placed where each loop iteration says (``address=``, whose loops Python runs
+        #: iteration by iteration), not where the loop body's first run placed it
+        self.every_iteration = every_iteration
 
     def locate(self, idx: tuple[int, ...], pdim: int, fdim_bytes: int, bank_bytes: int) -> tuple[int, int]:
         """(start partition, byte offset) of logical block ``idx``."""
@@ -107,9 +110,9 @@ def at_address(memory: Memory, address: Any) -> DirectAllocation:
     partition, offset = int(address[0]), int(address[1])
     if memory is Memory.PSUM:
         return DirectAllocation(memory, lambda idx, pdim_size, fdim_size: (0, partition, offset),
-                                f"psum address=({partition}, {offset})")
+                                f"psum address=({partition}, {offset})", every_iteration=True)
     return DirectAllocation(memory, lambda idx, pdim_size, fdim_size: (partition, offset),
-                            f"sbuf address=({partition}, {offset})")
+                            f"sbuf address=({partition}, {offset})", every_iteration=True)
 
 
 class ModuloTile:
@@ -199,8 +202,10 @@ def direct_tile(shape: tuple[Any, ...], dtype: Any, alloc: DirectAllocation, nam
     fdim = math.prod(tile_shape[1:]) * dt.itemsize
     bank = tr.chip.psum.bank_bytes
     indices = list(itertools.product(*(range(b) for b in blocks)))
-    places = tr.direct_locations((_site(), dims, dt.name, alloc.memory),
-                                 lambda: [alloc.locate(idx, tile_shape[0], fdim, bank) for idx in indices])
+    def compute() -> list[tuple[int, int]]:
+        return [alloc.locate(idx, tile_shape[0], fdim, bank) for idx in indices]
+
+    places = compute() if alloc.every_iteration else tr.direct_locations((_site(), dims, dt.name, alloc.memory), compute)
     base = tr.fresh_name(name or MEMORY_NAMES[alloc.memory])
     if name is None:
         tr.program.made_at[base] = caller_location()
