@@ -106,7 +106,7 @@ def test_core_barrier_orders_every_core_after_what_all_issued_before_it():
     np.testing.assert_array_equal(nki.simulate(publish[2])(A), np.concatenate([A[128:], A[:128]]))
     program = nki.trace_program(publish[2], A, chip="trn2")
     stores = [i.index for i in program.instructions if isinstance(i, DmaCopy) and i.dst.tensor.name.startswith("hbm")
-              and not i.src.tensor.memory is Memory.HBM][:2]
+              and i.src.tensor.memory is not Memory.HBM][:2]
     after = [i for i in program.instructions if isinstance(i, DmaCopy) and i.src.tensor.memory is Memory.HBM
              and i.index > max(stores)]
     for load in after:

@@ -543,3 +543,47 @@ def test_a_dtype_survives_asdict_and_pickle_as_itself():
         assert pickle.loads(pickle.dumps(dt)) is dt and copy.deepcopy(dt) is dt
     with pytest.raises(AttributeError, match="cannot change its itemsize"):
         nl.bfloat16.itemsize = 4
+
+
+def test_a_tensor_read_as_another_dtype_shares_its_bytes():
+    # NKI's t.view(dtype) (AWS's nc_matmul test loads uint8 input bytes as float8_e5m2) and
+    # t.ap(..., dtype=) (the mxfp matmul tutorial); the last dimension scales with the size
+    @nki.jit
+    def k(a_bytes, x):
+        out = nl.ndarray((128, 64), dtype=nl.float32, buffer=nl.shared_hbm)
+        as_f8 = nl.load(a_bytes.view(nl.float8_e5m2))       # same size, HBM
+        nl.store(out[:, 0:16], nl.copy(as_f8, dtype=nl.float32))
+        t = nl.load(x)                                       # [128, 16] float32
+        words = t.view(nl.int32)                             # same size, SBUF
+        half = t.ap([[32, 128], [1, 32]], dtype=nl.bfloat16)  # 4 bytes -> two bf16 each
+        nl.store(out[:, 16:32], nl.copy(words, dtype=nl.float32))
+        nl.store(out[:, 32:64], nl.copy(half, dtype=nl.float32))
+        return out
+
+    rng = np.random.default_rng(9)
+    a_bytes = rng.integers(0, 120, size=(128, 16)).astype(np.uint8)   # finite float8_e5m2 patterns
+    x = rng.standard_normal((128, 16)).astype(np.float32)
+    out = nki.simulate_kernel(k, a_bytes, x)
+    np.testing.assert_array_equal(out[:, 0:16], a_bytes.view(nl.float8_e5m2).astype(np.float32))
+    np.testing.assert_array_equal(out[:, 16:32], x.view(np.int32).astype(np.float32))
+    np.testing.assert_array_equal(out[:, 32:64], x.view(nl.bfloat16).astype(np.float32))
+
+
+def test_reading_as_another_dtype_says_what_it_needs():
+    @nki.jit
+    def part(x):
+        nl.load(x[0:64, :].view(nl.int32))
+        return x
+
+    x = np.zeros((128, 6), np.float16)
+    with pytest.raises(Exception, match=r"reinterpret the whole tensor x\[128, 6\], then index"):
+        nki.simulate_kernel(part, x)
+
+    @nki.jit
+    def odd(x):
+        nl.load(x.view(nl.float32))
+        return x
+
+    x = np.zeros((128, 3), np.float16)
+    with pytest.raises(Exception, match="the last dimension's 6 bytes do not divide into 4-byte elements"):
+        nki.simulate_kernel(odd, x)

@@ -173,6 +173,10 @@ class Tensor:
 _guard(Tensor, _tensor_setattr)
 
 
+#: what calling a View does: NKI's ``t.view(dtype)``, set by :mod:`trnsim.nki.tiles`
+VIEW_CALL: list[Callable[[View, object], Any]] = []
+
+
 class View:
     """An access pattern on a tensor: element ``offset`` plus ``(stride, count)`` dims.
 
@@ -199,6 +203,14 @@ class View:
 
     def __setattr__(self, name: str, value: object) -> None:
         raise ProgramError(f"view {self!r} cannot change its {name}: views are values; slice the tensor for a new one")
+
+    def __call__(self, dtype: object) -> Any:
+        """NKI's ``t.view(dtype)`` on a kernel's tensor, whose ``view`` is this access
+        pattern (:data:`VIEW_CALL`, set by ``trnsim.nki``)."""
+        if not VIEW_CALL:
+            raise ProgramError(f"view {self!r} is an access pattern, not a function; inside an NKI kernel "
+                               "t.view(dtype) reads a tensor as another dtype")
+        return VIEW_CALL[0](self, dtype)
 
     @property
     def dtype(self) -> DType:

@@ -100,6 +100,9 @@ class Program:
         #: where (file, line) the source that traced this Program made each tensor it did
         #: not name; :meth:`source_names` reads it
         self.made_at: dict[str, tuple[str, int] | None] = {}
+        #: HBM tensors that read another's bytes as another dtype (:meth:`hbm_alias`): by
+        #: id of the alias, the tensor that owns the bytes
+        self.aliases: dict[int, Tensor] = {}
 
     def use_core(self, core: int) -> None:
         """Place the on-chip tensors made from now on in the SBUF and PSUM of physical core
@@ -169,6 +172,46 @@ class Program:
             self.outputs.append(t)
         elif kind != "internal":
             raise ProgramError(f"hbm tensor kind {kind!r}: use 'input', 'output' or 'internal'")
+        return t
+
+    def hbm_alias(self, base: Tensor, shape: Sequence[int], dtype: object, name: str) -> Tensor:
+        """The bytes of HBM tensor ``base`` read as another dtype and shape of the same
+        byte count (NKI's ``t.view(dtype)``): no data moves; both name the same memory.
+        The instructions' dependencies take an access to an alias as one to all of its
+        base (:attr:`aliases`)."""
+        if base.memory is not Memory.HBM or id(base) not in self._tensor_ids:
+            raise ProgramError(f"hbm_alias({base!r}): the base must be an HBM tensor of program {self.name!r}")
+        shape = _check_shape(shape, "hbm")
+        dt = as_dtype(dtype)
+        if math.prod(shape) * dt.itemsize != base.nbytes:
+            raise ProgramError(f"hbm_alias({base!r}) as {list(shape)} {dt.name}: {math.prod(shape) * dt.itemsize} bytes, "
+                               f"the base has {base.nbytes}; give a shape of the same byte count")
+        root = self.aliases.get(id(base), base)
+        t = Tensor(self._name(name, "hbm"), Memory.HBM, shape, dt, byte_offset=base.byte_offset)
+        self.tensors.append(t)
+        self._tensor_ids.add(id(t))
+        self.aliases[id(t)] = root
+        return t
+
+    def on_chip_alias(self, base: Tensor, shape: Sequence[int], dtype: object, name: str) -> Tensor:
+        """The bytes of SBUF/PSUM tensor ``base`` read as another dtype: the same
+        partitions and bytes in each (``shape[0]`` is the base's partition count), no
+        space of its own."""
+        if not base.on_chip or id(base) not in self._tensor_ids:
+            raise ProgramError(f"on_chip_alias({base!r}): the base must be an SBUF or PSUM tensor of program {self.name!r}")
+        shape = _check_shape(shape, MEMORY_NAMES[base.memory])
+        dt = as_dtype(dtype)
+        if shape[0] != base.shape[0] or math.prod(shape[1:]) * dt.itemsize != base.partition_bytes:
+            raise ProgramError(f"on_chip_alias({base!r}) as {list(shape)} {dt.name}: give {base.shape[0]} partitions "
+                               f"of {base.partition_bytes} bytes each, as the base has")
+        if name in self._names:
+            raise ProgramError(f"tensor name {name!r} is already used in program {self.name!r}; pick another")
+        self._names.add(name)
+        t = Tensor(name, base.memory, shape, dt, start_partition=base.start_partition, byte_offset=base.byte_offset,
+                   core=base.core)
+        self.tensors.append(t)
+        self._tensor_ids.add(id(t))
+        self.aliases[id(t)] = self.aliases.get(id(base), base)
         return t
 
     def sbuf(self, shape: Sequence[int], dtype: object = float32, name: str | None = None, *, start_partition: int = 0) -> Tensor:

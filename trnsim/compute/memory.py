@@ -43,15 +43,27 @@ class CoreMemory:
         self._tensors: set[int] = set()
         self._program_name = program.name
         inputs = {id(t) for t in program.inputs}
+        # an alias (Program.hbm_alias) shares its base's bytes; a write through it counts
+        # its base as written (the elements differ in size, so the whole of it)
+        self._alias_of = dict(program.aliases)
         for t in program.tensors:
             self._tensors.add(id(t))
             if t.memory is Memory.HBM:
+                base = self._alias_of.get(id(t))
+                if base is not None:
+                    self.hbm[id(t)] = self.hbm[id(base)]
+                    continue
                 self.hbm[id(t)] = _undefined(t)
                 if id(t) not in inputs:
                     self._written[id(t)] = np.zeros(t.size, dtype=bool)
 
     def mark_written(self, view: View) -> None:
         """Record that ``view`` (of an HBM tensor) was written."""
+        base = self._alias_of.get(id(view.tensor)) if self._alias_of else None
+        if base is not None:
+            if id(base) in self._written:
+                self._written[id(base)][...] = True
+            return
         mask = self._written.get(id(view.tensor))
         if mask is not None and view.size:
             np.ndarray(view.shape, dtype=bool, buffer=mask, offset=view.offset,
@@ -72,6 +84,11 @@ class CoreMemory:
 
     def mark_elements(self, tensor: Tensor, addresses: NDArray[np.int64]) -> None:
         """Record that the elements at flat ``addresses`` of HBM ``tensor`` were written."""
+        base = self._alias_of.get(id(tensor)) if self._alias_of else None
+        if base is not None:
+            if id(base) in self._written:
+                self._written[id(base)][...] = True
+            return
         mask = self._written.get(id(tensor))
         if mask is not None:
             mask[addresses] = True

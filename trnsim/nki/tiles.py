@@ -15,7 +15,9 @@ import sys
 from numbers import Real
 from typing import Any
 
-from trnsim.dtypes import DType
+from trnsim import isa as _isa
+from trnsim.dtypes import DType, as_dtype
+from trnsim.errors import ProgramError
 from trnsim.isa import Memory, Tensor, View, row_major_dims
 from trnsim.nki import indirect as _indirect
 from trnsim.nki import operators
@@ -265,6 +267,36 @@ class _MGrid:
 mgrid = _MGrid()
 
 
+def reinterpret(view: View, dtype: Any) -> NkiTensor:
+    """NKI's ``t.view(dtype)``: the bytes of the tensor ``view`` covers read as ``dtype``,
+    the last dimension scaled by the ratio of the sizes (no data moves). ``view`` must
+    be its whole tensor."""
+    tr = current()
+    t = view.tensor
+    try:
+        new = as_dtype(dtype)
+    except (ProgramError, TypeError, ValueError) as e:
+        raise tr.fail(f"{t.name}.view({dtype!r}): {e}") from None
+    if view.offset or view.dims != row_major_dims(t.shape):
+        raise tr.fail(f"{t.name}{list(view.shape)}.view({new.name}): reinterpret the whole tensor "
+                      f"{t.name}{list(t.shape)}, then index or .ap() the result")
+    row_bytes = t.shape[-1] * t.dtype.itemsize
+    if row_bytes % new.itemsize:
+        raise tr.fail(f"{t.name}{list(t.shape)} {t.dtype.name}.view({new.name}): the last dimension's {row_bytes} "
+                      f"bytes do not divide into {new.itemsize}-byte elements")
+    shape = t.shape[:-1] + (row_bytes // new.itemsize,)
+    name = tr.fresh_name(f"{t.name}_as_{new.name}")
+    program = tr.program
+    try:
+        alias = (program.hbm_alias if t.memory is Memory.HBM else program.on_chip_alias)(t, shape, new, name)
+    except ProgramError as e:
+        raise tr.fail(str(e)) from None
+    if t.memory is Memory.HBM:
+        tr.hazards.register(program.aliases[id(alias)])
+    root = program.aliases[id(alias)]
+    return NkiTensor(_AliasPlacement(tr, alias, tr.placements.get(id(root))), alias.view())
+
+
 class _Placement:
     """Owns a placed tensor; an on-chip tile's space goes back when this object dies."""
 
@@ -273,10 +305,27 @@ class _Placement:
     def __init__(self, tracer: Any, tensor: Tensor) -> None:
         self.tracer = tracer
         self.tensor = tensor
+        if tensor.on_chip:
+            tracer.placements[id(tensor)] = self
 
     def __del__(self) -> None:
         if self.tensor.on_chip and self.tracer.live:
             self.tracer.release(self.tensor)
+
+
+class _AliasPlacement(_Placement):
+    """A tensor read as another dtype (:func:`reinterpret`): it keeps its base's
+    placement, so the base's space stays while the alias is named."""
+
+    __slots__ = ("base",)
+
+    def __init__(self, tracer: Any, tensor: Tensor, base: _Placement | None) -> None:
+        self.tracer = tracer
+        self.tensor = tensor
+        self.base = base
+
+    def __del__(self) -> None:
+        pass
 
 
 def _operand(o: object) -> bool:
@@ -537,6 +586,15 @@ class NkiTensor(ViewMethods):
         if kwargs.get("scalar_offset") is not None or kwargs.get("vector_offset") is not None:
             return _indirect.ap(self, dims, offset, kwargs.get("vector_offset"), kwargs.get("scalar_offset"),
                                 int(kwargs.get("indirect_dim", 0)))
+        dtype = kwargs.get("dtype")
+        if dtype is not None and as_dtype(dtype) is not self.dtype:
+            # the pattern is in elements of the new dtype, from this view's start in bytes
+            start = self.view.offset * self.dtype.itemsize
+            whole = reinterpret(self.view.tensor.view(), dtype)
+            if start % whole.dtype.itemsize:
+                raise tr.fail(f"{self.name}.ap(dtype={whole.dtype.name}): this view starts at byte {start}, not at a "
+                              f"{whole.dtype.itemsize}-byte element")
+            return whole.ap(pattern, start // whole.dtype.itemsize + int(offset))
         view = View(self.view.tensor, self.view.offset + int(offset), dims)
         if view.offset < 0:
             raise tr.fail(f"{self.name}.ap({[list(d) for d in dims]}, offset={offset}) starts at element "
@@ -751,3 +809,8 @@ class BlockedTile:
 
     def __repr__(self) -> str:
         return f"BlockedTile({self.name}{list(self.shape)}, {self.blocks} block dims)"
+
+
+# ``t.view(dtype)``: a kernel's tensor keeps its access pattern (a View) as ``t.view``,
+# so calling it is NKI's reinterpretation
+_isa.VIEW_CALL[:] = [reinterpret]

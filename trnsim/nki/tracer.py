@@ -13,6 +13,7 @@ import gc
 import os
 import sys
 import threading
+import weakref
 from typing import Any, TYPE_CHECKING
 
 from trnsim.errors import ProgramError
@@ -150,6 +151,9 @@ class Tracer:
         # the kernel line instructions emitted now stand for (a held result's nc_matmul line)
         self.source_override = ""
         self.hazards = Hazards()
+        #: the placement of each live on-chip tile, by id of its tensor (a tensor read as
+        #: another dtype keeps its base's alive)
+        self.placements: weakref.WeakValueDictionary[int, Any] = weakref.WeakValueDictionary()
         self.grid: tuple[int, ...] = ()
         self.program_ids: tuple[int, ...] = ()
         self._loads, self._stores = _queue_split(self.program.chip)
@@ -458,6 +462,9 @@ class Tracer:
             self._zero_first(reads, writes)
         program = self.program
         index = len(program.instructions)
+        checked_reads, checked_writes = reads, writes
+        if program.aliases:   # an HBM tensor read as another dtype is its base's bytes, all of them
+            reads, writes = _unaliased(program.aliases, reads), _unaliased(program.aliases, writes)
         try:
             deps = self.hazards.access(index, reads, writes, check_written)
         except UnwrittenRead as e:
@@ -485,7 +492,7 @@ class Tracer:
             self._barrier_done.add(track)
         self._last_on_track[track] = index
         try:
-            program.add_traced(inst, tuple(sorted(deps)), reads, writes)
+            program.add_traced(inst, tuple(sorted(deps)), checked_reads, checked_writes)
         except ProgramError as e:
             raise self.fail(str(e), source) from None
         if self.lifetimes is not None:
@@ -510,6 +517,11 @@ class Tracer:
             return engine
         raise self.fail(f"engine {engine!r} is not one of nisa.vector_engine, nisa.scalar_engine, nisa.gpsimd_engine, "
                         "nisa.tensor_engine")
+
+
+def _unaliased(aliases: dict[int, Tensor], views: tuple[View, ...]) -> tuple[View, ...]:
+    """``views``, each of an HBM alias (:meth:`trnsim.program.Program.hbm_alias`) as the whole of its base."""
+    return tuple(aliases[id(v.tensor)].view() if id(v.tensor) in aliases else v for v in views)
 
 
 def _conflict(e: AliasConflict, bank_bytes: int) -> str:
