@@ -113,9 +113,16 @@ class CoreTeam:
         for core in self.cores:
             assert core.thread is not None
             core.thread.start()
-        for core in self.cores:
-            assert core.thread is not None
-            core.thread.join()
+        try:
+            for core in self.cores:
+                assert core.thread is not None
+                core.thread.join()
+        except BaseException as e:   # Ctrl-C while the cores trace: stop them at their next turn
+            with self.lock:
+                if self.error is None:
+                    self.error = e
+                self.lock.notify_all()
+            raise
         if self.error is not None:
             raise self.error
         return [core.result for core in self.cores]

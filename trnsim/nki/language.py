@@ -152,7 +152,8 @@ DIFFERENCES: dict[str, str] = {
     "private_hbm": "each core of a launch over a logical NeuronCore (kernel[2] on trn2/trn3) has its own; the "
                    "instances of a grid that runs on one core share it",
     "NkiTensor": "indexing and the view methods work; ``t.view(dtype)`` and ``t.ap(..., dtype=)`` read the whole "
-                 "tensor's bytes as another dtype (``t.view`` without a call is trnsim's access pattern); an HBM tensor indexed by a tile or .ap(vector_offset=/scalar_offset=) "
+                 "tensor's bytes as another dtype (``t.view`` without a call is trnsim's access pattern); an "
+                 "HBM tensor indexed by a tile or .ap(vector_offset=/scalar_offset=) "
                  "works in nl.load, nl.store and nisa.dma_copy (indirect DMA); select with a tile, "
                  "vector_select, indirect (on-chip tensor indirection) and rearrange are refused with the reason",
     "tfloat32": "computed as float32",
