@@ -78,7 +78,7 @@ def test_cnn_with_batch_norm_trains_no_slower_compiled():
     compiled_ps, compiled_losses, records = _cnn_run(True)
     assert compiled_losses == pytest.approx(eager_losses, rel=1e-5)
     assert compiled_ps <= eager_ps
-    assert (eager_ps, compiled_ps) == (2_611_908_848, 2_522_073_878)
+    assert (eager_ps, compiled_ps) == (2_611_442_182, 2_521_607_212)
     # batch norm runs with its ReLU each way; the reductions are fused
     names = {r.name for r in records}
     assert {"fused[_native_batch_norm_legit_functional+relu]", "fused[le+where+native_batch_norm_backward]"} <= names

@@ -124,11 +124,26 @@ def test_lane_engine_cost_rules():
 
 
 def test_trn2_fast_bf16_copies():
-    p = Program("trn2")
-    a = p.sbuf([128, 2048], dtypes.bfloat16, "a")
-    b = p.sbuf([128, 2048], dtypes.bfloat16, "b")
-    p.add(TensorCopy(b, a, engine=Engine.VECTOR))
-    assert simulate(p).total_ps == ps(60 + 2048 / 2, 0.96)
+    """NC-v3's vector performance mode: 4x in SBUF with a contiguous innermost axis, 2x
+    with a strided one or with one operand in PSUM, none with an fp32 operand."""
+    def copy_ps(src_memory, dst_memory, dtype=dtypes.bfloat16, strided=False):
+        p = Program("trn2")
+        width = 4096 if strided else 2048
+        a = (p.sbuf if src_memory == "sbuf" else p.psum)([128, width if src_memory == "sbuf" else 512], dtype, "a")
+        b = (p.sbuf if dst_memory == "sbuf" else p.psum)([128, 2048 if dst_memory == "sbuf" else 512], dtypes.bfloat16, "b")
+        src = a.view()[:, ::2] if strided else a.view()
+        n = min(src.free_size, b.view().free_size)
+        p.add(TensorCopy(b.view()[:, :n], src[:, :n], engine=Engine.VECTOR))
+        return simulate(p).total_ps, n
+
+    total, n = copy_ps("sbuf", "sbuf")
+    assert total == ps(60 + n / 4, 0.96)
+    total, n = copy_ps("sbuf", "sbuf", strided=True)   # a 4-byte stride: not contiguous, not large
+    assert total == ps(60 + n / 2, 0.96)
+    total, n = copy_ps("psum", "sbuf")
+    assert total == ps(60 + max(64, n / 2), 0.96)
+    total, n = copy_ps("psum", "sbuf", dtype=dtypes.float32)
+    assert total == ps(60 + n, 0.96)
 
 
 def test_transpose_cost():
@@ -161,6 +176,27 @@ def test_small_chunks_are_inefficient():
     s = p.sbuf([128, 64], dtypes.bfloat16, "s")
     p.dma(s, h)
     assert simulate(p).total_ps == 600_000 + dma_ps(128, 128)
+
+
+def test_a_transposing_dma_is_the_engines_own_transpose_on_nc_v3():
+    """HBM [F, P] read into SBUF [P, F] (the source's contiguous axis becomes the
+    partitions): NC-v3 moves the destination's rows as a copy would, at 90% of the
+    bandwidth; NC-v2 moves it element by element."""
+    from trnsim.isa import View
+
+    def plan(chip):
+        p = Program(chip)
+        src = p.hbm([128, 128], dtypes.bfloat16, "h")
+        s = p.sbuf([128, 128], dtypes.bfloat16, "s")
+        v = src.view()
+        p.dma(s, View(src, v.offset, (v.dims[1], v.dims[0])))
+        return simulate(p).dma_plans[0]
+
+    trn2, trn1 = plan("trn2"), plan("trn1")
+    assert (trn2.descriptors, trn2.chunk_bytes) == (128, 256)
+    assert trn2.own_ps == round(8 * (256 / (23 * 0.9) + 50) * 1000)
+    assert (trn1.descriptors, trn1.chunk_bytes) == (128 * 128, 2)
+    assert trn1.own_ps == round(1024 * (2 / 17 + 50) * 1000)
 
 
 def test_two_queues_share_the_dma_engines():

@@ -609,7 +609,8 @@ TRACES = {
     "adamw": (fused_adamw_kernel, lambda: tuple(placeholder(4096, 4096) for _ in range(4)), 64 * 19),
     "reduce": (reduce_kernel, lambda: (placeholder(257, 3000), "mean"), 2 * 4 + 4),
     "log_softmax": (log_softmax_kernel, lambda: (placeholder(4096, 32000),),
-                    32 * (8 * 4 + 5 + 8 * 3)),  # per row tile: 8 blocks of statistics, their sum, 8 results
+                    32 * (8 * 3 + 5 + 8 * 3)),  # per row tile: 8 blocks of statistics (load, negated max, exp
+                                                # and sum), their sum, 8 results
     "groupnorm": (groupnorm_kernel, lambda: (placeholder(8, 320, 64, 64), placeholder(320), placeholder(320), 32),
                   3 * 6 + 6 + 8 * (3 * 7 + 1 + 3 * 11)),  # 3 channel tiles; per image: statistics, group, results
     "matmul": (matmul_general, lambda: (placeholder(1000, 1000), placeholder(1000, 1000)),

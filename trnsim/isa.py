@@ -549,12 +549,15 @@ class TensorScalar(Instruction):
 @_guarded
 @dataclass(eq=False, frozen=True)
 class TensorReduce(Instruction):
-    """Reduce ``src`` along its last ``num_axes`` free dimensions into ``dst``."""
+    """Reduce ``src`` along its last ``num_axes`` free dimensions into ``dst``; with
+    ``negate``, the result's negative (one instruction, as ``nisa.tensor_reduce(negate=True)``
+    is on the chip)."""
 
     dst: View
     src: View
     op: ReduceOp = ReduceOp.ADD
     num_axes: int = 1
+    negate: bool = False
     opcode = "tensor_reduce"
     read_fields = ('src',)
     write_fields = ('dst',)

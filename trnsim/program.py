@@ -328,6 +328,22 @@ class Program:
         _set(inst, "_owner", self.name)
         return index
 
+    def check_operands(self, inst: Instruction) -> None:
+        """Raise :class:`ProgramError` if ``inst`` could not join: its engine or queue, its
+        operands and its own rules (not its dependencies)."""
+        self._check_operands(inst, inst.reads() + inst.writes())
+
+    def replace_last(self, inst: Instruction, deps: tuple[int, ...]) -> None:
+        """Put ``inst`` (checked by the caller) in place of the last instruction, with
+        ``deps``: a tracer that finds the last instruction's result assigned elsewhere
+        has it write there instead."""
+        index = len(self.instructions) - 1
+        _set(inst, "deps", deps)
+        _set(inst, "index", index)
+        self.instructions[index] = inst
+        _set(inst, "_owner", self.name)
+        self.revision += 1
+
     def listing(self, header: str) -> str:
         """The Program as text: a ``# header`` line, then one line per instruction (its
         index, opcode and operands)."""

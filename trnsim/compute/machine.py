@@ -225,7 +225,9 @@ class Machine:
         free = inst.src.shape[1:]
         kept = math.prod(free[: len(free) - inst.num_axes])
         rows = self.read(inst.src).reshape(inst.src.partitions * kept, -1)
-        self._put(inst.dst, self.backend.reduce(rows, inst.op))
+        out = self.backend.reduce(rows, inst.op)
+        # negating before the rounding to dst's dtype is exact: round to nearest even is symmetric
+        self._put(inst.dst, -out if inst.negate else out)
 
     def _bn_stats(self, inst: BnStats) -> None:
         stats = self.backend.bn_stats(self.read(inst.src).reshape(inst.src.partitions, -1))

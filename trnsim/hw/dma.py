@@ -66,16 +66,36 @@ def _runs(inst: DmaCopy) -> tuple[int, int]:
     return runs[0], runs[1]
 
 
+def transpose_pct(chip: ChipSpec, inst: DmaCopy) -> float:
+    """For a DMA the chip's engines transpose (the source's contiguous axis becomes the
+    destination's partitions: NC-v3's DMA transpose from HBM into SBUF, 2- and 4-byte
+    elements), its throughput in percent of a copy's; 0 for any other DMA, which moves
+    contiguous chunks (a transposing walk on a chip without the feature moves element
+    by element). An SBUF source cannot step over partitions element by element, so
+    ``nisa.dma_transpose`` of a tile goes through HBM (two DMAs, about the published
+    50% of a copy's throughput for NC-v3's SBUF-to-SBUF transpose)."""
+    src, dst = inst.src, inst.dst
+    if isinstance(inst, DmaIndirect) or src.memory is not Memory.HBM or dst.memory is not Memory.SBUF \
+            or src.dtype.itemsize not in (2, 4) \
+            or src.dtype is not dst.dtype or len(src.dims) < 2 or src.dims[0][0] != 1 or src.dims[0][1] < 2 \
+            or src.contiguous_run() != 1 or dst.contiguous_run() < 2:
+        return 0.0
+    return chip.dma.transpose_pct_from_hbm
+
+
 def plan_dma(chip: ChipSpec, inst: DmaCopy) -> DmaPlan:
     """Descriptors, bytes and durations of one DMA instruction on ``chip``. An indirect
     DMA's descriptors are written by GpSimd (software DGE) before it moves anything:
-    ``swdge_descriptor_ns`` each, added to its issue latency."""
+    ``swdge_descriptor_ns`` each, added to its issue latency. A DMA the engines transpose
+    (:func:`transpose_pct`) moves the destination's rows as a copy would, at that share
+    of the bandwidth."""
     d = chip.dma
-    run = math.gcd(*_runs(inst))
+    pct = transpose_pct(chip, inst)
+    run = inst.dst.contiguous_run() if pct else math.gcd(*_runs(inst))
     itemsize = inst.src.dtype.itemsize
     chunk = min(run * itemsize, d.max_descriptor_kib * 1024)
     descriptors = -(-inst.src.nbytes // chunk)
-    per_desc_ns = chunk / d.engine_bw_gbps + d.descriptor_overhead_ns
+    per_desc_ns = chunk / (d.engine_bw_gbps * (pct / 100 if pct else 1.0)) + d.descriptor_overhead_ns
     fixed_ns = d.fixed_ns + (descriptors * d.swdge_descriptor_ns if isinstance(inst, DmaIndirect) else 0)
     engines_used = min(descriptors, d.engines)
     rounds = math.ceil(descriptors / engines_used)

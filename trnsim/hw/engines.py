@@ -97,7 +97,24 @@ def _is_half_sbuf(views: tuple[View, ...]) -> bool:
     return all(v.dtype in _HALF and v.memory is Memory.SBUF for v in views)
 
 
-def _elementwise_work(inst: Instruction, fast_half: int) -> float:
+def _half_speedup(inst: Instruction, views: tuple[View, ...], fast_half: int, fast_contiguous: int) -> int:
+    """How many times faster NC-v3's vector performance mode runs a bf16/fp16
+    tensor_copy or tensor_scalar: ``fast_contiguous`` with every operand in SBUF and its
+    innermost free axis contiguous, ``fast_half`` in SBUF otherwise or contiguous with one
+    operand in PSUM (NKI's Trainium2 architecture guide); 1 otherwise. A memset in SBUF
+    gets ``fast_half`` (the guide does not name it: assumption)."""
+    if not all(v.dtype in _HALF for v in views):
+        return 1
+    in_psum = sum(v.memory is Memory.PSUM for v in views)
+    if isinstance(inst, Memset):
+        return fast_half if in_psum == 0 else 1
+    contiguous = all(v.dims[-1][0] == 1 or v.dims[-1][1] == 1 for v in views)
+    if in_psum == 0:
+        return fast_contiguous if contiguous else fast_half
+    return fast_half if contiguous and in_psum == 1 else 1
+
+
+def _elementwise_work(inst: Instruction, fast_half: int, fast_contiguous: int = 1) -> float:
     """Cycles of work per partition row before the per-instruction minimum."""
     if isinstance(inst, (BnStats, BnAggr, Max8, FindIndex8, MatchReplace8)):
         # max8 and the find/replace searches read N elements to write 8 (assumption: N cycles)
@@ -114,8 +131,8 @@ def _elementwise_work(inst: Instruction, fast_half: int) -> float:
         if any(v.memory is Memory.PSUM for v in ins) or _is_half_sbuf(ins + inst.writes()):
             return n
         return 2 * n
-    if isinstance(inst, (TensorCopy, TensorScalar, Memset)) and fast_half > 1 and _is_half_sbuf(ins + inst.writes()):
-        return n / fast_half
+    if isinstance(inst, (TensorCopy, TensorScalar, Memset)) and fast_half > 1:
+        return n / _half_speedup(inst, ins + inst.writes(), fast_half, fast_contiguous)
     return n
 
 
@@ -130,7 +147,7 @@ def lane_engine_cycles(inst: Instruction, spec: VectorEngineSpec, dependent: boo
     elif isinstance(inst, Reciprocal):
         work = spec.reciprocal_cycle_factor * inst.src.free_size
     else:
-        work = _elementwise_work(inst, spec.bf16_speedup)
+        work = _elementwise_work(inst, spec.bf16_speedup, spec.bf16_contiguous_speedup)
     if _strided(inst.reads() + inst.writes(), spec.large_stride_bytes):
         work *= 2
     extra = spec.dependent_issue_cycles if dependent else 0

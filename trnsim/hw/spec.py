@@ -99,6 +99,7 @@ FIGURE_RANGES: dict[str, Range] = {
     "sbuf_access_cycles": _CYCLES,
     "dependent_issue_cycles": _CYCLES,
     "bf16_speedup": _FACTOR,
+    "bf16_contiguous_speedup": _FACTOR,
     "reciprocal_cycle_factor": _FACTOR,
     "large_stride_bytes": Range(0, 1 << 20, "bytes"),
     "cores": Range(1, 1024, "GpSimd cores"),
@@ -115,6 +116,7 @@ FIGURE_RANGES: dict[str, Range] = {
     "max_descriptor_kib": Range(1, 1 << 20, "KiB"),
     "semaphore_to_start_ns": _LATENCY_NS,
     "swdge_descriptor_ns": _LATENCY_NS,
+    "transpose_pct_from_hbm": Range(0, 100, "% of a copy's throughput; 0 where the DMA engines do not transpose"),
     "semaphore_wait_ns": _LATENCY_NS,
     "op_launch_us": Range(0, 1e6, "us"),
     "graph_base_s": Range(0, 86400, "s"),
@@ -243,6 +245,10 @@ class VectorEngineSpec(_Checked):
     sbuf_access_cycles: int
     dependent_issue_cycles: int
     bf16_speedup: int
+    #: bf16/fp16 tensor_copy and tensor_scalar with every operand in SBUF and its
+    #: innermost free axis contiguous (NC-v3's performance mode); ``bf16_speedup`` is
+    #: the other cases the mode speeds up
+    bf16_contiguous_speedup: int
     reciprocal_cycle_factor: int
     large_stride_bytes: int
 
@@ -317,6 +323,10 @@ class DmaSpec(_Checked):
     max_descriptor_kib: int
     semaphore_to_start_ns: float
     swdge_descriptor_ns: float
+    #: the engines' own 2-D transpose from HBM into SBUF (the source's contiguous axis
+    #: becomes the destination's partitions, 2- and 4-byte elements): its throughput
+    #: against a copy's; 0 where a transposing DMA moves element by element
+    transpose_pct_from_hbm: float
 
 
 @dataclass(frozen=True)

@@ -292,8 +292,9 @@ def tensor_scalar(dst: View, src: View, op0: AluOp, operand0: Any, op1: AluOp | 
     return emit(TensorScalar(dst, src, op0, operand0, op1, operand1, reverse0, engine=engine))
 
 
-def reduce(dst: View, src: View, op: ReduceOp, num_axes: int, engine: Engine = Engine.VECTOR) -> int:
-    return emit(TensorReduce(dst, src, op, num_axes, engine=engine))
+def reduce(dst: View, src: View, op: ReduceOp, num_axes: int, engine: Engine = Engine.VECTOR,
+           negate: bool = False) -> int:
+    return emit(TensorReduce(dst, src, op, num_axes, negate, engine=engine))
 
 
 def transpose(dst: View, src: View) -> int:

@@ -378,6 +378,20 @@ class Hazards:
         if last:
             self._ghosts_of(t).add(region_of_tensor(t), tuple(sorted(last)))
 
+    def retarget(self, index: int, temp: Tensor, writes: tuple[View, ...]) -> set[int]:
+        """Instruction ``index`` writes ``writes`` instead of the tile ``temp`` it was
+        recorded writing: its write of ``temp`` is forgotten (so nothing placed there later
+        waits for it) and ``writes`` are recorded; returns what those writes wait for. A
+        target tile already freed (never read again) leaves its space waiting for ``index``."""
+        acc = self._by_tensor.get(id(temp))
+        if acc is not None and acc.arena is None:
+            acc.writes = RegionList()
+        live = tuple(v for v in writes if id(v.tensor) in self._by_tensor)
+        for v in writes:
+            if id(v.tensor) not in self._by_tensor:
+                self._ghosts_of(v.tensor).add(region_of(v), (index,))
+        return self.access(index, (), live) if live else set()
+
     def written(self, view: View) -> bool:
         """Whether anything has written part of the region ``view`` covers."""
         acc = self._by_tensor.get(id(view.tensor))

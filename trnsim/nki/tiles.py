@@ -693,10 +693,34 @@ class NkiTensor(ViewMethods):
         elif isinstance(value, NkiTensor) and value.view.tensor is target.view.tensor and \
                 value.view.offset == target.view.offset and value.view.dims == target.view.dims:
             return  # ``t[i] += x`` already wrote t[i] in place; Python only stores it back
+        elif isinstance(value, NkiTensor) and sys.getrefcount(value) <= _TEMPORARY_REFS and \
+                sys.getrefcount(value._placement) <= _SOLE_REFS and current().retarget(value, target):
+            return  # ``t[i] = nl.exp(x)``: the instruction that made the temporary writes t[i] itself
         else:
             nl.copy_into(target, value)
             if isinstance(value, NkiTensor):
                 current().running_assigned(value, target)
+
+
+class _Probe:
+    """Counts the references a value assigned with ``probe[key] = value`` has inside
+    ``__setitem__`` when nothing else names it: the interpreter's own, which differ
+    between Python versions."""
+
+    refs = 0
+
+    def __setitem__(self, key: object, value: object) -> None:
+        _Probe.refs = sys.getrefcount(value)
+
+
+_Probe()[0] = object()
+#: references to a value in ``NkiTensor.__setitem__`` that is a temporary (``t[i] = f(x)``):
+#: one more means a name or a container holds it, and it may be read again
+_TEMPORARY_REFS = _Probe.refs
+#: references to an object held by one attribute, seen by ``sys.getrefcount``
+_HELD = [_Probe()]
+_SOLE_REFS = sys.getrefcount(_HELD[0])
+del _HELD
 
 
 def _keep_free_axis(view: View) -> View:

@@ -9,6 +9,7 @@ it. Errors raised here name that line.
 
 from __future__ import annotations
 
+import dataclasses
 import gc
 import os
 import sys
@@ -18,7 +19,7 @@ from typing import Any, TYPE_CHECKING
 
 from trnsim.errors import ProgramError
 from trnsim.isa import MEMORY_NAMES, DmaCopy, Engine, Instruction, LoadStationary, Memory, Memset, Tensor, View, core_track
-from trnsim.program import Program
+from trnsim.program import Program, partition_start_ok
 from trnsim.nki.hazards import AliasConflict, Hazards, UnwrittenRead, region_of, region_of_tensor
 
 if TYPE_CHECKING:
@@ -166,6 +167,10 @@ class Tracer:
         # PSUM tiles made by nl.zeros, not zeroed yet: the first instruction that writes
         # all of one stands for the zeroing; anything else gets a memset first
         self.zeros: dict[int, Tensor] = {}
+        # the on-chip tile placed last and how many instructions the Program had then: a
+        # tile whose one writer is the instruction right after it can take an assignment's
+        # place (see :meth:`retarget`)
+        self._newest: tuple[Tensor, int] | None = None
         # HBM tensors the first grid instance made; later instances get the same ones,
         # in the order they ask, so every instance writes into the one output
         self.hbm_made: list[Any] = []
@@ -208,6 +213,7 @@ class Tracer:
         other._queue = {self._loads: 0, self._stores: 0}
         other._last_on_track, other._barrier, other._barrier_done = {}, set(), set()
         other.zeros = {}
+        other._newest = None
         other.masked_off_depth, other.masked_off = 0, {}
         other._hbm_asked = 0
         other.team = None
@@ -356,7 +362,48 @@ class Tracer:
         else:
             self.hazards.placed(t)
             self._track(t, serial)
+            self._newest = (t, len(self.program.instructions))
         return t
+
+    def retarget(self, value: Any, target: Any) -> bool:
+        """``target[...] = value`` where ``value`` is all of a fresh tile that only the last
+        instruction wrote (the caller knows nothing else names it): that instruction
+        writes ``target`` instead, as the compiler has it, with no copy through the
+        temporary tile. False (the caller copies) unless the dtypes and shapes match, the
+        target needs no zeroing first and the instruction may write it (its engine's
+        memories and partitions)."""
+        program = self.program
+        newest = self._newest
+        v, t = value.view, target.view
+        temp = v.tensor
+        if newest is None or newest[0] is not temp or self.masked_off_depth or self.pending_matmul is not None:
+            return False
+        index = newest[1]
+        if len(program.instructions) != index + 1 or v.shape != t.shape or v.dtype is not t.dtype \
+                or t.tensor is temp or id(t.tensor) in self.zeros or id(temp) in self.masked_off \
+                or not self.covers_whole(v):
+            return False
+        last = program.instructions[index]
+        writes = last.writes()
+        if last.core != self.core or len(writes) != 1 or writes[0] != v or any(r.tensor is temp for r in last.reads()):
+            return False
+        field = next((f for f in last.write_fields if getattr(last, f) is writes[0]), None)
+        if field is None:
+            return False
+        if not isinstance(last, DmaCopy) and t.tensor.on_chip and not partition_start_ok(t.start_partition, t.partitions):
+            return False
+        new = dataclasses.replace(last, **{field: t})
+        try:
+            program.check_operands(new)
+        except ProgramError:
+            return False
+        deps = self.hazards.retarget(index, temp, _unaliased(program.aliases, (t,)) if program.aliases else (t,))
+        program.replace_last(new, tuple(sorted(set(last.deps) | deps)))
+        if self.lifetimes is None:
+            n = self._serial.get(id(t.tensor))
+            if n is not None:
+                self.last_use[n] = index
+        return True
 
     def running_assigned(self, value: Any, target: Any) -> None:
         """``target[...] = value`` was copied: if ``value`` is a running ``nl.loop_reduce``

@@ -31,9 +31,8 @@ def tensor_reduce(*args: Any, axis: Any = None, dtype: Any = None, negate: bool 
     nd = len(data.shape)
     axes = tuple(range(nd - len(reduce_axes(data, axis)), nd))
     out = out_tile(dst, data, dtype, reduced_shape(tuple(data.shape), axes, keepdims))
-    _e.reduce(out.view, reduced_last(data, data.view, axes), reduction(op), len(axes), pick_engine(engine, Engine.VECTOR))
-    if negate:
-        _e.tensor_scalar(out.view, out.view, AluOp.MULTIPLY, -1.0)
+    _e.reduce(out.view, reduced_last(data, data.view, axes), reduction(op), len(axes), pick_engine(engine, Engine.VECTOR),
+              negate=bool(negate))
     return out
 
 
