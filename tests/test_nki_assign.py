@@ -82,3 +82,36 @@ def test_a_negated_reduction_is_one_instruction():
     assert ops.count(TensorReduce) == 4 and TensorScalar not in ops and TensorCopy not in ops
     got = nki.simulate(k, chip="trn2")(A)
     np.testing.assert_array_equal(got, -A.reshape(128, 4, 64).max(axis=2))
+
+
+def test_an_assignment_into_a_slot_of_another_rank_is_written_in_place():
+    """``out[:, h, w] = nl.divide(acc, n)`` ([P] or [P, 1, 1] against the [P, 1] result):
+    axes of size 1 do not stand in the way."""
+    @nki.jit
+    def k(a):
+        out = nl.ndarray((128, 2, 2), dtype=nl.float32, buffer=nl.shared_hbm)
+        res = nl.ndarray((128, 2, 2), dtype=nl.float32, buffer=nl.sbuf)
+        t = nl.load(a)
+        for h in nl.static_range(2):
+            for w in nl.static_range(2):
+                res[:, h, w] = nl.divide(nl.sum(t[:, (2 * h + w) * 64:(2 * h + w + 1) * 64], axis=1), 64.0)
+        nl.store(out, res)
+        return out
+
+    assert TensorCopy not in _opcodes(k, A)
+    got = nki.simulate(k, chip="trn2")(A)
+    np.testing.assert_allclose(got.reshape(128, 4), A.reshape(128, 4, 64).mean(axis=2), rtol=1e-5)
+
+
+def test_an_assignment_into_a_block_of_a_blocked_tile_is_written_in_place():
+    @nki.jit
+    def k(a):
+        out = nl.ndarray((128, 256), dtype=nl.float32, buffer=nl.shared_hbm)
+        blocks = nl.ndarray((2, nl.par_dim(128), 128), dtype=nl.float32, buffer=nl.sbuf)
+        for i in nl.affine_range(2):
+            blocks[i, :, :] = nl.load(a[:, i * 128:(i + 1) * 128])
+            nl.store(out[:, i * 128:(i + 1) * 128], nl.multiply(blocks[i], 2.0))
+        return out
+
+    assert TensorCopy not in _opcodes(k, A)
+    np.testing.assert_array_equal(nki.simulate(k, chip="trn2")(A), 2 * A)

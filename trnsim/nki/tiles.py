@@ -684,6 +684,12 @@ class NkiTensor(ViewMethods):
         return self
 
     def __setitem__(self, index: object, value: object) -> None:
+        temporary = sys.getrefcount(value) <= _TEMPORARY_REFS   # before the call below holds it too
+        self.assign(index, value, temporary)
+
+    def assign(self, index: object, value: object, temporary: bool) -> None:
+        """``self[index] = value``; ``temporary``: nothing but the assignment holds
+        ``value`` (its instruction may then write ``self[index]`` itself)."""
         nl = operators.language()
         target = self[index]
         if _masked_off(target, value):
@@ -693,8 +699,8 @@ class NkiTensor(ViewMethods):
         elif isinstance(value, NkiTensor) and value.view.tensor is target.view.tensor and \
                 value.view.offset == target.view.offset and value.view.dims == target.view.dims:
             return  # ``t[i] += x`` already wrote t[i] in place; Python only stores it back
-        elif isinstance(value, NkiTensor) and sys.getrefcount(value) <= _TEMPORARY_REFS and \
-                sys.getrefcount(value._placement) <= _SOLE_REFS and current().retarget(value, target):
+        elif temporary and isinstance(value, NkiTensor) and sys.getrefcount(value._placement) <= _SOLE_REFS and \
+                current().retarget(value, target):
             return  # ``t[i] = nl.exp(x)``: the instruction that made the temporary writes t[i] itself
         else:
             nl.copy_into(target, value)
@@ -828,8 +834,9 @@ class BlockedTile:
         return block[rest] if rest else block
 
     def __setitem__(self, index: object, value: object) -> None:
+        temporary = sys.getrefcount(value) <= _TEMPORARY_REFS
         block, rest = self._split(index)
-        block[rest if rest else (slice(None),)] = value
+        block.assign(rest if rest else (slice(None),), value, temporary)
 
     def __repr__(self) -> str:
         return f"BlockedTile({self.name}{list(self.shape)}, {self.blocks} block dims)"

@@ -379,7 +379,8 @@ class Tracer:
         if newest is None or newest[0] is not temp or self.masked_off_depth or self.pending_matmul is not None:
             return False
         index = newest[1]
-        if len(program.instructions) != index + 1 or v.shape != t.shape or v.dtype is not t.dtype \
+        t = _shaped_like(t, v)
+        if t is None or len(program.instructions) != index + 1 or v.dtype is not t.dtype \
                 or t.tensor is temp or id(t.tensor) in self.zeros or id(temp) in self.masked_off \
                 or not self.covers_whole(v):
             return False
@@ -564,6 +565,23 @@ class Tracer:
             return engine
         raise self.fail(f"engine {engine!r} is not one of nisa.vector_engine, nisa.scalar_engine, nisa.gpsimd_engine, "
                         "nisa.tensor_engine")
+
+
+def _shaped_like(t: View, v: View) -> View | None:
+    """``t`` with ``v``'s shape where the two differ only in axes of size 1 past the
+    partition axis (``out[:, i, j] = nl.divide(acc, n)``: [P] or [P, 1, 1] against [P, 1]);
+    None where they differ otherwise."""
+    if t.shape == v.shape:
+        return t
+    if t.tensor.on_chip != v.tensor.on_chip or (t.tensor.on_chip and t.dims[0][1] != v.dims[0][1]):
+        return None
+    start = 1 if t.tensor.on_chip else 0
+    kept = [d for d in t.dims[start:] if d[1] != 1]
+    if [d[1] for d in kept] != [d[1] for d in v.dims[start:] if d[1] != 1]:
+        return None
+    taken = iter(kept)
+    dims = t.dims[:start] + tuple((1, 1) if d[1] == 1 else next(taken) for d in v.dims[start:])
+    return View(t.tensor, t.offset, dims)
 
 
 def _unaliased(aliases: dict[int, Tensor], views: tuple[View, ...]) -> tuple[View, ...]:
