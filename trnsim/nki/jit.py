@@ -485,14 +485,16 @@ class Benchmark:
 
     def __call__(self, *args: Any, **kwargs: Any) -> BenchmarkResult:
         from trnsim.trace import trace_from_run
+        from trnsim.trace.analysis import summarize
 
         traced, result = _run(self.kernel, self.chip, self.numerics, self.trace, args, kwargs)
-        s = result.summary()
+        trace = trace_from_run(result)   # once: the summary is made from it
+        s = summarize(trace)
         self.benchmark_result = BenchmarkResult(
             outputs=_results(traced, result) if getattr(result, "fidelity", "") == "instruction" else None,
             latency_ns=result.time_ns,
             busy_pct=s.busy_pct, hbm_bytes=s.hbm_bytes, flops=s.flops, achieved_flops=s.achieved_flops,
-            peak_flops=s.peak_flops, instructions=len(traced.tracer.program), trace=trace_from_run(result),
+            peak_flops=s.peak_flops, instructions=len(traced.tracer.program), trace=trace,
             run=result, warmup=self.warmup, iters=self.iters)
         return self.benchmark_result
 
