@@ -102,12 +102,21 @@ def test_timeline_and_busy_plots(tmp_path, small_matmul):
     assert (tmp_path / "b.png").stat().st_size > 0
 
 
-def test_fp8_matmul_peak_counts_the_fast_fp8_path():
+def test_fp8_matmul_peak_counts_the_fast_fp8_path_only_in_double_row_mode():
+    from trnsim.isa import Engine, LoadStationary, MultiplyMoving
+
     p = Program("trn2")
     p.matmul(p.psum([128, 512], dtypes.float32, "a"), p.sbuf([128, 128], dtypes.float8_e4m3, "s"),
              p.sbuf([128, 512], dtypes.float8_e4m3, "m"))
     s = simulate(p).summary()
-    assert s.peak_flops == 2 * p.chip.tensor_engine.peak_flops() and s.pct_of_peak <= 100
+    assert s.peak_flops == p.chip.tensor_engine.peak_flops() and s.pct_of_peak <= 100
+    d = Program("trn2")
+    d.add(LoadStationary(d.sbuf([128, 2, 128], dtypes.float8_e4m3, "s").view(), True, engine=Engine.TENSOR))
+    d.add(MultiplyMoving(d.psum([128, 512], dtypes.float32, "a").view(), d.sbuf([128, 2, 512], dtypes.float8_e5m2, "m").view(),
+                         False, True, engine=Engine.TENSOR, deps=(0,)))
+    s = simulate(d).summary()
+    assert d.flops() == 2 * 256 * 128 * 512
+    assert s.peak_flops == 2 * d.chip.tensor_engine.peak_flops() and s.pct_of_peak <= 100
 
 
 def _rank_trace(origin_ps, slices):

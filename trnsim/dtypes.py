@@ -125,9 +125,16 @@ def _from_numpy(value: np.dtype) -> DType | None:
     packed = (value.metadata or {}).get("neuron_dtype")
     if packed is not None:
         return _BY_NAME.get(packed)
-    if value.kind == "V":
+    found = _FROM_NUMPY.get(value)
+    if found is None and value.kind in "Vf":   # ml_dtypes' types are kind V, or f in newer releases
         return _FROM_EXTENSION.get(value.name)
-    return _FROM_NUMPY.get(value)
+    return found
+
+
+def is_extension(value: np.dtype) -> bool:
+    """Whether ``value`` is one of ml_dtypes' narrow floats (bfloat16, float8...), which
+    numpy computes with only after a cast to float32."""
+    return value.kind in "Vf" and value not in _FROM_NUMPY and value.name in _FROM_EXTENSION
 
 
 def as_dtype(value: object) -> DType:

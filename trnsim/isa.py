@@ -453,9 +453,14 @@ class Instruction:
 @_guarded
 @dataclass(eq=False, frozen=True)
 class LoadStationary(Instruction):
-    """Load ``src`` [K, M] (SBUF) into the PE array as the stationary operand."""
+    """Load ``src`` [K, M] (SBUF) into the PE array as the stationary operand.
+
+    ``double_row`` (NC-v3 and later, fp8 only): ``src`` is [K, 2, M] and the PE array
+    holds a contraction of 2K rows, two fp8 values per processing element, row ``r * K
+    + k`` from ``src[k, r]``; the load takes the time of an [K, M] one."""
 
     src: View
+    double_row: bool = False
     opcode = "load_stationary"
     read_fields = ('src',)
     write_fields = ()
@@ -467,11 +472,14 @@ class LoadStationary(Instruction):
 class MultiplyMoving(Instruction):
     """Stream ``src`` [K, N] (SBUF) past the stationary [K, M]; write stationary.T @ src
     [M, N] into ``dst`` (PSUM, fp32). ``accumulate=False`` starts an accumulation group
-    (overwrites), ``True`` adds to it."""
+    (overwrites), ``True`` adds to it. ``double_row``: ``src`` is [K, 2, N], multiplied
+    with a double-row stationary (see :class:`LoadStationary`) over 2K rows, in the
+    time of a [K, N] multiply."""
 
     dst: View
     src: View
     accumulate: bool = False
+    double_row: bool = False
     opcode = "multiply_moving"
     read_fields = ('src',)
     write_fields = ('dst',)

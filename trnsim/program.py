@@ -433,7 +433,21 @@ class Program:
     def _check_load_stationary(self, inst: LoadStationary) -> None:
         if inst.src.memory is not Memory.SBUF:
             raise self._fail(inst, f"stationary {inst.src!r} must be in SBUF")
-        self._check_matmul_shapes(inst, inst.src.partitions, inst.src.free_size)
+        if inst.double_row:
+            self._check_double_row(inst, inst.src, "stationary")
+        self._check_matmul_shapes(inst, inst.src.partitions, inst.src.free_size // (2 if inst.double_row else 1))
+
+    def _check_double_row(self, inst: Instruction, v: View, what: str) -> None:
+        """The fp8 double-row mode: NC-v3 or later, fp8 operands [K, 2, X]."""
+        if self.chip.tensor_engine.fp8_rows_factor < 2:
+            raise self._fail(inst, f"the fp8 double-row matmul mode needs NeuronCore-v3 or later; {self.chip.name} "
+                                   f"({self.chip.neuron_core}) has none: use perf_mode='none'")
+        if v.dtype.name not in ("float8_e4m3", "float8_e5m2"):
+            raise self._fail(inst, f"double-row {what} {v!r} is {v.dtype.name}; the mode multiplies float8_e4m3 or "
+                                   "float8_e5m2 only")
+        if len(v.dims) != 3 or v.dims[1][1] != 2:
+            raise self._fail(inst, f"double-row {what} {v!r} must be [K, 2, X]: the contraction is split between the "
+                                   "partitions and a first free axis of size 2")
 
     def _check_multiply_moving(self, inst: MultiplyMoving) -> None:
         te = self.chip.tensor_engine
@@ -441,14 +455,20 @@ class Program:
             raise self._fail(inst, f"moving {inst.src!r} must be in SBUF")
         if inst.dst.memory is not Memory.PSUM or inst.dst.dtype is not float32:
             raise self._fail(inst, f"matmul output {inst.dst!r} must be a float32 PSUM tile")
-        n = inst.src.free_size
+        if inst.double_row:
+            self._check_double_row(inst, inst.src, "moving")
+        rows = 2 if inst.double_row else 1
+        n = inst.src.free_size // rows
         if n > te.moving_free_max:
             raise self._fail(inst, f"moving free size {n} exceeds {te.moving_free_max} (one PSUM bank of fp32); "
                                    f"split N into tiles of {te.moving_free_max}")
         stationary = self._last_stationary(inst)
         if stationary is None:
             raise self._fail(inst, "no load_stationary precedes this multiply_moving; load the stationary tile first")
-        k, m = stationary.src.partitions, stationary.src.free_size
+        if stationary.double_row != inst.double_row:
+            mode = "double-row" if stationary.double_row else "plain"
+            raise self._fail(inst, f"the stationary was loaded in {mode} mode; load and multiply in the same mode")
+        k, m = stationary.src.partitions, stationary.src.free_size // rows
         if inst.src.partitions != k:
             raise self._fail(inst, f"moving has {inst.src.partitions} partitions but the stationary has {k}; "
                                    "both are the contraction size K")
@@ -622,9 +642,10 @@ class Program:
         k = m = 0
         for inst in self.instructions:
             if isinstance(inst, LoadStationary):
-                k, m = inst.src.partitions, inst.src.free_size
+                rows = 2 if inst.double_row else 1
+                k, m = inst.src.partitions * rows, inst.src.free_size // rows
             elif isinstance(inst, MultiplyMoving):
-                yield 2 * k * m * inst.src.free_size, inst
+                yield 2 * k * m * (inst.src.free_size // (2 if inst.double_row else 1)), inst
 
     def flops(self) -> int:
         """Multiply-add FLOPs of every matmul (2 per MAC)."""

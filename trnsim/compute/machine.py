@@ -153,13 +153,22 @@ class Machine:
             raise ProgramError(f"{values.size} results do not fit {view!r}, which has {view.size} elements")
         self.write(view, values.reshape(view.shape))
 
+    def _contraction_rows(self, view: View, double_row: bool) -> Values:
+        """A matmul operand as [contraction rows, columns]: a double-row [K, 2, X] as
+        [2K, X], row ``r * K + k`` from ``[k, r]``."""
+        if not double_row:
+            return self._rows(view)
+        k, x = view.partitions, view.free_size // 2
+        rows: Values = self._rows(view).reshape(k, 2, x).transpose(1, 0, 2).reshape(2 * k, x)
+        return rows
+
     def _load_stationary(self, inst: LoadStationary) -> None:
-        self.stationary = self._rows(inst.src)
+        self.stationary = self._contraction_rows(inst.src, inst.double_row)
 
     def _multiply_moving(self, inst: MultiplyMoving) -> None:
         if self.stationary is None:
             raise ProgramError("no load_stationary has run; load the stationary tile first")
-        moving = self._rows(inst.src)
+        moving = self._contraction_rows(inst.src, inst.double_row)
         k, m = self.stationary.shape
         if moving.shape[0] != k:
             raise ProgramError(f"moving {inst.src!r} has {moving.shape[0]} partitions but the stationary has {k}; "

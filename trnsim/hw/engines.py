@@ -51,7 +51,6 @@ from trnsim.units import Cycles, Picos
 CostKey = tuple[object, ...]
 
 _HALF = (dtypes.bfloat16, dtypes.float16)
-_FP8 = (dtypes.float8_e4m3, dtypes.float8_e5m2)
 
 
 def cycles_to_ps(cycles: Cycles, clock_ghz: float) -> Picos:
@@ -60,25 +59,32 @@ def cycles_to_ps(cycles: Cycles, clock_ghz: float) -> Picos:
 
 
 def _pe_rate(chip: ChipSpec, dtype: dtypes.DType) -> float:
-    """Cycles per column streamed through the PE array for ``dtype``."""
-    te = chip.tensor_engine
+    """Cycles per column streamed through the PE array for ``dtype``: fp32 takes
+    ``fp32_cycle_factor`` passes; bf16, fp16 and fp8 one (fp8 is faster only in the
+    double-row mode, which packs two contraction rows into each column)."""
     if dtype is dtypes.float32:
-        return float(te.fp32_cycle_factor)
-    if dtype in _FP8:
-        return 1.0 / te.fp8_rows_factor
+        return float(chip.tensor_engine.fp32_cycle_factor)
     return 1.0
 
 
-def load_stationary_cycles(chip: ChipSpec, src: View) -> Cycles:
-    """Loading a stationary [K, M]: up to ``stationary_load_speedup`` times faster than streaming M."""
-    te = chip.tensor_engine
-    return math.ceil(src.free_size * _pe_rate(chip, src.dtype) / te.stationary_load_speedup)
+def pe_rows(double_row: bool) -> int:
+    """Contraction rows per processing element: 2 in the fp8 double-row mode, else 1.
+    A double-row operand [K, 2, X] is X columns of 2K rows."""
+    return 2 if double_row else 1
 
 
-def multiply_moving_cycles(chip: ChipSpec, moving: View, stationary_free: int) -> Cycles:
-    """max(min(64, M), N) cycles per matmul, scaled by dtype, plus the fixed start-up."""
+def load_stationary_cycles(chip: ChipSpec, src: View, double_row: bool = False) -> Cycles:
+    """Loading a stationary [K, M] (or a double-row [K, 2, M]): up to
+    ``stationary_load_speedup`` times faster than streaming M."""
     te = chip.tensor_engine
-    columns = max(min(te.stationary_min_cycles, stationary_free), moving.free_size)
+    return math.ceil(src.free_size // pe_rows(double_row) * _pe_rate(chip, src.dtype) / te.stationary_load_speedup)
+
+
+def multiply_moving_cycles(chip: ChipSpec, moving: View, stationary_free: int, double_row: bool = False) -> Cycles:
+    """max(min(64, M), N) cycles per matmul, scaled by dtype, plus the fixed start-up; a
+    double-row moving [K, 2, N] streams its N columns in the time of [K, N]."""
+    te = chip.tensor_engine
+    columns = max(min(te.stationary_min_cycles, stationary_free), moving.free_size // pe_rows(double_row))
     return te.fixed_cycles + math.ceil(columns * _pe_rate(chip, moving.dtype))
 
 
@@ -193,9 +199,9 @@ def cost_ps(chip: ChipSpec, inst: Instruction, *, dependent: bool = False, stati
     """
     engine = inst.engine
     if isinstance(inst, LoadStationary):
-        cycles = load_stationary_cycles(chip, inst.src)
+        cycles = load_stationary_cycles(chip, inst.src, inst.double_row)
     elif isinstance(inst, MultiplyMoving):
-        cycles = multiply_moving_cycles(chip, inst.src, stationary_free)
+        cycles = multiply_moving_cycles(chip, inst.src, stationary_free, inst.double_row)
     elif isinstance(inst, Transpose):
         cycles = transpose_cycles(chip, inst.src)
     elif engine is Engine.VECTOR:
@@ -223,7 +229,7 @@ def cost_key(inst: Instruction, dependent: bool, stationary_free: int) -> CostKe
     equal keys cost the same on one chip.
 
     :func:`cost_ps` branches on the instruction's type and engine, reads ``func`` of an
-    Activation and ``op`` of a TensorReduce, and reads operands only through ``src``,
+    Activation, ``op`` of a TensorReduce and ``double_row`` of a matmul, and reads operands only through ``src``,
     ``dst``, :meth:`~trnsim.isa.Instruction.reads` and
     :meth:`~trnsim.isa.Instruction.writes`, all of which are fields named in
     ``read_fields`` or ``write_fields`` (keyed here one by one, in order, by
@@ -235,6 +241,8 @@ def cost_key(inst: Instruction, dependent: bool, stationary_free: int) -> CostKe
         extra: object = cast(Activation, inst).func
     elif kind is TensorReduce:
         extra = cast(TensorReduce, inst).op
+    elif kind is LoadStationary or kind is MultiplyMoving:
+        extra = cast(LoadStationary, inst).double_row
     else:
         extra = None
     return (kind, engine, extra,

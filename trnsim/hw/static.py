@@ -13,7 +13,7 @@ import weakref
 from typing import cast
 
 from trnsim.hw.dma import DmaPlan, PlanKey, plan_dma, plan_key
-from trnsim.hw.engines import CostKey, cost_key, cost_ps
+from trnsim.hw.engines import CostKey, cost_key, cost_ps, pe_rows
 from trnsim.hw.spec import ChipSpec
 from trnsim.isa import (DmaCopy, DmaIndirect, Instruction, LoadStationary, MultiplyMoving, SemaphoreSignal, SemaphoreWait,
                         core_track)
@@ -73,7 +73,11 @@ class StaticTiming:
             self.costs.append(0)
             self._stationary_free.append(previous)
             return
-        stationary_free = cast(LoadStationary, inst).src.free_size if kind == LOAD else previous
+        if kind == LOAD:
+            load = cast(LoadStationary, inst)
+            stationary_free = load.src.free_size // pe_rows(load.double_row)
+        else:
+            stationary_free = previous
         self._stationary_free.append(stationary_free)
         dependent = self._last_on_engine.get(group, -1) in inst.deps
         self._last_on_engine[group] = i

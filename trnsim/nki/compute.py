@@ -36,11 +36,13 @@ def _in_sbuf(t: NkiTensor) -> NkiTensor:
     return copy(t) if t.buffer is Memory.PSUM else t
 
 
-def matmul(x: Any, y: Any, transpose_x: bool = False, mask: Mask | None = None, transpose_mode: bool = False) -> MatmulResult:
+def matmul(x: Any, y: Any, transpose_x: bool = False, mask: Mask | None = None, transpose_mode: bool = False,
+           double_row: bool = False) -> MatmulResult:
     """``x @ y`` on the tensor engine (fp32 in PSUM). With ``transpose_x=True``, ``x`` is
     already [K, M] (contraction on partitions) and the result is ``x.T @ y``; otherwise
     ``x`` [M, K] goes through the PE array's transpose first. Operands in PSUM are
-    copied to SBUF first (one vector-engine copy each)."""
+    copied to SBUF first (one vector-engine copy each). ``double_row`` (fp8, NC-v3 and
+    later, with ``transpose_x``): ``x`` [K, 2, M] and ``y`` [K, 2, N] contract over 2K."""
     x, y = _e.readable(x, "matmul x"), _e.readable(y, "matmul y")
     named = _e.named_bases(x, y)
     x, y = _in_sbuf(_e.restricted(x, mask, named)), _in_sbuf(_e.restricted(y, mask, named))
@@ -49,16 +51,38 @@ def matmul(x: Any, y: Any, transpose_x: bool = False, mask: Mask | None = None, 
     tr = _e.tracer()
     if st.partitions != y.view.partitions:
         raise tr.fail(f"matmul contraction sizes differ: x gives K={st.partitions}, y has K={y.view.partitions} partitions")
-    if st.free_size > tile_size.gemm_stationary_fmax:
-        raise tr.fail(f"matmul M={st.free_size} exceeds nl.tile_size.gemm_stationary_fmax "
+    rows = 2 if double_row else 1
+    if double_row:
+        _check_double_row(st, y.view, transpose_mode)
+    if st.free_size // rows > tile_size.gemm_stationary_fmax:
+        raise tr.fail(f"matmul M={st.free_size // rows} exceeds nl.tile_size.gemm_stationary_fmax "
                       f"({tile_size.gemm_stationary_fmax}); tile M")
-    if y.view.free_size > tile_size.gemm_moving_fmax:
-        raise tr.fail(f"moving free size {y.view.free_size} exceeds nl.tile_size.gemm_moving_fmax "
+    if y.view.free_size // rows > tile_size.gemm_moving_fmax:
+        raise tr.fail(f"moving free size {y.view.free_size // rows} exceeds nl.tile_size.gemm_moving_fmax "
                       f"({tile_size.gemm_moving_fmax}); tile N into pieces of 512")
     if transpose_mode and y.view.partitions != y.view.free_size:
         raise tr.fail(f"nc_matmul(is_transpose=True) moves the stationary through an identity: moving must be square "
                       f"[{st.partitions}, {st.partitions}], got {list(y.shape)}")
-    return MatmulResult(st, _e.flat2d(y.view), keep=(st_tile, y), transpose=transpose_mode)
+    moving = y.view if double_row else _e.flat2d(y.view)
+    return MatmulResult(st, moving, keep=(st_tile, y), transpose=transpose_mode, double_row=double_row)
+
+
+def _check_double_row(stationary: View, moving: View, transpose_mode: bool) -> None:
+    """NKI's rules for ``perf_mode=double_row``, as its compiler states them."""
+    tr = _e.tracer()
+    chip = tr.program.chip
+    if chip.tensor_engine.fp8_rows_factor < 2:
+        raise tr.fail(f"nc_matmul perf_mode=double_row needs NeuronCore-v3 or later; {chip.name} is "
+                      f"{chip.neuron_core}, which has no performance mode: use perf_mode='none'")
+    if transpose_mode:
+        raise tr.fail("nc_matmul perf_mode=double_row cannot be combined with is_transpose=True")
+    for what, v in (("stationary", stationary), ("moving", moving)):
+        if v.dtype.name not in ("float8_e4m3", "float8_e5m2"):
+            raise tr.fail(f"nc_matmul perf_mode=double_row multiplies float8_e4m3 or float8_e5m2 tiles; {what} is "
+                          f"{v.dtype.name}")
+        if len(v.dims) != 3 or v.dims[1][1] != 2:
+            raise tr.fail(f"nc_matmul perf_mode=double_row splits the contraction between the partitions and a first "
+                          f"free axis of size 2: {what} must be [K, 2, X], got {list(v.shape)}")
 
 
 def transpose(x: Any, dtype: Any = None, mask: Mask | None = None) -> NkiTensor:

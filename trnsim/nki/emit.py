@@ -301,11 +301,12 @@ def transpose(dst: View, src: View) -> int:
     return emit(Transpose(dst, src, engine=Engine.TENSOR))
 
 
-def matmul(dst: View, stationary: View, moving: View, accumulate: bool) -> int:
-    """Load ``stationary`` [K, M] and stream ``moving`` [K, N] into ``dst`` [M, N] (PSUM)."""
+def matmul(dst: View, stationary: View, moving: View, accumulate: bool, double_row: bool = False) -> int:
+    """Load ``stationary`` [K, M] and stream ``moving`` [K, N] into ``dst`` [M, N] (PSUM);
+    ``double_row``: [K, 2, M] and [K, 2, N], a contraction of 2K (fp8 on NC-v3 and later)."""
     tr = tracer()
-    tr.emit(LoadStationary(stationary, engine=Engine.TENSOR))
-    return tr.emit(MultiplyMoving(dst, moving, accumulate, engine=Engine.TENSOR))
+    tr.emit(LoadStationary(stationary, double_row, engine=Engine.TENSOR))
+    return tr.emit(MultiplyMoving(dst, moving, accumulate, double_row, engine=Engine.TENSOR))
 
 
 def flat2d(v: View) -> View:
@@ -322,11 +323,14 @@ class MatmulResult:
     """``nl.matmul``'s result before it lands: ``+=`` accumulates it into a PSUM tile,
     any other use puts it in a fresh PSUM tile."""
 
-    def __init__(self, stationary: View, moving: View, keep: tuple[NkiTensor, ...] = (), transpose: bool = False) -> None:
+    def __init__(self, stationary: View, moving: View, keep: tuple[NkiTensor, ...] = (), transpose: bool = False,
+                 double_row: bool = False) -> None:
         self.stationary = stationary
         self.moving = moving
         self._keep = keep  # the operand tiles stay placed until the result lands
-        self.shape = (stationary.free_size, moving.free_size)
+        self.double_row = double_row   # [K, 2, M] and [K, 2, N] operands: the fp8 double-row mode
+        rows = 2 if double_row else 1
+        self.shape = (stationary.free_size // rows, moving.free_size // rows)
         # transpose mode (nc_matmul(is_transpose=True), moving an identity) moves the
         # stationary's values through the PE array: its PSUM tile may keep their dtype
         self.transpose = transpose
@@ -359,7 +363,7 @@ class MatmulResult:
             if self.transpose:
                 transpose(dst.view, self.stationary)
             else:
-                matmul(dst.view, self.stationary, self.moving, accumulate)
+                matmul(dst.view, self.stationary, self.moving, accumulate, self.double_row)
         finally:
             tr.source_override = ""
         self._keep = ()

@@ -20,7 +20,7 @@ are scanned whole (bisecting only narrows the scan, it never changes what is fou
 
 from __future__ import annotations
 
-from collections.abc import Container
+from collections.abc import Collection, Container
 
 from bisect import bisect_left, bisect_right
 from typing import Iterator, NamedTuple
@@ -316,13 +316,36 @@ class _Accesses:
 
 
 class Hazards:
-    """Tracks who touched what, per tensor, and turns accesses into dependencies."""
+    """Tracks who touched what, per tensor, and turns accesses into dependencies.
 
-    def __init__(self) -> None:
+    ``tracks`` (the track of each instruction so far, by index) lets every set of
+    instructions kept or returned be cut to the latest of each track
+    (:meth:`latest`): a track runs its instructions in order, each after the one
+    before ends, so waiting for its latest is waiting for all of them. Without the cut
+    a tile space reused over a loop passes every earlier tenant's accesses on to the
+    next, and dependency lists grow with the length of the kernel."""
+
+    def __init__(self, tracks: list[str] | None = None) -> None:
+        self._tracks = tracks
         self._by_tensor: dict[int, _Accesses] = {}
         # per memory of each physical core: what freed tiles left, and the aliased tensors' accesses
         self._ghosts: dict[tuple[Memory, int], RegionList] = {}
         self._arenas: dict[tuple[Memory, int], _Arena] = {}
+
+    def latest(self, indices: Collection[int]) -> tuple[int, ...]:
+        """``indices`` in order, cut to the latest instruction of each track."""
+        tracks = self._tracks
+        if tracks is None or len(indices) < 2:
+            return tuple(sorted(indices))
+        best: dict[object, int] = {}
+        n = len(tracks)
+        for i in indices:
+            # an instruction not on a track yet (the one being added, or one the Program
+            # refused while a failing trace unwinds) is kept as it is
+            track: object = tracks[i] if i < n else i
+            if best.get(track, -1) < i:
+                best[track] = i
+        return tuple(sorted(best.values()))
 
     def _ghosts_of(self, t: Tensor) -> RegionList:
         found = self._ghosts.get((t.memory, t.core))
@@ -343,7 +366,7 @@ class Hazards:
         if ghosts.items:
             inherited = ghosts.take(box)
             if inherited:
-                arena.reads.add(box, tuple(sorted(inherited)))
+                arena.reads.add(box, self.latest(inherited))
 
     def placed(self, t: Tensor) -> None:
         """A new on-chip tensor: it inherits what touched the space it now holds."""
@@ -354,7 +377,7 @@ class Hazards:
             if ghosts.items:
                 inherited = ghosts.take(region_of_tensor(t))
                 if inherited:
-                    acc.inherited = tuple(sorted(inherited))
+                    acc.inherited = self.latest(inherited)
 
     def freed(self, t: Tensor) -> None:
         """An on-chip tensor's space is given back; later tenants wait for its accesses."""
@@ -368,7 +391,7 @@ class Hazards:
             for v in acc.arena.writes.values_overlapping(box) + acc.arena.reads.values_overlapping(box):
                 last.update(v)  # type: ignore[call-overload]
             if last:
-                self._ghosts_of(t).add(box, tuple(sorted(last)))
+                self._ghosts_of(t).add(box, self.latest(last))
             return
         last = set(acc.inherited)
         for _, i in acc.writes.items:
@@ -376,7 +399,7 @@ class Hazards:
         for _, i in acc.reads.items:
             last.add(i)
         if last:
-            self._ghosts_of(t).add(region_of_tensor(t), tuple(sorted(last)))
+            self._ghosts_of(t).add(region_of_tensor(t), self.latest(last))
 
     def retarget(self, index: int, temp: Tensor, writes: tuple[View, ...]) -> set[int]:
         """Instruction ``index`` writes ``writes`` instead of the tile ``temp`` it was

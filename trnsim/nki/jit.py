@@ -96,7 +96,7 @@ def _as_array(value: Any, name: str) -> tuple[np.ndarray, _dt.DType]:
     if dtype is None:
         raise KernelError(f"argument {name!r}: numpy dtype {arr.dtype} has no chip dtype; use float32, float16, int8, "
                           "int32 ...")
-    if arr.dtype.kind == "V":   # an ml_dtypes array (bfloat16, float8): its values, or its bits if packed
+    if _dt.is_extension(arr.dtype):   # an ml_dtypes array (bfloat16, float8): its values, or its bits if packed
         return (arr.view(dtype.dtype) if dtype in _dt.PACKED else arr.astype(np.float32)), dtype
     return arr, dtype
 
@@ -417,27 +417,58 @@ class NcLatency:
         return self.latency_us
 
 
-@dataclass
 class BenchmarkResult:
-    """What :func:`benchmark` measured: outputs and the simulated run's figures."""
+    """What :func:`benchmark` measured: outputs and the simulated run's figures. The
+    latency is the run's; the trace and what is read off it (engine busy percentages,
+    HBM bytes, FLOP/s) are made on first use, once: a kernel timed for its latency
+    alone (legacy NKI's ``nc_latency``) does not pay for a trace of every instruction."""
 
-    outputs: Any
-    latency_ns: float
-    busy_pct: dict[str, float]
-    hbm_bytes: int
-    flops: int
-    achieved_flops: float
-    peak_flops: float
-    instructions: int
-    trace: Any
-    run: Any
+    def __init__(self, outputs: Any, run: Any, instructions: int, warmup: int = 10, iters: int = 100) -> None:
+        self.outputs = outputs
+        self.run = run
+        self.instructions = instructions
+        self.warmup = warmup
+        self.iters = iters
+
+    @property
+    def latency_ns(self) -> float:
+        return self.run.time_ns
+
+    @functools.cached_property
+    def trace(self) -> Any:
+        from trnsim.trace import trace_from_run
+
+        return trace_from_run(self.run)
+
+    @functools.cached_property
+    def _figures(self) -> Any:
+        from trnsim.trace.analysis import summarize
+
+        return summarize(self.trace)
+
+    @property
+    def busy_pct(self) -> dict[str, float]:
+        return self._figures.busy_pct
+
+    @property
+    def hbm_bytes(self) -> int:
+        return self._figures.hbm_bytes
+
+    @property
+    def flops(self) -> int:
+        return self._figures.flops
+
+    @property
+    def achieved_flops(self) -> float:
+        return self._figures.achieved_flops
+
+    @property
+    def peak_flops(self) -> float:
+        return self._figures.peak_flops
 
     @property
     def pct_of_peak(self) -> float:
         return 100.0 * self.achieved_flops / self.peak_flops if self.peak_flops else 0.0
-
-    warmup: int = 10
-    iters: int = 100
 
     @property
     def latency_us(self) -> float:
@@ -484,18 +515,10 @@ class Benchmark:
         raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
 
     def __call__(self, *args: Any, **kwargs: Any) -> BenchmarkResult:
-        from trnsim.trace import trace_from_run
-        from trnsim.trace.analysis import summarize
-
         traced, result = _run(self.kernel, self.chip, self.numerics, self.trace, args, kwargs)
-        trace = trace_from_run(result)   # once: the summary is made from it
-        s = summarize(trace)
         self.benchmark_result = BenchmarkResult(
-            outputs=_results(traced, result) if getattr(result, "fidelity", "") == "instruction" else None,
-            latency_ns=result.time_ns,
-            busy_pct=s.busy_pct, hbm_bytes=s.hbm_bytes, flops=s.flops, achieved_flops=s.achieved_flops,
-            peak_flops=s.peak_flops, instructions=len(traced.tracer.program), trace=trace,
-            run=result, warmup=self.warmup, iters=self.iters)
+            _results(traced, result) if getattr(result, "fidelity", "") == "instruction" else None,
+            result, len(traced.tracer.program), self.warmup, self.iters)
         return self.benchmark_result
 
 

@@ -151,7 +151,10 @@ class Tracer:
         self.pending_matmul: Any = None
         # the kernel line instructions emitted now stand for (a held result's nc_matmul line)
         self.source_override = ""
-        self.hazards = Hazards()
+        #: the track of each instruction emitted so far (the tensor engine's stationary
+        #: loads on a track of their own: they overlap its multiplies)
+        self.tracks: list[str] = []
+        self.hazards = Hazards(self.tracks)
         #: the placement of each live on-chip tile, by id of its tensor (a tensor read as
         #: another dtype keeps its base's alive)
         self.placements: weakref.WeakValueDictionary[int, Any] = weakref.WeakValueDictionary()
@@ -399,7 +402,7 @@ class Tracer:
         except ProgramError:
             return False
         deps = self.hazards.retarget(index, temp, _unaliased(program.aliases, (t,)) if program.aliases else (t,))
-        program.replace_last(new, tuple(sorted(set(last.deps) | deps)))
+        program.replace_last(new, self.hazards.latest(set(last.deps) | deps))
         if self.lifetimes is None:
             n = self._serial.get(id(t.tensor))
             if n is not None:
@@ -540,9 +543,10 @@ class Tracer:
             self._barrier_done.add(track)
         self._last_on_track[track] = index
         try:
-            program.add_traced(inst, tuple(sorted(deps)), checked_reads, checked_writes)
+            program.add_traced(inst, self.hazards.latest(deps), checked_reads, checked_writes)
         except ProgramError as e:
             raise self.fail(str(e), source) from None
+        self.tracks.append(track)
         if self.lifetimes is not None:
             self._expire(index)
         return index

@@ -132,14 +132,15 @@ def _step_counter(name: str, unit: str, spans: list[tuple[Nanos, Nanos, float]],
 
 def _effective_peak(program: Any) -> float:
     """Peak FLOP/s for the program's matmul mix: the bf16 peak, less where inputs are fp32,
-    more where they are fp8 on chips with a faster fp8 path."""
+    twice it for fp8 multiplies in the double-row mode (two contraction rows per
+    processing element, NC-v3 and later)."""
     te = program.chip.tensor_engine
     flops = ideal_s = 0.0
     for f, inst in program.matmuls():
         flops += f
         rate = te.peak_flops(fp32=inst.src.dtype.name == "float32")
-        if inst.src.dtype.name.startswith("float8"):
-            rate *= te.fp8_rows_factor  # fp8 streams two or four rows at once on NC-v3/v4
+        if inst.double_row:
+            rate *= 2
         ideal_s += f / rate
     return flops / ideal_s if ideal_s else te.peak_flops()
 

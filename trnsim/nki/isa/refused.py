@@ -31,7 +31,7 @@ REFUSED: dict[str, Refused] = {name: Refused(f"nki.isa.{name}", why) for name, w
 DIFFERENCES: dict[str, str] = {
     "dma_compute": ("timed as the DMAs plus one vector-engine add per extra source (the chip adds inside the DMA "
                     "engine); HBM operands of more than 128 rows refused"),
-    "nc_matmul": "tile_position, tile_size and perf_mode accepted and not modelled",
+    "nc_matmul": "tile_position and tile_size accepted and not modelled (the whole PE array is timed)",
     "activation": "reduce_cmd idle/reset_reduce only (the scalar engine's accumulator is not carried across "
                   "instructions; the others refused)",
     "tensor_partition_reduce": "add, max and min only (average and bitwise ops refused)",
@@ -78,7 +78,8 @@ DIFFERENCES: dict[str, str] = {
                   "a tile, a copy out to reduce_res); reduce after idle or before any reduction refused; activation "
                   "(scalar engine) takes idle/reset_reduce only",
     "dge_mode": "enum; all modes timed alike",
-    "matmul_perf_mode": "enum only (nc_matmul does not model double_row)",
+    "matmul_perf_mode": "none and double_row (fp8 [K, 2, X] operands at twice the bf16 rate, NC-v3 and later); "
+                        "the name double_row_gen3 of earlier releases is also taken",
     "constants": "the module of the enums (nki.isa.constants), also an attribute of nki.isa",
     "core_barrier": "between the cores of a launch over a logical NeuronCore (kernel[2] on trn2/trn3): each core's "
                     "next instructions wait for all that every named core issued before (semaphore latency); on one "
