@@ -33,10 +33,14 @@ def test_finite_only_formats_saturate():
     import neuron_dtypes as dt
     import nki.language as nl
 
-    out = dt.static_cast(np.array([500.0, -1e9, np.inf, np.nan, 0.3]), nl.float8_e4m3)
+    out = dt.static_cast(np.array([500.0, -1e9, np.inf, np.nan, 0.3]), nl.float8_e4m3fn)
     assert out.dtype == np.dtype(ml_dtypes.float8_e4m3fn)
     values = out.astype(np.float64)
     assert values[:3].tolist() == [448.0, -448.0, 448.0] and np.isnan(values[3]) and values[4] == 0.3125
+    # the NeuronCore's own e4m3 is IEEE 754 style: it overflows to infinity past 240
+    ieee = dt.static_cast(np.array([500.0, -1e9, 240.0]), nl.float8_e4m3)
+    assert ieee.dtype == np.dtype(ml_dtypes.float8_e4m3)
+    assert ieee.astype(np.float64).tolist() == [np.inf, -np.inf, 240.0]
 
 
 def test_static_cast_to_integers_truncates():
@@ -71,7 +75,8 @@ def test_sizes_limits_and_kinds():
 
     assert [dt.sizeinbytes(d) for d in (np.float32, nl.bfloat16, nl.float8_e4m3, nl.float8_e4m3fn_x4,
                                         dt.float4_e2m1fn_x4)] == [4, 2, 1, 4, 2]
-    assert dt.finfo(nl.bfloat16).dtype == np.dtype(ml_dtypes.bfloat16) and float(dt.finfo(nl.float8_e4m3).max) == 448
+    assert dt.finfo(nl.bfloat16).dtype == np.dtype(ml_dtypes.bfloat16) and float(dt.finfo(nl.float8_e4m3).max) == 240
+    assert float(dt.finfo(nl.float8_e4m3fn).max) == 448
     assert float(dt.finfo(dt.float8_e5m2_x4).max) == 57344
     assert dt.is_float_type(np.dtype(dt.bfloat16)) and dt.is_float_type(np.float16)
     assert dt.is_float_type(dt.float8_e4m3fn_x4) and not dt.is_float_type(np.int32)

@@ -28,10 +28,12 @@ BACKENDS = ("numpy", "numba")
 TORCH = {
     dtypes.bfloat16: (torch.bfloat16, torch.int16),
     dtypes.float16: (torch.float16, torch.int16),
-    dtypes.float8_e4m3: (torch.float8_e4m3fn, torch.uint8),
+    dtypes.float8_e4m3fn: (torch.float8_e4m3fn, torch.uint8),
     dtypes.float8_e5m2: (torch.float8_e5m2, torch.uint8),
 }
-NARROW = tuple(TORCH)
+# formats torch lacks, checked against ml_dtypes: the NeuronCore's IEEE 754 style e4m3
+ML_DTYPES = {dtypes.float8_e4m3: "float8_e4m3"}
+NARROW = tuple(TORCH) + tuple(ML_DTYPES)
 FLOATS = tuple(d for d in dtypes.ALL if d.is_float)
 INTS = tuple(d for d in dtypes.ALL if not d.is_float)
 
@@ -48,12 +50,32 @@ def bits_of(storage: np.ndarray) -> np.ndarray:
 # -- conversions against torch -------------------------------------------
 
 
+def _ml_dtype(dtype):
+    import ml_dtypes
+
+    return np.dtype(getattr(ml_dtypes, ML_DTYPES[dtype]))
+
+
 def torch_codes(dtype):
-    """Every bit pattern of a narrow dtype and its float32 value according to torch."""
-    tdt, tint = TORCH[dtype]
+    """Every bit pattern of a narrow dtype and its float32 value according to torch (or
+    ml_dtypes, for a format torch lacks)."""
     codes = np.arange(2 ** (8 * dtype.itemsize), dtype=f"u{dtype.itemsize}")
+    if dtype in ML_DTYPES:
+        return codes, codes.view(_ml_dtype(dtype)).astype(np.float32)
+    tdt, tint = TORCH[dtype]
     values = torch.from_numpy(codes.view(np.int16) if tint is torch.int16 else codes).view(tdt).float().numpy()
     return codes, values
+
+
+def reference_encode(x, dtype):
+    """float32 ``x`` in ``dtype`` by torch (or ml_dtypes): bit patterns and where NaN."""
+    if dtype in ML_DTYPES:
+        with np.errstate(over="ignore", invalid="ignore"):
+            cast = x.astype(_ml_dtype(dtype))
+        return cast.view(np.uint8).astype(np.int64), np.isnan(cast.astype(np.float32))
+    tdt, tint = TORCH[dtype]
+    expected = torch.from_numpy(x).to(tdt)
+    return expected.view(tint).numpy().view(f"u{dtype.itemsize}").astype(np.int64), torch.isnan(expected.float()).numpy()
 
 
 def conversion_inputs(dtype, rng):
@@ -77,10 +99,7 @@ def conversion_inputs(dtype, rng):
 @pytest.mark.parametrize("dtype", NARROW, ids=str)
 def test_encode_matches_torch(backend, dtype):
     x = conversion_inputs(dtype, np.random.default_rng(1))
-    tdt, tint = TORCH[dtype]
-    expected = torch.from_numpy(x).to(tdt)
-    expected_nan = torch.isnan(expected.float()).numpy()
-    expected_bits = expected.view(tint).numpy().view(f"u{dtype.itemsize}").astype(np.int64)
+    expected_bits, expected_nan = reference_encode(x, dtype)
     with np.errstate(invalid="ignore"):  # widening the random signalling NaNs
         wide = x.astype(np.float64)
     got = backend.encode(wide, dtype)
@@ -101,7 +120,8 @@ def test_decode_matches_torch_on_every_bit_pattern(backend, dtype):
 
 def test_saturation_and_canonical_nans(backend):
     x = np.array([np.inf, -np.inf, 1e6, -1e6, np.nan, -np.nan])
-    assert bits_of(backend.encode(x, dtypes.float8_e4m3)).tolist() == [0x7E, 0xFE, 0x7E, 0xFE, 0x7F, 0x7F]
+    assert bits_of(backend.encode(x, dtypes.float8_e4m3)).tolist() == [0x78, 0xF8, 0x78, 0xF8, 0x7C, 0x7C]
+    assert bits_of(backend.encode(x, dtypes.float8_e4m3fn)).tolist() == [0x7E, 0xFE, 0x7E, 0xFE, 0x7F, 0x7F]
     assert bits_of(backend.encode(x, dtypes.float8_e5m2)).tolist() == [0x7C, 0xFC, 0x7C, 0xFC, 0x7F, 0x7F]
     assert bits_of(backend.encode(x, dtypes.float16)).tolist() == [0x7C00, 0xFC00, 0x7C00, 0xFC00, 0x7E00, 0x7E00]
     assert bits_of(backend.encode(x, dtypes.bfloat16)).tolist() == [0x7F80, 0xFF80, 0x4974, 0xC974, 0x7FC0, 0x7FC0]
@@ -436,9 +456,9 @@ def test_transpose_is_exact(dtype):
 
 # Spacing of each dtype's values relative to their size, and between its denormals.
 RELATIVE_STEP = {dtypes.float32: 2**-23, dtypes.bfloat16: 2**-7, dtypes.float16: 2**-10,
-                 dtypes.float8_e4m3: 2**-3, dtypes.float8_e5m2: 2**-2}
+                 dtypes.float8_e4m3: 2**-3, dtypes.float8_e4m3fn: 2**-3, dtypes.float8_e5m2: 2**-2}
 DENORMAL_STEP = {dtypes.float32: 2**-149, dtypes.bfloat16: 2**-133, dtypes.float16: 2**-24,
-                 dtypes.float8_e4m3: 2**-9, dtypes.float8_e5m2: 2**-16}
+                 dtypes.float8_e4m3: 2**-9, dtypes.float8_e4m3fn: 2**-9, dtypes.float8_e5m2: 2**-16}
 
 
 @pytest.mark.parametrize("dtype", FLOATS, ids=str)

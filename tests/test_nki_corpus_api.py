@@ -205,8 +205,8 @@ def test_a_write_to_a_partition_the_engines_cannot_start_on_goes_by_dma():
 
 
 @pytest.mark.parametrize("dtype, largest", [(nl.float32, np.finfo(np.float32).max), (nl.float16, 65504.0),
-                                            (nl.bfloat16, 3.3895313892515355e38), (nl.float8_e4m3, 448.0),
-                                            (nl.float8_e5m2, 57344.0)])
+                                            (nl.bfloat16, 3.3895313892515355e38), (nl.float8_e4m3, 240.0),
+                                            (nl.float8_e4m3fn, 448.0), (nl.float8_e5m2, 57344.0)])
 def test_finfo_gives_the_limits_the_chip_rounds_to(dtype, largest):
     info = nl.finfo(dtype)
     assert info.max == largest and info.min == -largest

@@ -107,7 +107,9 @@ def test_static_cast_to_bfloat16_gives_a_bfloat16_array_that_kernels_see_as_such
     x = nl.static_cast(np.array([[1.0, 1.00390625, 1.01171875, -3.0]]), nl.bfloat16)
     assert x.dtype == np.dtype(ml_dtypes.bfloat16)
     np.testing.assert_array_equal(x.astype(np.float32), [[1.0, 1.0, 1.015625, -3.0]])   # ties to even
-    assert nl.static_cast(np.array([500.0, -1e9]), nl.float8_e4m3).astype(np.float32).tolist() == [448.0, -448.0]
+    # the NeuronCore's e4m3 is IEEE 754 style (past 240: infinity); OCP's e4m3fn saturates at 448
+    assert nl.static_cast(np.array([500.0, -1e9]), nl.float8_e4m3).astype(np.float32).tolist() == [np.inf, -np.inf]
+    assert nl.static_cast(np.array([500.0, -1e9]), nl.float8_e4m3fn).astype(np.float32).tolist() == [448.0, -448.0]
 
     @nki.jit
     def k(a):
@@ -587,3 +589,23 @@ def test_reading_as_another_dtype_says_what_it_needs():
     x = np.zeros((128, 3), np.float16)
     with pytest.raises(Exception, match="the last dimension's 6 bytes do not divide into 4-byte elements"):
         nki.simulate_kernel(odd, x)
+
+
+def test_the_two_e4m3_formats_round_as_the_chip_and_ocp_do():
+    """nl.float8_e4m3 is the NeuronCore's IEEE 754 style e4m3 (largest 240, overflow to
+    infinity), nl.float8_e4m3fn OCP's finite-only one (largest 448, saturating); AWS's
+    range_select API test stores fp32.min into an e4m3 tile and expects -inf back."""
+
+    @nki.jit
+    def k(a):
+        fp8 = nl.ndarray(a.shape, dtype=nl.float32, buffer=nl.shared_hbm)
+        fn = nl.ndarray(a.shape, dtype=nl.float32, buffer=nl.shared_hbm)
+        t = nl.load(a)
+        nl.store(fp8, value=nl.copy(nl.copy(t, dtype=nl.float8_e4m3), dtype=nl.float32))
+        nl.store(fn, value=nl.copy(nl.copy(t, dtype=nl.float8_e4m3fn), dtype=nl.float32))
+        return fp8, fn
+
+    a = np.tile(np.array([[250.0, 300.0, -1000.0, 200.0, 240.0, -3.4e38]], np.float32), (128, 1))
+    fp8, fn = k(a)
+    assert fp8[0].tolist() == [np.inf, np.inf, -np.inf, 192.0, 240.0, -np.inf]
+    assert fn[0].tolist() == [256.0, 288.0, -448.0, 192.0, 240.0, -448.0]

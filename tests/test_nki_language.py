@@ -31,7 +31,10 @@ def test_numpy_accepts_nl_dtypes():
     assert np.zeros(2, dtype=nl.bool_).dtype == np.bool_
     assert np.zeros(2, dtype=nl.int16).dtype == np.int16
     assert np.zeros(2, dtype=nl.float8_e4m3fn_x4).dtype == np.uint32
-    assert nl.float8_e4m3fn is nl.float8_e4m3
+    # two formats: the NeuronCore's IEEE 754 style e4m3 and OCP's finite-only e4m3fn
+    assert nl.float8_e4m3fn is not nl.float8_e4m3
+    assert np.zeros(2, dtype=nl.float8_e4m3).dtype == ml_dtypes.float8_e4m3
+    assert np.zeros(2, dtype=nl.float8_e4m3fn).dtype == ml_dtypes.float8_e4m3fn
 
 
 def test_bfloat16_input_made_with_numpy_rounds_on_load():

@@ -75,13 +75,17 @@ class DType:
 
 
 _F32 = np.dtype(np.float32)
-# the chip's narrow floats by ml_dtypes' names (trnsim's float8_e4m3 is the finite-only e4m3)
-_ML_DTYPES = {"bfloat16": "bfloat16", "float8_e4m3": "float8_e4m3fn", "float8_e5m2": "float8_e5m2"}
+# the chip's narrow floats by ml_dtypes' names: the NeuronCore's float8_e4m3 is the IEEE
+# 754 style e4m3 (largest 240, with infinities), ml_dtypes' float8_e4m3; float8_e4m3fn is
+# OCP's finite-only e4m3 (largest 448), a dtype of its own in NKI
+_ML_DTYPES = {"bfloat16": "bfloat16", "float8_e4m3": "float8_e4m3", "float8_e4m3fn": "float8_e4m3fn",
+              "float8_e5m2": "float8_e5m2"}
 
 float32 = DType("float32", 4, np.dtype(np.float32), True)
 bfloat16 = DType("bfloat16", 2, np.dtype(np.uint16), True, _F32)
 float16 = DType("float16", 2, np.dtype(np.float16), True)
 float8_e4m3 = DType("float8_e4m3", 1, np.dtype(np.uint8), True, _F32)
+float8_e4m3fn = DType("float8_e4m3fn", 1, np.dtype(np.uint8), True, _F32)
 float8_e5m2 = DType("float8_e5m2", 1, np.dtype(np.uint8), True, _F32)
 int8 = DType("int8", 1, np.dtype(np.int8), False)
 uint8 = DType("uint8", 1, np.dtype(np.uint8), False)
@@ -99,22 +103,23 @@ float8_e4m3fn_x4 = DType("float8_e4m3fn_x4", 4, np.dtype(np.uint32), True, np.dt
 float4_e2m1fn_x4 = DType("float4_e2m1fn_x4", 2, np.dtype(np.uint16), True, np.dtype(np.uint16))
 
 #: The dtypes engines compute with.
-ALL: tuple[DType, ...] = (float32, bfloat16, float16, float8_e4m3, float8_e5m2, int8, uint8, int16, uint16, int32,
-                          uint32, bool_)
+ALL: tuple[DType, ...] = (float32, bfloat16, float16, float8_e4m3, float8_e4m3fn, float8_e5m2, int8, uint8, int16,
+                          uint16, int32, uint32, bool_)
+#: The 8-bit floats the engines compute with.
+FLOAT8: tuple[DType, ...] = (float8_e4m3, float8_e4m3fn, float8_e5m2)
 #: Dtypes held as bit patterns only: kernels move them, no engine computes with them in trnsim.
 PACKED: tuple[DType, ...] = (float8_e8m0fnu, float8_e5m2_x4, float8_e4m3fn_x4, float4_e2m1fn_x4)
 _BY_NAME = {d.name: d for d in ALL + PACKED}
 _ALIASES = {
     "fp32": float32, "float": float32, "bf16": bfloat16, "fp16": float16, "half": float16,
-    "fp8_e4m3": float8_e4m3, "float8_e4m3fn": float8_e4m3, "fp8_e5m2": float8_e5m2, "bool": bool_,
+    "fp8_e4m3": float8_e4m3, "fp8_e5m2": float8_e5m2, "bool": bool_,
     "tfloat32": float32, "float32r": float32,
 }
 _FROM_NUMPY = {np.dtype(np.float32): float32, np.dtype(np.float16): float16, np.dtype(np.int8): int8,
                np.dtype(np.uint8): uint8, np.dtype(np.int16): int16, np.dtype(np.uint16): uint16,
                np.dtype(np.int32): int32, np.dtype(np.uint32): uint32, np.dtype(np.bool_): bool_}
-# ml_dtypes' scalar types by their numpy names (float8_e4m3 and float8_e4m3fn are both the
-# chip's finite-only e4m3 in trnsim)
-_FROM_EXTENSION = {"bfloat16": bfloat16, "float8_e4m3fn": float8_e4m3, "float8_e4m3": float8_e4m3,
+# ml_dtypes' scalar types by their numpy names
+_FROM_EXTENSION = {"bfloat16": bfloat16, "float8_e4m3fn": float8_e4m3fn, "float8_e4m3": float8_e4m3,
                    "float8_e5m2": float8_e5m2, "float8_e8m0fnu": float8_e8m0fnu}
 
 
@@ -181,8 +186,8 @@ class FloatInfo:
 
 
 # (exponent bits, mantissa bits, largest finite value) of the narrow floats numpy lacks
-_NARROW_FLOATS = {"bfloat16": (8, 7, float.fromhex("0x1.fep127")), "float8_e4m3": (4, 3, 448.0),
-                  "float8_e5m2": (5, 2, 57344.0)}
+_NARROW_FLOATS = {"bfloat16": (8, 7, float.fromhex("0x1.fep127")), "float8_e4m3": (4, 3, 240.0),
+                  "float8_e4m3fn": (4, 3, 448.0), "float8_e5m2": (5, 2, 57344.0)}
 
 
 def finfo(dtype: object) -> FloatInfo:

@@ -16,7 +16,7 @@ import os
 import re
 from typing import TYPE_CHECKING, Callable, Iterator, Sequence
 
-from trnsim.dtypes import PACKED, as_dtype, float32
+from trnsim.dtypes import FLOAT8, PACKED, as_dtype, float32
 from trnsim.errors import AllocationError, ProgramError
 from trnsim.isa import (ALU_COMPARISONS, BN_STATS_MAX_FREE, BN_STATS_WIDTH, MAX_FREE_DIMS, MEMORY_NAMES, Activation, AffineSelect,
                         BnAggr, BnStats, DmaCopy, DmaIndirect, Engine, Instruction, Iota, LoadStationary, Memory, MultiplyMoving,
@@ -442,7 +442,7 @@ class Program:
         if self.chip.tensor_engine.fp8_rows_factor < 2:
             raise self._fail(inst, f"the fp8 double-row matmul mode needs NeuronCore-v3 or later; {self.chip.name} "
                                    f"({self.chip.neuron_core}) has none: use perf_mode='none'")
-        if v.dtype.name not in ("float8_e4m3", "float8_e5m2"):
+        if v.dtype not in FLOAT8:
             raise self._fail(inst, f"double-row {what} {v!r} is {v.dtype.name}; the mode multiplies float8_e4m3 or "
                                    "float8_e5m2 only")
         if len(v.dims) != 3 or v.dims[1][1] != 2:

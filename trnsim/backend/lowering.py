@@ -40,7 +40,7 @@ BINARY = {"add": "add", "sub": "subtract", "mul": "multiply", "div": "divide", "
 
 _NP = {torch.float32: np.float32, torch.float16: np.float16, torch.int32: np.int32, torch.int8: np.int8,
        torch.uint8: np.uint8, torch.int16: np.int16}
-_TYPED = {torch.bfloat16: "bfloat16", torch.float8_e4m3fn: "float8_e4m3", torch.float8_e5m2: "float8_e5m2"}
+_TYPED = {torch.bfloat16: "bfloat16", torch.float8_e4m3fn: "float8_e4m3fn", torch.float8_e5m2: "float8_e5m2"}
 
 
 def op_base(name: str) -> str:

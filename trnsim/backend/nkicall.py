@@ -47,7 +47,7 @@ from trnsim.nki.jit import named_arguments
 from trnsim.errors import TrnSimError
 
 _TO_CHIP = {torch.float32: _dt.float32, torch.bfloat16: _dt.bfloat16, torch.float16: _dt.float16,
-            torch.float8_e4m3fn: _dt.float8_e4m3, torch.float8_e5m2: _dt.float8_e5m2, torch.int8: _dt.int8,
+            torch.float8_e4m3fn: _dt.float8_e4m3fn, torch.float8_e5m2: _dt.float8_e5m2, torch.int8: _dt.int8,
             torch.uint8: _dt.uint8, torch.int16: _dt.int16, torch.uint16: _dt.uint16, torch.int32: _dt.int32,
             torch.uint32: _dt.uint32}
 _TO_TORCH = {d.name: t for t, d in _TO_CHIP.items()}

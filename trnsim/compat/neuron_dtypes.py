@@ -16,8 +16,9 @@ finite-only format (float8_e4m3fn, float4_e2m1fn) saturate at its largest finite
 value, as the chip's conversions do; NaN stays NaN.
 
 Every function also takes trnsim's NKI dtypes (``nl.bfloat16``, ``nl.float8_e4m3``,
-``nl.float8_e4m3fn_x4``); ``nl.float8_e4m3`` is the finite-only e4m3 in trnsim, so
-it casts to :data:`float8_e4m3fn`.
+``nl.float8_e4m3fn_x4``): ``nl.float8_e4m3`` is the NeuronCore's IEEE 754 style e4m3
+(:data:`float8_e4m3`, largest 240, with infinities), ``nl.float8_e4m3fn`` OCP's
+finite-only one (:data:`float8_e4m3fn`, largest 448).
 """
 
 from __future__ import annotations
@@ -36,8 +37,9 @@ __all__ = [
 
 bfloat16 = ml_dtypes.bfloat16
 float8_e4m3fn = ml_dtypes.float8_e4m3fn
-# trnsim's chip float8_e4m3 is the finite-only format: the same values as float8_e4m3fn
-float8_e4m3 = ml_dtypes.float8_e4m3fn
+# the NeuronCore's float8_e4m3 is the IEEE 754 style e4m3 (AWS's NxD Inference guide:
+# the device supports FP8_EXP4 (IEEE-754), whose range differs from OCP's e4m3fn)
+float8_e4m3 = ml_dtypes.float8_e4m3
 float8_e5m2 = ml_dtypes.float8_e5m2
 float8_e8m0fnu = ml_dtypes.float8_e8m0fnu
 float4_e2m1fn = ml_dtypes.float4_e2m1fn
@@ -56,7 +58,8 @@ _PACKED_DTYPES = {"float8_e4m3fn_x4": float8_e4m3fn_x4, "float8_e5m2_x4": float8
                   "float4_e2m1fn_x4": float4_e2m1fn_x4}
 
 # trnsim's chip dtypes that numpy holds in another type than their own
-_FROM_CHIP = {"bfloat16": np.dtype(bfloat16), "float8_e4m3": np.dtype(float8_e4m3fn),
+_FROM_CHIP = {"bfloat16": np.dtype(bfloat16), "float8_e4m3": np.dtype(float8_e4m3),
+              "float8_e4m3fn": np.dtype(float8_e4m3fn),
               "float8_e5m2": np.dtype(float8_e5m2), "float8_e8m0fnu": np.dtype(float8_e8m0fnu),
               "bool_": np.dtype(np.bool_), **_PACKED_DTYPES}
 _FLOAT_NAMES = {"bfloat16", "float8_e4m3fn", "float8_e4m3", "float8_e5m2", "float8_e8m0fnu", "float4_e2m1fn"}

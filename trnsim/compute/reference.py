@@ -73,7 +73,8 @@ class FloatFormat:
 
 FLOAT_FORMATS: dict[DType, FloatFormat] = {
     dtypes.float16: FloatFormat(5, 10, False, 0x7E00),
-    dtypes.float8_e4m3: FloatFormat(4, 3, True, 0x7F),
+    dtypes.float8_e4m3: FloatFormat(4, 3, False, 0x7C),     # IEEE 754 style: NaN as ml_dtypes writes it
+    dtypes.float8_e4m3fn: FloatFormat(4, 3, True, 0x7F),    # OCP's finite-only e4m3
     dtypes.float8_e5m2: FloatFormat(5, 2, False, 0x7F),
 }
 

@@ -77,8 +77,8 @@ def _check_double_row(stationary: View, moving: View, transpose_mode: bool) -> N
     if transpose_mode:
         raise tr.fail("nc_matmul perf_mode=double_row cannot be combined with is_transpose=True")
     for what, v in (("stationary", stationary), ("moving", moving)):
-        if v.dtype.name not in ("float8_e4m3", "float8_e5m2"):
-            raise tr.fail(f"nc_matmul perf_mode=double_row multiplies float8_e4m3 or float8_e5m2 tiles; {what} is "
+        if v.dtype not in _dt.FLOAT8:
+            raise tr.fail(f"nc_matmul perf_mode=double_row multiplies float8 tiles (e4m3, e5m2); {what} is "
                           f"{v.dtype.name}")
         if len(v.dims) != 3 or v.dims[1][1] != 2:
             raise tr.fail(f"nc_matmul perf_mode=double_row splits the contraction between the partitions and a first "

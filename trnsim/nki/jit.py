@@ -41,7 +41,7 @@ if TYPE_CHECKING:
     from trnsim.hw.spec import ChipLike
 
 _TORCH_DTYPES = {"torch.float32": _dt.float32, "torch.bfloat16": _dt.bfloat16, "torch.float16": _dt.float16,
-                 "torch.float8_e4m3fn": _dt.float8_e4m3, "torch.float8_e5m2": _dt.float8_e5m2, "torch.int8": _dt.int8,
+                 "torch.float8_e4m3fn": _dt.float8_e4m3fn, "torch.float8_e5m2": _dt.float8_e5m2, "torch.int8": _dt.int8,
                  "torch.uint8": _dt.uint8, "torch.int16": _dt.int16, "torch.int32": _dt.int32}
 
 

@@ -99,7 +99,7 @@ uint32 = _dt.uint32
 
 uint16 = _dt.uint16
 bool_ = _dt.bool_
-float8_e4m3fn = _dt.float8_e4m3
+float8_e4m3fn = _dt.float8_e4m3fn
 float8_e8m0fnu = _dt.float8_e8m0fnu
 float8_e5m2_x4 = _dt.float8_e5m2_x4
 float8_e4m3fn_x4 = _dt.float8_e4m3fn_x4
@@ -158,7 +158,6 @@ DIFFERENCES: dict[str, str] = {
                  "vector_select, indirect (on-chip tensor indirection) and rearrange are refused with the reason",
     "tfloat32": "computed as float32",
     "float32r": "computed as float32",
-    "float8_e4m3": "the finite-only e4m3 format (largest value 448), the same as float8_e4m3fn",
     "float8_e8m0fnu": _PACKED.format("uint8"),
     "float8_e5m2_x4": _PACKED.format("uint32"),
     "float8_e4m3fn_x4": _PACKED.format("uint32"),

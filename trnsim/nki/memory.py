@@ -253,14 +253,16 @@ def shared_constant(constant: Any, dtype: Any = None) -> NkiTensor:
 
 
 #: ml_dtypes' names of the chip's narrow floats, which numpy lacks
-_HOST_NARROW = {"bfloat16": "bfloat16", "float8_e4m3": "float8_e4m3fn", "float8_e5m2": "float8_e5m2"}
+_HOST_NARROW = {"bfloat16": "bfloat16", "float8_e4m3": "float8_e4m3", "float8_e4m3fn": "float8_e4m3fn",
+                "float8_e5m2": "float8_e5m2"}
 
 
 def static_cast(value: Any, dtype: Any) -> Any:
     """``value`` converted to ``dtype``: a tile is copied (vector engine); a number or
     array known at trace time is converted on the host with numpy's ``astype``. An array
     cast to bfloat16 or float8 becomes an ml_dtypes array of that type, as NKI's
-    ``static_cast`` gives, rounded to nearest even (float8_e4m3 saturates at 448), so a
+    ``static_cast`` gives, rounded to nearest even (the finite-only float8_e4m3fn saturates at
+    448; float8_e4m3 overflows to infinity past 240, as IEEE 754 formats do), so a
     kernel called on it sees that dtype and its 2 or 1 bytes per element."""
     if isinstance(value, (NkiTensor, MatmulResult)):
         return copy(value, dtype=dtype)

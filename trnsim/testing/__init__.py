@@ -29,7 +29,8 @@ __all__ = ["assert_allclose", "assert_kernel_matches", "assert_latency", "tolera
 
 # Relative tolerances by the coarsest dtype involved: a few units in the last place
 # of its mantissa, which accumulated fp32 sums and activation rounding stay within.
-_RTOL = {"float32": 1e-5, "float16": 2e-3, "bfloat16": 1.6e-2, "float8_e4m3": 1.3e-1, "float8_e5m2": 2.5e-1}
+_RTOL = {"float32": 1e-5, "float16": 2e-3, "bfloat16": 1.6e-2, "float8_e4m3": 1.3e-1, "float8_e4m3fn": 1.3e-1,
+         "float8_e5m2": 2.5e-1}
 
 
 def tolerance(dtype: Any) -> tuple[float, float]:
@@ -44,7 +45,7 @@ def tolerance(dtype: Any) -> tuple[float, float]:
 def _name(dtype: Any) -> str:
     if hasattr(dtype, "is_floating_point") or str(dtype).startswith("torch."):
         return {"torch.float32": "float32", "torch.bfloat16": "bfloat16", "torch.float16": "float16",
-                "torch.float8_e4m3fn": "float8_e4m3", "torch.float8_e5m2": "float8_e5m2"}.get(str(dtype), str(dtype))
+                "torch.float8_e4m3fn": "float8_e4m3fn", "torch.float8_e5m2": "float8_e5m2"}.get(str(dtype), str(dtype))
     if str(dtype) == "float64":
         return "float32"  # kernels take float64 arrays as float32
     return _dt.as_dtype(dtype).name

@@ -17,7 +17,7 @@ from trnsim.trace.roofline_tables import instructions, kernels, ops, roofline
 
 _BY = ("ops", "kernels", "instructions")
 _DTYPES = {"bf16": "bf16", "bfloat16": "bf16", "float16": "bf16", "fp16": "bf16", "fp32": "fp32", "float32": "fp32",
-           "fp8": "fp8", "float8_e4m3": "fp8", "float8_e5m2": "fp8"}
+           "fp8": "fp8", "float8_e4m3": "fp8", "float8_e4m3fn": "fp8", "float8_e5m2": "fp8"}
 _BOUND_COLOURS = {"compute": "#1f77b4", "memory": "#ff7f0e"}
 _LABELLED = 6    # points named on a roofline
 

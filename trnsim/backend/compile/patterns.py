@@ -46,7 +46,7 @@ FREE = frozenset({aten.view.default, aten._unsafe_view.default, aten.reshape.def
 RESHAPES = frozenset({aten.view.default, aten._unsafe_view.default, aten.reshape.default, aten.alias.default,
                       aten.unsqueeze.default, aten.squeeze.dim, aten.detach.default})
 CHIP_FLOATS = {torch.float32: "float32", torch.bfloat16: "bfloat16", torch.float16: "float16",
-               torch.float8_e4m3fn: "float8_e4m3", torch.float8_e5m2: "float8_e5m2"}
+               torch.float8_e4m3fn: "float8_e4m3fn", torch.float8_e5m2: "float8_e5m2"}
 # what a fused step or operand may hold: the chip floats, and bool as 0/1 bytes
 STEP_DTYPES = CHIP_FLOATS | {torch.bool: "uint8"}
 ATTENTION = aten._scaled_dot_product_fused_attention_overrideable.default

@@ -7,5 +7,5 @@ from trnsim.dtypes import DType
 from trnsim.nki import language as _language
 
 dtype = DType
-# each data type nki.language names (its aliases too: float8_e4m3fn is float8_e4m3)
+# each data type nki.language names, its aliases too
 globals().update({name: value for name, value in vars(_language).items() if isinstance(value, DType)})
