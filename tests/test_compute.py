@@ -350,6 +350,46 @@ def test_matmul_is_exact_on_small_integers_and_close_on_floats(backend):
     assert get_backend("numpy").matmul(acc, s, m).tobytes() == get_backend("numba").matmul(acc, s, m).tobytes()
 
 
+def _bf16(a):
+    return decode(encode(np.asarray(a, np.float64), dtypes.bfloat16), dtypes.bfloat16)
+
+
+@pytest.mark.parametrize("case", ["bf16", "bf16 huge", "bf16 tiny", "bf16 overflowing", "fp16 wide", "mixed fp32",
+                                  "zeros", "nan", "cancelling"])
+def test_matmul_float32_fast_path_gives_the_reference_bits(case):
+    """The numba backend multiplies operands whose products are exact in float32 (bf16,
+    fp16, fp8 values in float32's normal range) in float32; elsewhere in float64. Either
+    way its bits are the reference's, on operands chosen to sit at the edges."""
+    rng = np.random.default_rng(17)
+    s, m = rng.standard_normal((128, 64)), rng.standard_normal((128, 96))
+    acc = rng.standard_normal((64, 96)).astype(np.float32)
+    if case == "bf16 huge":        # products near float32's largest
+        s, m = s * 2.0 ** 60, m * 2.0 ** 60
+    elif case == "bf16 tiny":      # products below float32's normal range
+        s, m = s * 2.0 ** -70, m * 2.0 ** -70
+        acc = acc * np.float32(2.0 ** -130)
+    elif case == "bf16 overflowing":   # products past float32's largest, against a huge accumulator
+        s, m = s * 2.0 ** 64, m * 2.0 ** 64
+        acc = np.full((64, 96), -3.0e38, np.float32)
+    elif case == "fp16 wide":
+        s, m = s.astype(np.float16).astype(np.float64), m.astype(np.float16).astype(np.float64)
+    elif case == "mixed fp32":     # one float32 value keeps the whole matmul in float64
+        s[3, 5] = 0.1
+    elif case == "zeros":
+        s = np.zeros_like(s)
+    elif case == "nan":
+        m[7, 2] = np.nan
+    elif case == "cancelling":     # large products cancelling, a small one left
+        s[:, :] = 1.0
+        m[0::2, :], m[1::2, :] = 2.0 ** 30, -(2.0 ** 30)
+        m[5, :] = 3.0
+    if case != "mixed fp32":
+        s, m = _bf16(s) if case != "fp16 wide" else s, _bf16(m) if case != "fp16 wide" else m
+    ref = get_backend("numpy").matmul(acc, s, m)
+    fast = get_backend("numba").matmul(acc, s, m)
+    assert ref.tobytes() == fast.tobytes()
+
+
 # -- instructions: whole Programs on both backends ------------------------
 
 

@@ -390,9 +390,49 @@ def _matmul(out: NDArray[np.float32], stationary: Values, moving: Values) -> NDA
     return out
 
 
+@_jit
+def _matmul_float32(out: NDArray[np.float32], stationary: NDArray[np.float32],
+                    moving: NDArray[np.float32]) -> NDArray[np.float32]:
+    for i in range(stationary.shape[1]):
+        for k in range(stationary.shape[0]):
+            s = stationary[k, i]
+            for j in range(moving.shape[1]):
+                out[i, j] = out[i, j] + s * moving[k, j]
+    return out
+
+
+def _float32_products(stationary: Values, moving: Values) -> tuple[NDArray[np.float32], NDArray[np.float32]] | None:
+    """Both operands as float32 when every product of theirs is exact in float32 (each
+    value a float32 of at most 12 significant bits, as bf16, fp16 and fp8 values are)
+    and every nonzero product lies in float32's normal range; else None. Then float32
+    arithmetic gives the reference's bits: the sum of two float32s rounded from float64
+    is the float32 sum (float64 has over twice float32's precision, so rounding twice
+    is harmless)."""
+    s32, m32 = stationary.astype(np.float32), moving.astype(np.float32)
+    if not (np.array_equal(s32, stationary) and np.array_equal(m32, moving)):
+        return None   # wider values, or NaN
+    if (s32.view(np.uint32) & 0xFFF).any() or (m32.view(np.uint32) & 0xFFF).any():
+        return None
+    bounds = []
+    for a in (np.abs(s32), np.abs(m32)):
+        nonzero = a[a > 0]
+        if nonzero.size == 0:
+            return s32, m32   # every product is zero
+        bounds.append((float(nonzero.min()), float(nonzero.max())))
+    (s_lo, s_hi), (m_lo, m_hi) = bounds
+    if s_lo * m_lo < 2.0 ** -126 or s_hi * m_hi >= 2.0 ** 127:
+        return None
+    return s32, m32
+
+
 def matmul(acc: Accumulator, stationary: Values, moving: Values) -> NDArray[np.float32]:
-    """``acc + stationary.T @ moving`` as the PE array computes it; see :func:`trnsim.compute.reference.matmul`."""
+    """``acc + stationary.T @ moving`` as the PE array computes it; see
+    :func:`trnsim.compute.reference.matmul`. Operands whose products are exact in
+    float32 (bf16, fp16, fp8) are multiplied in float32, about three times faster."""
     out, s, m = matmul_operands(acc, stationary, moving)
+    narrow = _float32_products(s, m)
+    if narrow is not None:
+        return _matmul_float32(out, *narrow)
     return _matmul(out, s, m)
 
 
