@@ -428,7 +428,8 @@ def _float32_products(stationary: Values, moving: Values) -> tuple[NDArray[np.fl
 def matmul(acc: Accumulator, stationary: Values, moving: Values) -> NDArray[np.float32]:
     """``acc + stationary.T @ moving`` as the PE array computes it; see
     :func:`trnsim.compute.reference.matmul`. Operands whose products are exact in
-    float32 (bf16, fp16, fp8) are multiplied in float32, about three times faster."""
+    float32 (bf16, fp16, fp8) are multiplied in float32, about 2.3 times faster
+    (benchmarks/matmul_numerics.py)."""
     out, s, m = matmul_operands(acc, stationary, moving)
     narrow = _float32_products(s, m)
     if narrow is not None:
