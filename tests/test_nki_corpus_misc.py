@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 from trnsim import nki
+from trnsim.nki import KernelError
 from trnsim.nki import isa as nisa
 from trnsim.nki import language as nl
 
@@ -609,3 +610,42 @@ def test_the_two_e4m3_formats_round_as_the_chip_and_ocp_do():
     fp8, fn = k(a)
     assert fp8[0].tolist() == [np.inf, np.inf, -np.inf, 192.0, 240.0, -np.inf]
     assert fn[0].tolist() == [256.0, 288.0, -448.0, 192.0, 240.0, -448.0]
+
+
+@nki.jit
+def six_free_axes(x):
+    """A tile of six free axes, read through an index that reverses their order: no
+    access pattern walks it in four free dimensions, and no two adjacent axes merge."""
+    out = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.shared_hbm)
+    t = nl.load(x)
+    i_p, a, b, c, d, e, f = nl.mgrid[0:128, 0:2, 0:2, 0:2, 0:2, 0:2, 0:2]
+    y = nl.add(t[i_p, a, b, c, d, e, f], t[i_p, f, e, d, c, b, a])
+    nl.store(out, value=y)
+    return out
+
+
+def test_accesses_of_more_than_four_free_axes_are_split_as_the_compiler_splits_them():
+    """contributed/interpolate_trilinear_fwd.py computes on 7-D tiles: an elementwise
+    instruction whose operands walk more than 4 free dimensions runs as several, over
+    the leading axes no operand can merge; contiguous axes merge (the whole-tile load
+    and store are one DMA each)."""
+    x = np.random.default_rng(3).standard_normal((128, 2, 2, 2, 2, 2, 2)).astype(np.float32)
+    np.testing.assert_array_equal(six_free_axes(x), x + x.transpose(0, 6, 5, 4, 3, 2, 1))
+    program = nki.trace_program(six_free_axes, x, chip="trn2")
+    ops = [i for i in program.instructions if i.opcode == "tensor_tensor"]
+    # six free axes, none mergeable: split over the first two, four pieces of four axes
+    assert len(ops) == 4 and all(len(v.dims) == 5 for i in ops for v in i.reads() + i.writes())
+    assert sum(i.opcode == "dma_copy" for i in program.instructions) == 2
+
+
+def test_a_reduction_over_more_than_four_free_axes_is_refused_by_name():
+    @nki.jit
+    def k(x):
+        out = nl.ndarray((128, 1), dtype=x.dtype, buffer=nl.shared_hbm)
+        t = nl.load(x)
+        i_p, a, b, c, d, e, f = nl.mgrid[0:128, 0:2, 0:2, 0:2, 0:2, 0:2, 0:2]
+        nl.store(out, value=nl.sum(t[i_p, f, e, d, c, b, a], axis=[1, 2, 3, 4, 5, 6]))
+        return out
+
+    with pytest.raises(KernelError, match="more than 4 free dimensions"):
+        k(np.zeros((128, 2, 2, 2, 2, 2, 2), np.float32))

@@ -41,7 +41,11 @@ class Engine(str, enum.Enum):
     SYNC = "sync"
 
 
+#: Free dimensions one instruction's access pattern walks (besides the partitions).
 MAX_FREE_DIMS = 4
+#: Dimensions a tensor may have: a tile of more than 1 + MAX_FREE_DIMS is accessed by
+#: instructions split over its leading free dimensions (as NKI's compiler does).
+MAX_TENSOR_DIMS = 8
 
 # Enum members' ``.value`` is a Python-level property; hot paths look names up here.
 MEMORY_NAMES = {m: m.value for m in Memory}

@@ -18,7 +18,8 @@ from typing import TYPE_CHECKING, Callable, Iterator, Sequence
 
 from trnsim.dtypes import FLOAT8, PACKED, as_dtype, float32
 from trnsim.errors import AllocationError, ProgramError
-from trnsim.isa import (ALU_COMPARISONS, BN_STATS_MAX_FREE, BN_STATS_WIDTH, MAX_FREE_DIMS, MEMORY_NAMES, Activation, AffineSelect,
+from trnsim.isa import (ALU_COMPARISONS, BN_STATS_MAX_FREE, BN_STATS_WIDTH, MAX_FREE_DIMS, MAX_TENSOR_DIMS, MEMORY_NAMES,
+                        Activation, AffineSelect,
                         BnAggr, BnStats, DmaCopy, DmaIndirect, Engine, Instruction, Iota, LoadStationary, Memory, MultiplyMoving,
                         RangeSelect, Select, SemaphoreWait, Tensor, TensorCopy, TensorReduce, TensorScalar, TensorTensor,
                         Transpose, View, dims_extent)
@@ -665,7 +666,7 @@ def _extent(v: View) -> int:
 
 
 def _check_shape(shape: Sequence[int], where: str) -> tuple[int, ...]:
-    if type(shape) is tuple and all([type(s) is int and s > 0 for s in shape]) and 0 < len(shape) <= MAX_FREE_DIMS + 1:
+    if type(shape) is tuple and all([type(s) is int and s > 0 for s in shape]) and 0 < len(shape) <= MAX_TENSOR_DIMS:
         return shape  # the common case, checked in one pass: a tuple of positive ints
     try:
         # operator.index refuses 1.5 (int() would truncate it to 1); a bool is no size either
@@ -676,8 +677,8 @@ def _check_shape(shape: Sequence[int], where: str) -> tuple[int, ...]:
         raise ProgramError(f"{where} tensor shape {shape!r} must be a sequence of integers") from None
     if not shape or any(s <= 0 for s in shape):
         raise ProgramError(f"{where} tensor shape {list(shape)} must be non-empty with positive sizes")
-    if len(shape) > MAX_FREE_DIMS + 1:
-        raise ProgramError(f"{where} tensor shape {list(shape)} has {len(shape)} dimensions; at most {MAX_FREE_DIMS + 1}")
+    if len(shape) > MAX_TENSOR_DIMS:
+        raise ProgramError(f"{where} tensor shape {list(shape)} has {len(shape)} dimensions; at most {MAX_TENSOR_DIMS}")
     return shape
 
 

@@ -18,7 +18,8 @@ import weakref
 from typing import Any, TYPE_CHECKING
 
 from trnsim.errors import ProgramError
-from trnsim.isa import MEMORY_NAMES, DmaCopy, Engine, Instruction, LoadStationary, Memory, Memset, Tensor, View, core_track
+from trnsim.isa import (MAX_FREE_DIMS, MEMORY_NAMES, Activation, DmaCopy, Engine, Instruction, LoadStationary, Memory, Memset,
+                        ScalarTensorTensor, Tensor, TensorCopy, TensorScalar, TensorTensor, View, core_track)
 from trnsim.program import Program, partition_start_ok
 from trnsim.nki.hazards import AliasConflict, Hazards, UnwrittenRead, region_of, region_of_tensor
 
@@ -497,13 +498,25 @@ class Tracer:
             self.emit(Memset(t.view(), 0.0, engine=Engine.VECTOR), check_written=False)
 
     def emit(self, inst: Instruction, check_written: bool = True) -> int:
-        """Append ``inst`` with the dependencies its accesses imply; returns its index."""
+        """Append ``inst`` with the dependencies its accesses imply; returns its index.
+        An elementwise instruction whose operands walk more free dimensions than one
+        access pattern can is emitted as several (see :func:`_within_access_dims`)."""
         if self.masked_off_depth:
             for v in inst.writes():
                 self.masked_off[id(v.tensor)] = v.tensor
             return -1
         if self.pending_matmul is not None:
             self.flush_matmul()
+        if any(len(v.dims) > MAX_FREE_DIMS + 1 for v in inst.reads() + inst.writes()):
+            pieces = _within_access_dims(inst)
+            if pieces is None:
+                raise self.fail(f"{inst.opcode}: an operand walks more than {MAX_FREE_DIMS} free dimensions "
+                                f"({inst.describe()}), and only elementwise instructions are split into several; "
+                                f"index fewer free axes at once")
+            index = -1
+            for piece in pieces:
+                index = self.emit(piece, check_written)
+            return index
         source = self.source_override or caller_source()
         _set(inst, "source", source)
         if self.core:
@@ -569,6 +582,52 @@ class Tracer:
             return engine
         raise self.fail(f"engine {engine!r} is not one of nisa.vector_engine, nisa.scalar_engine, nisa.gpsimd_engine, "
                         "nisa.tensor_engine")
+
+
+# instructions that act element by element on operands of one shape (besides [P, 1]
+# per-partition operands), so they can run as several over slices of a leading axis
+_ELEMENTWISE = (TensorTensor, TensorScalar, TensorCopy, ScalarTensorTensor, Memset, Activation, DmaCopy)
+
+
+def _within_access_dims(inst: Instruction) -> list[Instruction] | None:
+    """``inst`` as instructions whose operands walk at most ``MAX_FREE_DIMS`` free
+    dimensions each, as NKI's compiler emits an access of more: axes of size 1 dropped,
+    adjacent axes merged where every operand is contiguous across them, then one
+    instruction per index of the leading free axis, recursively. None when ``inst`` is
+    not elementwise (or an activation that also reduces) or its operands' shapes differ."""
+    if not isinstance(inst, _ELEMENTWISE) or getattr(inst, "reduce_dst", None) is not None:
+        return None
+    fields = [f for f in type(inst)._operand_fields if isinstance(getattr(inst, f), View)]
+    big = [f for f in fields if len(getattr(inst, f).dims) > 2]
+    if any(getattr(inst, f).free_size != 1 for f in fields if f not in big):
+        return None   # a flat operand against a many-axis one: no common axis to split
+    shape = getattr(inst, big[0]).shape
+    if any(getattr(inst, f).shape != shape for f in big):
+        return None
+    views = {f: getattr(inst, f) for f in big}
+    keep = [0] + [i for i in range(1, len(shape)) if shape[i] != 1]
+    dims = {f: [v.dims[i] for i in keep] for f, v in views.items()}
+    i = len(keep) - 2
+    while i >= 1:   # merge axis i with i + 1 where every operand is contiguous across them
+        if all(d[i][0] == d[i + 1][0] * d[i + 1][1] for d in dims.values()):
+            for d in dims.values():
+                d[i:i + 2] = [(d[i + 1][0], d[i][1] * d[i + 1][1])]
+        i -= 1
+    first = next(iter(dims.values()))
+    if len(first) <= MAX_FREE_DIMS + 1:
+        return [dataclasses.replace(inst, **{f: View(views[f].tensor, views[f].offset, tuple(dims[f])) for f in big})]
+    pieces: list[Instruction] = []
+    for a in range(first[1][1]):
+        sliced = {f: View(views[f].tensor, views[f].offset + a * d[1][0], tuple(d[:1] + d[2:])) for f, d in dims.items()}
+        piece = dataclasses.replace(inst, **sliced)
+        if any(len(v.dims) > MAX_FREE_DIMS + 1 for v in sliced.values()):
+            more = _within_access_dims(piece)
+            if more is None:
+                return None
+            pieces.extend(more)
+        else:
+            pieces.append(piece)
+    return pieces
 
 
 def _shaped_like(t: View, v: View) -> View | None:
