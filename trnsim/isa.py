@@ -47,6 +47,12 @@ MAX_FREE_DIMS = 4
 #: instructions split over its leading free dimensions (as NKI's compiler does).
 MAX_TENSOR_DIMS = 8
 
+
+def pe_rows(double_row: bool) -> int:
+    """Contraction rows per processing element: 2 in the fp8 double-row matmul mode, else
+    1. A double-row operand [K, 2, X] is X columns of 2K rows."""
+    return 2 if double_row else 1
+
 # Enum members' ``.value`` is a Python-level property; hot paths look names up here.
 MEMORY_NAMES = {m: m.value for m in Memory}
 ENGINE_NAMES = {e: e.value for e in Engine}

@@ -22,7 +22,7 @@ from trnsim.isa import (ALU_COMPARISONS, BN_STATS_MAX_FREE, BN_STATS_WIDTH, MAX_
                         Activation, AffineSelect,
                         BnAggr, BnStats, DmaCopy, DmaIndirect, Engine, Instruction, Iota, LoadStationary, Memory, MultiplyMoving,
                         RangeSelect, Select, SemaphoreWait, Tensor, TensorCopy, TensorReduce, TensorScalar, TensorTensor,
-                        Transpose, View, dims_extent)
+                        Transpose, View, dims_extent, pe_rows)
 
 if TYPE_CHECKING:
     from trnsim.hw.placement import OnChipAllocator
@@ -436,19 +436,12 @@ class Program:
             raise self._fail(inst, f"stationary {inst.src!r} must be in SBUF")
         if inst.double_row:
             self._check_double_row(inst, inst.src, "stationary")
-        self._check_matmul_shapes(inst, inst.src.partitions, inst.src.free_size // (2 if inst.double_row else 1))
+        self._check_matmul_shapes(inst, inst.src.partitions, inst.src.free_size // pe_rows(inst.double_row))
 
     def _check_double_row(self, inst: Instruction, v: View, what: str) -> None:
-        """The fp8 double-row mode: NC-v3 or later, fp8 operands [K, 2, X]."""
-        if self.chip.tensor_engine.fp8_rows_factor < 2:
-            raise self._fail(inst, f"the fp8 double-row matmul mode needs NeuronCore-v3 or later; {self.chip.name} "
-                                   f"({self.chip.neuron_core}) has none: use perf_mode='none'")
-        if v.dtype not in FLOAT8:
-            raise self._fail(inst, f"double-row {what} {v!r} is {v.dtype.name}; the mode multiplies float8_e4m3 or "
-                                   "float8_e5m2 only")
-        if len(v.dims) != 3 or v.dims[1][1] != 2:
-            raise self._fail(inst, f"double-row {what} {v!r} must be [K, 2, X]: the contraction is split between the "
-                                   "partitions and a first free axis of size 2")
+        problem = double_row_problem(self.chip, v, what)
+        if problem is not None:
+            raise self._fail(inst, problem)
 
     def _check_multiply_moving(self, inst: MultiplyMoving) -> None:
         te = self.chip.tensor_engine
@@ -458,7 +451,7 @@ class Program:
             raise self._fail(inst, f"matmul output {inst.dst!r} must be a float32 PSUM tile")
         if inst.double_row:
             self._check_double_row(inst, inst.src, "moving")
-        rows = 2 if inst.double_row else 1
+        rows = pe_rows(inst.double_row)
         n = inst.src.free_size // rows
         if n > te.moving_free_max:
             raise self._fail(inst, f"moving free size {n} exceeds {te.moving_free_max} (one PSUM bank of fp32); "
@@ -643,10 +636,10 @@ class Program:
         k = m = 0
         for inst in self.instructions:
             if isinstance(inst, LoadStationary):
-                rows = 2 if inst.double_row else 1
+                rows = pe_rows(inst.double_row)
                 k, m = inst.src.partitions * rows, inst.src.free_size // rows
             elif isinstance(inst, MultiplyMoving):
-                yield 2 * k * m * (inst.src.free_size // (2 if inst.double_row else 1)), inst
+                yield 2 * k * m * (inst.src.free_size // pe_rows(inst.double_row)), inst
 
     def flops(self) -> int:
         """Multiply-add FLOPs of every matmul (2 per MAC)."""
@@ -663,6 +656,20 @@ def _no_check(program: Program, inst: Instruction) -> None:
 def _extent(v: View) -> int:
     """Elements from the view's first element to its last, inclusive, past the partitions."""
     return dims_extent(v.dims[1:] if v.tensor.on_chip else v.dims)
+
+
+def double_row_problem(chip: ChipSpec, v: View, what: str) -> str | None:
+    """What breaks the fp8 double-row matmul mode's rules for operand ``v`` (``what``:
+    stationary or moving) on ``chip``, or None: NC-v3 or later, fp8, [K, 2, X]."""
+    if chip.tensor_engine.fp8_rows_factor < 2:
+        return (f"the fp8 double-row matmul mode needs NeuronCore-v3 or later; {chip.name} is {chip.neuron_core}, "
+                "which has none: use perf_mode='none'")
+    if v.dtype not in FLOAT8:
+        return f"the double-row mode multiplies float8 tiles (e4m3, e5m2); {what} is {v.dtype.name}"
+    if len(v.dims) != 3 or v.dims[1][1] != 2:
+        return (f"the double-row mode splits the contraction between the partitions and a first free axis of size 2: "
+                f"{what} must be [K, 2, X], got {list(v.shape)}")
+    return None
 
 
 def _check_shape(shape: Sequence[int], where: str) -> tuple[int, ...]:

@@ -14,6 +14,7 @@ from typing import cast
 from trnsim import dtypes
 from trnsim.hw.spec import ChipSpec, VectorEngineSpec
 from trnsim.isa import (
+    pe_rows,
     Activation,
     ActivationFunc,
     AffineSelect,
@@ -65,12 +66,6 @@ def _pe_rate(chip: ChipSpec, dtype: dtypes.DType) -> float:
     if dtype is dtypes.float32:
         return float(chip.tensor_engine.fp32_cycle_factor)
     return 1.0
-
-
-def pe_rows(double_row: bool) -> int:
-    """Contraction rows per processing element: 2 in the fp8 double-row mode, else 1.
-    A double-row operand [K, 2, X] is X columns of 2K rows."""
-    return 2 if double_row else 1
 
 
 def load_stationary_cycles(chip: ChipSpec, src: View, double_row: bool = False) -> Cycles:

@@ -13,10 +13,10 @@ import weakref
 from typing import cast
 
 from trnsim.hw.dma import DmaPlan, PlanKey, plan_dma, plan_key
-from trnsim.hw.engines import CostKey, cost_key, cost_ps, pe_rows
+from trnsim.hw.engines import CostKey, cost_key, cost_ps
 from trnsim.hw.spec import ChipSpec
 from trnsim.isa import (DmaCopy, DmaIndirect, Instruction, LoadStationary, MultiplyMoving, SemaphoreSignal, SemaphoreWait,
-                        core_track)
+                        core_track, pe_rows)
 from trnsim.program import Program
 from trnsim.units import Picos
 

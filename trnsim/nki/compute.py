@@ -15,11 +15,12 @@ from typing import Any, Sequence
 import numpy as np
 
 from trnsim import dtypes as _dt
-from trnsim.isa import ActivationFunc, AluOp, Engine, Memory, Select, View
+from trnsim.isa import ActivationFunc, AluOp, Engine, Memory, Select, View, pe_rows
 from trnsim.nki import emit as _e
 from trnsim.nki.emit import MatmulResult
 from trnsim.nki.memory import copy, full
 from trnsim.nki.tiles import Mask, NkiTensor, tile_size
+from trnsim.program import double_row_problem
 
 
 def _stationary_of(x: NkiTensor, transpose_x: bool) -> NkiTensor:
@@ -51,7 +52,7 @@ def matmul(x: Any, y: Any, transpose_x: bool = False, mask: Mask | None = None, 
     tr = _e.tracer()
     if st.partitions != y.view.partitions:
         raise tr.fail(f"matmul contraction sizes differ: x gives K={st.partitions}, y has K={y.view.partitions} partitions")
-    rows = 2 if double_row else 1
+    rows = pe_rows(double_row)
     if double_row:
         _check_double_row(st, y.view, transpose_mode)
     if st.free_size // rows > tile_size.gemm_stationary_fmax:
@@ -68,21 +69,15 @@ def matmul(x: Any, y: Any, transpose_x: bool = False, mask: Mask | None = None, 
 
 
 def _check_double_row(stationary: View, moving: View, transpose_mode: bool) -> None:
-    """NKI's rules for ``perf_mode=double_row``, as its compiler states them."""
+    """NKI's rules for ``perf_mode=double_row`` (the Program's, :func:`trnsim.program.double_row_problem`,
+    said before any instruction is made), and not with ``is_transpose``."""
     tr = _e.tracer()
-    chip = tr.program.chip
-    if chip.tensor_engine.fp8_rows_factor < 2:
-        raise tr.fail(f"nc_matmul perf_mode=double_row needs NeuronCore-v3 or later; {chip.name} is "
-                      f"{chip.neuron_core}, which has no performance mode: use perf_mode='none'")
     if transpose_mode:
         raise tr.fail("nc_matmul perf_mode=double_row cannot be combined with is_transpose=True")
     for what, v in (("stationary", stationary), ("moving", moving)):
-        if v.dtype not in _dt.FLOAT8:
-            raise tr.fail(f"nc_matmul perf_mode=double_row multiplies float8 tiles (e4m3, e5m2); {what} is "
-                          f"{v.dtype.name}")
-        if len(v.dims) != 3 or v.dims[1][1] != 2:
-            raise tr.fail(f"nc_matmul perf_mode=double_row splits the contraction between the partitions and a first "
-                          f"free axis of size 2: {what} must be [K, 2, X], got {list(v.shape)}")
+        problem = double_row_problem(tr.program.chip, v, what)
+        if problem is not None:
+            raise tr.fail(f"nc_matmul perf_mode=double_row: {problem}")
 
 
 def transpose(x: Any, dtype: Any = None, mask: Mask | None = None) -> NkiTensor:

@@ -15,7 +15,8 @@ import numpy as np
 
 from trnsim import dtypes
 from trnsim.isa import (Activation, ActivationFunc, AluOp, DmaIndirect, Engine, Memory, MultiplyMoving, LoadStationary,
-                        ReduceOp, TensorCopy, TensorReduce, TensorScalar, TensorTensor, Transpose, View)
+                        ReduceOp, TensorCopy, TensorReduce, TensorScalar, TensorTensor, Transpose, View,
+                        pe_rows)
 from trnsim.nki.tiles import Mask, NkiTensor, _Placement
 from trnsim.nki.tracer import KernelError, Tracer, caller_source, current
 
@@ -329,7 +330,7 @@ class MatmulResult:
         self.moving = moving
         self._keep = keep  # the operand tiles stay placed until the result lands
         self.double_row = double_row   # [K, 2, M] and [K, 2, N] operands: the fp8 double-row mode
-        rows = 2 if double_row else 1
+        rows = pe_rows(double_row)
         self.shape = (stationary.free_size // rows, moving.free_size // rows)
         # transpose mode (nc_matmul(is_transpose=True), moving an identity) moves the
         # stationary's values through the PE array: its PSUM tile may keep their dtype

@@ -325,7 +325,7 @@ class Hazards:
     a tile space reused over a loop passes every earlier tenant's accesses on to the
     next, and dependency lists grow with the length of the kernel."""
 
-    def __init__(self, tracks: list[str] | None = None) -> None:
+    def __init__(self, tracks: list[str]) -> None:
         self._tracks = tracks
         self._by_tensor: dict[int, _Accesses] = {}
         # per memory of each physical core: what freed tiles left, and the aliased tensors' accesses
@@ -335,7 +335,7 @@ class Hazards:
     def latest(self, indices: Collection[int]) -> tuple[int, ...]:
         """``indices`` in order, cut to the latest instruction of each track."""
         tracks = self._tracks
-        if tracks is None or len(indices) < 2:
+        if len(indices) < 2:
             return tuple(sorted(indices))
         best: dict[object, int] = {}
         n = len(tracks)

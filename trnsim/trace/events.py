@@ -12,7 +12,7 @@ import os
 from dataclasses import dataclass, field
 from typing import Any
 
-from trnsim.isa import split_track
+from trnsim.isa import pe_rows, split_track
 from trnsim.units import Nanos
 
 # Display names and order of a NeuronCore's tracks, as a Neuron profile shows them.
@@ -139,8 +139,7 @@ def _effective_peak(program: Any) -> float:
     for f, inst in program.matmuls():
         flops += f
         rate = te.peak_flops(fp32=inst.src.dtype.name == "float32")
-        if inst.double_row:
-            rate *= 2
+        rate *= pe_rows(inst.double_row)
         ideal_s += f / rate
     return flops / ideal_s if ideal_s else te.peak_flops()
 
