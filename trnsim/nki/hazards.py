@@ -7,6 +7,16 @@ partitions x bytes, kept per tensor; a tensor placed where a freed one lived
 first waits for everything that touched the freed one, which is how reusing SBUF
 space stays safe.
 
+The compiler owns the placement of the tiles it allocates, and it renames them: a write
+that covers every earlier access of the bytes it writes (a loop refilling the same tile)
+goes to another copy of them, so it waits for neither the readers nor the writer of the
+data it replaces, as long as no more than :data:`RENAME_BUFFERS` copies are in use and
+SBUF has room for them (``room``, asked of the allocator). The Neuron compiler documents
+the trade as its own ("the compiler could choose to allocate 2 physical tiles ... a
+space-time tradeoff at liberty", NKI's block-dimension migration guide); how many copies
+it takes is not published (assumption). A tile the kernel placed itself (direct
+allocation) is never renamed: it lives where the kernel said.
+
 Tensors that share space while live (NKI's direct allocation, and the logical blocks a
 modulo allocation maps onto fewer physical tiles) are *aliased*: their accesses are
 kept together per memory, in the memory's own addresses, so a write into a block
@@ -20,7 +30,8 @@ are scanned whole (bisecting only narrows the scan, it never changes what is fou
 
 from __future__ import annotations
 
-from collections.abc import Collection, Container
+from collections import deque
+from collections.abc import Callable, Collection, Container
 
 from bisect import bisect_left, bisect_right
 from typing import Iterator, NamedTuple
@@ -29,6 +40,13 @@ from trnsim.isa import Memory, Tensor, View
 
 # Lists this short are scanned whole rather than bisected.
 _SCAN = 8
+
+#: Copies of a rewritten SBUF region the compiler keeps in use at once, the one being
+#: written included (assumption: the compiler's choice is not published).
+RENAME_BUFFERS = 4
+
+#: ``room(view, copies)``: whether SBUF has room now for ``copies`` more of ``view``'s region.
+Room = Callable[[View, int], bool]
 
 
 class Region(NamedTuple):
@@ -303,7 +321,7 @@ class _Accesses:
     in ``reads``): inputs are read many times over in the same tiles, and one entry
     per tile keeps the list short."""
 
-    __slots__ = ("writes", "reads", "inherited", "groups", "arena")
+    __slots__ = ("writes", "reads", "inherited", "groups", "arena", "renamed")
 
     def __init__(self, hbm: bool = False, arena: _Arena | None = None) -> None:
         self.writes = RowIndexedRegionList() if hbm else RegionList()
@@ -313,6 +331,9 @@ class _Accesses:
         #: for an aliased tensor, where its dependencies come from (its own lists only
         #: say what it wrote, for reads before writes and accumulation)
         self.arena = arena
+        #: per region rewritten into another copy, the accesses of each copy still in use
+        #: (oldest first); None until one is
+        self.renamed: dict[Region, deque[tuple[int, ...]]] | None = None
 
 
 class Hazards:
@@ -401,7 +422,7 @@ class Hazards:
         if last:
             self._ghosts_of(t).add(region_of_tensor(t), self.latest(last))
 
-    def retarget(self, index: int, temp: Tensor, writes: tuple[View, ...]) -> set[int]:
+    def retarget(self, index: int, temp: Tensor, writes: tuple[View, ...], room: Room | None = None) -> set[int]:
         """Instruction ``index`` writes ``writes`` instead of the tile ``temp`` it was
         recorded writing: its write of ``temp`` is forgotten (so nothing placed there later
         waits for it) and ``writes`` are recorded; returns what those writes wait for. A
@@ -413,7 +434,7 @@ class Hazards:
         for v in writes:
             if id(v.tensor) not in self._by_tensor:
                 self._ghosts_of(v.tensor).add(region_of(v), (index,))
-        return self.access(index, (), live) if live else set()
+        return self.access(index, (), live, room=room) if live else set()
 
     def written(self, view: View) -> bool:
         """Whether anything has written part of the region ``view`` covers."""
@@ -423,8 +444,10 @@ class Hazards:
         return bool(acc.writes.items) and bool(acc.writes.values_overlapping(region_of(view)))
 
     def access(self, index: int, reads: tuple[View, ...], writes: tuple[View, ...], check_written: bool = False,
-               stale: Container[int] = ()) -> set[int]:
+               stale: Container[int] = (), room: Room | None = None) -> set[int]:
         """Record instruction ``index``'s accesses; return the instructions it must wait for.
+        With ``room``, a write into a compiler-placed SBUF tile may go to another copy of
+        the bytes it writes (see the module's description and :meth:`_rename`).
 
         With ``check_written``, an on-chip read of a region nothing has written raises
         :class:`UnwrittenRead` before anything is recorded. A read of a tensor whose id is
@@ -471,6 +494,14 @@ class Hazards:
                 acc.writes.drop_covered(box)
                 acc.writes.add(box, index)
                 continue
+            if room is not None and acc.groups is None and (acc.writes.items or acc.reads.items) \
+                    and v.tensor.memory is Memory.SBUF:
+                waits = self._rename(acc, box, v, room)
+                if waits is not None:
+                    deps.update(waits)
+                    deps.update(acc.inherited)
+                    write_boxes.append((acc, box, v))
+                    continue
             if acc.writes.items:
                 deps.update(acc.writes.values_overlapping(box))
             if acc.reads.items:
@@ -515,6 +546,32 @@ class Hazards:
                 arena.reads.add(box, (index,))
         deps.discard(index)
         return deps
+
+    def _rename(self, acc: _Accesses, box: Region, v: View, room: Room) -> tuple[int, ...] | None:
+        """A write of ``box`` into another copy of those bytes: what it waits for instead
+        of the earlier accesses it covers, or None where it cannot be renamed (it covers
+        none, or SBUF has no room for another copy). An earlier access only partly inside
+        ``box`` (a memset of the whole tile before its blocks are refilled) stays ordered
+        before it. The copies rotate: with ``n`` of them, a write takes over the one
+        ``n`` versions back and waits for that version's accesses, nothing newer. ``n``
+        is :data:`RENAME_BUFFERS` where SBUF has room for them when the region is first
+        rewritten, else 2."""
+        covered: list[int] = []
+        partly: list[int] = []
+        for r, i in acc.writes.overlapping(box) + acc.reads.overlapping(box):
+            (covered if _covers(box, r) else partly).append(i)  # type: ignore[arg-type]
+        if not covered:
+            return None
+        if acc.renamed is None:
+            acc.renamed = {}
+        entry = acc.renamed.get(box)
+        if entry is None:
+            if not room(v, 1):
+                return None
+            entry = acc.renamed[box] = (RENAME_BUFFERS if room(v, RENAME_BUFFERS - 1) else 2, deque())
+        n, versions = entry
+        versions.append(self.latest(covered))
+        return versions.popleft() + tuple(partly) if len(versions) >= n else tuple(partly)
 
     @staticmethod
     def _aliased_read(arena: _Arena, box: Region, v: View, deps: set[int], stale: bool = False) -> None:

@@ -369,6 +369,12 @@ class Tracer:
             self._newest = (t, len(self.program.instructions))
         return t
 
+    def room(self, view: View, copies: int) -> bool:
+        """Whether SBUF has room now for ``copies`` more of the region ``view`` covers (the
+        compiler's copies of a rewritten tile, :mod:`trnsim.nki.hazards`)."""
+        p0, p1, b0, b1 = region_of(view)
+        return self.program.sbuf_alloc.fits(p0, p1 - p0, copies * (b1 - b0))
+
     def retarget(self, value: Any, target: Any) -> bool:
         """``target[...] = value`` where ``value`` is all of a fresh tile that only the last
         instruction wrote (the caller knows nothing else names it): that instruction
@@ -402,7 +408,8 @@ class Tracer:
             program.check_operands(new)
         except ProgramError:
             return False
-        deps = self.hazards.retarget(index, temp, _unaliased(program.aliases, (t,)) if program.aliases else (t,))
+        deps = self.hazards.retarget(index, temp, _unaliased(program.aliases, (t,)) if program.aliases else (t,),
+                                     self.room)
         program.replace_last(new, self.hazards.latest(set(last.deps) | deps))
         if self.lifetimes is None:
             n = self._serial.get(id(t.tensor))
@@ -530,14 +537,14 @@ class Tracer:
         if program.aliases:   # an HBM tensor read as another dtype is its base's bytes, all of them
             reads, writes = _unaliased(program.aliases, reads), _unaliased(program.aliases, writes)
         try:
-            deps = self.hazards.access(index, reads, writes, check_written)
+            deps = self.hazards.access(index, reads, writes, check_written, room=self.room)
         except UnwrittenRead as e:
             if id(e.view.tensor) not in self.masked_off:
                 raise self.fail(f"reads {_tile_name(e.view)} before anything wrote it; load, memset or compute it "
                                 "first", source) from None
             # only skipped (masked-off) instructions wrote it: it reads what its memory holds
             try:
-                deps = self.hazards.access(index, reads, writes, False, stale=self.masked_off)
+                deps = self.hazards.access(index, reads, writes, False, stale=self.masked_off, room=self.room)
             except AliasConflict as conflict:
                 raise self.fail(_conflict(conflict, self.chip.psum.bank_bytes), source) from None
         except AliasConflict as e:
