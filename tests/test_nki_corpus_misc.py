@@ -649,3 +649,53 @@ def test_a_reduction_over_more_than_four_free_axes_is_refused_by_name():
 
     with pytest.raises(KernelError, match="more than 4 free dimensions"):
         k(np.zeros((128, 2, 2, 2, 2, 2, 2), np.float32))
+
+
+def test_an_engine_result_assigned_to_a_tile_of_another_float_dtype_is_written_there_by_one_instruction():
+    """``bf16_tile[...] = nisa.activation(np.exp, fp32_tile)``: the engine rounds into
+    its destination's dtype as it writes, so there is no fp32 temporary and no copy (as
+    nki-samples' attention kernels assign); the values are the copy's."""
+    from trnsim.isa import Activation, TensorCopy
+
+    @nki.jit
+    def k(a):
+        out = nl.ndarray(a.shape, dtype=nl.bfloat16, buffer=nl.shared_hbm)
+        x = nl.load(a)
+        y = nl.ndarray(a.shape, dtype=nl.bfloat16, buffer=nl.sbuf)
+        y[...] = nisa.activation(np.exp, x)
+        nl.store(out, y)
+        return out
+
+    a = np.random.default_rng(2).standard_normal((128, 64)).astype(np.float32)
+    program = nki.trace_program(k, a, chip="trn2")
+    kinds = [type(i) for i in program.instructions]
+    assert kinds.count(Activation) == 1 and TensorCopy not in kinds
+    import ml_dtypes
+
+    got = nki.simulate(k, chip="trn2")(a)
+    want = np.exp(a.astype(np.float64)).astype(np.float32).astype(ml_dtypes.bfloat16)
+    np.testing.assert_allclose(got.astype(np.float32), want.astype(np.float32), rtol=2 ** -8)
+
+
+def test_an_activation_that_also_reduces_keeps_its_own_dtype_and_a_copy():
+    """With a reduction, the engine sums what it wrote: writing bf16 directly would sum
+    the bf16-rounded values, so the fp32 result and a converting copy stay."""
+    from trnsim.isa import Activation, TensorCopy
+
+    @nki.jit
+    def k(a):
+        out = nl.ndarray(a.shape, dtype=nl.bfloat16, buffer=nl.shared_hbm)
+        s = nl.ndarray((128, 1), dtype=nl.float32, buffer=nl.shared_hbm)
+        x = nl.load(a)
+        y = nl.ndarray(a.shape, dtype=nl.bfloat16, buffer=nl.sbuf)
+        r = nl.ndarray((128, 1), dtype=nl.float32, buffer=nl.sbuf)
+        y[...] = nisa.activation_reduce(np.exp, x, reduce_op=np.add, reduce_res=r)
+        nl.store(out, y)
+        nl.store(s, r)
+        return out, s
+
+    a = np.random.default_rng(3).standard_normal((128, 64)).astype(np.float32)
+    kinds = [type(i) for i in nki.trace_program(k, a, chip="trn2").instructions]
+    assert kinds.count(Activation) == 1 and kinds.count(TensorCopy) == 1
+    _, sums = nki.simulate(k, chip="trn2")(a)
+    np.testing.assert_allclose(sums[:, 0], np.exp(a.astype(np.float64)).sum(axis=1), rtol=1e-5)

@@ -390,7 +390,7 @@ class Tracer:
             return False
         index = newest[1]
         t = _shaped_like(t, v)
-        if t is None or len(program.instructions) != index + 1 or v.dtype is not t.dtype \
+        if t is None or len(program.instructions) != index + 1 or not _converts_on_write(program.instructions[index], v, t) \
                 or t.tensor is temp or id(t.tensor) in self.zeros or id(temp) in self.masked_off \
                 or not self.covers_whole(v):
             return False
@@ -635,6 +635,22 @@ def _within_access_dims(inst: Instruction) -> list[Instruction] | None:
         else:
             pieces.append(piece)
     return pieces
+
+
+def _converts_on_write(inst: Instruction, v: View, t: View) -> bool:
+    """Whether ``inst``, which wrote ``v``, may write ``t`` instead: the same dtype, or
+    float dtypes both where ``inst`` is an engine's elementwise instruction, which rounds
+    what it computes into its destination's dtype as it writes (``bf16_tile[...] =
+    nisa.activation(...)`` on fp32 data is one instruction on the chip, not an
+    activation and a copy). Not an instruction that also reduces what it wrote (the
+    reduction would see the other rounding), a matmul (PSUM accumulates fp32) or a DMA."""
+    if v.dtype is t.dtype:
+        return True
+    if not (v.dtype.is_float and t.dtype.is_float):
+        return False
+    if isinstance(inst, Activation):
+        return inst.reduce_dst is None
+    return isinstance(inst, (TensorCopy, TensorScalar, TensorTensor, ScalarTensorTensor))
 
 
 def _shaped_like(t: View, v: View) -> View | None:
