@@ -699,3 +699,100 @@ def test_an_activation_that_also_reduces_keeps_its_own_dtype_and_a_copy():
     assert kinds.count(Activation) == 1 and kinds.count(TensorCopy) == 1
     _, sums = nki.simulate(k, chip="trn2")(a)
     np.testing.assert_allclose(sums[:, 0], np.exp(a.astype(np.float64)).sum(axis=1), rtol=1e-5)
+
+
+def _scalar_reduce_kernel(res_dtype, then=None):
+    @nki.jit
+    def k(a):
+        out = nl.ndarray((128, 64), dtype=nl.float32, buffer=nl.shared_hbm)
+        red = nl.ndarray((128, 1), dtype=nl.float32, buffer=nl.shared_hbm)
+        x = nl.load(a)
+        y = nl.ndarray((128, 64), dtype=nl.float32, buffer=nl.sbuf)
+        m = nl.ndarray((128, 1), dtype=res_dtype, buffer=nl.sbuf)
+        y[...] = nisa.tensor_scalar_reduce(data=x, op0=np.multiply, operand0=2.0, reduce_op=np.max, reduce_res=m)
+        if then is not None:
+            then(x, m)
+        nl.store(out, y)
+        nl.store(red, nl.copy(m, dtype=nl.float32))
+        return out, red
+    return k
+
+
+def test_tensor_scalar_reduce_is_one_instruction_writing_its_result_and_the_assigned_tile():
+    """nki-samples' allocated attention: ``buf[...] = nisa.tensor_scalar_reduce(...,
+    reduce_res=m)`` is one vector instruction on the chip, which writes ``buf`` and the
+    [P, 1] reduction in one pass."""
+    from trnsim.isa import DmaCopy, TensorCopy, TensorReduce, TensorScalar
+
+    k = _scalar_reduce_kernel(nl.float32)
+    a = np.random.default_rng(4).standard_normal((128, 64)).astype(np.float32)
+    program = nki.trace_program(k, a, chip="trn2")
+    kinds = [type(i) for i in program.instructions]
+    assert kinds.count(TensorScalar) == 1 and TensorReduce not in kinds
+    assert kinds.count(TensorCopy) == 1            # the kernel's own nl.copy of m
+    fused = next(i for i in program.instructions if isinstance(i, TensorScalar))
+    stores = [i for i in program.instructions if isinstance(i, DmaCopy) and not i.dst.tensor.on_chip]
+    assert fused.reduce_dst is not None and stores[0].src.tensor is fused.dst.tensor   # it wrote y itself
+    y, m = nki.simulate(k, chip="trn2")(a)
+    np.testing.assert_array_equal(y, 2 * a)
+    np.testing.assert_array_equal(m[:, 0], (2 * a).max(axis=1))
+
+
+def test_a_later_reduce_continues_from_the_fused_result():
+    def more(x, m):
+        nisa.tensor_scalar_reduce(data=x, op0=np.add, operand0=100.0, reduce_op=np.max, reduce_res=m,
+                                  reduce_cmd=nisa.reduce_cmd.reduce)
+
+    a = np.random.default_rng(5).standard_normal((128, 64)).astype(np.float32)
+    _, m = nki.simulate(_scalar_reduce_kernel(nl.float32, more), chip="trn2")(a)
+    np.testing.assert_array_equal(m[:, 0], np.maximum((2 * a).max(axis=1), (a + 100).max(axis=1)))
+
+
+def test_a_reduce_after_the_fused_result_was_overwritten_is_refused_by_name():
+    def clobber(x, m):
+        nisa.memset(m, 0.0)
+        nisa.tensor_scalar_reduce(data=x, op0=np.add, operand0=1.0, reduce_op=np.max, reduce_res=m,
+                                  reduce_cmd=nisa.reduce_cmd.reduce)
+
+    a = np.zeros((128, 64), np.float32)
+    with pytest.raises(KernelError, match="something wrote reduce_res since"):
+        nki.trace_program(_scalar_reduce_kernel(nl.float32, clobber), a, chip="trn2")
+
+
+def test_a_bfloat16_reduce_res_keeps_the_fp32_registers_path():
+    """Into a bf16 ``reduce_res`` the registers (fp32) hold the unrounded value, which a
+    later ``reduce`` continues from: the registers' own path, with its copy out."""
+    from trnsim.isa import TensorReduce
+
+    a = np.random.default_rng(6).standard_normal((128, 64)).astype(np.float32)
+    k = _scalar_reduce_kernel(nl.bfloat16)
+    assert any(isinstance(i, TensorReduce) for i in nki.trace_program(k, a, chip="trn2").instructions)
+    _, m = nki.simulate(k, chip="trn2")(a)
+    np.testing.assert_allclose(m[:, 0], (2 * a).max(axis=1), rtol=2 ** -8)
+
+
+def test_an_engine_result_assigned_into_a_directly_allocated_block_is_written_there():
+    """``buf[0, ip, cols] = nisa.tensor_scalar_reduce(...)`` into a ``mod_alloc`` tile:
+    the instruction writes the block itself, as into any tile (no copy)."""
+    from trnsim.isa import TensorCopy
+    from trnsim.nki import compiler as ncc
+
+    @nki.jit
+    def k(a):
+        out = nl.ndarray((128, 512), dtype=nl.float32, buffer=nl.shared_hbm)
+        x = nl.ndarray((128, 512), dtype=nl.float32, buffer=ncc.sbuf.mod_alloc(base_addr=8192, num_free_tiles=(1,)))
+        x[...] = nl.load(a)
+        y = nl.ndarray((2, nl.par_dim(128), 512), dtype=nl.float32,
+                       buffer=ncc.sbuf.mod_alloc(base_addr=0, num_free_tiles=(1,)))
+        m = nl.ndarray((2, nl.par_dim(128), 4), dtype=nl.float32,
+                       buffer=ncc.sbuf.mod_alloc(base_addr=4096, num_free_tiles=(2,)))
+        ip, jf = nl.arange(128)[:, None], nl.arange(128)[None, :]
+        for i in nl.affine_range(4):
+            y[0, ip, i * 128 + jf] = nisa.tensor_scalar_reduce(data=x[ip, i * 128 + jf], op0=np.multiply, operand0=3.0,
+                                                               reduce_op=np.max, reduce_res=m[0, ip, i])
+        nl.store(out, y[0])
+        return out
+
+    a = np.random.default_rng(7).standard_normal((128, 512)).astype(np.float32)
+    assert not any(isinstance(i, TensorCopy) for i in nki.trace_program(k, a, chip="trn2").instructions)
+    np.testing.assert_array_equal(nki.simulate(k, chip="trn2")(a), 3 * a)

@@ -549,7 +549,9 @@ class TensorTensor(Instruction):
 class TensorScalar(Instruction):
     """``dst = op1(op0(src, operand0), operand1)``; operands are numbers or [P, 1] views
     (one value per partition). ``op1=None`` applies ``op0`` only. ``reverse0`` swaps
-    the operands of ``op0`` (``operand0 - src`` rather than ``src - operand0``)."""
+    the operands of ``op0`` (``operand0 - src`` rather than ``src - operand0``). With
+    ``reduce_op``, ``reduce_dst`` [P, 1] gets the reduction of the outputs along the free
+    dimensions, in the same pass (``nisa.tensor_scalar_reduce``)."""
 
     dst: View
     src: View
@@ -558,9 +560,11 @@ class TensorScalar(Instruction):
     op1: AluOp | None = None
     operand1: float | View | None = None
     reverse0: bool = False
+    reduce_op: ReduceOp | None = None
+    reduce_dst: View | None = None
     opcode = "tensor_scalar"
     read_fields = ('src', 'operand0', 'operand1')
-    write_fields = ('dst',)
+    write_fields = ('dst', 'reduce_dst')
     engines = (Engine.VECTOR, Engine.GPSIMD, Engine.SCALAR)
 
 

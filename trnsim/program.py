@@ -528,6 +528,9 @@ class Program:
         self._check_per_partition(inst, inst.dst, inst.operand1, "operand1")
         if (inst.op1 is None) != (inst.operand1 is None):
             raise self._fail(inst, "op1 and operand1 go together: give both or neither")
+        if (inst.reduce_op is None) != (inst.reduce_dst is None):
+            raise self._fail(inst, "reduce_op and reduce_dst go together: give both or neither")
+        self._check_per_partition(inst, inst.dst, inst.reduce_dst, "reduce_dst")
 
     def _check_tensor_reduce(self, inst: TensorReduce) -> None:
         free = inst.src.shape[1:]

@@ -228,7 +228,14 @@ class Machine:
             self._alu(x, operand0, inst.op0, width, native)
         if inst.op1 is not None and inst.operand1 is not None:   # a Program gives both or neither
             out = self._alu(out, self._per_partition(inst.operand1, x.shape[0]), inst.op1, width, native)
-        self._put(inst.dst, out)
+        if inst.reduce_op is None or inst.reduce_dst is None:
+            self._put(inst.dst, out)
+            return
+        # the engine reduces what it wrote: the outputs after rounding to dst's dtype
+        bits = self.backend.encode(out, inst.dst.dtype)
+        self.write_raw(inst.dst, bits.reshape(inst.dst.shape))
+        rounded = self.backend.decode(bits, inst.dst.dtype)
+        self._put(inst.reduce_dst, self.backend.reduce(rounded.reshape(inst.src.partitions, -1), inst.reduce_op))
 
     def _tensor_reduce(self, inst: TensorReduce) -> None:
         free = inst.src.shape[1:]

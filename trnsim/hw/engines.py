@@ -132,7 +132,10 @@ def _elementwise_work(inst: Instruction, fast_half: int, fast_contiguous: int = 
         if any(v.memory is Memory.PSUM for v in ins) or _is_half_sbuf(ins + inst.writes()):
             return n
         return 2 * n
-    if isinstance(inst, (TensorCopy, TensorScalar, Memset)) and fast_half > 1:
+    # the performance mode is published for tensor_copy and tensor_scalar, not for one
+    # that also reduces (assumption: that runs at the plain rate)
+    if isinstance(inst, (TensorCopy, TensorScalar, Memset)) and fast_half > 1 \
+            and getattr(inst, "reduce_dst", None) is None:
         return n / _half_speedup(inst, ins + inst.writes(), fast_half, fast_contiguous)
     return n
 

@@ -21,7 +21,7 @@ import numpy as np
 
 from trnsim.isa import MEMORY_NAMES, Memory, Tensor, View
 from trnsim.nki import emit as _e
-from trnsim.nki.tiles import NkiTensor, ParDim, _Placement
+from trnsim.nki.tiles import _TEMPORARY_REFS, NkiTensor, ParDim, _Placement
 from trnsim.nki.tracer import caller_location
 
 #: ``func(idx=, pdim_size=, fdim_size=)`` (called with keywords, as the compiler does)
@@ -169,8 +169,11 @@ class ModuloTile:
         return block[rest] if rest else block
 
     def __setitem__(self, index: object, value: object) -> None:
+        # as NkiTensor.__setitem__: a value nothing else holds is written in place by the
+        # instruction that made it (counted here, before the calls below hold it too)
+        temporary = sys.getrefcount(value) <= _TEMPORARY_REFS
         block, rest = self._split(index)
-        block[rest if rest else (slice(None),)] = value
+        block.assign(rest if rest else (slice(None),), value, temporary)
 
     def __repr__(self) -> str:
         return f"ModuloTile({self.name}{list(self.shape)}, {self.blocks} block dims)"

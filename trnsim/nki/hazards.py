@@ -436,6 +436,16 @@ class Hazards:
                 self._ghosts_of(v.tensor).add(region_of(v), (index,))
         return self.access(index, (), live, room=room) if live else set()
 
+    def last_writers(self, view: View) -> list[int]:
+        """The instructions whose writes are the latest over ``view``'s region, in order."""
+        acc = self._by_tensor.get(id(view.tensor))
+        if acc is None:
+            return []
+        box = region_of(view)
+        if acc.arena is not None:
+            return sorted({i for found in acc.arena.writes.values_overlapping(box) for i in found})  # type: ignore[attr-defined]
+        return sorted(acc.writes.values_overlapping(box))  # type: ignore[arg-type]
+
     def written(self, view: View) -> bool:
         """Whether anything has written part of the region ``view`` covers."""
         acc = self._by_tensor.get(id(view.tensor))

@@ -396,9 +396,12 @@ class Tracer:
             return False
         last = program.instructions[index]
         writes = last.writes()
-        if last.core != self.core or len(writes) != 1 or writes[0] != v or any(r.tensor is temp for r in last.reads()):
+        # the temporary is one of its writes (a reducing instruction also writes its
+        # [P, 1] result elsewhere), and nothing else it touches is the temporary
+        if last.core != self.core or v not in writes or sum(w.tensor is temp for w in writes) != 1 \
+                or any(r.tensor is temp for r in last.reads()):
             return False
-        field = next((f for f in last.write_fields if getattr(last, f) is writes[0]), None)
+        field = next((f for f in last.write_fields if getattr(last, f) == v), None)
         if field is None:
             return False
         if not isinstance(last, DmaCopy) and t.tensor.on_chip and not partition_start_ok(t.start_partition, t.partitions):
@@ -648,9 +651,9 @@ def _converts_on_write(inst: Instruction, v: View, t: View) -> bool:
         return True
     if not (v.dtype.is_float and t.dtype.is_float):
         return False
-    if isinstance(inst, Activation):
-        return inst.reduce_dst is None
-    return isinstance(inst, (TensorCopy, TensorScalar, TensorTensor, ScalarTensorTensor))
+    if isinstance(inst, (Activation, TensorScalar)) and inst.reduce_dst is not None:
+        return False
+    return isinstance(inst, (Activation, TensorCopy, TensorScalar, TensorTensor, ScalarTensorTensor))
 
 
 def _shaped_like(t: View, v: View) -> View | None:

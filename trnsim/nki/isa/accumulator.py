@@ -11,7 +11,10 @@ automatically or at an address of its own, shares their space), so chained instr
 depend on each other through it as they do on the chip. Carrying them costs
 small [P, 1] vector instructions that the chip does not run: one to combine with the
 carried value (``reduce``, or ``load_reduce`` from a tile), one to copy the result out
-to ``reduce_res``.
+to ``reduce_res``. Except in the common case: a ``tensor_scalar_reduce`` that starts
+afresh (``reset_reduce``) into an fp32 ``reduce_res`` is one instruction writing
+``reduce_res``, and the registers are taken to hold what it wrote there (:func:`kept`);
+a later ``reduce`` continues from that tile, as long as nothing wrote it since.
 """
 
 from __future__ import annotations
@@ -39,6 +42,9 @@ REGISTERS = 128
 class _Registers:
     tile: NkiTensor
     holds: str | None = None   # the instruction whose reduction they hold; None when undefined
+    #: where their value was written instead of into them: a [P, 1] fp32 view and the
+    #: index of the instruction that wrote it (:func:`kept`)
+    kept_in: tuple[View, int] | None = None
 
 
 _registers: weakref.WeakKeyDictionary[Tracer, _Registers] = weakref.WeakKeyDictionary()
@@ -66,6 +72,16 @@ def idle() -> None:
     regs = _registers.get(_e.tracer())
     if regs is not None:
         regs.holds = None
+        regs.kept_in = None
+
+
+def kept(name: str, view: View, index: int) -> None:
+    """Instruction ``index`` (``name``) reduced afresh into ``view`` ([P, 1] fp32)
+    rather than into the registers: they hold that value, which a later ``reduce``
+    continues from ``view``."""
+    regs = _state()
+    regs.holds = name
+    regs.kept_in = (view, index)
 
 
 def start(name: str, cmd: Any, op: AluOp, init: Any, partitions: int) -> float | View:
@@ -87,6 +103,16 @@ def start(name: str, cmd: Any, op: AluOp, init: Any, partitions: int) -> float |
             raise fail(f"{name}: reduce_cmd=reduce continues the accumulator, but no earlier instruction of this "
                        "kernel left a reduction in it (the last one ran with reduce_cmd=idle, or none ran); start "
                        "the chain with reduce_cmd=reset_reduce or load_reduce")
+        if regs.kept_in is not None:
+            view, index = regs.kept_in
+            if view.partitions != partitions:
+                raise fail(f"{name}: reduce_cmd=reduce continues {regs.holds}'s reduction over {view.partitions} "
+                           f"partitions with {partitions}")
+            if _e.tracer().hazards.last_writers(view) != [index]:
+                raise fail(f"{name}: reduce_cmd=reduce continues {regs.holds}'s reduction, which trnsim keeps in that "
+                           "instruction's reduce_res, and something wrote reduce_res since; trnsim cannot follow this "
+                           "(keep reduce_res until the chain ends, or start the chain with reduce_cmd=load_reduce from it)")
+            return view
         return registers(partitions)
     raise fail(f"{name}: reduce_cmd={cmd!r} is not one of nisa.reduce_cmd.idle, reset_reduce, reduce, load_reduce")
 
@@ -98,6 +124,7 @@ def finish(name: str, cmd: Any, op: AluOp, begin: float | View, partial: View | 
     ``reduce_res`` when given."""
     regs = _state()
     acc = registers(partitions)
+    regs.kept_in = None
     if partial is not None:
         if isinstance(begin, View):
             _e.tensor_tensor(acc, begin, partial, op)

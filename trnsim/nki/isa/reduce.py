@@ -7,7 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 from trnsim import dtypes as _dt
-from trnsim.isa import BN_STATS_WIDTH, AluOp, BnAggr, BnStats, Engine, PartitionReduce, TensorReduce, TensorScalar
+from trnsim.isa import BN_STATS_WIDTH, AluOp, BnAggr, BnStats, Engine, PartitionReduce, TensorReduce, TensorScalar, View
 from trnsim.nki import emit as _e
 from trnsim.nki.isa import accumulator
 from trnsim.nki.isa.constants import reduce_cmd as reduce_cmd_enum
@@ -52,6 +52,16 @@ def tensor_scalar_reduce(*args: Any, dtype: Any = None, reverse0: bool = False, 
         raise fail(f"tensor_scalar_reduce: reduce_init is set only with reduce_cmd=load_reduce (got {cmd!r}), as NKI "
                    "documents")
     out = out_tile(dst, data, dtype)
+    fused = _fused_reduce_res(reduce_res, cmd, data.view.partitions) if not reduce_res_negate else None
+    if fused is not None:
+        # one instruction: the operation and its reduction in one pass, into reduce_res
+        index = _e.emit(TensorScalar(out.view, data.view, op0, operand0, None, None, bool(reverse0), red, fused,
+                                     engine=Engine.VECTOR))
+        if cmd is IDLE or index < 0:
+            accumulator.idle()
+        else:
+            accumulator.kept("tensor_scalar_reduce", fused, index)
+        return out
     _e.emit(TensorScalar(out.view, data.view, op0, operand0, None, None, bool(reverse0), engine=Engine.VECTOR))
     if cmd is IDLE:
         if reduce_res is not None:
@@ -68,6 +78,21 @@ def tensor_scalar_reduce(*args: Any, dtype: Any = None, reverse0: bool = False, 
     if reduce_res is not None and reduce_res_negate:
         _e.tensor_scalar(reduce_res.view, reduce_res.view, AluOp.MULTIPLY, -1.0)
     return out
+
+
+def _fused_reduce_res(reduce_res: Any, cmd: Any, partitions: int) -> View | None:
+    """Where a tensor_scalar_reduce writes its reduction as one instruction: its
+    ``reduce_res`` ([P, 1]) when the reduction starts afresh and nothing reads the
+    registers first (``reset_reduce``, into fp32, which the registers are taken to hold
+    after; or ``idle``, into any dtype); None otherwise (the registers' own path)."""
+    if reduce_res is None or (cmd is not IDLE and cmd is not RESET_REDUCE):
+        return None
+    res = tile(reduce_res, "tensor_scalar_reduce reduce_res")
+    if res.view.partitions != partitions or res.view.free_size != 1:
+        raise fail(f"tensor_scalar_reduce: reduce_res {res.name}{list(res.shape)} must be [{partitions}, 1]")
+    if cmd is RESET_REDUCE and res.dtype is not _dt.float32:
+        return None
+    return _e.flat2d(res.view)
 
 
 def tensor_partition_reduce(*args: Any, dtype: Any = None, **kwargs: Any) -> NkiTensor:

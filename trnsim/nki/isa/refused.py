@@ -40,8 +40,10 @@ DIFFERENCES: dict[str, str] = {
     "nonzero_with_count": "partitions 0, 16, ..., 112 only",
     "activate2": "NeuronCore-v4+ (KernelError before trn3); costed as a scalar-engine tensor_scalar + activation "
                  "(two instructions); relu_param and reverse1 refused",
-    "tensor_scalar_reduce": "costed as tensor_scalar + tensor_reduce (two instructions), plus the accumulator's "
-                            "[P, 1] vector ops (see reduce_cmd); no nl.multiply reduction",
+    "tensor_scalar_reduce": "one instruction (the operation and its reduction in one pass) when it starts afresh "
+                            "(reset_reduce into an fp32 reduce_res, or idle); otherwise costed as tensor_scalar + "
+                            "tensor_reduce plus the accumulator's [P, 1] vector ops (see reduce_cmd); no nl.multiply "
+                            "reduction",
     "tensor_scalar_cumulative": "costed as tensor_scalar + tensor_tensor_scan (two vector instructions) plus a "
                                 "[P, 1] copy of the last running value into the accumulator (and a copy to dst when "
                                 "dst is not fp32); reduce_cmd idle refused",
