@@ -159,7 +159,7 @@ def test_sbuf_modulo_allocation_double_buffers_and_loop_body_addresses_stay():
     assert {t.byte_offset for name, t in tensors.items() if name.startswith("res")} == {4096}
     result = simulate(traced.tracer.program, traced.inputs, fidelity="instruction")
     np.testing.assert_allclose(result.outputs[traced.output_tensors[0].tensor.name], 3 * x, rtol=1e-6)
-    assert simulate(traced.tracer.program).total_ps == 41250240
+    assert simulate(traced.tracer.program).total_ps == 34304599   # each load writes its block itself
 
 
 # nki-library's qkv_cte: one PSUM bank per loop iteration, each at address=(0, bank * 2048),
