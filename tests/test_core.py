@@ -194,7 +194,7 @@ def test_a_transposing_dma_is_the_engines_own_transpose_on_nc_v3():
 
     trn2, trn1 = plan("trn2"), plan("trn1")
     assert (trn2.descriptors, trn2.chunk_bytes) == (128, 256)
-    assert trn2.own_ps == round(8 * (256 / (23 * 0.9) + 22) * 1000)   # NC-v3: 22 ns a descriptor
+    assert trn2.own_ps == round(8 * (256 / (23 * 0.9) + 24) * 1000)   # NC-v3: 24 ns a descriptor
     assert (trn1.descriptors, trn1.chunk_bytes) == (128 * 128, 2)
     assert trn1.own_ps == round(1024 * (2 / 17 + 50) * 1000)
 

@@ -105,7 +105,7 @@ def test_a_failing_run_leaves_the_finished_trace_and_shows_the_scripts_traceback
     assert err[:5] == ["Traceback (most recent call last):", f'  File "{script}", line 9, in <module>',
                        "    step()", f'  File "{script}", line 7, in step', '    raise ValueError("boom")']
     assert err[5:] == ["ValueError: boom",
-                       f"trnsim: the script raised ValueError after 7 ops, 63.216 us simulated; partial trace at "
+                       f"trnsim: the script raised ValueError after 7 ops, 63.248 us simulated; partial trace at "
                        f"{partial} ({trace} is left as it was)"]
     assert "program" not in r.stdout   # no summary of a run that failed
     rep = _trnsim(tmp_path, "report", partial)
@@ -118,7 +118,7 @@ def test_ctrl_c_leaves_the_finished_trace_and_says_one_line(tmp_path, finished):
     r = _trnsim(tmp_path, "run", "--trace", trace, script, "loop", started, interrupt_when=started)
     partial = tmp_path / "t.partial.json"
     assert r.returncode == 130, r.stderr[-3000:]
-    assert r.stderr.splitlines() == [f"trnsim: interrupted after 7 ops, 63.216 us simulated; partial trace at "
+    assert r.stderr.splitlines() == [f"trnsim: interrupted after 7 ops, 63.248 us simulated; partial trace at "
                                      f"{partial} ({trace} is left as it was)"]
     assert trace.read_bytes() == good
     _assert_partial(partial, "interrupted by Ctrl-C")

@@ -175,6 +175,6 @@ def test_the_sample_trace_is_what_the_demo_writes_now(tmp_path):
     trace = load(sample)
     assert (trace.meta["program"], trace.meta["chip"], trace.meta["instructions"]) == ("matmul_optimized", "trn2", 304)
     assert trace.meta["chip_source"] == "trnsim/hw/chips/trn2.toml"
-    assert trace.total_ns == 47019.263
+    assert trace.total_ns == 47291.263
     assert {(c.name, c.unit) for c in trace.counters} == {("HBM traffic", "bytes/s"), ("SBUF occupancy", "bytes"),
                                                           ("PSUM occupancy", "bytes")}
