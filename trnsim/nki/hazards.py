@@ -331,9 +331,9 @@ class _Accesses:
         #: for an aliased tensor, where its dependencies come from (its own lists only
         #: say what it wrote, for reads before writes and accumulation)
         self.arena = arena
-        #: per region rewritten into another copy, the accesses of each copy still in use
-        #: (oldest first); None until one is
-        self.renamed: dict[Region, deque[tuple[int, ...]]] | None = None
+        #: per region rewritten into other copies: how many copies it rotates over, and
+        #: the accesses of each older copy still in use (oldest first); None until one is
+        self.renamed: dict[Region, tuple[int, deque[tuple[int, ...]]]] | None = None
 
 
 class Hazards:
