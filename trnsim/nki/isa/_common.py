@@ -163,8 +163,14 @@ def only_reset(name: str, cmd: Any, allowed: tuple[reduce_cmd_enum, ...]) -> Non
                     "results with nisa.tensor_tensor")
 
 
-def reduce_into(name: str, reduce_res: Any, src: NkiTensor, op: ReduceOp, engine: Engine = Engine.VECTOR) -> None:
+def reduce_res_tile(name: str, reduce_res: Any, partitions: int) -> NkiTensor:
+    """The tile an instruction named ``name`` writes its row reduction into: [partitions, 1]."""
     res = tile(reduce_res, f"{name} reduce_res")
-    if res.view.partitions != src.view.partitions or res.view.free_size != 1:
-        raise fail(f"{name}: reduce_res {res.name}{list(res.shape)} must be [{src.view.partitions}, 1]")
+    if res.view.partitions != partitions or res.view.free_size != 1:
+        raise fail(f"{name}: reduce_res {res.name}{list(res.shape)} must be [{partitions}, 1]")
+    return res
+
+
+def reduce_into(name: str, reduce_res: Any, src: NkiTensor, op: ReduceOp, engine: Engine = Engine.VECTOR) -> None:
+    res = reduce_res_tile(name, reduce_res, src.view.partitions)
     _e.emit(TensorReduce(res.view, _e.flat2d(src.view), op, 1, engine=engine))

@@ -29,7 +29,7 @@ from trnsim import dtypes as _dt
 from trnsim.isa import AluOp, Engine, ReduceOp, View
 from trnsim.nki import emit as _e
 from trnsim.nki.isa.constants import reduce_cmd as reduce_cmd_enum
-from trnsim.nki.isa._common import fail, tile
+from trnsim.nki.isa._common import fail, reduce_res_tile, tile
 from trnsim.nki.tiles import NkiTensor, _Placement
 from trnsim.nki.tracer import Tracer
 
@@ -134,9 +134,7 @@ def finish(name: str, cmd: Any, op: AluOp, begin: float | View, partial: View | 
             _e.copy_to(acc, partial)
     regs.holds = None if cmd is reduce_cmd_enum.idle else name
     if reduce_res is not None:
-        res = tile(reduce_res, f"{name} reduce_res")
-        if res.view.partitions != partitions or res.view.free_size != 1:
-            raise fail(f"{name}: reduce_res {res.name}{list(res.shape)} must be [{partitions}, 1]")
+        res = reduce_res_tile(name, reduce_res, partitions)
         _e.copy_to(_e.flat2d(res.view), acc, Engine.VECTOR)
 
 

@@ -12,7 +12,7 @@ from trnsim.nki import emit as _e
 from trnsim.nki.isa import accumulator
 from trnsim.nki.isa.constants import reduce_cmd as reduce_cmd_enum
 from trnsim.nki.isa._common import (IDLE, RESET_REDUCE, alu_operand, fail, is_tile, no_mask, out_tile, pick_engine,
-                                    reduction, reduce_into, split_dst, take, tile)
+                                    reduce_into, reduce_res_tile, reduction, split_dst, take, tile)
 from trnsim.nki.reductions import reduce_axes, reduced_last, reduced_shape
 from trnsim.nki.tiles import NkiTensor
 
@@ -87,9 +87,7 @@ def _fused_reduce_res(reduce_res: Any, cmd: Any, partitions: int) -> View | None
     after; or ``idle``, into any dtype); None otherwise (the registers' own path)."""
     if reduce_res is None or (cmd is not IDLE and cmd is not RESET_REDUCE):
         return None
-    res = tile(reduce_res, "tensor_scalar_reduce reduce_res")
-    if res.view.partitions != partitions or res.view.free_size != 1:
-        raise fail(f"tensor_scalar_reduce: reduce_res {res.name}{list(res.shape)} must be [{partitions}, 1]")
+    res = reduce_res_tile("tensor_scalar_reduce", reduce_res, partitions)
     if cmd is RESET_REDUCE and res.dtype is not _dt.float32:
         return None
     return _e.flat2d(res.view)
