@@ -143,8 +143,8 @@ The logits agree. Each forward's simulated time is its ops' kernels plus the idl
 time between them, while the device waits for the host to launch the next op.
 Compiled, the graph runs 40 ops instead of 81: its elementwise chains are fused into
 the matmul or row kernels they follow (`fused[mm+add+pow]`, `fused[mean+add+rsqrt+mul+mul]`:
-RMSNorm in one kernel), which take 318 us of work where the eager ops took 462, and
-the graph is one launch, so almost none of its time is spent between ops: 2.48x in
+RMSNorm in one kernel), which take 277 us of work where the eager ops took 411, and
+the graph is one launch, so almost none of its time is spent between ops: 2.83x in
 all. Where the time went:"""),
     ("code", "print(eager.summary())"),
     ("code", "print(comp.summary())"),
@@ -254,7 +254,7 @@ For each [128, 512] output tile, every K step loads a [128, 128] stationary tile
 lhsT and a [128, 512] moving tile of rhs, and TensorE accumulates their product in
 PSUM. The stationary tiles' rows are 256 bytes, the moving tiles' 1 KiB: small DMA
 transfers, and the same tiles are loaded again for every output tile: 44 MiB of HBM
-traffic for 8 MiB of inputs and a 4 MiB result. The DMA queues are busy from start to end; TensorE, busy 18% of
+traffic for 8 MiB of inputs and a 4 MiB result. The DMA queues are busy from start to end; TensorE, busy 27% of
 the time, mostly waits for them."""),
     ("code", "tt.plot_timeline(step(\"1 basic\", matmul_basic).trace)"),
     ("md", """\
@@ -270,7 +270,7 @@ so the kernel stays DMA bound: 1.2x."""),
 Load [K, 512] of lhsT and [K, 1024] of rhs as whole blocks (rows of 1 and 2 KiB), and
 compute all eight [128, 512] output tiles of the block from them. Each input byte is
 now read once (lhsT) or twice (rhs), 16 MiB of traffic in all, and the longer rows move at a
-better share of the HBM bandwidth: 3.5x faster than step 1, TensorE busy 64% of the
+better share of the HBM bandwidth: 2.7x faster than step 1, TensorE busy 72% of the
 time."""),
     ("code", "tt.plot_timeline(step(\"3 blocked\", matmul_blocked).trace)"),
     ("md", """\
@@ -288,7 +288,7 @@ K runs in two blocks of 1024, and every input byte is read once: 12 MiB of traff
 Smaller K blocks (4 tiles, 512 deep) start the matmuls sooner after the first loads
 and overlap more of the loading with compute. The loads are done a little after a
 third of the run; from there TensorE multiplies without a gap to the end, with
-VectorE adding each block's partial sums: the kernel is now compute bound, at 73% of
+VectorE adding each block's partial sums: the kernel is now compute bound, at 75% of
 TensorE's peak."""),
     ("code", "final = step(\"5 tuned\", matmul_optimized, tiles_in_block_k=4)\ntt.plot_timeline(final.trace)"),
     ("md", "## All the steps"),
@@ -380,9 +380,9 @@ print(f"speed-up: {profiles['plain'].device_ps / profiles['kernels'].device_ps:.
     ("md", """\
 The logits agree. Each RMSNorm was six ops (power, mean, add, rsqrt and two
 multiplies), each MLP five (three matmuls, SiLU and a multiply); each is now one
-kernel, 33 ops fewer in all. The kernels do the layers' work in 120 us less than
-their ops did (443 us of ops against 323), and the 33 launches saved take away
-about 210 us of idle time between ops: 1.54x in all. The ops of each run:"""),
+kernel, 33 ops fewer in all. The kernels do the layers' work in 114 us less than
+their ops did (399 us of ops against 285), and the 33 launches saved take away
+about 216 us of idle time between ops: 1.54x in all. The ops of each run:"""),
     ("code", "print(profiles[\"plain\"].summary())"),
     ("code", "print(profiles[\"kernels\"].summary())"),
     ("code", """\
@@ -421,7 +421,7 @@ Rank 0 prints the loss of each step; then `trnsim run` prints the job's summary
 (`TRNSIM_PROGRESS=0` keeps its progress line out of the notebook). Its last table is
 per rank: the device's busy time, the time in collectives, the part of that no op
 overlapped (`exposed`) and the time collectives waited for a slower rank. Each rank's
-device is busy for 1,427 of the job's 2,752 simulated us; the rest it waits for the
+device is busy for 1,330 of the job's 2,724 simulated us; the rest it waits for the
 host to issue the next op, as eager PyTorch issues one op at a time. Its 30
 collectives take 96 us, all exposed: the ops after a collective need its result. The
 merged trace loads as a `JobTrace`, one `Trace` per rank:"""),

@@ -78,7 +78,7 @@ def test_cnn_with_batch_norm_trains_no_slower_compiled():
     compiled_ps, compiled_losses, records = _cnn_run(True)
     assert compiled_losses == pytest.approx(eager_losses, rel=1e-5)
     assert compiled_ps <= eager_ps
-    assert (eager_ps, compiled_ps) == (2_516_426_306, 2_428_442_644)
+    assert (eager_ps, compiled_ps) == (2_480_352_366, 2_382_466_486)
     # batch norm runs with its ReLU each way; the reductions are fused
     names = {r.name for r in records}
     assert {"fused[_native_batch_norm_legit_functional+relu]", "fused[le+where+native_batch_norm_backward]"} <= names
@@ -106,7 +106,7 @@ def test_batch_norm_and_its_relu_are_one_kernel_each_way():
     assert kernels[2].info["ops"] == ["aten::le.Scalar", "aten::where.self", "aten::native_batch_norm_backward"]
     assert kernels[2].info["from"] == ["aten::threshold_backward"] * 2 + ["aten::native_batch_norm_backward"]
     batch_norms = [r.cost.ps for r in eager if r.name == "aten::native_batch_norm"]
-    assert [r.cost.ps for r in kernels[:2]] == batch_norms[:2] == [33_729_899, 24_311_114]
+    assert [r.cost.ps for r in kernels[:2]] == batch_norms[:2] == [32_008_231, 22_522_780]
 
 
 def test_batch_norm_in_eval_runs_with_its_relu():
@@ -175,8 +175,8 @@ def test_no_op_of_a_conv_batch_norm_group_norm_pooling_training_step_is_estimate
     assert any("batch_norm_legit_no_training" in n or n == "aten::native_batch_norm" for n in {r.name for r in rows})
 
 
-@pytest.mark.parametrize("norm,times", [("layernorm", (1_212_950_814, 1_137_727_622)),
-                                        ("rmsnorm", (1_618_110_028, 1_085_424_400))])
+@pytest.mark.parametrize("norm,times", [("layernorm", (1_207_332_696, 1_119_708_580)),
+                                        ("rmsnorm", (1_613_306_332, 1_071_539_048))])
 def test_transformer_block_trains_no_slower_compiled(norm, times):
     runs = []
     for compiled in (False, True):

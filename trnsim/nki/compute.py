@@ -154,7 +154,7 @@ def _binary(alu: AluOp, name: str):
         result = out if out is not None else _e.like(ref, dtype if dtype is not None else default)
         if a is not None and b is not None and a.view.free_size == b.view.free_size and a.view.partitions == b.view.partitions:
             dst, va, vb = _e.clip(mask, result, a, b)
-            _e.tensor_tensor(dst, va, vb, alu)
+            _e.tensor_tensor(dst, va, vb, alu, engine=None)
             return result
         # one side is a number or one value per partition: tensor_scalar
         tile, other, reverse = (a, b if b is not None else y, False) if ref is a else (b, a if a is not None else x, True)
@@ -163,13 +163,13 @@ def _binary(alu: AluOp, name: str):
                 if other.view.partitions == 1 and other.view.free_size == tile.view.free_size:
                     other = broadcast_to(other, tile.shape)
                     dst, va, vb = _e.clip(mask, result, tile, other)
-                    _e.tensor_tensor(dst, vb, va, alu) if reverse else _e.tensor_tensor(dst, va, vb, alu)
+                    _e.tensor_tensor(dst, *((vb, va) if reverse else (va, vb)), alu, engine=None)
                     return result
                 raise tr.fail(f"nl.{name} of {list(tile.shape)} and {list(other.shape)}: shapes must match, or one must be "
                               f"[P, 1] (one value per partition) or [1, F] (broadcast over partitions)")
         # a masked op reads a per-partition operand on the partitions it keeps
         (dst, src), (scalar,) = _e.clip_rows(mask, [result, tile], [_scalar_operand(other, tile)])
-        _e.tensor_scalar(dst, src, alu, _e.partition_rows(scalar, src.partitions), reverse0=reverse)
+        _e.tensor_scalar(dst, src, alu, _e.partition_rows(scalar, src.partitions), reverse0=reverse, engine=None)
         return result
 
     op.__name__ = name
@@ -289,7 +289,7 @@ def broadcast_to(x: Any, shape: Sequence[int]) -> NkiTensor:
         return out
     if x.view.free_size == 1 and x.view.partitions == shape[0]:
         zero = full(shape, 0.0, x.dtype)
-        _e.tensor_scalar(out.view, zero.view, AluOp.ADD, x.view)
+        _e.tensor_scalar(out.view, zero.view, AluOp.ADD, x.view, engine=None)
         return out
     raise tr.fail(f"nl.broadcast_to cannot broadcast {list(x.shape)} to {list(shape)}; broadcast [1, F] over "
                   "partitions or [P, 1] over the free dimension")

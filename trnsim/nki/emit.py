@@ -14,8 +14,8 @@ from typing import Any, Sequence
 import numpy as np
 
 from trnsim import dtypes
-from trnsim.isa import (Activation, ActivationFunc, AluOp, DmaIndirect, Engine, Memory, MultiplyMoving, LoadStationary,
-                        ReduceOp, TensorCopy, TensorReduce, TensorScalar, TensorTensor, Transpose, View,
+from trnsim.isa import (Activation, ActivationFunc, AluOp, DmaIndirect, Engine, Instruction, Memory, Memset, MultiplyMoving,
+                        LoadStationary, ReduceOp, TensorCopy, TensorReduce, TensorScalar, TensorTensor, Transpose, View,
                         pe_rows)
 from trnsim.nki.tiles import Mask, NkiTensor, _Placement
 from trnsim.nki.tracer import KernelError, Tracer, caller_source, current
@@ -195,7 +195,7 @@ def masked(fn: Any) -> Any:
         part = fn(*(restricted(a, mask, named) for a in args), **kwargs)
         ref = next(a for a in args if isinstance(a, NkiTensor))
         out = like(ref, part.dtype)
-        copy_to(clip_result(mask, out, named=named), part.view)
+        copy_to(clip_result(mask, out, named=named), part.view, engine=None)
         return out
 
     wrapper.__name__ = fn.__name__
@@ -275,8 +275,16 @@ def move(dst: Any, src: Any, mask: Any = None, skip: bool = False) -> None:
                         bound=ind.bound, scatter=scatter, skip=skip))
 
 
-def copy_to(dst: View, src: View, engine: Engine = Engine.VECTOR) -> int:
-    return emit(TensorCopy(dst, src, engine=engine))
+def _placed(inst: Instruction, engine: Engine | None) -> int:
+    """Emit ``inst`` on ``engine``, or on the engine the compiler picks when None
+    (:mod:`trnsim.nki.workload`)."""
+    if engine is None:
+        return tracer().emit(inst, choose=True)
+    return tracer().emit(inst)
+
+
+def copy_to(dst: View, src: View, engine: Engine | None = Engine.VECTOR) -> int:
+    return _placed(TensorCopy(dst, src, engine=engine or Engine.VECTOR), engine)
 
 
 def activation(dst: View, src: View, func: ActivationFunc, bias: View | None = None, scale: float | View = 1.0,
@@ -284,13 +292,17 @@ def activation(dst: View, src: View, func: ActivationFunc, bias: View | None = N
     return emit(Activation(dst, src, func, bias, scale, reduce_op, reduce_dst, engine=Engine.SCALAR))
 
 
-def tensor_tensor(dst: View, a: View, b: View, op: AluOp, engine: Engine = Engine.VECTOR) -> int:
-    return emit(TensorTensor(dst, a, b, op, engine=engine))
+def tensor_tensor(dst: View, a: View, b: View, op: AluOp, engine: Engine | None = Engine.VECTOR) -> int:
+    return _placed(TensorTensor(dst, a, b, op, engine=engine or Engine.VECTOR), engine)
 
 
 def tensor_scalar(dst: View, src: View, op0: AluOp, operand0: Any, op1: AluOp | None = None, operand1: Any = None,
-                  reverse0: bool = False, engine: Engine = Engine.VECTOR) -> int:
-    return emit(TensorScalar(dst, src, op0, operand0, op1, operand1, reverse0, engine=engine))
+                  reverse0: bool = False, engine: Engine | None = Engine.VECTOR) -> int:
+    return _placed(TensorScalar(dst, src, op0, operand0, op1, operand1, reverse0, engine=engine or Engine.VECTOR), engine)
+
+
+def memset(dst: View, value: float, engine: Engine | None = Engine.VECTOR) -> int:
+    return _placed(Memset(dst, value, engine=engine or Engine.VECTOR), engine)
 
 
 def reduce(dst: View, src: View, op: ReduceOp, num_axes: int, engine: Engine = Engine.VECTOR,

@@ -13,7 +13,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from trnsim.isa import Engine, Memory, Memset, View
+from trnsim.isa import Memory, View
 from trnsim.nki import emit as _e
 from trnsim.nki.allocation import DirectAllocation, ModuloTile, at_address, direct_tile
 from trnsim.program import partition_start_ok
@@ -82,7 +82,7 @@ def full(shape: Sequence[int], fill_value: float, dtype: Any, buffer: Any = sbuf
     is accepted as given."""
     t = ndarray(shape, dtype, buffer, name)
     for tile in t.tiles() if isinstance(t, ModuloTile) else [t]:
-        _e.emit(Memset(tile.view, float(fill_value), engine=Engine.VECTOR))
+        _e.memset(tile.view, float(fill_value), engine=None)
     return t
 
 
@@ -165,7 +165,7 @@ def copy(x: Any, dtype: Any = None, mask: Mask | None = None) -> NkiTensor:
     x = _e.readable(x)
     out = _e.like(x, dtype)
     dst, src = _e.clip(mask, out, x)
-    _e.copy_to(dst, src)
+    _e.copy_to(dst, src, engine=None)
     return out
 
 
@@ -181,7 +181,7 @@ def copy_into(target: NkiTensor, value: Any) -> None:
             fill = np.full((v.partitions, v.free_size), float(value)).astype(target.dtype.dtype)
             _e.tracer().dma(_e.flat2d(v), _e.flat2d(shared_constant(fill, dtype=target.dtype).view))
             return
-        _e.emit(Memset(v, float(value), engine=Engine.VECTOR))
+        _e.memset(v, float(value), engine=None)
         return
     value = _e.readable(value)
     if value.view.size != v.size:
@@ -190,7 +190,7 @@ def copy_into(target: NkiTensor, value: Any) -> None:
     if value.buffer is Memory.SBUF and (by_dma or not partition_start_ok(src.start_partition, src.partitions)):
         _e.tracer().dma(v, src)
         return
-    _e.copy_to(v, src)
+    _e.copy_to(v, src, engine=None)
 
 
 

@@ -99,7 +99,7 @@ def var(x: Any, axis: Any, dtype: Any = None, keepdims: bool = False, mask: Mask
     if mask is None:
         return result
     out = _e.new_tensor(result.shape, result.dtype, bases=(x.bases + (None,) * len(result.shape))[: len(result.shape)])
-    _e.copy_to(_e.clip_result(mask, out, len(x.shape) - free_axes(x, axis), _e.named_bases(x)), result.view)
+    _e.copy_to(_e.clip_result(mask, out, len(x.shape) - free_axes(x, axis), _e.named_bases(x)), result.view, engine=None)
     return out
 
 

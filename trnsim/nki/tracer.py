@@ -22,6 +22,7 @@ from trnsim.isa import (MAX_FREE_DIMS, MEMORY_NAMES, Activation, DmaCopy, Engine
                         ScalarTensorTensor, Tensor, TensorCopy, TensorScalar, TensorTensor, View, core_track)
 from trnsim.program import Program, partition_start_ok
 from trnsim.nki.hazards import AliasConflict, Hazards, UnwrittenRead, region_of, region_of_tensor
+from trnsim.nki.workload import Workload
 
 if TYPE_CHECKING:
     from trnsim.hw.spec import ChipLike
@@ -123,6 +124,9 @@ class Tracer:
 
     def __init__(self, chip: ChipLike, name: str, lifetimes: dict[int, int] | None = None) -> None:
         self.program = Program(chip, name=name)
+        #: the estimate of when each instruction ends, by which the compiler picks engines
+        self.workload = Workload(self.program.chip)
+        self._chosen = -1   # the last instruction whose engine the compiler picked
         self.program.sbuf_alloc.next_fit = True
         self.program.psum_alloc.next_fit = True
         #: per tile (numbered in the order the kernel makes them), the index of the last
@@ -407,12 +411,16 @@ class Tracer:
         if not isinstance(last, DmaCopy) and t.tensor.on_chip and not partition_start_ok(t.start_partition, t.partitions):
             return False
         new = dataclasses.replace(last, **{field: t})
+        if self._chosen == index:   # the compiler picks the engine again for the new operands
+            self.workload.forget_from(index)
+            _set(new, "engine", self.workload.choose(new, last.deps))
         try:
             program.check_operands(new)
         except ProgramError:
             return False
         deps = self.hazards.retarget(index, temp, _unaliased(program.aliases, (t,)) if program.aliases else (t,),
                                      self.room)
+        self.workload.forget_from(index)
         program.replace_last(new, self.hazards.latest(set(last.deps) | deps))
         if self.lifetimes is None:
             n = self._serial.get(id(t.tensor))
@@ -507,10 +515,11 @@ class Tracer:
                 continue  # overwritten whole: the zeros never matter
             self.emit(Memset(t.view(), 0.0, engine=Engine.VECTOR), check_written=False)
 
-    def emit(self, inst: Instruction, check_written: bool = True) -> int:
+    def emit(self, inst: Instruction, check_written: bool = True, choose: bool = False) -> int:
         """Append ``inst`` with the dependencies its accesses imply; returns its index.
         An elementwise instruction whose operands walk more free dimensions than one
-        access pattern can is emitted as several (see :func:`_within_access_dims`)."""
+        access pattern can is emitted as several (see :func:`_within_access_dims`).
+        ``choose``: the compiler picks its engine (:mod:`trnsim.nki.workload`)."""
         if self.masked_off_depth:
             for v in inst.writes():
                 self.masked_off[id(v.tensor)] = v.tensor
@@ -525,7 +534,7 @@ class Tracer:
                                 f"index fewer free axes at once")
             index = -1
             for piece in pieces:
-                index = self.emit(piece, check_written)
+                index = self.emit(piece, check_written, choose)
             return index
         source = self.source_override or caller_source()
         _set(inst, "source", source)
@@ -559,6 +568,12 @@ class Tracer:
                 n = serial.get(id(v.tensor))
                 if n is not None:
                     last[n] = index
+        workload = self.workload
+        for i in range(len(workload.end), index):
+            workload.add(program.instructions[i])
+        if choose:
+            _set(inst, "engine", workload.choose(inst, deps))
+            self._chosen = index
         # stationary loads overlap the multiply before them, so a barrier needs the last of each
         track = core_track("tensor.load", self.core) if inst.__class__ is LoadStationary else inst.track
         if self._barrier and track not in self._barrier_done:

@@ -86,7 +86,7 @@ def _op_path(trace: Trace) -> list[dict[str, Any]]:
         if before is None:
             kind, idle = ("launch" if op.start_ns < PICO else "host"), op.start_ns
         else:
-            idle = op.start_ns - before.end_ns
+            idle = round(op.start_ns - before.end_ns, 3)   # times are whole picoseconds: no float residue
             kind = "busy" if idle < PICO else "host"
         on = before.name if kind == "busy" and before is not None else None
         if op.track == "collectives" and op.args.get("waited_ns", 0.0) >= PICO:

@@ -92,6 +92,12 @@ def pick_engine(engine: Any, default: Engine) -> Engine:
     return _e.tracer().engine_for(engine, default)
 
 
+def chosen_engine(engine: Any) -> Engine | None:
+    """NKI's ``engine=`` of an instruction the compiler places when it is not given
+    (``nisa.unknown_engine``): the engine, or None for the compiler's choice."""
+    return None if engine is None else _e.tracer().engine_for(engine, Engine.VECTOR)
+
+
 def out_tile(dst: NkiTensor | None, ref: NkiTensor, dtype: Any, shape: Any = None, buffer: Memory = Memory.SBUF) -> NkiTensor:
     if dst is not None:
         return dst

@@ -7,10 +7,10 @@ from __future__ import annotations
 from typing import Any
 
 from trnsim import dtypes as _dt
-from trnsim.isa import Engine, Memset, Reciprocal, ScalarTensorTensor
+from trnsim.isa import Engine, Reciprocal, ScalarTensorTensor
 from trnsim.nki import emit as _e
-from trnsim.nki.isa._common import (alu, alu_operand, is_tile, no_mask, not_both_psum, operand, out_tile, pick_engine, same_free,
-                                    scalar_or_view, split_dst, take, tile)
+from trnsim.nki.isa._common import (alu, alu_operand, chosen_engine, is_tile, no_mask, not_both_psum, operand, out_tile,
+                                    pick_engine, same_free, scalar_or_view, split_dst, take, tile)
 from trnsim.nki.tiles import Mask, NkiTensor
 
 
@@ -24,7 +24,7 @@ def tensor_tensor(*args: Any, op: Any = None, dtype: Any = None, engine: Any = N
         op = rest[2]
     out = out_tile(dst, a, dtype)
     d, va, vb = _e.clip(mask, out, a, b)
-    _e.tensor_tensor(d, va, vb, alu(op), pick_engine(engine, Engine.VECTOR))
+    _e.tensor_tensor(d, va, vb, alu(op), chosen_engine(engine))
     return out
 
 
@@ -43,7 +43,7 @@ def tensor_scalar(*args: Any, op0: Any = None, operand0: Any = None, reverse0: b
     alu1, operand1 = alu_operand(op1, operand1, "tensor_scalar") if op1 is not None else (None, operand(operand1))
     (d, src), (o0, o1) = _e.clip_rows(mask, [out, data], [operand0, operand1])
     o0, o1 = _e.partition_rows(o0, src.partitions), _e.partition_rows(o1, src.partitions)
-    _e.tensor_scalar(d, src, alu0, o0, alu1, o1, reverse0, pick_engine(engine, Engine.VECTOR))
+    _e.tensor_scalar(d, src, alu0, o0, alu1, o1, reverse0, chosen_engine(engine))
     return out
 
 
@@ -84,7 +84,7 @@ def tensor_copy(*args: Any, dtype: Any = None, engine: Any = None, mask: Mask | 
     src = _e.readable(kwargs.pop("src", rest[0] if rest else None), "tensor_copy src")
     out = out_tile(dst, src, dtype)
     d, s = _e.clip(mask, out, src)
-    _e.copy_to(d, s, pick_engine(engine, Engine.VECTOR))
+    _e.copy_to(d, s, chosen_engine(engine))
     return out
 
 
@@ -101,5 +101,5 @@ def memset(*args: Any, value: Any = None, dtype: Any = None, engine: Any = None,
         dst = _e.new_tensor(shape, _e.dtype_of(dtype or (rest.pop(0) if rest else None), _dt.float32))
     elif value is None:
         value = rest.pop(0) if rest else 0.0
-    _e.emit(Memset(dst.view, float(value), engine=pick_engine(engine, Engine.VECTOR)))
+    _e.memset(dst.view, float(value), chosen_engine(engine))
     return dst
