@@ -411,8 +411,9 @@ class Tracer:
         if not isinstance(last, DmaCopy) and t.tensor.on_chip and not partition_start_ok(t.start_partition, t.partitions):
             return False
         new = dataclasses.replace(last, **{field: t})
+        # the estimate without the replaced instruction (emit adds it back if this returns False)
+        self.workload.forget_from(index)
         if self._chosen == index:   # the compiler picks the engine again for the new operands
-            self.workload.forget_from(index)
             _set(new, "engine", self.workload.choose(new, last.deps))
         try:
             program.check_operands(new)
@@ -420,7 +421,6 @@ class Tracer:
             return False
         deps = self.hazards.retarget(index, temp, _unaliased(program.aliases, (t,)) if program.aliases else (t,),
                                      self.room)
-        self.workload.forget_from(index)
         program.replace_last(new, self.hazards.latest(set(last.deps) | deps))
         if self.lifetimes is None:
             n = self._serial.get(id(t.tensor))

@@ -23,6 +23,7 @@ from __future__ import annotations
 from trnsim.hw.dma import plan_dma, plan_key
 from trnsim.hw.engines import cost_key, cost_ps
 from trnsim.hw.spec import ChipSpec
+from trnsim.hw.static import LOAD_TRACK
 from trnsim.isa import (AluOp, DmaCopy, Engine, Instruction, LoadStationary, Memory, Memset, MultiplyMoving, SemaphoreSignal,
                         SemaphoreWait, TensorCopy, TensorScalar, TensorTensor, core_track, pe_rows)
 from trnsim.units import Picos
@@ -81,7 +82,7 @@ class Workload:
         self._dma_of: dict[object, Picos] = {}
 
     def _track(self, inst: Instruction) -> str:
-        return core_track("tensor.load", inst.core) if inst.__class__ is LoadStationary else inst.track
+        return core_track(LOAD_TRACK, inst.core) if inst.__class__ is LoadStationary else inst.track
 
     def _duration(self, inst: Instruction) -> Picos:
         if isinstance(inst, DmaCopy):
