@@ -1,5 +1,9 @@
 """The fabric timing model: placement, algorithm choice, exact collective times worked out
-by hand from the chip files' figures, links shared by concurrent collectives, bad input."""
+by hand from the chip files' figures, links shared by concurrent collectives, bad input.
+
+The link arithmetic is checked on what-if chips whose collective DMA is never the limit
+and whose fixed cost is one figure for every kind (``_links``); the shipped chips' DMA
+limit and fixed costs, fitted to nccom-test's tables, are checked in tests/test_validate.py."""
 
 from __future__ import annotations
 
@@ -14,15 +18,33 @@ from trnsim.hw.fabric_links import LinkTimeline
 from trnsim.hw.spec import load_chip
 
 MiB = 1 << 20
-FIXED = 2000.0          # [fabric] collective_fixed_ns
+FIXED = 2000.0          # [fabric] collective_fixed_ns and reduce_fixed_ns of the what-if chips
 HOP = 1500.0            # [neuronlink] hop_latency_ns
 CHIP_HOP = 500.0        # [fabric] intra_chip_hop_latency_ns
 ROW = [0, 4, 8, 12]     # one rank on each chip of the first torus row of a trn2.48xlarge
 
 
+_WHAT_IF: dict[str, str] = {}
+
+
+def _links(name: str, world_size: int, **kwargs) -> Fabric:
+    """A fabric of instance ``name`` whose chip has the shipped links, a collective DMA too
+    fast to matter and a fixed cost of FIXED for every collective."""
+    chip = instance(name).chip.name
+    if chip not in _WHAT_IF:
+        import tempfile
+        from pathlib import Path
+
+        path = Path(tempfile.mkdtemp()) / f"{chip}-links.toml"
+        path.write_text(f'extends = "{chip}"\n[fabric]\ncollective_fixed_ns = {FIXED}\nreduce_fixed_ns = {FIXED}\n'
+                        "collective_dma_gbps = 1000000\n")
+        _WHAT_IF[chip] = str(path)
+    return Fabric(instance(name, chip=_WHAT_IF[chip]), world_size, **kwargs)
+
+
 @pytest.fixture
 def trn2() -> Fabric:
-    return Fabric("trn2.48xlarge", 64)
+    return _links("trn2.48xlarge", 64)
 
 
 # -- instances and placement ----------------------------------------------------------------
@@ -48,10 +70,10 @@ def test_64_ranks_fill_the_chips_of_a_trn2_48xlarge_in_order(trn2):
 
 
 def test_placement_across_servers():
-    ultra = Fabric("trn2-ultraserver", 256)
+    ultra = _links("trn2-ultraserver", 256)
     p = ultra.place(64)
     assert (p.server, p.domain, p.chip, p.chip_in_server, p.local_rank) == (1, 0, 16, 0, 0)
-    two = Fabric("trn2.48xlarge", 16, nodes=2, nproc_per_node=8)  # torchrun --nnodes 2 --nproc-per-node 8
+    two = _links("trn2.48xlarge", 16, nodes=2, nproc_per_node=8)  # torchrun --nnodes 2 --nproc-per-node 8
     p = two.place(8)
     assert (p.server, p.domain, p.chip, p.chip_in_server, p.core) == (1, 1, 16, 0, 0)
     assert two.place(7).chip == 1
@@ -59,7 +81,7 @@ def test_placement_across_servers():
 
 def test_a_what_if_chip_file(tmp_path):
     path = tmp_path / "mine.toml"
-    path.write_text('extends = "trn2"\n[fabric]\ncollective_fixed_ns = 0\n'
+    path.write_text('extends = "trn2"\n[fabric]\ncollective_fixed_ns = 0\ncollective_dma_gbps = 1000000\n'
                     '[[instance]]\nname = "wide"\nchips = 4\ntopology = "switch"\nshape = [4]\n'
                     'link_bw_gbps = 2048\n')
     f = Fabric(instance("wide", chip=path), 16)
@@ -84,7 +106,7 @@ def test_ring_all_reduce_over_four_chips(trn2):
 
 
 def test_ring_all_reduce_over_a_trn1_torus():
-    f = Fabric("trn1.32xlarge", 32)
+    f = _links("trn1.32xlarge", 32)
     ranks = list(range(0, 32, 2))  # one per chip; the ring snakes the 4x4 torus, every hop a neighbour
     chunk = 384 * (1 << 16)        # 384 GB/s moves it in 65,536 ns
     t = f.estimate("all_reduce", 16 * chunk, ranks)
@@ -115,7 +137,7 @@ def test_ring_inside_one_chip_uses_the_chip_path(trn2):
 
 
 def test_switch_has_no_routed_hops():
-    f = Fabric("trn3.48xlarge", 128)  # 8 logical cores per Trainium3 (LNC=1)
+    f = _links("trn3.48xlarge", 128)  # 8 logical cores per Trainium3 (LNC=1)
     t = f.estimate("all_to_all", 16 * 64 * 1024, list(range(0, 128, 8)))
     assert t.algorithm == "mesh"
     assert t.duration_ns == FIXED + HOP + 15 * 64 * 1024 / 2048 == 3980.0
@@ -125,8 +147,8 @@ def test_send_recv_intra_chip_inter_chip_inter_server_and_efa(trn2):
     n = MiB
     chip = trn2.estimate("send_recv", n, [0, 1])
     link = trn2.estimate("send_recv", n, [0, 4])
-    ultra = Fabric("trn2-ultraserver", 256).estimate("send_recv", n, [0, 64])
-    efa = Fabric("trn2.48xlarge", 128, nodes=2).estimate("send_recv", n, [0, 64])
+    ultra = _links("trn2-ultraserver", 256).estimate("send_recv", n, [0, 64])
+    efa = _links("trn2.48xlarge", 128, nodes=2).estimate("send_recv", n, [0, 64])
     assert [t.tier for t in (chip, link, ultra, efa)] == ["chip", "neuronlink", "ultraserver", "efa"]
     assert chip.duration_ns == pytest.approx(FIXED + CHIP_HOP + n / 1450, rel=1e-12)
     assert link.duration_ns == FIXED + HOP + n / 1024 == 4524.0
@@ -137,7 +159,7 @@ def test_send_recv_intra_chip_inter_chip_inter_server_and_efa(trn2):
 
 
 def test_groups_across_servers_run_hierarchically():
-    f = Fabric("trn2.48xlarge", 128, nodes=2)  # two servers joined by EFA (400 GB/s each way)
+    f = _links("trn2.48xlarge", 128, nodes=2)  # two servers joined by EFA (400 GB/s each way)
     n = 128 * MiB
     t = f.estimate("all_reduce", n, [0, 4, 64, 68])  # two chips on each server
     inside = HOP + (n / 2) / 1024                    # a 2-rank ring step over one NeuronLink hop

@@ -1,4 +1,5 @@
-"""The ``trnsim`` command: ``demo``, ``chips``, ``run``, ``report``, ``diff``, ``coverage`` and ``doctor``."""
+"""The ``trnsim`` command: ``demo``, ``chips``, ``run``, ``report``, ``diff``, ``coverage``, ``validate``
+and ``doctor``."""
 
 from __future__ import annotations
 
@@ -324,6 +325,50 @@ class _Parser(argparse.ArgumentParser):
         self.exit(2, f"trnsim: error: {message}; see {self.prog} --help\n")
 
 
+def _validate(args: argparse.Namespace) -> int:
+    import json
+    from pathlib import Path
+
+    from trnsim.atomic import write_atomic
+    from trnsim.validate import KINDS, Sources, all_figures, report, run, steps, summary
+
+    repos = {}
+    for name, path in (("aws-neuron-sdk", args.aws_neuron_sdk),):
+        if path is not None:
+            if not Path(path).is_dir():
+                raise TrnSimError(f"--{name} {path!r} is not a directory; pass a checkout or git directory of "
+                                  f"aws-neuron/{name}")
+            repos[name] = Path(path)
+    figures = [f for f in all_figures() if (f.quick or not args.quick) and (not args.kind or f.kind in args.kind)]
+    if args.quick:
+        figures = [f for f in figures if f.repo is None]
+    for path in (args.markdown, args.json):
+        if path:
+            check_writable(path)
+
+    def progress(result):
+        if result.simulated is not None and result.host_s > 5:
+            print(f"  {result.figure.what}: {result.host_s:.0f} s", file=sys.stderr, flush=True)
+
+    print(f"{len(figures)} published figures ({', '.join(k for k in KINDS if any(f.kind == k for f in figures))})",
+          file=sys.stderr, flush=True)
+    results = run(figures, Sources(repos), progress=progress)
+    print(report(results))
+    if args.markdown:
+        write_atomic(args.markdown, lambda f: f.write(report(results, markdown=True) + "\n"))
+    if args.json:
+        data = {"figures": [{"key": r.figure.key, "kind": r.figure.kind, "what": r.figure.what, "chip": r.figure.chip,
+                             "source": r.figure.source, "group": r.figure.group, "unit": r.figure.unit,
+                             "published": r.figure.published, "simulated": r.simulated, "error": r.error,
+                             "skipped": r.skipped} for r in results],
+                "summary": [dict(zip(("kind", "group", "figures", "median_abs_error", "worst_abs_error"), row))
+                            for row in summary(results)],
+                "steps": [{"series": s.series, "before": s.before, "after": s.after, "published": s.published,
+                           "simulated": s.simulated, "kept": s.kept} for s in steps(results)]}
+        write_atomic(args.json, lambda f: json.dump(data, f, indent=1))
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="trnsim", description="Cycle-approximate AWS Trainium simulator")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -388,6 +433,18 @@ def build_parser() -> argparse.ArgumentParser:
     cov = sub.add_parser("coverage", help="list the aten ops the neuron device times with a kernel or an estimate")
     cov.add_argument("--all", action="store_true", help="also list the estimated ops and those without device work")
     cov.set_defaults(func=_coverage)
+
+    val = sub.add_parser("validate", help="simulate every published Trainium measurement trnsim can reproduce and "
+                                          "print published against simulated, the error, and the median and worst "
+                                          "error per kind")
+    val.add_argument("--quick", action="store_true", help="only the figures that take seconds (no public code)")
+    val.add_argument("--kind", action="append", choices=("kernel", "dma", "collective", "e2e"),
+                     help="only figures of this kind (repeatable)")
+    val.add_argument("--aws-neuron-sdk", metavar="PATH", help="a checkout or git directory of aws-neuron/aws-neuron-sdk: "
+                                                            "run the NKI tutorials' own kernels")
+    val.add_argument("--markdown", metavar="PATH", help="also write the tables as Markdown")
+    val.add_argument("--json", metavar="PATH", help="also write every figure and the summary as JSON")
+    val.set_defaults(func=_validate)
 
     doctor = sub.add_parser("doctor", help="which of nki, neuronxcc, torch_neuronx, torch_xla, ... are trnsim's and which real "
                                            "packages win; the chip, fidelity and versions")

@@ -45,11 +45,14 @@ PlanKey = tuple[object, ...]
 def plan_key(inst: DmaCopy) -> PlanKey:
     """Everything :func:`plan_dma` reads of a DMA instruction: those with equal keys get
     equal plans on one chip. It reads of each operand its contiguous run (from the dims
-    and whether the memory is on chip), its bytes (dims and dtype) and its memory, and of
-    an indirect DMA which side and dim the indices choose."""
+    and whether the memory is on chip), its bytes (dims and dtype) and its memory, the first
+    partition of its on-chip side (which engines serve it), and of an indirect DMA which side
+    and dim the indices choose."""
     src, dst = inst.src, inst.dst
     s, d = src.tensor, dst.tensor
-    key = (src.dims, s.dtype, s.memory, dst.dims, d.dtype, d.memory)
+    key = (src.dims, s.dtype, s.memory, dst.dims, d.dtype, d.memory,
+           dst.start_partition if d.memory is not Memory.HBM else src.start_partition if s.memory is not Memory.HBM
+           else None)
     if isinstance(inst, DmaIndirect):
         return key + (inst.scatter, inst.dim)
     return key
@@ -83,6 +86,22 @@ def transpose_pct(chip: ChipSpec, inst: DmaCopy) -> float:
     return chip.dma.transpose_pct_from_hbm
 
 
+def _rounds(chip: ChipSpec, inst: DmaCopy, descriptors: int) -> int:
+    """Descriptors the busiest engine of a DMA moves, one after another. Each engine serves
+    its own lanes of SBUF partitions ("each DMA engine corresponds to 8 partition lanes"
+    [dma overview]: 128 partitions over 16 engines), so a DMA to or from a few partitions uses
+    few engines; one between HBM tensors spreads its descriptors over all of them."""
+    side = inst.dst if inst.dst.memory is not Memory.HBM else inst.src
+    if side.memory is Memory.HBM:
+        return math.ceil(descriptors / min(descriptors, chip.dma.engines))
+    lanes = max(1, chip.sbuf.partitions // chip.dma.engines)
+    first, count = side.start_partition, max(1, side.partitions)
+    last = first + count - 1
+    busiest = max(min(last, g * lanes + lanes - 1) - max(first, g * lanes) + 1
+                  for g in range(first // lanes, last // lanes + 1))
+    return math.ceil(descriptors * busiest / count)
+
+
 def plan_dma(chip: ChipSpec, inst: DmaCopy) -> DmaPlan:
     """Descriptors, bytes and durations of one DMA instruction on ``chip``. An indirect
     DMA's descriptors are written by GpSimd (software DGE) before it moves anything:
@@ -97,8 +116,7 @@ def plan_dma(chip: ChipSpec, inst: DmaCopy) -> DmaPlan:
     descriptors = -(-inst.src.nbytes // chunk)
     per_desc_ns = chunk / (d.engine_bw_gbps * (pct / 100 if pct else 1.0)) + d.descriptor_overhead_ns
     fixed_ns = d.fixed_ns + (descriptors * d.swdge_descriptor_ns if isinstance(inst, DmaIndirect) else 0)
-    engines_used = min(descriptors, d.engines)
-    rounds = math.ceil(descriptors / engines_used)
+    rounds = _rounds(chip, inst, descriptors)
     # a converting DMA reads the source's bytes and writes the destination's (assumption: the
     # descriptors follow the source)
     hbm_bytes = (inst.src.nbytes if inst.src.memory is Memory.HBM else 0) + \

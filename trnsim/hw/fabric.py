@@ -10,10 +10,12 @@ other servers over EFA.
 :class:`Fabric` times collectives. A collective runs as the algorithm Neuron's collective
 library picks for its size (:mod:`trnsim.hw.fabric_algorithms`); each step costs the
 slowest hop latency among its transfers plus the time the busiest link needs for its
-bytes. Links: a chip's internal path (ranks on one chip), a chip's NeuronLink ports
-(pooled, each direction; on a torus a transfer counts once per hop it travels), a chip's
-ports to other servers of its UltraServer, and a server's EFA. A collective adds
-``[fabric] collective_fixed_ns``. Groups spread evenly over several servers run
+bytes. Links: the sender's collective DMA (``[fabric] collective_dma_gbps`` per
+physical core: every transfer passes it), a chip's internal path (ranks on one chip), a
+chip's NeuronLink ports (pooled, each direction; on a torus a transfer counts once per hop
+it travels), a chip's ports to other servers of its UltraServer, and a server's EFA. A
+collective adds a fixed cost: ``[fabric] reduce_fixed_ns`` for those that reduce
+(all-reduce, reduce-scatter, reduce), ``collective_fixed_ns`` for the others. Groups spread evenly over several servers run
 hierarchically (inside servers, then between them). :meth:`Fabric.collective` books the
 links on a shared timeline, so collectives that overlap in simulated time share them
 (:mod:`trnsim.hw.fabric_links`); :meth:`Fabric.estimate` times one on an idle fabric.
@@ -220,22 +222,25 @@ class Fabric:
         return min(dr, rows - dr) + min(dc, cols - dc)
 
     def _route(self, a: Placement, b: Placement) -> _Route:
-        """The tier, hop latency and (link, bytes per byte sent) of one transfer a -> b."""
+        """The tier, hop latency and (link, ns busy per byte sent) of one transfer a -> b;
+        every transfer also passes the sender's collective DMA."""
         chip, link, fab = self.instance.chip, self.instance.spec, self.instance.chip.fabric
+        dma = (("cc-dma", a.rank), 1 / (fab.collective_dma_gbps * chip.logical_core_size))
         if a.chip == b.chip:
-            return "chip", fab.intra_chip_hop_latency_ns, [(("chip", a.chip), 1 / fab.intra_chip_bw_gbps)]
+            return "chip", fab.intra_chip_hop_latency_ns, [dma, (("chip", a.chip), 1 / fab.intra_chip_bw_gbps)]
         if a.server == b.server:
             per = self._hops(a, b) / (link.link_bw_gbps or chip.neuronlink.chip_bw_gbps)
-            return "neuronlink", chip.neuronlink.hop_latency_ns, [(("nl-out", a.chip), per), (("nl-in", b.chip), per)]
+            return ("neuronlink", chip.neuronlink.hop_latency_ns,
+                    [dma, (("nl-out", a.chip), per), (("nl-in", b.chip), per)])
         if a.domain == b.domain:
             per = 1 / link.inter_server_bw_gbps
             return ("ultraserver", chip.neuronlink.inter_instance_hop_latency_ns,
-                    [(("us-out", a.chip), per), (("us-in", b.chip), per)])
+                    [dma, (("us-out", a.chip), per), (("us-in", b.chip), per)])
         if link.efa_bw_gbps == 0:
             raise ConfigError(f"instance {link.name} has no EFA (efa_bw_gbps = 0), so ranks {a.rank} and {b.rank} "
                               "on different servers cannot talk; use an instance with EFA or one server")
         per = 1 / link.efa_bw_gbps
-        return "efa", fab.efa_hop_latency_ns, [(("efa-out", a.server), per), (("efa-in", b.server), per)]
+        return "efa", fab.efa_hop_latency_ns, [dma, (("efa-out", a.server), per), (("efa-in", b.server), per)]
 
     def _ring_order(self, ranks: Sequence[int]) -> list[int]:
         """Ranks in the order a ring visits them: server by server, chips of a torus in a
@@ -318,7 +323,7 @@ class Fabric:
                 name, rank_steps = self._hierarchical(kind, nbytes, self._servers(kind, group))
             else:
                 name, rank_steps = algorithm, self._rank_steps(kind, algorithm, nbytes, group, root, rows)
-            self._costs[key] = (name, *self._steps_cost(rank_steps))
+            self._costs[key] = (name, *self._steps_cost(kind, rank_steps))
         return self._costs[key]
 
     def _rank_steps(self, kind: str, algorithm: str, nbytes: float, group: Sequence[int], root: int | None,
@@ -343,7 +348,7 @@ class Fabric:
                        for parallel in zip(*per_group)]
         return f"hierarchical:{'+'.join(names)}", merged
 
-    def _steps_cost(self, rank_steps: list[algos.Step]) -> tuple[str, list[_PlanStep], float, float]:
+    def _steps_cost(self, kind: str, rank_steps: list[algos.Step]) -> tuple[str, list[_PlanStep], float, float]:
         tiers = ("none", "chip", "neuronlink", "ultraserver", "efa")
         tier, wire, duration = "none", 0.0, 0.0
         plan: list[_PlanStep] = []
@@ -362,7 +367,8 @@ class Fabric:
             plan.append((step.repeat, latency, load))
             duration += step.repeat * (latency + max(load.values(), default=0.0))
         if plan:
-            duration += self.instance.chip.fabric.collective_fixed_ns
+            fab = self.instance.chip.fabric
+            duration += fab.reduce_fixed_ns if kind in algos.REDUCING else fab.collective_fixed_ns
         return tier, plan, wire, duration
 
     def _timing(self, kind: str, nbytes: int, group: tuple[int, ...], algorithm: str, tier: str, plan: list[_PlanStep],

@@ -40,6 +40,9 @@ KINDS = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all", "broadcast"
 #: Kinds that have a root rank.
 ROOTED = ("broadcast", "reduce", "gather", "scatter")
 
+#: Kinds that reduce what they receive (their fixed cost is ``[fabric] reduce_fixed_ns``).
+REDUCING = ("all_reduce", "reduce_scatter", "reduce")
+
 
 @dataclass(frozen=True)
 class Step:

@@ -136,6 +136,8 @@ FIGURE_RANGES: dict[str, Range] = {
     "intra_chip_hop_latency_ns": _LATENCY_NS,
     "efa_hop_latency_ns": _LATENCY_NS,
     "collective_fixed_ns": _LATENCY_NS,
+    "reduce_fixed_ns": _LATENCY_NS,
+    "collective_dma_gbps": _BANDWIDTH,
     "mesh_max_kib": Range(0, 1 << 20, "KiB"),
     "rdh_max_kib": Range(0, 1 << 20, "KiB"),
 }
@@ -382,13 +384,16 @@ class NeuronLinkSpec(_Checked):
 @dataclass(frozen=True)
 class FabricSpec(_Checked):
     """What collectives cost besides the NeuronLink links: the path between the cores of
-    one chip, the EFA network between servers, the fixed cost of one collective and the
-    message sizes at which Neuron's collective library changes algorithm."""
+    one chip, the EFA network between servers, the fixed cost of one collective, the rate
+    at which one physical core's collective DMA sends, and the message sizes at which
+    Neuron's collective library changes algorithm."""
 
     intra_chip_bw_gbps: float
     intra_chip_hop_latency_ns: float
     efa_hop_latency_ns: float
     collective_fixed_ns: float
+    reduce_fixed_ns: float
+    collective_dma_gbps: float
     mesh_max_kib: int
     rdh_max_kib: int
 
