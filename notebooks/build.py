@@ -143,8 +143,8 @@ The logits agree. Each forward's simulated time is its ops' kernels plus the idl
 time between them, while the device waits for the host to launch the next op.
 Compiled, the graph runs 40 ops instead of 81: its elementwise chains are fused into
 the matmul or row kernels they follow (`fused[mm+add+pow]`, `fused[mean+add+rsqrt+mul+mul]`:
-RMSNorm in one kernel), which take 277 us of work where the eager ops took 411, and
-the graph is one launch, so almost none of its time is spent between ops: 2.83x in
+RMSNorm in one kernel), which take 283 us of work where the eager ops took 423, and
+the graph is one launch, so almost none of its time is spent between ops: 2.78x in
 all. Where the time went:"""),
     ("code", "print(eager.summary())"),
     ("code", "print(comp.summary())"),
@@ -380,9 +380,9 @@ print(f"speed-up: {profiles['plain'].device_ps / profiles['kernels'].device_ps:.
     ("md", """\
 The logits agree. Each RMSNorm was six ops (power, mean, add, rsqrt and two
 multiplies), each MLP five (three matmuls, SiLU and a multiply); each is now one
-kernel, 33 ops fewer in all. The kernels do the layers' work in 114 us less than
-their ops did (399 us of ops against 285), and the 33 launches saved take away
-about 216 us of idle time between ops: 1.54x in all. The ops of each run:"""),
+kernel, 33 ops fewer in all. The kernels do the layers' work in 123 us less than
+their ops did (410 us of ops against 287), and the 33 launches saved take away
+about 207 us of idle time between ops: 1.54x in all. The ops of each run:"""),
     ("code", "print(profiles[\"plain\"].summary())"),
     ("code", "print(profiles[\"kernels\"].summary())"),
     ("code", """\
@@ -421,9 +421,11 @@ Rank 0 prints the loss of each step; then `trnsim run` prints the job's summary
 (`TRNSIM_PROGRESS=0` keeps its progress line out of the notebook). Its last table is
 per rank: the device's busy time, the time in collectives, the part of that no op
 overlapped (`exposed`) and the time collectives waited for a slower rank. Each rank's
-device is busy for 1,330 of the job's 2,724 simulated us; the rest it waits for the
-host to issue the next op, as eager PyTorch issues one op at a time. Its 30
-collectives take 96 us, all exposed: the ops after a collective need its result. The
+device is busy for 2,259 of the job's 2,958 simulated us (its collectives included);
+the rest it waits for the host to issue the next op, as eager PyTorch issues one op at
+a time. Its 30 collectives take 1,025 us, all exposed: the ops after a collective need
+its result, and each pays the runtime's fixed cost (55 us for one that reduces, 8 us
+for one that only moves data, fitted to nccom-test's published tables). The
 merged trace loads as a `JobTrace`, one `Trace` per rank:"""),
     ("code", """\
 job = tt.load("out/job.json")

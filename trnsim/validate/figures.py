@@ -135,9 +135,14 @@ def steps(results: Sequence[Result]) -> list[Step]:
         rs = sorted(rs, key=lambda r: r.figure.order)
         for a, b in zip(rs, rs[1:]):
             assert a.simulated is not None and b.simulated is not None
-            out.append(Step(series, a.figure.what, b.figure.what, a.figure.published / b.figure.published,
-                            a.simulated / b.simulated))
+            out.append(Step(series, _step_name(a.figure), _step_name(b.figure),
+                            a.figure.published / b.figure.published, a.simulated / b.simulated))
     return out
+
+
+def _step_name(figure: Figure) -> str:
+    """A figure's name within its series: what follows the last colon of ``what``."""
+    return figure.what.rsplit(": ", 1)[-1]
 
 
 def summary(results: Sequence[Result]) -> list[tuple[str, str, int, float, float]]:
