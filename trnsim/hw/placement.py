@@ -65,6 +65,7 @@ class OnChipAllocator:
         #: trace that only learns the tiles' lifetimes uses it); None when all fit.
         self.overflow_allowed = False
         self.overflowed: AllocationError | None = None
+        self._last: tuple[str, Bytes] | None = None   # the last allocation and the cursor before it
 
     def used_bytes(self) -> Bytes:
         """Bytes allocated, summed over partitions."""
@@ -100,8 +101,17 @@ class OnChipAllocator:
         self.live[name] = Allocation(name, start, count, offset, nbytes)
         self._used += count * nbytes
         self.peak_bytes = max(self.peak_bytes, self._used)
+        self._last = (name, self.cursor)
         self.cursor = offset + nbytes
         return offset
+
+    def forget_placement(self, name: str) -> None:
+        """``name`` was not needed after all (a temporary whose only write went to another
+        tile): if it was the last allocation, the next one is placed as if it had never
+        been made, so temporaries do not push tiles along the memory."""
+        if self._last is not None and self._last[0] == name:
+            self.cursor = self._last[1]
+            self._last = None
 
     def fits(self, start: int, count: int, nbytes: Bytes) -> bool:
         """Whether :meth:`allocate` would find room for ``nbytes`` now (placing nothing)."""

@@ -321,12 +321,14 @@ class _Accesses:
     in ``reads``): inputs are read many times over in the same tiles, and one entry
     per tile keeps the list short."""
 
-    __slots__ = ("writes", "reads", "inherited", "groups", "arena", "renamed")
+    __slots__ = ("writes", "reads", "inherited", "born", "groups", "arena", "renamed")
 
     def __init__(self, hbm: bool = False, arena: _Arena | None = None) -> None:
         self.writes = RowIndexedRegionList() if hbm else RegionList()
         self.reads = RowIndexedRegionList() if hbm else RegionList()
         self.inherited: tuple[int, ...] = ()
+        #: what it inherited when placed (``inherited`` empties once a write covered it)
+        self.born: tuple[int, ...] = ()
         self.groups: dict[Region, list[int]] | None = {} if hbm else None
         #: for an aliased tensor, where its dependencies come from (its own lists only
         #: say what it wrote, for reads before writes and accumulation)
@@ -351,6 +353,7 @@ class Hazards:
         self._by_tensor: dict[int, _Accesses] = {}
         # per memory of each physical core: what freed tiles left, and the aliased tensors' accesses
         self._ghosts: dict[tuple[Memory, int], RegionList] = {}
+        self._freed_last: tuple[Tensor, Region, tuple[int, ...], set[int]] | None = None
         self._arenas: dict[tuple[Memory, int], _Arena] = {}
 
     def latest(self, indices: Collection[int]) -> tuple[int, ...]:
@@ -398,7 +401,7 @@ class Hazards:
             if ghosts.items:
                 inherited = ghosts.take(region_of_tensor(t))
                 if inherited:
-                    acc.inherited = self.latest(inherited)
+                    acc.inherited = acc.born = self.latest(inherited)
 
     def freed(self, t: Tensor) -> None:
         """An on-chip tensor's space is given back; later tenants wait for its accesses."""
@@ -414,22 +417,44 @@ class Hazards:
             if last:
                 self._ghosts_of(t).add(box, self.latest(last))
             return
-        last = set(acc.inherited)
-        for _, i in acc.writes.items:
-            last.add(i)
-        for _, i in acc.reads.items:
-            last.add(i)
+        own = {i for _, i in acc.writes.items} | {i for _, i in acc.reads.items}
+        last = set(acc.inherited) | own
+        box = region_of_tensor(t)
         if last:
-            self._ghosts_of(t).add(region_of_tensor(t), self.latest(last))
+            self._ghosts_of(t).add(box, self.latest(last))
+        # the last tile freed, in case the instruction that wrote it is retargeted next
+        self._freed_last = (t, box, acc.born, own)
+
+    def inherited(self, t: Tensor) -> tuple[int, ...]:
+        """What a tensor's first write waits for because of its space's earlier tenants
+        (also just after it was freed)."""
+        acc = self._by_tensor.get(id(t))
+        if acc is not None:
+            return acc.born if acc.arena is None else ()
+        last = self._freed_last
+        return last[2] if last is not None and last[0] is t else ()
 
     def retarget(self, index: int, temp: Tensor, writes: tuple[View, ...], room: Room | None = None) -> set[int]:
         """Instruction ``index`` writes ``writes`` instead of the tile ``temp`` it was
         recorded writing: its write of ``temp`` is forgotten (so nothing placed there later
-        waits for it) and ``writes`` are recorded; returns what those writes wait for. A
-        target tile already freed (never read again) leaves its space waiting for ``index``."""
+        waits for it; if ``temp`` was freed at that write, its space waits again only for
+        its earlier tenants) and ``writes`` are recorded; returns what those writes wait
+        for. A target tile already freed (never read again) leaves its space waiting for
+        ``index``. The caller drops what ``temp``'s space made the instruction wait for
+        (:meth:`inherited`)."""
         acc = self._by_tensor.get(id(temp))
         if acc is not None and acc.arena is None:
             acc.writes = RegionList()
+        elif acc is None and self._freed_last is not None and self._freed_last[0] is temp:
+            # freed at its last use, the instruction now retargeted: its space keeps waiting
+            # for its earlier tenants only
+            _, box, inherited, own = self._freed_last
+            ghosts = self._ghosts_of(temp)
+            ghosts.take(box)
+            rest = set(inherited) | (own - {index})
+            if rest:
+                ghosts.add(box, self.latest(rest))
+        self._freed_last = None
         live = tuple(v for v in writes if id(v.tensor) in self._by_tensor)
         for v in writes:
             if id(v.tensor) not in self._by_tensor:

@@ -419,9 +419,19 @@ class Tracer:
             program.check_operands(new)
         except ProgramError:
             return False
+        # the temporary's space is not written after all: what its earlier tenants' readers
+        # made the write wait for goes (what the reads wait for stays)
+        stale = self.hazards.inherited(temp)
         deps = self.hazards.retarget(index, temp, _unaliased(program.aliases, (t,)) if program.aliases else (t,),
                                      self.room)
-        program.replace_last(new, self.hazards.latest(set(last.deps) | deps))
+        kept = set(last.deps)
+        if stale:
+            kept.difference_update(set(stale) - self._barrier)   # a device loop's barrier stays
+            for r in last.reads():
+                kept.update(self.hazards.last_writers(r))
+        program.replace_last(new, self.hazards.latest(kept | deps))
+        if temp.on_chip:
+            program.allocators[temp.core][0 if temp.memory is Memory.SBUF else 1].forget_placement(temp.name)
         if self.lifetimes is None:
             n = self._serial.get(id(t.tensor))
             if n is not None:
