@@ -34,7 +34,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("NKI front end", ("trnsim.nki",)),
     ("kernels", ("trnsim.kernels",)),
     ("torch device", ("trnsim.backend",)),
-    ("tools", ("trnsim.compat", "trnsim.testing", "trnsim.models", "trnsim.cli", "trnsim.demo", "trnsim")),
+    ("tools", ("trnsim.compat", "trnsim.testing", "trnsim.models", "trnsim.validate", "trnsim.cli", "trnsim.demo", "trnsim")),
 ]
 
 

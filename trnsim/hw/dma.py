@@ -50,12 +50,19 @@ def plan_key(inst: DmaCopy) -> PlanKey:
     and dim the indices choose."""
     src, dst = inst.src, inst.dst
     s, d = src.tensor, dst.tensor
-    key = (src.dims, s.dtype, s.memory, dst.dims, d.dtype, d.memory,
-           dst.start_partition if d.memory is not Memory.HBM else src.start_partition if s.memory is not Memory.HBM
-           else None)
+    side = _on_chip_side(inst)
+    key = (src.dims, s.dtype, s.memory, dst.dims, d.dtype, d.memory, None if side is None else side.start_partition)
     if isinstance(inst, DmaIndirect):
         return key + (inst.scatter, inst.dim)
     return key
+
+
+def _on_chip_side(inst: DmaCopy) -> View | None:
+    """The operand whose SBUF/PSUM partitions decide which engines serve a DMA (the
+    destination when both are on chip); None between HBM tensors."""
+    if inst.dst.memory is not Memory.HBM:
+        return inst.dst
+    return inst.src if inst.src.memory is not Memory.HBM else None
 
 
 def _runs(inst: DmaCopy) -> tuple[int, int]:
@@ -91,8 +98,8 @@ def _rounds(chip: ChipSpec, inst: DmaCopy, descriptors: int) -> int:
     its own lanes of SBUF partitions ("each DMA engine corresponds to 8 partition lanes"
     [dma overview]: 128 partitions over 16 engines), so a DMA to or from a few partitions uses
     few engines; one between HBM tensors spreads its descriptors over all of them."""
-    side = inst.dst if inst.dst.memory is not Memory.HBM else inst.src
-    if side.memory is Memory.HBM:
+    side = _on_chip_side(inst)
+    if side is None:
         return math.ceil(descriptors / min(descriptors, chip.dma.engines))
     lanes = max(1, chip.sbuf.partitions // chip.dma.engines)
     first, count = side.start_partition, max(1, side.partitions)
