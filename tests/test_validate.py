@@ -13,7 +13,7 @@ from trnsim.errors import ConfigError
 from trnsim.hw.dma import plan_dma
 from trnsim.hw.fabric import Fabric
 from trnsim.hw.spec import load_chip
-from trnsim.nki import jit, language as nl, trace_program, typed
+from trnsim.nki import KernelError, jit, language as nl, trace_program, typed
 from trnsim.validate import Figure, Sources, all_figures, report, run, steps, summary
 
 
@@ -40,7 +40,7 @@ def test_error_is_simulated_over_published_and_the_summary_takes_median_and_wors
     results = run([_figure("a", 10.0, value=12.0), _figure("b", 10.0, value=9.0),
                    _figure("c", 10.0, value=10.5, group="fit"), _figure("d", 20.0, kind="dma", value=10.0)])
     assert [round(r.error, 6) for r in results] == [0.2, -0.1, 0.05, -0.5]
-    rows = {(k, g): (n, round(med, 6), round(worst, 6)) for k, g, n, med, worst in summary(results)}
+    rows = {(k, g): (n, round(med, 6), round(worst, 6)) for k, g, n, med, worst, _ in summary(results)}
     assert rows[("kernel", "check")] == (2, 0.15, 0.2)
     assert rows[("kernel", "fit")] == (1, 0.05, 0.05)
     assert rows[("dma", "check")] == (1, 0.5, 0.5)
@@ -57,6 +57,29 @@ def test_a_reversed_optimisation_step_is_reported():
     (kept,) = steps(run([_figure("b", 100.0, series="t", value=90.0), _figure("a", 50.0, series="t", order=1,
                                                                               value=45.0)]))
     assert kept.kept and kept.error == pytest.approx(0.0)
+
+
+def test_code_trnsim_refuses_counts_against_it_and_its_step_is_not_kept():
+    def refuse(_):
+        raise KernelError("SBUF allocation 'x' does not fit on trn1")
+
+    before = _figure("before", 100.0, series="t", order=0, value=40.0)
+    after = Figure(key="after", kind="kernel", what="after", chip="trn1", source="a page", published=50.0, unit="us",
+                   group="check", runs="a kernel", simulate=refuse, series="t", order=1)
+    results = run([before, after])
+    assert results[1].simulated is None and results[1].skipped is None
+    assert results[1].refused == "SBUF allocation 'x' does not fit on trn1"
+    rows = {(k, g): row for k, g, *row in summary(results)}
+    assert rows[("kernel", "check")] == [1, pytest.approx(0.6), pytest.approx(0.6), 1]
+    (step,) = steps(results)
+    assert step.simulated is None and step.error is None and not step.kept
+    text = report(results)
+    assert "REFUSED: SBUF allocation 'x'" in text and "NOT RUN (refused)" in text
+    # an error that is not trnsim's refusal (a bug in the figure) still raises
+    crash = Figure(key="c", kind="kernel", what="c", chip="trn1", source="a page", published=1.0, unit="us",
+                   group="check", runs="a kernel", simulate=lambda _: 1 / 0)
+    with pytest.raises(ZeroDivisionError):
+        run([crash])
 
 
 def test_public_code_without_its_repository_is_skipped_by_name():

@@ -360,8 +360,9 @@ def _validate(args: argparse.Namespace) -> int:
         data = {"figures": [{"key": r.figure.key, "kind": r.figure.kind, "what": r.figure.what, "chip": r.figure.chip,
                              "source": r.figure.source, "group": r.figure.group, "unit": r.figure.unit,
                              "published": r.figure.published, "simulated": r.simulated, "error": r.error,
-                             "skipped": r.skipped} for r in results],
-                "summary": [dict(zip(("kind", "group", "figures", "median_abs_error", "worst_abs_error"), row))
+                             "skipped": r.skipped, "refused": r.refused} for r in results],
+                "summary": [dict(zip(("kind", "group", "figures", "median_abs_error", "worst_abs_error", "refused"),
+                                     row))
                             for row in summary(results)],
                 "steps": [{"series": s.series, "before": s.before, "after": s.after, "published": s.published,
                            "simulated": s.simulated, "kept": s.kept} for s in steps(results)]}

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import statistics
 import subprocess
 import time
@@ -9,7 +10,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from trnsim.errors import ConfigError
+from trnsim.errors import ConfigError, TrnSimError
 
 #: What a figure measures.
 KINDS = ("kernel", "dma", "collective", "e2e")
@@ -74,12 +75,15 @@ class Figure:
 
 @dataclass(frozen=True)
 class Result:
-    """A figure run: the simulated value, or why it was skipped; host seconds it took."""
+    """A figure run: the simulated value; or why it was skipped (its public code was not
+    given); or ``refused``, trnsim's error where it refuses code the real toolchain runs
+    (which counts against trnsim); and the host seconds it took."""
 
     figure: Figure
     simulated: float | None
     skipped: str | None
     host_s: float
+    refused: str | None = None
 
     @property
     def error(self) -> float | None:
@@ -89,27 +93,31 @@ class Result:
 
 @dataclass(frozen=True)
 class Step:
-    """One published optimisation step: the kernel before and after, and the speed-ups."""
+    """One published optimisation step: the kernel before and after, and the speed-ups
+    (``simulated`` is None where trnsim refused either kernel)."""
 
     series: str
     before: str
     after: str
     published: float
-    simulated: float
+    simulated: float | None
 
     @property
     def kept(self) -> bool:
-        """Whether trnsim moves the same way (faster, or slower) as the hardware did."""
-        return (self.published > 1) == (self.simulated > 1)
+        """Whether trnsim moves the same way (faster, or slower) as the hardware did; a
+        step trnsim could not run is not kept."""
+        return self.simulated is not None and (self.published > 1) == (self.simulated > 1)
 
     @property
-    def error(self) -> float:
-        return self.simulated / self.published - 1
+    def error(self) -> float | None:
+        return None if self.simulated is None else self.simulated / self.published - 1
 
 
 def run(figures: Iterable[Figure], sources: Sources | None = None, *,
         progress: Callable[[Result], None] | None = None) -> list[Result]:
-    """Simulate each figure (a figure whose public code is not given is skipped, saying so)."""
+    """Simulate each figure (a figure whose public code is not given is skipped, saying so;
+    one whose code trnsim refuses with its own error is recorded as refused, with the
+    error's first line)."""
     sources = sources or Sources()
     results = []
     for figure in figures:
@@ -117,7 +125,14 @@ def run(figures: Iterable[Figure], sources: Sources | None = None, *,
         if figure.repo is not None and figure.repo not in sources.repos:
             result = Result(figure, None, f"needs --{figure.repo} PATH", 0.0)
         else:
-            result = Result(figure, float(figure.simulate(sources)), None, time.perf_counter() - start)
+            try:
+                result = Result(figure, float(figure.simulate(sources)), None, time.perf_counter() - start)
+            except ConfigError:
+                raise
+            except TrnSimError as e:
+                first = str(e).splitlines()[0] if str(e) else type(e).__name__
+                first = re.sub(r"(?:\S*/)+(\S+\.py:\d+)", r"\1", first)   # a source line by file name alone
+                result = Result(figure, None, None, time.perf_counter() - start, refused=first)
         results.append(result)
         if progress is not None:
             progress(result)
@@ -128,15 +143,15 @@ def steps(results: Sequence[Result]) -> list[Step]:
     """The published optimisation steps among ``results``: consecutive kernels of a series."""
     by_series: dict[str, list[Result]] = {}
     for r in results:
-        if r.figure.series is not None and r.simulated is not None:
+        if r.figure.series is not None and r.skipped is None:
             by_series.setdefault(r.figure.series, []).append(r)
     out = []
     for series, rs in by_series.items():
         rs = sorted(rs, key=lambda r: r.figure.order)
         for a, b in zip(rs, rs[1:]):
-            assert a.simulated is not None and b.simulated is not None
+            simulated = None if a.simulated is None or b.simulated is None else a.simulated / b.simulated
             out.append(Step(series, _step_name(a.figure), _step_name(b.figure),
-                            a.figure.published / b.figure.published, a.simulated / b.simulated))
+                            a.figure.published / b.figure.published, simulated))
     return out
 
 
@@ -145,17 +160,19 @@ def _step_name(figure: Figure) -> str:
     return figure.what.rsplit(": ", 1)[-1]
 
 
-def summary(results: Sequence[Result]) -> list[tuple[str, str, int, float, float]]:
-    """(kind, group, figures, median |error|, worst |error|) for each kind and group run,
-    then ("all", group, ...) and ("all", "all", ...)."""
+def summary(results: Sequence[Result]) -> list[tuple[str, str, int, float | None, float | None, int]]:
+    """(kind, group, figures simulated, median |error|, worst |error|, figures refused) for
+    each kind and group run, then ("all", group, ...) and ("all", "all", ...). The errors
+    are None where every figure of the row was refused."""
     rows = []
-    ran = [r for r in results if r.error is not None]
     for kind in (*KINDS, "all"):
         for group in (*GROUPS, "all"):
-            errs = [abs(r.error) for r in ran if kind in ("all", r.figure.kind) and group in ("all", r.figure.group)
-                    if r.error is not None]
-            if errs and (kind == "all" or group != "all"):
-                rows.append((kind, group, len(errs), statistics.median(errs), max(errs)))
+            mine = [r for r in results if kind in ("all", r.figure.kind) and group in ("all", r.figure.group)]
+            errs = [abs(r.error) for r in mine if r.error is not None]
+            refused = sum(r.refused is not None for r in mine)
+            if (errs or refused) and (kind == "all" or group != "all"):
+                rows.append((kind, group, len(errs), statistics.median(errs) if errs else None,
+                             max(errs) if errs else None, refused))
     return rows
 
 
@@ -179,19 +196,25 @@ def report(results: Sequence[Result], *, markdown: bool = False) -> str:
     rows = []
     for r in results:
         f = r.figure
-        sim = "skipped: " + r.skipped if r.skipped else _value(r.simulated or 0.0, f.unit)
+        sim = ("skipped: " + r.skipped if r.skipped else "REFUSED: " + r.refused if r.refused
+               else _value(r.simulated or 0.0, f.unit))
         err = "" if r.error is None else f"{r.error:+.1%}"
         rows.append((f.kind, f.what, f.chip, _value(f.published, f.unit), sim, err, f.group, f.source, f.runs))
     lines += table(("kind", "figure", "chip", "published", "simulated", "error", "group", "source", "trnsim runs"),
                    rows, (3, 4, 5))
     lines.append("")
-    lines += table(("kind", "group", "figures", "median |error|", "worst |error|"),
-                   ((k, g, str(n), f"{med:.1%}", f"{worst:.1%}") for k, g, n, med, worst in summary(results)),
-                   (2, 3, 4))
+    def pct(v: float | None) -> str:
+        return "" if v is None else f"{v:.1%}"
+
+    lines += table(("kind", "group", "figures", "median |error|", "worst |error|", "refused"),
+                   ((k, g, str(n), pct(med), pct(worst), str(refused))
+                    for k, g, n, med, worst, refused in summary(results)), (2, 3, 4, 5))
     found = steps(results)
     if found:
         lines.append("")
         lines += table(("optimisation step", "published speed-up", "simulated speed-up", "direction", "error"),
-                       ((f"{s.series}: {s.before} -> {s.after}", f"{s.published:.2f}x", f"{s.simulated:.2f}x",
-                         "kept" if s.kept else "REVERSED", f"{s.error:+.1%}") for s in found), (1, 2, 4))
+                       ((f"{s.series}: {s.before} -> {s.after}", f"{s.published:.2f}x",
+                         "" if s.simulated is None else f"{s.simulated:.2f}x",
+                         "NOT RUN (refused)" if s.simulated is None else "kept" if s.kept else "REVERSED",
+                         "" if s.error is None else f"{s.error:+.1%}") for s in found), (1, 2, 4))
     return "\n".join(lines)

@@ -1,5 +1,8 @@
 """Kernel latencies AWS published, against trnsim's NKI tracing and timing.
 
+Two tutorials publish their kernels' latencies, and trnsim runs the tutorials' own code
+(``--aws-neuron-sdk PATH``) unedited.
+
 The NKI matrix multiplication tutorial (aws-neuron-sdk ``nki/tutorials/
 matrix_multiplication.rst`` at ``1db4d74``, its last version with the table; since then
 the page has no figures) times four kernels on one NeuronCore-v2 of a trn1.32xlarge,
@@ -12,6 +15,18 @@ equivalents (:mod:`trnsim.kernels.matmul`).
 ``[dma] descriptor_overhead_ns`` of trn1 was chosen with the basic kernel's figure and the
 tensor engine's start-up with the optimised one's, so those two figures are ``fit``; the
 two middle steps were never used.
+
+The fused Mamba tutorial (``nki/guides/tutorials/fused_mamba.rst`` at ``1db4d74``; code
+``nki/examples/fused_mamba/mamba_nki_kernels.py``) times three versions of the selective
+scan in fp32, batch 1, 16 states: ``mamba_v1`` at 256 channels and sequence 512 (172.93
+us) and at 4096 channels (2.34 ms), ``mamba_v2`` (delta and u loaded once per channel
+tile) at 4096 channels (1.61 ms), and a table of ``mamba_v2`` and ``mamba_v3`` (the
+sequence tiled by 512) at 4096 channels from sequence 512 to 8192. The page names no
+instance; trnsim takes trn1, where its sibling matmul tutorial was measured (assumption).
+None of these figures was used to fit anything: all are ``check``. ``mamba_v2`` beyond
+sequence 512 spills SBUF to HBM on the real compiler (the page shows the spill queues);
+trnsim models no spilling, so it times those rows without the spill traffic, and refuses
+the kernel where its tiles do not fit SBUF at all.
 """
 
 from __future__ import annotations
@@ -41,15 +56,15 @@ def public_module(sources: Sources, repo: str, commit: str, path: str) -> Module
         import trnsim  # noqa: F401  (the nki / neuronxcc names the public code imports)
 
         text = sources.read(repo, commit, path)
-        folder = Path(tempfile.mkdtemp(prefix="trnsim-validate-"))
-        file = folder / Path(path).name
-        file.write_text(text)
         name = f"_trnsim_validate_{Path(path).stem}_{commit}"
-        spec = importlib.util.spec_from_file_location(name, file)
-        assert spec is not None and spec.loader is not None
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[name] = module
-        spec.loader.exec_module(module)
+        with tempfile.TemporaryDirectory(prefix="trnsim-validate-") as folder:
+            file = Path(folder) / Path(path).name
+            file.write_text(text)
+            spec = importlib.util.spec_from_file_location(name, file)
+            assert spec is not None and spec.loader is not None
+            module = importlib.util.module_from_spec(spec)
+            sys.modules[name] = module
+            spec.loader.exec_module(module)   # the code objects keep no hold on the file
         _modules[key] = module
     return _modules[key]
 
@@ -78,6 +93,54 @@ def _own(name: str) -> Callable[[Sources], float]:
     return simulate
 
 
+_MAMBA_CODE = "nki/examples/fused_mamba/mamba_nki_kernels.py"
+_MAMBA_PAGE = f"nki/guides/tutorials/fused_mamba.rst at {_COMMIT}"
+#: the scaling table of the Mamba tutorial: sequence length -> (mamba_v2 ms, mamba_v3 ms), 4096 channels
+_MAMBA_TABLE = {512: (1.6, 1.6), 1024: (4.4, 3.3), 2048: (8.9, 6.6), 3072: (13.1, 10.1), 4096: (17.6, 13.3),
+                5120: (23.7, 17.3), 6144: (27.5, 19.6), 7168: (41.3, 24.2), 8192: (52.2, 27.8)}
+
+
+def _mamba(name: str, channels: int, seq_len: int, unit: str) -> Callable[[Sources], float]:
+    def simulate(sources: Sources) -> float:
+        import numpy as np
+
+        from trnsim.nki import trace_program
+        from trnsim.simulator import run_timing
+
+        kernel = getattr(public_module(sources, _SDK, _COMMIT, _MAMBA_CODE), name)
+        states = 16
+        delta = np.zeros((1, channels, seq_len), np.float32)
+        a = np.zeros((channels, states), np.float32)
+        bc = np.zeros((1, states, seq_len), np.float32)
+        ns = run_timing(trace_program(kernel, delta, delta, a, bc, bc, chip="trn1")).time_ns
+        return ns / (1e3 if unit == "us" else 1e6)
+    return simulate
+
+
+def _mamba_figures() -> list[Figure]:
+    def figure(key: str, name: str, channels: int, seq_len: int, published: float, section: str, unit: str = "ms",
+               series: str | None = None, order: int = 0) -> Figure:
+        return Figure(key=f"mamba-tutorial.{key}", kind="kernel",
+                      what=f"fused Mamba tutorial, fp32, {channels} channels, sequence {seq_len}: {name}",
+                      chip="trn1", source=f"{_MAMBA_PAGE}, {section}", published=published, unit=unit, group="check",
+                      runs=f"{name} ({_SDK} {_COMMIT})", simulate=_mamba(name, channels, seq_len, unit), quick=False,
+                      repo=_SDK, series=series, order=order)
+
+    out = [figure("v1.256", "mamba_v1", 256, 512, 172.93, "Performance Check", unit="us"),
+           figure("v1.4096", "mamba_v1", 4096, 512, 2.34, "Increasing input channels size",
+                  series="Mamba tutorial, 4096 channels", order=0),
+           figure("v2.4096", "mamba_v2", 4096, 512, 1.61, "Increasing input channels size",
+                  series="Mamba tutorial, 4096 channels", order=1)]
+    for seq_len, (v2, v3) in _MAMBA_TABLE.items():
+        series = "Mamba tutorial, sequence 8192" if seq_len == 8192 else None
+        if seq_len != 512:   # at 512 the table repeats the section's 1.61 ms
+            out.append(figure(f"v2.seq{seq_len}", "mamba_v2", 4096, seq_len, v2, "Increasing input seq_len size, table",
+                              series=series, order=0))
+        out.append(figure(f"v3.seq{seq_len}", "mamba_v3", 4096, seq_len, v3, "Increasing input seq_len size, table",
+                          series=series, order=1))
+    return out
+
+
 def figures() -> list[Figure]:
     what = "matmul tutorial, [4096, 8192] @ [8192, 8192] bf16"
     steps = [("nki_matmul_tiled_", "original tiled", 51.80, "fit"),
@@ -93,4 +156,4 @@ def figures() -> list[Figure]:
                    simulate=_own(name))
             for name, label, ms in (("matmul_basic", "original tiled", 51.80),
                                     ("matmul_optimized", "optimization 3", 6.97))]
-    return out
+    return out + _mamba_figures()
