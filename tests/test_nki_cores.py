@@ -246,3 +246,75 @@ def test_tiles_freed_at_their_last_use_on_every_core():
     out = nki.simulate(many_tiles[2])(A)
     np.testing.assert_array_equal(out[0], np.full((128, 16384), 15.0, np.float32))
     np.testing.assert_array_equal(out[1], np.full((128, 16384), 21.0, np.float32))
+
+
+@nki.jit
+def copy_rows(a):
+    """Each grid instance copies its own block of rows through SBUF, 128 rows at a time."""
+    out = nl.ndarray(a.shape, a.dtype, buffer=nl.shared_hbm)
+    n = a.shape[0] // nl.num_programs(None)
+    flat = nl.program_id(0) * nl.num_programs(1) + nl.program_id(1) if nl.program_ndim() == 2 else nl.program_id(0)
+    first = flat * n
+    for r in nl.affine_range(n // 128):
+        rows = slice(first + r * 128, first + (r + 1) * 128)
+        nl.store(out[rows, :], nl.load(a[rows, :]))
+    return out
+
+
+def test_a_grid_runs_over_the_two_cores_where_nl_nc_says_as_aws_spmd_example_lays_out():
+    from trnsim.hw.spec import load_chip
+
+    trn1, trn2 = load_chip("trn1"), load_chip("trn2")
+    outer = [[(0, 0), (0, 1), (1, 0), (1, 1)], [(2, 0), (2, 1), (3, 0), (3, 1)]]
+    inner = [[(0, 0), (0, 1), (2, 0), (2, 1)], [(1, 0), (1, 1), (3, 0), (3, 1)]]
+    assert copy_rows[nl.spmd_dim(nl.nc(2), 2), 2].instances_by_core(trn2) == outer
+    assert copy_rows[nl.nc(2) * 2, 2].instances_by_core(trn2) == outer
+    assert copy_rows[nl.spmd_dim(2, nl.nc(2)), 2].instances_by_core(trn2) == inner
+    assert copy_rows[2 * nl.nc(2), 2].instances_by_core(trn2) == inner
+    assert copy_rows[4, 2].instances_by_core(trn2) == outer            # unmarked: contiguous halves
+    assert copy_rows[5].instances_by_core(trn2) == [[(0,), (1,), (2,)], [(3,), (4,)]]
+    assert copy_rows[nl.nc(2)].instances_by_core(trn2) == [[(0,)], [(1,)]]
+    assert copy_rows[1].instances_by_core(trn2) == [[(0,)]]
+    assert copy_rows[nl.nc(2) * 2, 2].instances_by_core(trn1) == [sorted(outer[0] + outer[1])]
+    for grid, rows in (((nl.nc(2) * 2, 2), 1024), ((2 * nl.nc(2), 2), 1024), ((4, 2), 1024), ((5,), 640)):
+        a = RNG.standard_normal((rows, 64)).astype(np.float32)
+        np.testing.assert_array_equal(nki.simulate(copy_rows[grid], chip="trn2")(a), a)
+    with pytest.raises(KernelError, match="more than one axis over the cores"):
+        copy_rows[nl.nc(2), nl.nc(2)]
+    with pytest.raises(TypeError, match="names nl.nc more than once"):
+        nl.spmd_dim(nl.nc(2), nl.nc(2))
+    with pytest.raises(TypeError, match="positive integer"):
+        nl.spmd_dim(2, 0)
+
+
+def test_a_dma_bound_grid_on_two_cores_takes_what_each_cores_engines_need_for_its_half():
+    """Hand calculation: each physical core has its own 16 DMA engines and share of HBM,
+    so a copy that keeps them busy takes, on each core, the bytes of its own instances
+    over the busier of the two, plus one DMA's issue latency and the last store's own
+    transfer that nothing overlaps."""
+    from trnsim.hw.dma import plan_dma
+    from trnsim.hw.spec import load_chip
+
+    chip = load_chip("trn2")
+    a = RNG.standard_normal((8192, 2048)).astype(np.float32)     # 64 MiB: 64 tiles of [128, 2048]
+    spread = nki.trace_program(copy_rows[nl.nc(2) * 2], a, chip="trn2")
+    one = nki.trace_program(copy_rows[4], a, chip="trn1")
+    assert spread.cores == 2 and one.cores == 1
+    run = simulate(spread)
+    ends = {c: max(run.ends[i] for i, inst in enumerate(spread.instructions) if inst.core == c) for c in (0, 1)}
+    starts = {c: min(run.starts[i] for i, inst in enumerate(spread.instructions) if inst.core == c) for c in (0, 1)}
+    assert starts[0] == starts[1] == 0                        # both cores start at launch
+    assert ends[0] == ends[1] == run.total_ps                  # and run to the end: at once, not in turn
+    dmas = [inst for inst in spread.instructions if isinstance(inst, DmaCopy) and inst.core == 0]
+    assert len(dmas) == 64                                     # 32 loads and 32 stores per core
+    plans = [plan_dma(chip, inst) for inst in dmas]
+    busy = max(sum(p.pool_ps for p in plans), sum(p.hbm_ps for p in plans))
+    hand = plans[0].fixed_ps + busy + plans[-1].own_ps - plans[-1].pool_ps
+    assert run.total_ps == hand == 195_249_024
+    # each core's half takes what the whole half takes on a core of its own
+    alone = simulate(nki.trace_program(copy_rows[2], a[:4096], chip="trn1"))
+    assert simulate(nki.trace_program(copy_rows[1], a[:4096], chip="trn2")).total_ps == run.total_ps
+    assert alone.program.cores == 1
+    # and the trace shows both cores' DMA queues busy
+    labels = {track_label(t) for t in run.tracks}
+    assert {"DMA queue 0", "DMA queue 0 (core 1)", "DMA queue 12", "DMA queue 12 (core 1)"} <= labels

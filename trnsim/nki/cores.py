@@ -1,8 +1,10 @@
 """A kernel launched over the physical cores of a logical NeuronCore (``kernel[2]`` on
-Trainium2 and 3, whose logical core is two physical ones).
+Trainium2 and 3, whose logical core is two physical ones, or a larger grid spread over
+them: :meth:`trnsim.nki.jit.Kernel.instances_by_core`).
 
-Each core runs the kernel with its own ``nl.program_id(0)``, its own SBUF, PSUM and
-engines, and all share HBM. trnsim traces the cores into one Program, each core's
+Each core runs the kernel with its own ``nl.program_id`` (a core given several grid
+instances runs them one after another), its own SBUF, PSUM and engines, and all share
+HBM. trnsim traces the cores into one Program, each core's
 instructions on tracks of its own (``vector@nc1``), so the cores run at once in the
 simulated time and the instructions that cross between them (``nisa.sendrecv``,
 ``nisa.core_barrier``) are dependencies from one core's tracks to the other's.
@@ -88,15 +90,19 @@ class _Core:
 class CoreTeam:
     """The physical cores of one launch, traced together (see the module's text)."""
 
-    def __init__(self, tracers: list[Tracer]) -> None:
+    def __init__(self, tracers: list[Tracer], grid: tuple[int, ...] | None = None,
+                 instances: list[list[tuple[int, ...]]] | None = None) -> None:
+        """One tracer per core; ``grid`` the launch grid and ``instances`` the grid positions
+        each core runs in turn (by default ``kernel[n]``: instance ``c`` on core ``c``)."""
         self.cores = [_Core(t) for t in tracers]
+        self.instances = instances if instances is not None else [[(c,)] for c in range(len(tracers))]
         self.turn = 0
         self.lock = threading.Condition()
         self.error: BaseException | None = None
         for c, core in enumerate(self.cores):
             core.tracer.team = self
-            core.tracer.grid = (len(tracers),)
-            core.tracer.start_instance((c,))
+            core.tracer.grid = grid if grid is not None else (len(tracers),)
+            core.tracer.start_instance(self.instances[c][0])
 
     @property
     def size(self) -> int:
@@ -135,8 +141,10 @@ class CoreTeam:
                 self._wait_turn(c)
             with tracer:
                 tracer.program.use_core(c)
-                core.result = fn(*args, **kwargs)
-                tracer.flush_matmul()
+                for ids in self.instances[c]:
+                    tracer.start_instance(ids)
+                    core.result = fn(*args, **kwargs)
+                    tracer.flush_matmul()
         except _Abort:
             pass
         except BaseException as e:   # noqa: BLE001 - handed to the launching thread, which raises it

@@ -33,6 +33,7 @@ from trnsim.isa import Memory
 from trnsim import adapters
 from trnsim.nki import emit as _emit
 from trnsim.nki import memory as _memory
+from trnsim.nki.loops import SpmdDim, nc
 from trnsim.nki.tiles import NkiTensor, _Placement
 from trnsim.nki import tracer as tracer_module
 from trnsim.nki.tracer import KernelError, Tracer
@@ -123,17 +124,24 @@ class Kernel:
     # define kernels so: pytest would collect one and ask for its arguments as fixtures)
     __test__ = False
 
-    def __init__(self, fn: Callable, grid: tuple[int, ...] = (), chip: ChipLike = None, mode: str = "auto") -> None:
+    def __init__(self, fn: Callable, grid: tuple[int, ...] = (), chip: ChipLike = None, mode: str = "auto",
+                 spread: tuple[SpmdDim | None, ...] = ()) -> None:
         self.fn = fn
         self.grid = grid
         self.chip = chip
         self.mode = mode
+        self.spread = spread   # per grid axis: the nl.nc / nl.spmd_dim that places its instances on cores
         functools.update_wrapper(self, fn)
 
     def __getitem__(self, grid: Any) -> Kernel:
         grid = grid if isinstance(grid, tuple) else (grid,)
         if not grid or not all(isinstance(g, (int, np.integer)) and not isinstance(g, bool) and g >= 0 for g in grid):
             raise KernelError(f"launch grid {grid!r} must be non-negative integers, as in kernel[4] or kernel[2, 3]")
+        spread = tuple(g if isinstance(g, SpmdDim) and g.nc_at is not None
+                       else SpmdDim((int(g),), 0) if isinstance(g, nc) else None for g in grid)
+        if sum(s is not None for s in spread) > 1:
+            raise KernelError(f"launch grid {grid!r} spreads more than one axis over the cores (nl.nc); one axis "
+                              "picks the physical core, as in kernel[nl.nc(2) * 2, 4]")
         # a dimension of 0 launches one instance on it, as the real compiler does: AWS's
         # contributed pipelined attention calls flash_fwd[0](...) and reads its output
         grid = tuple(max(int(g), 1) for g in grid)
@@ -141,15 +149,36 @@ class Kernel:
             raise KernelError(f"launch grid {grid!r} has {math.prod(grid):,} instances, more than the "
                               f"{MAX_GRID_INSTANCES:,} the simulator traces one by one; launch fewer instances "
                               "and loop inside the kernel (nl.affine_range)")
-        return Kernel(self.fn, grid, self.chip, self.mode)
+        return Kernel(self.fn, grid, self.chip, self.mode, spread)
+
+    def instances_by_core(self, chip: Any) -> list[list[tuple[int, ...]]]:
+        """The launch-grid instances each physical core runs, in the order it runs them.
+
+        On a chip whose logical NeuronCore is one physical core (trn1) every instance runs
+        on that core, one after another. On Trainium2 and 3 (two physical cores per logical
+        core) a launch of two or more instances uses both cores at once: an axis marked with
+        ``nl.nc`` places each instance where its ``nl.nc`` digit says (:class:`SpmdDim`);
+        an unmarked grid, which AWS leaves to the compiler, is cut into contiguous halves
+        of its instances in row-major order (assumption: the order of
+        ``nl.spmd_dim(nl.nc(2), n)``). ``kernel[2]`` is one instance per core."""
+        every = list(itertools.product(*(range(g) for g in self.grid))) if self.grid else [()]
+        lnc = chip.logical_core_size
+        if lnc < 2 or len(every) < 2:
+            return [every]
+        marked = [(axis, s) for axis, s in enumerate(self.spread) if s is not None]
+        by_core: list[list[tuple[int, ...]]] = [[] for _ in range(lnc)]
+        for n, ids in enumerate(every):
+            if marked:
+                axis, s = marked[0]
+                core = s.core_of(ids[axis]) % lnc
+            else:
+                core = n * lnc // len(every)
+            by_core[core].append(ids)
+        return [ids for ids in by_core if ids]
 
     def cores(self, chip: Any) -> int:
-        """How many physical cores a launch on ``chip`` runs on: a one-dimensional grid of
-        2 up to the chip's logical core size (``kernel[2]`` on Trainium2 and 3, whose
-        logical NeuronCore is two physical cores) runs one instance per core, at once;
-        any other grid runs its instances on one core, one after another."""
-        grid = self.grid
-        return grid[0] if len(grid) == 1 and 2 <= grid[0] <= chip.logical_core_size else 1
+        """How many physical cores a launch on ``chip`` runs on (:meth:`instances_by_core`)."""
+        return len(self.instances_by_core(chip))
 
     def trace(self, *args: Any, chip: ChipLike = None, **kwargs: Any) -> Traced:
         """Trace the kernel for these arguments (numpy arrays or torch tensors).
@@ -199,11 +228,11 @@ class Kernel:
                 else:
                     call_args.append(hbm_input(name, value))
             result = None
-            cores = self.cores(tracer.chip)
-            if cores > 1:
+            placed = self.instances_by_core(tracer.chip)
+            if len(placed) > 1:
                 from trnsim.nki.cores import CoreTeam
 
-                team = CoreTeam([tracer] + [tracer.for_core(c) for c in range(1, cores)])
+                team = CoreTeam([tracer] + [tracer.for_core(c) for c in range(1, len(placed))], self.grid, placed)
                 result = team.run(self.fn, call_args, call_kwargs)[0]
                 tracer.program.use_core(0)
             else:

@@ -141,10 +141,6 @@ _PACKED = "held and moved as bit patterns (numpy sees {}); no simulated engine c
 #: Documented names that trnsim implements with a difference (read by ``trnsim.nki.apitable``).
 DIFFERENCES: dict[str, str] = {
     "device_print": "prints the tile's name, shape, dtype and memory at trace time, not its values",
-    "nc": "a plain grid size: a one-dimensional grid of 2 on trn2/trn3 runs an instance on each core of the logical "
-          "NeuronCore, at once; any other grid runs its instances on one simulated core, one after another",
-    "spmd_dim": "the product of its sizes as one grid axis (a grid of 2 on trn2/trn3 runs on the two cores of the "
-                "logical NeuronCore; other grids on one core, in turn)",
     "fori_loop": "the bounds must be known when the kernel is traced (no register-valued bounds)",
     "while_loop": "the condition must be known when the kernel is traced (no register-valued conditions)",
     "dynamic_range": "traced as nl.sequential_range: the bounds must be known when the kernel is traced",

@@ -16,6 +16,8 @@ import builtins
 import math
 from typing import Any, Iterator, Sequence
 
+import numpy as np
+
 from trnsim.nki import emit as _e
 from trnsim.nki.compiler import no_reorder as _no_reorder_block
 from trnsim.nki.tiles import Affine, Mask, ParDim
@@ -158,14 +160,51 @@ def dynamic_range(start: int, stop: int | None = None, step: int = 1) -> Iterato
 # -- launch grid: logical cores and SPMD dimensions ---------------------------
 
 class nc(int):
-    """``nl.nc(2)``: a launch-grid axis spread over 2 NeuronCores; the plain size, as a
-    grid of 2 on trn2/trn3 runs an instance on each core of the logical NeuronCore
-    (:mod:`trnsim.nki.cores`)."""
+    """``nl.nc(2)``: a launch-grid axis spread over the 2 physical NeuronCores of a logical
+    NeuronCore, instance ``i`` on core ``i``. As a factor of an axis (``nl.nc(2) * 4`` is
+    ``nl.spmd_dim(nl.nc(2), 4)``, ``4 * nl.nc(2)`` is ``nl.spmd_dim(4, nl.nc(2))``) it names
+    the digit of the instance index that picks the core (:class:`SpmdDim`)."""
+
+    def __mul__(self, other: object) -> SpmdDim:   # type: ignore[override]
+        return spmd_dim(self, other)   # type: ignore[arg-type]
+
+    def __rmul__(self, other: object) -> SpmdDim:   # type: ignore[override]
+        return spmd_dim(other, self)   # type: ignore[arg-type]
 
 
-def spmd_dim(*sizes: int) -> int:
-    """``kernel[nl.spmd_dim(nl.nc(2), 4)]``: one grid axis of ``2 * 4`` instances."""
-    return math.prod(int(n) for n in sizes)
+class SpmdDim(int):
+    """One launch-grid axis of ``prod(sizes)`` instances (``nl.spmd_dim``). Where one of its
+    factors is ``nl.nc(k)``, instance ``i`` written in the mixed radix of the factors (the
+    first the most significant) runs on the physical core its digit at that factor names:
+    ``nl.spmd_dim(nl.nc(2), 2)`` runs instances 0 and 1 on core 0 and 2 and 3 on core 1,
+    ``nl.spmd_dim(2, nl.nc(2))`` instances 0 and 2 on core 0 (AWS's SPMD grid test)."""
+
+    sizes: tuple[int, ...]
+    nc_at: int | None
+
+    def __new__(cls, sizes: tuple[int, ...], nc_at: int | None) -> SpmdDim:
+        axis = super().__new__(cls, math.prod(sizes))
+        axis.sizes, axis.nc_at = sizes, nc_at
+        return axis
+
+    def core_of(self, i: int) -> int:
+        """The physical core of instance ``i`` of this axis (0 without an ``nl.nc`` factor)."""
+        if self.nc_at is None:
+            return 0
+        return i // math.prod(self.sizes[self.nc_at + 1:]) % self.sizes[self.nc_at]
+
+
+def spmd_dim(*sizes: int) -> SpmdDim:
+    """``kernel[nl.spmd_dim(nl.nc(2), 4)]``: one grid axis of ``2 * 4`` instances, spread over
+    the physical cores by its ``nl.nc`` factor (:class:`SpmdDim`)."""
+    bad = [s for s in sizes if not isinstance(s, (int, np.integer)) or isinstance(s, bool) or s < 1]
+    if not sizes or bad:
+        raise TypeError(f"nl.spmd_dim{sizes!r}: each size must be a positive integer or nl.nc(k), as in "
+                        "nl.spmd_dim(nl.nc(2), 4)")
+    at = [i for i, s in enumerate(sizes) if isinstance(s, nc)]
+    if len(at) > 1:
+        raise TypeError(f"nl.spmd_dim{sizes!r} names nl.nc more than once; one factor of an axis picks the core")
+    return SpmdDim(tuple(int(s) for s in sizes), at[0] if at else None)
 
 
 def par_dim(size: int) -> int:
