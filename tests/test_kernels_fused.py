@@ -224,13 +224,13 @@ def test_sbuf_estimate_bounds_what_the_kernel_places(monkeypatch, recipe, shapes
     assert 0 < sbuf_peak(monkeypatch, recipe, shapes, shape) <= estimate
 
 
-def test_a_fusion_over_the_sbuf_estimate_fails_to_trace():
+def test_a_fusion_over_the_sbuf_estimate_spills_to_hbm():
     shape = (256, 12000)
     estimate = sbuf_bytes(LAYERNORM, shape, [4, 4, 4])
     assert estimate > load_chip(CHIP).sbuf.partition_bytes
     args = [np.broadcast_to(np.zeros((), np.float32), sh) for sh in (shape, (12000,), (12000,))]
-    with pytest.raises(KernelError, match="SBUF allocation .* does not fit on trn2"):
-        nki.trace_program(fused_rows_kernel, *args, recipe=LAYERNORM, shape=shape, chip=CHIP)
+    program = nki.trace_program(fused_rows_kernel, *args, recipe=LAYERNORM, shape=shape, chip=CHIP)
+    assert any(t.name.endswith("_spill_0") for t in program.tensors)   # the Neuron compiler's spill, as it does
 
 
 # -- timing ------------------------------------------------------------------------

@@ -339,6 +339,9 @@ class Program:
         ``deps``: a tracer that finds the last instruction's result assigned elsewhere
         has it write there instead."""
         index = len(self.instructions) - 1
+        if any(d >= index for d in deps):
+            raise ProgramError(f"instruction {index} {inst.opcode} would wait for {sorted(d for d in deps if d >= index)}: "
+                               "an instruction waits only for earlier ones")
         _set(inst, "deps", deps)
         _set(inst, "index", index)
         self.instructions[index] = inst

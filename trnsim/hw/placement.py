@@ -105,6 +105,13 @@ class OnChipAllocator:
         self.cursor = offset + nbytes
         return offset
 
+    def restore(self, a: Allocation) -> None:
+        """Place ``a`` again where it was (a tile spilled to HBM coming back); the caller
+        made its space free."""
+        self.live[a.name] = a
+        self._used += a.partitions * a.nbytes
+        self.peak_bytes = max(self.peak_bytes, self._used)
+
     def forget_placement(self, name: str) -> None:
         """``name`` was not needed after all (a temporary whose only write went to another
         tile): if it was the last allocation, the next one is placed as if it had never

@@ -369,7 +369,7 @@ class MatmulResult:
             # a zero accumulator: the first matmul over all of it starts the group; a
             # matmul into part of it adds to the zeros the tracer writes first
             accumulate = not tr.covers_whole(dst.view)
-        elif accumulate and not tr.hazards.written(dst.view):
+        elif accumulate and not tr.written(dst.view):
             accumulate = False
         tr.source_override = self._source
         try:

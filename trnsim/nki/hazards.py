@@ -425,6 +425,12 @@ class Hazards:
         # the last tile freed, in case the instruction that wrote it is retargeted next
         self._freed_last = (t, box, acc.born, own)
 
+    def spillable(self, t: Tensor) -> bool:
+        """Whether a live tile's accesses are its own, so it can be stored away and
+        loaded back whole (not an aliased tile, nor one rotating over copies)."""
+        acc = self._by_tensor.get(id(t))
+        return acc is not None and acc.arena is None and not acc.renamed
+
     def inherited(self, t: Tensor) -> tuple[int, ...]:
         """What a tensor's first write waits for because of its space's earlier tenants
         (also just after it was freed)."""
@@ -459,7 +465,11 @@ class Hazards:
         for v in writes:
             if id(v.tensor) not in self._by_tensor:
                 self._ghosts_of(v.tensor).add(region_of(v), (index,))
-        return self.access(index, (), live, room=room) if live else set()
+        if not live:
+            return set()
+        deps = self.access(index, (), live, room=room)
+        deps.discard(index)   # it read the target itself (t = t + x): an instruction reads before it writes
+        return deps
 
     def last_writers(self, view: View) -> list[int]:
         """The instructions whose writes are the latest over ``view``'s region, in order."""

@@ -185,7 +185,11 @@ class Kernel:
 
         Tiles first live as long as the kernel names them; if they do not all fit in
         SBUF/PSUM so, the kernel is traced again with each tile freed at its last use
-        (the Neuron compiler's lifetimes), and only what does not fit then is refused."""
+        (the Neuron compiler's lifetimes); if SBUF is still too small, a third trace
+        spills, as the compiler does: tiles go out to HBM and come back before their
+        next use, which the second trace learned (:meth:`Tracer.make_room`). Only what
+        does not fit then (a PSUM overflow, or one instruction's operands larger than
+        SBUF) is refused."""
         chip = chip if chip is not None else self.chip
         first = Tracer(chip, self.fn.__name__)
         try:
@@ -194,10 +198,29 @@ class Kernel:
             if first.overflowed() is None:
                 raise
             # a later error may come from the overflow itself: what does not fit is the news
-            return self._trace(Tracer(chip, self.fn.__name__, first.last_use), args, kwargs)
+            return self._fit(chip, first.last_use, args, kwargs)
         if first.overflowed() is None:
             return traced
-        return self._trace(Tracer(chip, self.fn.__name__, first.last_use), args, kwargs)
+        return self._fit(chip, first.last_use, args, kwargs)
+
+    def _fit(self, chip: ChipLike, lifetimes: dict[int, int], args: tuple, kwargs: dict[str, Any]) -> Traced:
+        """Trace with tiles freed at their last use, learning where each is used; if SBUF
+        still overflows, trace once more spilling to HBM."""
+        second = Tracer(chip, self.fn.__name__, lifetimes, record_uses=True)
+        traced = None
+        try:
+            traced = self._trace(second, args, kwargs)
+        except Exception:
+            if second.overflowed() is None:
+                raise
+        overflow = second.overflowed()
+        if overflow is None:
+            assert traced is not None
+            return traced
+        third = Tracer(chip, self.fn.__name__, lifetimes, uses=second.uses)
+        if "PSUM" in str(overflow).split(" ", 1)[0]:
+            third.spills = False   # PSUM is not spilled: its overflow is refused as it stands
+        return self._trace(third, args, kwargs)
 
     def _trace(self, tracer: Tracer, args: tuple, kwargs: dict[str, Any]) -> Traced:
         sig = inspect.signature(self.fn)

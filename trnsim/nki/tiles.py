@@ -755,7 +755,7 @@ def _masked_off(target: NkiTensor, value: object) -> bool:
     if not isinstance(value, NkiTensor):
         return False
     tr = current()
-    if id(value.view.tensor) not in tr.masked_off or tr.hazards.written(value.view):
+    if id(value.view.tensor) not in tr.masked_off or tr.written(value.view):
         return False
     tr.masked_off[id(target.view.tensor)] = target.view.tensor
     return True

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import dataclasses
 import gc
+import math
+from bisect import bisect_left
 import os
 import sys
 import threading
@@ -122,7 +124,8 @@ class Tracer:
     in a loop body lives one iteration and next fit rotates the iterations' tiles
     through the free space."""
 
-    def __init__(self, chip: ChipLike, name: str, lifetimes: dict[int, int] | None = None) -> None:
+    def __init__(self, chip: ChipLike, name: str, lifetimes: dict[int, int] | None = None, *,
+                 record_uses: bool = False, uses: dict[int, list[int]] | None = None) -> None:
         self.program = Program(chip, name=name)
         #: the estimate of when each instruction ends, by which the compiler picks engines
         self.workload = Workload(self.program.chip)
@@ -137,8 +140,27 @@ class Tracer:
         self._serial: dict[int, int] = {}           # id(tensor) -> its tile's number
         self._expiring: dict[int, list[Tensor]] = {}
         self._unused: list[Tensor] = []
+        #: the trace that learns where tiles are used, for a trace that spills (see
+        #: :meth:`make_room`): per tile number, the (logical) index of every instruction
+        #: that touches it; it places what does not fit past the end of the memory
+        self.record_uses = record_uses
+        self.uses: dict[int, list[int]] = {} if uses is None else uses
+        #: whether SBUF tiles that do not fit push others out to HBM (the trace after one
+        #: that recorded the uses)
+        self.spills = uses is not None
+        # instructions the kernel itself asked for (spill and reload DMAs not counted),
+        # shared by the cores of a launch: lifetimes and uses are counted in these
+        self._logical = [0]
+        self._spilling = 0
+        # tiles pushed out to HBM, by id of the kernel's tensor: (tensor, HBM copy or None)
+        self._spilled: dict[int, tuple[Tensor, Tensor | None]] = {}
+        self._spill_hbm: dict[int, Tensor] = {}   # the HBM copy of each tile ever spilled
+        self._now: dict[int, Tensor] = {}         # a tile loaded back: where it is now
+        self._orig: dict[int, Tensor] = {}        # by id of such a place: the kernel's tensor
+        self._zero_back: set[int] = set()         # spilled before nl.zeros wrote them
+        self._moves = 0
         for alloc in (self.program.sbuf_alloc, self.program.psum_alloc):
-            alloc.overflow_allowed = lifetimes is None
+            alloc.overflow_allowed = lifetimes is None or record_uses
         # direct allocations inside loops: the compiler runs a loop body once, so every
         # iteration gets the addresses the first one chose (see direct_locations)
         self.loops: list[dict[tuple, int]] = []
@@ -209,7 +231,7 @@ class Tracer:
         program.use_core(core)
         for alloc in (program.sbuf_alloc, program.psum_alloc):
             alloc.next_fit = True
-            alloc.overflow_allowed = self.lifetimes is None
+            alloc.overflow_allowed = self.lifetimes is None or self.record_uses
         program.use_core(self.core)
         other.core = core
         other.loops, other.loop_values = [], []
@@ -358,7 +380,7 @@ class Tracer:
             self.program.use_core(self.core)
         try:
             if memory is Memory.SBUF:
-                t = self.program.sbuf(shape, dtype, name)
+                t = self._sbuf(shape, dtype, name)
             elif memory is Memory.PSUM:
                 t = self.program.psum(shape, dtype, name)
             else:
@@ -372,6 +394,143 @@ class Tracer:
             self._track(t, serial)
             self._newest = (t, len(self.program.instructions))
         return t
+
+    def _sbuf(self, shape: tuple[int, ...], dtype: Any, name: str) -> Tensor:
+        """Place an SBUF tile; in a trace that spills, push tiles out to HBM until it fits
+        (asking the allocator first: a caught allocation error would keep the kernel's
+        frames, and with them its temporaries, alive while tracing runs without gc)."""
+        if self.spills and shape:
+            alloc = self.program.sbuf_alloc
+            nbytes = math.prod(shape[1:]) * dtype.itemsize
+            while nbytes <= alloc.partition_bytes and not alloc.fits(0, shape[0], nbytes) \
+                    and self.make_room(shape[0]):
+                pass
+        return self.program.sbuf(shape, dtype, name)
+
+    # -- spilling -----------------------------------------------------------------
+    #
+    # When the tiles of a kernel do not fit in SBUF even freed at their last use, the
+    # Neuron compiler spills: it stores a live tile to HBM, gives its space to another
+    # and loads it back before its next use (neuron-profile shows the spill and reload
+    # DMA queues). The trace that spills knows from the trace before where each tile is
+    # used next, and pushes out the tile used furthest ahead (Belady's choice). A tile
+    # comes back wherever there is room then (pushing out others the same way): from
+    # then on the instructions that name it touch its new place. Spill and reload are
+    # DMAs between the tile and an HBM copy of it, timed and computed as any other.
+
+    def _next_use(self, t: Tensor) -> int | None:
+        """The logical index of the next instruction touching ``t``; None if none is known."""
+        n = self._serial.get(id(t))
+        found = self.uses.get(n) if n is not None else None
+        if not found:
+            return None
+        at = bisect_left(found, self._logical[0])
+        return found[at] if at < len(found) else None
+
+    def _spillable(self, t: Tensor | None) -> bool:
+        return t is not None and t.memory is Memory.SBUF and id(t) in self._serial and \
+            self.hazards.spillable(t) and not any(base is t for base in self.program.aliases.values())
+
+    def _live_tiles(self) -> dict[str, Tensor]:
+        tiles = {p.tensor.name: p.tensor for p in list(self.placements.values())}
+        tiles.update((t.name, t) for t in self._now.values())
+        return tiles
+
+    def make_room(self, partitions: int) -> bool:
+        """Push the SBUF tile used furthest ahead out to HBM (one overlapping partitions
+        0..``partitions``, not needed by the next instructions); False when none can go."""
+        alloc = self.program.allocators[self.core][0]
+        tiles = self._live_tiles()
+        soon = self._logical[0] + 2   # the instruction about to be emitted, and a zeroing before it
+        best: tuple[float, int, Tensor] | None = None
+        for a in alloc.live.values():
+            t = tiles.get(a.name)
+            if a.direct or not a.overlaps_partitions(0, partitions) or not self._spillable(t):
+                continue
+            assert t is not None
+            nxt = self._next_use(t)
+            if nxt is not None and nxt < soon:
+                continue
+            key = (float("inf") if nxt is None else float(nxt), a.partitions * a.nbytes, t)
+            if best is None or key[:2] > best[:2]:
+                best = key
+        if best is None:
+            return False
+        self._spill(best[2])
+        return True
+
+    def _spill(self, t: Tensor) -> None:
+        """Store ``t`` to its tile's HBM copy (if anything wrote it) and give its space back."""
+        orig = self._orig.get(id(t), t)
+        copy = None
+        if self.hazards.written(t.view()):
+            copy = self._spill_hbm.get(id(orig))
+            if copy is None:
+                copy = self._spill_hbm[id(orig)] = self.program.hbm(t.shape, t.dtype,
+                                                                     self.fresh_name(f"{orig.name}_spill"))
+                self.hazards.register(copy)
+            self._spilling += 1
+            try:
+                self.emit(DmaCopy(copy.view(), t.view(), self.next_queue(copy.view())), check_written=False)
+            finally:
+                self._spilling -= 1
+        if id(orig) in self.zeros:   # not zeroed yet: it comes back as zeros still to write
+            self.zeros.pop(id(orig))
+            self._zero_back.add(id(orig))
+        self.hazards.freed(t)
+        self.program.free(t)
+        self._now.pop(id(orig), None)
+        self._spilled[id(orig)] = (orig, copy)
+
+    def _reload(self, orig: Tensor) -> Tensor:
+        """Bring spilled ``orig`` back into SBUF, wherever there is room; returns its new place."""
+        _, copy = self._spilled.pop(id(orig))
+        self._moves += 1
+        new = self._sbuf(orig.shape, orig.dtype, self.fresh_name(f"{orig.name}_r"))
+        self.hazards.placed(new)
+        self._serial[id(new)] = self._serial[id(orig)]
+        self._orig[id(new)] = orig
+        self._now[id(orig)] = new
+        if id(orig) in self._zero_back:
+            self._zero_back.discard(id(orig))
+            self.zeros[id(new)] = new
+        if copy is not None:
+            self._spilling += 1
+            try:
+                self.emit(DmaCopy(new.view(), copy.view(), self.next_queue(new.view())), check_written=False)
+            finally:
+                self._spilling -= 1
+        return new
+
+    def _moved(self, inst: Instruction) -> None:
+        """Point ``inst``'s operands at the tiles' current places, loading spilled ones back."""
+        d = inst.__dict__
+        for name in type(inst)._operand_fields:
+            v = d[name]
+            if v.__class__ is not View:
+                continue
+            key = id(v.tensor)
+            if key in self._spilled:
+                self._reload(v.tensor)
+            now = self._now.get(key)
+            if now is not None:
+                _set(inst, name, View(now, v.offset, v.dims))
+
+    def current(self, view: View) -> View | None:
+        """``view`` on its tile's current place (a tile spilled and loaded back moved);
+        None while the tile is out in HBM."""
+        key = id(view.tensor)
+        if key in self._spilled:
+            return None
+        now = self._now.get(key)
+        return view if now is None else View(now, view.offset, view.dims)
+
+    def written(self, view: View) -> bool:
+        """Whether anything wrote part of ``view`` (wherever its tile is now)."""
+        now = self.current(view)
+        if now is None:
+            return self._spilled[id(view.tensor)][1] is not None
+        return self.hazards.written(now)
 
     def room(self, view: View, copies: int) -> bool:
         """Whether SBUF has room now for ``copies`` more of the region ``view`` covers (the
@@ -392,6 +551,8 @@ class Tracer:
         temp = v.tensor
         if newest is None or newest[0] is not temp or self.masked_off_depth or self.pending_matmul is not None:
             return False
+        if id(t.tensor) in self._spilled or id(t.tensor) in self._now:
+            return False   # a spilled tile: the copy goes through emit, which finds where it is
         index = newest[1]
         t = _shaped_like(t, v)
         if t is None or len(program.instructions) != index + 1 or not _converts_on_write(program.instructions[index], v, t) \
@@ -429,13 +590,16 @@ class Tracer:
             kept.difference_update(set(stale) - self._barrier)   # a device loop's barrier stays
             for r in last.reads():
                 kept.update(self.hazards.last_writers(r))
-        program.replace_last(new, self.hazards.latest(kept | deps))
+        deps = (kept | deps) - {index}   # it reads the target itself (t[...] = t + x): a read comes before the write
+        program.replace_last(new, self.hazards.latest(deps))
         if temp.on_chip:
             program.allocators[temp.core][0 if temp.memory is Memory.SBUF else 1].forget_placement(temp.name)
-        if self.lifetimes is None:
-            n = self._serial.get(id(t.tensor))
-            if n is not None:
-                self.last_use[n] = index
+        n = self._serial.get(id(t.tensor))
+        if n is not None:
+            if self.lifetimes is None:
+                self.last_use[n] = self._logical[0] - 1
+            elif self.record_uses:
+                self._record_uses((t,), self._logical[0] - 1)
         return True
 
     def running_assigned(self, value: Any, target: Any) -> None:
@@ -494,6 +658,10 @@ class Tracer:
     def release(self, t: Tensor) -> None:
         """Give an on-chip tile's space back (its Python object is gone, or its lifetime ended)."""
         alloc = self.program.allocators[t.core][0 if t.memory is Memory.SBUF else 1]
+        if self._spilled and self._spilled.pop(id(t), None) is not None:
+            return   # out in HBM and not needed back
+        if self._now:
+            t = self._now.pop(id(t), t)   # loaded back elsewhere: free that place
         if t.name not in alloc.live:
             return  # freed at its last use already; now its Python object went too
         self.zeros.pop(id(t), None)
@@ -550,6 +718,12 @@ class Tracer:
         _set(inst, "source", source)
         if self.core:
             _set(inst, "core", self.core)
+        if (self._spilled or self._now) and not self._spilling:
+            before = len(self.program.instructions)
+            self._moved(inst)
+            newest = self._newest
+            if newest is not None and newest[1] == before:   # reloads went first: the tile's writer is next
+                self._newest = (newest[0], len(self.program.instructions))
         reads, writes = inst.reads(), inst.writes()
         if self.zeros:
             self._zero_first(reads, writes)
@@ -571,13 +745,16 @@ class Tracer:
                 raise self.fail(_conflict(conflict, self.chip.psum.bank_bytes), source) from None
         except AliasConflict as e:
             raise self.fail(_conflict(e, self.chip.psum.bank_bytes), source) from None
+        logical = self._logical[0]
         if self.lifetimes is None:
             serial = self._serial
             last = self.last_use
             for v in reads + writes:
                 n = serial.get(id(v.tensor))
                 if n is not None:
-                    last[n] = index
+                    last[n] = logical
+        elif self.record_uses:
+            self._record_uses(reads + writes, logical)
         workload = self.workload
         for i in range(len(workload.end), index):
             workload.add(program.instructions[i])
@@ -595,9 +772,22 @@ class Tracer:
         except ProgramError as e:
             raise self.fail(str(e), source) from None
         self.tracks.append(track)
-        if self.lifetimes is not None:
-            self._expire(index)
+        if not self._spilling:
+            self._logical[0] += 1
+            if self.lifetimes is not None:
+                self._expire(logical)
         return index
+
+    def _record_uses(self, views: tuple[View, ...], logical: int) -> None:
+        serial, uses = self._serial, self.uses
+        for v in views:
+            n = serial.get(id(v.tensor))
+            if n is not None:
+                found = uses.get(n)
+                if found is None:
+                    uses[n] = [logical]
+                elif found[-1] != logical:
+                    found.append(logical)
 
     def _expire(self, index: int) -> None:
         """Free the tiles whose lifetime ends at instruction ``index`` (and those never used)."""
