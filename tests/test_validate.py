@@ -25,7 +25,7 @@ def _figure(key="k", published=10.0, kind="kernel", group="check", series=None, 
 def test_every_figure_names_its_source_kind_and_group():
     figures = all_figures()
     assert len({f.key for f in figures}) == len(figures)
-    assert {f.kind for f in figures} >= {"kernel", "dma", "collective"}
+    assert {f.kind for f in figures} == {"kernel", "dma", "collective", "e2e"}
     assert {f.group for f in figures} == {"fit", "check"}
     assert all(f.source and f.runs and f.published > 0 for f in figures)
 

@@ -12,8 +12,8 @@ its direction and by how much its speed-up differs.
 
 ``trnsim validate`` (:mod:`trnsim.validate.cli`) and ``benchmarks/validate.py`` run it;
 docs/validation.md holds the last full run. The figures live in
-:mod:`trnsim.validate.collectives`, :mod:`trnsim.validate.kernels` and
-:mod:`trnsim.validate.dma`.
+:mod:`trnsim.validate.collectives`, :mod:`trnsim.validate.kernels`,
+:mod:`trnsim.validate.dma` and :mod:`trnsim.validate.models`.
 """
 
 from __future__ import annotations
@@ -22,10 +22,10 @@ from trnsim.validate.figures import GROUPS, KINDS, Figure, Result, Sources, Step
 
 
 def all_figures() -> list[Figure]:
-    """Every figure trnsim is checked against: collectives, DMA, then kernels."""
-    from trnsim.validate import collectives, dma, kernels
+    """Every figure trnsim is checked against: collectives, DMA, kernels, then whole models."""
+    from trnsim.validate import collectives, dma, kernels, models
 
-    figures = [*collectives.figures(), *dma.figures(), *kernels.figures()]
+    figures = [*collectives.figures(), *dma.figures(), *kernels.figures(), *models.figures()]
     if len({f.key for f in figures}) != len(figures):
         raise AssertionError("validation figure keys repeat")
     return figures
