@@ -143,8 +143,8 @@ The logits agree. Each forward's simulated time is its ops' kernels plus the idl
 time between them, while the device waits for the host to launch the next op.
 Compiled, the graph runs 40 ops instead of 81: its elementwise chains are fused into
 the matmul or row kernels they follow (`fused[mm+add+pow]`, `fused[mean+add+rsqrt+mul+mul]`:
-RMSNorm in one kernel), which take 283 us of work where the eager ops took 423, and
-the graph is one launch, so almost none of its time is spent between ops: 2.78x in
+RMSNorm in one kernel), which take 260 us of work where the eager ops took 400, and
+the graph is one launch, so almost none of its time is spent between ops: 3.02x in
 all. Where the time went:"""),
     ("code", "print(eager.summary())"),
     ("code", "print(comp.summary())"),
@@ -381,7 +381,7 @@ print(f"speed-up: {profiles['plain'].device_ps / profiles['kernels'].device_ps:.
 The logits agree. Each RMSNorm was six ops (power, mean, add, rsqrt and two
 multiplies), each MLP five (three matmuls, SiLU and a multiply); each is now one
 kernel, 33 ops fewer in all. The kernels do the layers' work in 123 us less than
-their ops did (410 us of ops against 287), and the 33 launches saved take away
+their ops did (402 us of ops against 279), and the 33 launches saved take away
 about 207 us of idle time between ops: 1.54x in all. The ops of each run:"""),
     ("code", "print(profiles[\"plain\"].summary())"),
     ("code", "print(profiles[\"kernels\"].summary())"),

@@ -239,3 +239,22 @@ def test_compiled_transformer_encoder_layer_trains_as_on_cpu():
     torch.testing.assert_close(got_loss, want_loss, rtol=1e-5, atol=1e-5)
     for g, w in zip(got, want):
         torch.testing.assert_close(g, w, rtol=1e-4, atol=1e-5)
+
+
+def test_attention_heads_overlap_as_the_second_head_in_one_program_shows():
+    """An attention op over many heads costs one head, then for each further head what a
+    second head adds when traced in the same Program (the chip overlaps one head's loads
+    and latencies with the next one's work), not the number of heads times one head."""
+    import trnsim.backend.opkernels as ok
+    from trnsim.backend.lowering import placeholder, run_kernel
+    from trnsim.kernels.attention import flash_attention_fwd
+
+    args = [placeholder((128, 64), torch.bfloat16) for _ in range(3)]
+    one = run_kernel(flash_attention_fwd, "flash_attention_fwd", *args)
+    two = run_kernel(ok._two_heads(flash_attention_fwd), "flash_attention_fwd", *args)
+    twelve = ok.per_head(flash_attention_fwd, "flash_attention_fwd", 12, *args)
+    assert one.ps < two.ps < 2 * one.ps                       # the second head overlaps the first
+    assert twelve.ps == one.ps + 11 * (two.ps - one.ps)
+    assert twelve.flops() == 12 * one.flops() > 0             # bytes and FLOPs: one head's, twelve times
+    assert twelve.hbm_moved() == 12 * one.hbm_moved()
+    assert ok.per_head(flash_attention_fwd, "flash_attention_fwd", 1, *args).ps == one.ps
