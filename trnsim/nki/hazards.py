@@ -465,11 +465,7 @@ class Hazards:
         for v in writes:
             if id(v.tensor) not in self._by_tensor:
                 self._ghosts_of(v.tensor).add(region_of(v), (index,))
-        if not live:
-            return set()
-        deps = self.access(index, (), live, room=room)
-        deps.discard(index)   # it read the target itself (t = t + x): an instruction reads before it writes
-        return deps
+        return self.access(index, (), live, room=room) if live else set()
 
     def last_writers(self, view: View) -> list[int]:
         """The instructions whose writes are the latest over ``view``'s region, in order."""

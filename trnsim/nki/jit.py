@@ -213,12 +213,11 @@ class Kernel:
         except Exception:
             if second.overflowed() is None:
                 raise
-        overflow = second.overflowed()
-        if overflow is None:
+        if second.overflowed() is None:
             assert traced is not None
             return traced
         third = Tracer(chip, self.fn.__name__, lifetimes, uses=second.uses)
-        if "PSUM" in str(overflow).split(" ", 1)[0]:
+        if second.psum_overflowed():
             third.spills = False   # PSUM is not spilled: its overflow is refused as it stands
         return self._trace(third, args, kwargs)
 

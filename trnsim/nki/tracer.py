@@ -158,7 +158,6 @@ class Tracer:
         self._now: dict[int, Tensor] = {}         # a tile loaded back: where it is now
         self._orig: dict[int, Tensor] = {}        # by id of such a place: the kernel's tensor
         self._zero_back: set[int] = set()         # spilled before nl.zeros wrote them
-        self._moves = 0
         for alloc in (self.program.sbuf_alloc, self.program.psum_alloc):
             alloc.overflow_allowed = lifetimes is None or record_uses
         # direct allocations inside loops: the compiler runs a loop body once, so every
@@ -266,6 +265,10 @@ class Tracer:
         tracers.pop()
         if not tracers and threading.current_thread() is threading.main_thread() and _gc_was_enabled[0]:
             gc.enable()
+
+    def psum_overflowed(self) -> bool:
+        """Whether a PSUM allocation of any core did not fit (PSUM is never spilled)."""
+        return any(psum.overflowed is not None for _, psum in self.program.allocators)
 
     def overflowed(self) -> Exception | None:
         """The first allocation that did not fit while tiles lived as long as the kernel
@@ -485,7 +488,6 @@ class Tracer:
     def _reload(self, orig: Tensor) -> Tensor:
         """Bring spilled ``orig`` back into SBUF, wherever there is room; returns its new place."""
         _, copy = self._spilled.pop(id(orig))
-        self._moves += 1
         new = self._sbuf(orig.shape, orig.dtype, self.fresh_name(f"{orig.name}_r"))
         self.hazards.placed(new)
         self._serial[id(new)] = self._serial[id(orig)]
