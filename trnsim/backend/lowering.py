@@ -180,4 +180,5 @@ def run_kernel(kernel: Callable, name: str, *args: Any, repeat: int = 1, **kwarg
     from trnsim.nki.launch import launch
 
     run = launch(kernel, args, kwargs, chip=state.chip(), numerics=False).run
-    return OpCost(ps=run.total_ps * repeat, source="kernel", kernel=name, run=run, scale=repeat)
+    return OpCost(ps=run.total_ps * repeat, source="kernel", kernel=name, run=run, scale=repeat,
+                  call=(kernel, args, kwargs))

@@ -36,6 +36,9 @@ class OpCost:
     scale: int = 1     # the kernel's Program covered 1/scale of the op, repeated
     cores: float = 1.0  # the op's work over the Program's (scale aside): the physical cores' shares
     hbm_bytes: int | None = None
+    #: the traced call ``(kernel, args, kwargs)`` that made ``run``, to trace it again
+    #: beside another kernel (:mod:`trnsim.backend.compile.overlap`)
+    call: Any = field(default=None, repr=False, compare=False)
 
     def hbm_moved(self) -> int | None:
         """Bytes the op moves to and from HBM on all its cores, or None where unknown."""

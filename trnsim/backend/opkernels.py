@@ -413,7 +413,7 @@ def per_head(kernel: Any, name: str, heads: int, *args: Any, **kwargs: Any) -> O
         two = _two[id(kernel)] = _two_heads(kernel)
     second = run_kernel(two, name, *args, **kwargs).ps - one.ps
     return OpCost(ps=one.ps + (heads - 1) * min(max(second, 0), one.ps), source="kernel", kernel=name, run=one.run,
-                  scale=heads)
+                  scale=heads, call=one.call)
 
 
 def _attention(call: Call) -> OpCost:

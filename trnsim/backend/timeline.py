@@ -197,11 +197,19 @@ def charge(op: Any, info: Any, args: tuple, kwargs: dict, flat: list, out: Any) 
 
 def charge_graph(kernels: list[tuple[str, OpCost, tuple, tuple, Any]], launch: bool = True) -> None:
     """Put one compiled graph on the timeline: one launch, then its kernels
-    ``(name, cost, shapes, dtypes, info)`` back to back. ``launch=False`` continues a
-    graph already launched (its kernels after a collective inside it): they start when
-    the device is free."""
+    ``(name, cost, shapes, dtypes, info)`` in turn, each starting its ``info["overlap_ps"]``
+    before the one ahead of it ends (:mod:`trnsim.backend.compile.overlap`; at most the
+    shorter of the two). ``launch=False`` continues a graph already launched (its kernels
+    after a collective inside it): they start when the device is free."""
     executed.update((name, cost.source) for name, cost, _, _, _ in kernels)
-    ps = sum(c.ps for _, c, _, _, _ in kernels)
+    starts = []
+    t = 0
+    for i, (_, cost, _, _, info) in enumerate(kernels):
+        if i:
+            ahead = kernels[i - 1][1].ps
+            t += ahead - min((info or {}).get("overlap_ps", 0), ahead, cost.ps)
+        starts.append(t)
+    ps = max((s + c.ps for s, (_, c, _, _, _) in zip(starts, kernels)), default=0)
     if launch:
         start = _launch(ps)
     else:
@@ -210,10 +218,8 @@ def charge_graph(kernels: list[tuple[str, OpCost, tuple, tuple, Any]], launch: b
             state.clock.device = start + ps
     recorders = _recorders()
     if recorders:
-        t = start
-        for name, cost, shapes, dtypes, info in kernels:
-            rec = OpRecord(name, shapes, dtypes, t, t + cost.ps, cost, info)
-            t += cost.ps
+        for at, (name, cost, shapes, dtypes, info) in zip(starts, kernels):
+            rec = OpRecord(name, shapes, dtypes, start + at, start + at + cost.ps, cost, info)
             for r in recorders:
                 r.append(rec)
 

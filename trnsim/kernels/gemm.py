@@ -136,11 +136,13 @@ def _block(lhsT, rhs, out, m0, bm, n0, bn, chunk_k, panel=None):
     evacuations = 0
     for c, k0 in enumerate(chunks):
         k_tiles = [(k, min(TILE_K, K - k)) for k in range(k0, min(k0 + chunk_k, K), TILE_K)]
-        rhs_tiles = [nl.load(rhs[k:k + kp, n0:n0 + bn]) for k, kp in k_tiles]
+        # each K tile's two operands in turn: the first multiplies wait for one pair, not all
         if panel is None:
-            lhs_tiles = [nl.load(lhsT[k:k + kp, m0:m0 + bm]) for k, kp in k_tiles]
+            pairs = [(nl.load(lhsT[k:k + kp, m0:m0 + bm]), nl.load(rhs[k:k + kp, n0:n0 + bn])) for k, kp in k_tiles]
+            lhs_tiles, rhs_tiles = [p[0] for p in pairs], [p[1] for p in pairs]
         else:
             lhs_tiles = panel[k0 // TILE_K:k0 // TILE_K + len(k_tiles)]
+            rhs_tiles = [nl.load(rhs[k:k + kp, n0:n0 + bn]) for k, kp in k_tiles]
         for i, mt in enumerate(m_tiles):
             mp = min(TILE_M, bm - mt)
             parts = [nl.zeros((mp, nsz), nl.float32, buffer=nl.psum) for _, nsz in n_tiles]

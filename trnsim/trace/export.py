@@ -34,23 +34,50 @@ def _us(ns: float) -> float:
 
 def process_events(trace: Trace, pid: int, partial: str | None = None) -> tuple[list[dict[str, Any]], list[str]]:
     """The events of ``trace`` as process ``pid`` of a Chrome trace, and its track names
-    (track ``n`` of the list is thread ``n + 1``). The process name of a partial trace
+    (track ``n`` of the list is thread ``n + 1``). A track whose slices overlap without
+    nesting (the kernels of a compiled graph, each starting before the one ahead ends)
+    takes as many threads as it needs, each named after the track: a thread's slices
+    never overlap, as Perfetto requires. The process name of a partial trace
     (``partial``, default the trace's own :attr:`~Trace.partial`) says so, for Perfetto."""
-    tracks = trace.tracks()
-    tids = {t: n + 1 for n, t in enumerate(tracks)}
+    lane_of, tracks = _lanes(trace)
+    tids = {lane: n + 1 for n, lane in enumerate(tracks)}
     partial = partial or trace.partial
     name = f"{trace.process} [PARTIAL: {partial}]" if partial else trace.process
     events: list[dict[str, Any]] = [{"ph": "M", "pid": pid, "name": "process_name", "args": {"name": name}}]
-    for track, tid in tids.items():
-        events.append({"ph": "M", "pid": pid, "tid": tid, "name": "thread_name", "args": {"name": track_label(track)}})
+    for (track, lane), tid in tids.items():
+        label = track_label(track) + (f" ({lane + 1})" if lane else "")
+        events.append({"ph": "M", "pid": pid, "tid": tid, "name": "thread_name", "args": {"name": label}})
         events.append({"ph": "M", "pid": pid, "tid": tid, "name": "thread_sort_index", "args": {"sort_index": tid}})
-    for s in sorted(trace.slices, key=lambda s: (s.start_ns, tids[s.track])):
-        events.append({"ph": "X", "pid": pid, "tid": tids[s.track], "name": s.name, "cat": s.track,
+    for s in sorted(trace.slices, key=lambda s: (s.start_ns, tids[s.track, lane_of[id(s)]])):
+        events.append({"ph": "X", "pid": pid, "tid": tids[s.track, lane_of[id(s)]], "name": s.name, "cat": s.track,
                        "ts": _us(s.start_ns), "dur": _us(s.dur_ns), "args": s.args})
     for c in trace.counters:
         for t, value in c.points:
             events.append({"ph": "C", "pid": pid, "name": f"{c.name} ({c.unit})", "ts": _us(t), "args": {"value": value}})
-    return events, tracks
+    return events, [track for track, _ in tracks]
+
+
+def _lanes(trace: Trace) -> tuple[dict[int, int], list[tuple[str, int]]]:
+    """Each slice's lane on its track (by id), the first whose slices have ended or
+    hold it whole, and the (track, lane) pairs in profile order."""
+    lane_of: dict[int, int] = {}
+    used: dict[str, int] = {}
+    for track in trace.tracks():
+        open_: list[list[tuple[float, float]]] = []   # per lane, the enclosing slices still open
+        for s in sorted((s for s in trace.slices if s.track == track), key=lambda s: (s.start_ns, -s.dur_ns)):
+            end = s.start_ns + s.dur_ns
+            for lane, stack in enumerate(open_):
+                while stack and stack[-1][1] <= s.start_ns:
+                    stack.pop()
+                if not stack or stack[-1][1] >= end:   # free, or nested in its innermost open slice
+                    break
+            else:
+                lane, stack = len(open_), []
+                open_.append(stack)
+            stack.append((s.start_ns, end))
+            lane_of[id(s)] = lane
+        used[track] = max(len(open_), 1)
+    return lane_of, [(track, lane) for track in trace.tracks() for lane in range(used[track])]
 
 
 def to_chrome(trace: Trace) -> dict[str, Any]:

@@ -30,7 +30,8 @@ import torch.fx as fx
 
 from trnsim.backend import nkicall, optable, state, timeline
 from trnsim.backend.compile.partition import Group
-from trnsim.backend.compile.patterns import FREE, op_name, tensors_in, substituted
+from trnsim.backend.compile import overlap
+from trnsim.backend.compile.patterns import FREE, collective, op_name, tensors_in, substituted
 from trnsim.backend.lowering import Call, Shares, placeholder, run_kernel
 from trnsim.backend.opcost import OpCost, estimate, moved_bytes
 
@@ -50,6 +51,9 @@ class Kernel:
     hbm_bytes: int = 0
     eager_bytes: int = 0
     source: list[str] = field(default_factory=list)
+    #: how long before the kernel ahead of it ends this one starts
+    #: (:mod:`trnsim.backend.compile.overlap`)
+    overlap_ps: int = 0
 
     @property
     def fused(self) -> bool:
@@ -57,11 +61,16 @@ class Kernel:
 
 
 def lower(groups: list[Group], vals: dict[fx.Node, Any]) -> list[Kernel]:
-    """The kernels of ``groups`` (free groups left out), each timed."""
-    kernels = []
+    """The kernels of ``groups`` (free groups left out), each timed, and each one's
+    overlap with the kernel before it (none across a collective)."""
+    kernels: list[Kernel] = []
+    apart: list[bool] = []   # whether the kernel waits for a collective before it
+    waits = False
+    free = {n: g for g in groups if g.kind == "free" for n in g.nodes}
     with timeline.simulating:
         for g in groups:
             if g.kind == "free":
+                waits = waits or collective(g.nodes[0])
                 continue
             if g.kind == "op":
                 kernels.append(_op_kernel(g, vals))
@@ -69,6 +78,11 @@ def lower(groups: list[Group], vals: dict[fx.Node, Any]) -> list[Kernel]:
                 kernels.append(_norm_kernel(g, vals))
             else:
                 kernels.append(_cheaper(g, vals))
+            apart.append(waits)
+            waits = False
+        fed = overlap.feeds([k.group for k in kernels], free)
+        for k, ps in zip(kernels, overlap.overlaps([k.cost for k in kernels], fed, apart)):
+            k.overlap_ps = ps
     return kernels
 
 

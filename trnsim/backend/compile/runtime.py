@@ -54,7 +54,7 @@ class Lowered:
             dtypes = tuple(str(t.dtype).removeprefix("torch.") for t in ins)
             info = {"graph": name, "index": i, "kernels": len(kernels), "ops": k.group.ops,
                     "from": eager_ops(g.nodes, vals), "source": k.source, "hbm_bytes": k.hbm_bytes,
-                    "eager_bytes": k.eager_bytes}
+                    "eager_bytes": k.eager_bytes, "overlap_ps": k.overlap_ps}
             if k.group.reason:
                 info["not_fused"] = k.group.reason
             if k.group.kind == "op" and op_name(g.nodes[0]) in timeline.MEASURED:

@@ -1,0 +1,128 @@
+"""Kernels of a compiled graph overlap where one ends and the next begins (one Program
+per pair of neighbours, their dependencies the tiles'); eager ops never do."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+import trnsim
+from trnsim.backend import state
+from trnsim.backend.compile import overlap
+from trnsim.backend.lowering import placeholder, run_kernel
+from trnsim.trace.export import load
+
+
+@pytest.fixture(autouse=True)
+def fresh_dynamo():
+    torch._dynamo.reset()
+    yield
+    torch._dynamo.reset()
+
+
+class Block(nn.Module):
+    """Pre-norm transformer block: LayerNorm, QKV, SDPA, projection, GELU MLP."""
+
+    def __init__(self, d: int = 256, heads: int = 4) -> None:
+        super().__init__()
+        self.n1, self.n2, self.heads = nn.LayerNorm(d), nn.LayerNorm(d), heads
+        self.qkv, self.o = nn.Linear(d, 3 * d), nn.Linear(d, d)
+        self.up, self.down = nn.Linear(d, 4 * d), nn.Linear(4 * d, d)
+
+    def forward(self, x):
+        b, t, d = x.shape
+        q, k, v = self.qkv(self.n1(x)).view(b, t, 3, self.heads, d // self.heads).permute(2, 0, 3, 1, 4)
+        a = F.scaled_dot_product_attention(q, k, v).transpose(1, 2).reshape(b, t, d)
+        x = x + self.o(a)
+        return x + self.down(F.gelu(self.up(self.n2(x))))
+
+
+def _profiled(fn, x, path=None):
+    with torch.no_grad():
+        fn(x)
+        torch.neuron.synchronize()
+        with trnsim.profile(path) as prof:
+            fn(x)
+            torch.neuron.synchronize()
+    return prof
+
+
+def _two_blocks():
+    torch.manual_seed(0)
+    return nn.Sequential(Block(), Block()).to("neuron"), torch.randn(2, 128, 256).to("neuron")
+
+
+def test_a_compiled_transformer_overlaps_its_kernels_and_eager_does_not(tmp_path):
+    model, x = _two_blocks()
+    eager = _profiled(model, x)
+    path = tmp_path / "compiled.json"
+    compiled = _profiled(torch.compile(model, backend="neuron"), x, path)
+    for a, b in zip(eager.records, eager.records[1:]):   # eager: one op at a time
+        assert b.start_ps >= a.end_ps
+    kernels = [r for r in compiled.records if r.info is not None]
+    overlaps = [r.info["overlap_ps"] for r in kernels]
+    assert overlaps[0] == 0 and sum(o > 0 for o in overlaps) >= 2   # the MLP's two matmuls, per block
+    for a, b in zip(kernels, kernels[1:]):
+        assert b.start_ps == a.end_ps - min(b.info["overlap_ps"], a.cost.ps, b.cost.ps)
+        assert b.end_ps >= a.end_ps   # kernels keep their order
+    work = sum(r.cost.ps for r in kernels)
+    assert compiled.device_ps == work - sum(overlaps)
+    assert compiled.device_ps == 149_051_420   # simulated time is deterministic
+    assert compiled.device_ps < 0.8 * eager.device_ps
+    # the trace: a kernel's engines start before the kernel ahead of it has finished
+    events = json.loads(path.read_text())["traceEvents"]
+    names = {e["tid"]: e["args"]["name"] for e in events if e.get("name") == "thread_name"}
+    assert "PyTorch ops (2)" in names.values()
+    ahead, after = next((a, b) for a, b in zip(kernels, kernels[1:]) if b.info["overlap_ps"] > 0)
+    engine = [e for e in events if e.get("ph") == "X" and e["cat"] not in ("ops", "graphs", "host", "compile")]
+    lo, hi = after.start_ps / 1e6, ahead.end_ps / 1e6
+    t0 = min(r.start_ps for r in compiled.records) / 1e6
+    assert any(lo - t0 <= e["ts"] < hi - t0 for e in engine)
+    # every slice of a thread nests or follows the one before: what Perfetto needs
+    by_tid: dict[int, list] = {}
+    for e in events:
+        if e.get("ph") == "X":
+            by_tid.setdefault(e["tid"], []).append((e["ts"], e["ts"] + e["dur"]))
+    for spans in by_tid.values():
+        stack: list[float] = []
+        for start, end in sorted(spans, key=lambda s: (s[0], -s[1])):
+            while stack and stack[-1] <= start + 1e-6:
+                stack.pop()
+            assert not stack or end <= stack[-1] + 1e-6
+            stack.append(end)
+    loaded = load(path)   # the lanes read back as one track
+    assert sum(s.track == "ops" for s in loaded.slices) == len(compiled.records)
+
+
+def _gemm(shape_a, shape_b, dtype=torch.bfloat16):
+    from trnsim.kernels.gemm import matmul_general
+
+    return run_kernel(matmul_general, "matmul_general", placeholder(shape_a, dtype), placeholder(shape_b, dtype))
+
+
+def test_a_kernel_that_reads_the_one_before_overlaps_less_than_one_that_does_not():
+    a = _gemm((256, 128), (256, 512))           # [128, 512] out
+    b = _gemm((512, 128), (512, 256))           # reads a [512, 128]: a's result reshaped
+    linked = overlap.pair_overlap(a, b, True)
+    apart = overlap.pair_overlap(a, b, False)
+    assert 0 < linked < apart <= min(a.ps, b.ps)
+    assert overlap.pair_overlap(a, b, True) == linked   # worked out once
+
+
+def test_no_overlap_across_a_collective_or_without_a_shared_shape_or_a_program():
+    a = _gemm((256, 128), (256, 512))
+    b = _gemm((512, 128), (512, 256))
+    assert overlap.overlaps([a, b], [False, False], [False, True]) == [0, 0]
+    other = _gemm((384, 128), (384, 128), torch.float32)   # no input of a's dtype: kept apart
+    assert overlap.pair_overlap(a, other, True) == 0
+    assert overlap.pair_overlap(a, other, False) > 0
+    estimate = trnsim.backend.opcost.estimate(1 << 20)
+    assert overlap.pair_overlap(a, estimate, False) == 0
+
+
+def test_default_chip_is_trn2():
+    assert state.chip().name == "trn2"
