@@ -469,3 +469,19 @@ def test_the_default_backend_leaves_cpu_graphs_to_inductor(monkeypatch):
     y = torch.compile(lambda x: x * 2 + 1)(torch.ones(4))
     assert len(seen) == 1 and torch.equal(y, torch.full((4,), 3.0))
     assert len(torch.neuron.get_dynamo_metrics()) == before
+
+
+def test_an_identical_computation_runs_once_as_the_compiler_runs_it():
+    """Autocast casts an input once per op that reads it; the compiled graph casts it once."""
+    def three_casts(x):
+        return x.to(torch.bfloat16) * 2, x.to(torch.bfloat16) + 1, x.to(torch.bfloat16).neg()
+
+    compiled = torch.compile(three_casts, backend="neuron")
+    x = torch.randn(128, 256, device="neuron")
+    compiled(x)
+    with trnsim.profile() as prof:
+        outs = compiled(x)
+    for got, want in zip(outs, three_casts(x.cpu())):
+        assert torch.equal(got.cpu(), want)
+    ops = [op for r in prof.records if r.info is not None for op in r.info["ops"]]
+    assert ops.count("aten::_to_copy") == 1, ops

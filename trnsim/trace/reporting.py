@@ -107,6 +107,8 @@ class Report:
     compilations: tuple[Compilation, ...] = ()
     unfused: tuple[Unfused, ...] = ()
     partial: str | None = None
+    #: the time some op ran (ops of a compiled graph overlap): ``op_ns`` where none do
+    op_busy_ns: float | None = None
     top: int = field(default=10, compare=False)
 
     @property
@@ -131,11 +133,13 @@ class Report:
         lines += [f"program        {self.program} on {where}{fidelity}",
                  f"simulated time {self.total_ns / 1000:,.3f} us"]
         if self.ops:
-            share = 100 * self.op_ns / (self.total_ns * self.world_size) if self.total_ns else 0.0
+            busy = self.op_ns if self.op_busy_ns is None else self.op_busy_ns
+            share = 100 * busy / (self.total_ns * self.world_size) if self.total_ns else 0.0
             calls = sum(o.calls for o in self.ops)
             waits = "for the host or in collectives" if self.ranks else "for the host"
-            lines.append(f"ops            {calls:,} calls, {self.op_ns / 1000:,.3f} us ({share:.1f}% of the simulated "
-                         f"time; the rest the device waits {waits})")
+            overlapped = f", overlapping in {busy / 1000:,.3f} us" if busy < self.op_ns - 0.5 else ""
+            lines.append(f"ops            {calls:,} calls, {self.op_ns / 1000:,.3f} us{overlapped} ({share:.1f}% of the "
+                         f"simulated time; the rest the device waits {waits})")
             width = max([40] + [len(o.name) for o in self.ops[:self.top]])
             lines.append(f"  {'top ops and fused kernels':{width}} {'calls':>6} {'total us':>12} {'share':>6}  timed by")
             for o in self.ops[:self.top]:
@@ -324,6 +328,7 @@ def report(trace: Trace | JobTrace | str | os.PathLike, *, top: int = 10) -> Rep
         world_size=len(traces),
         total_ns=total,
         op_ns=sum(o.total_ns for o in ops),
+        op_busy_ns=sum(busy_ns([s for s in t.slices if s.track == "ops"]) for t in traces),
         ops=tuple(ops),
         unseen_op_ns=sum(unseen_op_ns(t) for t in traces),
         engine_busy_pct=dict(sorted(engines.items(), key=lambda kv: track_sort_key(kv[0]))),

@@ -132,12 +132,12 @@ class CompiledGraph:
 
     def __init__(self, gm: fx.GraphModule, name: str, kind: str, event: Any = None,
                  inputs: list[str] | None = None) -> None:
-        self.gm = gm
+        self.nodes = sum(1 for n in gm.graph.nodes if n.op == "call_function")
+        self.gm = _common_subexpressions_once(gm)
         self.name = name
         self.kind = kind
         self.event = event
         self.inputs = inputs
-        self.nodes = sum(1 for n in gm.graph.nodes if n.op == "call_function")
         self.has_collectives = any(collective(n) for n in gm.graph.nodes)
         self.shapes: dict[tuple, Lowered] = {}
         self.lowered = None if _symbolic(gm) else lower_graph(gm, name)
@@ -195,6 +195,21 @@ class CompiledGraph:
             if a != b:
                 return f"{name(i)} == {a}"
         return "sizes changed"
+
+
+def _common_subexpressions_once(gm: fx.GraphModule) -> fx.GraphModule:
+    """``gm`` with each pure computation made once, as the real compiler does (AOT
+    Autograd's own pass, which keeps random ops, mutations and outputs apart): autocast
+    casts a tensor once per op that reads it, so three Linear layers of one input would
+    otherwise run three identical cast kernels."""
+    from torch._functorch.compile_utils import fx_graph_cse
+
+    graph = fx_graph_cse(gm.graph)
+    if len(graph.nodes) == len(gm.graph.nodes):
+        return gm
+    gm.graph = graph
+    gm.recompile()
+    return gm
 
 
 def _shape_text(args: list) -> str:
