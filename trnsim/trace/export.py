@@ -66,15 +66,14 @@ def _lanes(trace: Trace) -> tuple[dict[int, int], list[tuple[str, int]]]:
         open_: list[list[tuple[float, float]]] = []   # per lane, the enclosing slices still open
         for s in sorted((s for s in trace.slices if s.track == track), key=lambda s: (s.start_ns, -s.dur_ns)):
             end = s.start_ns + s.dur_ns
-            for lane, stack in enumerate(open_):
+            for stack in open_:
                 while stack and stack[-1][1] <= s.start_ns:
                     stack.pop()
-                if not stack or stack[-1][1] >= end:   # free, or nested in its innermost open slice
-                    break
-            else:
-                lane, stack = len(open_), []
-                open_.append(stack)
-            stack.append((s.start_ns, end))
+            # the first lane that is free or whose innermost open slice holds this one
+            lane = next((i for i, stack in enumerate(open_) if not stack or stack[-1][1] >= end), len(open_))
+            if lane == len(open_):
+                open_.append([])
+            open_[lane].append((s.start_ns, end))
             lane_of[id(s)] = lane
         used[track] = max(len(open_), 1)
     return lane_of, [(track, lane) for track in trace.tracks() for lane in range(used[track])]
