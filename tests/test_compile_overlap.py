@@ -14,6 +14,7 @@ import trnsim
 from trnsim.backend import state
 from trnsim.backend.compile import overlap
 from trnsim.backend.lowering import placeholder, run_kernel
+from trnsim.trace import critical_path
 from trnsim.trace.export import load
 
 
@@ -96,6 +97,18 @@ def test_a_compiled_transformer_overlaps_its_kernels_and_eager_does_not(tmp_path
             stack.append(end)
     loaded = load(path)   # the lanes read back as one track
     assert sum(s.track == "ops" for s in loaded.slices) == len(compiled.records)
+    # the critical path takes each kernel's own instructions, though kernels overlap
+    path = critical_path(loaded)
+    spans = {}
+    for s in loaded.slices:
+        if s.track == "ops":
+            spans.setdefault(s.name, []).append((s.start_ns, s.end_ns))
+    steps = [(op, start, end) for op, track, start, end in zip(path["op"], path["track"], path["start_ns"],
+                                                                 path["end_ns"]) if track not in ("ops", "collectives")]
+    assert steps
+    for op, start, end in steps:
+        assert any(a - 1e-3 <= start and end <= b + 1e-3 for a, b in spans[op]), (op, start, end)
+    assert path["op"] == critical_path(compiled.trace())["op"]
 
 
 def _gemm(shape_a, shape_b, dtype=torch.bfloat16):

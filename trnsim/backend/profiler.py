@@ -246,9 +246,10 @@ class profile:
                 hbm_spans.append((start_ns, end_ns, args["hbm_bytes"]))
             if self.engines and r.cost.run is not None:
                 kernel = trace_from_run(r.cost.run)
-                for s in kernel.slices:
+                for s in kernel.slices:   # each names its op's start (a compiled graph's kernels overlap)
                     if s.start_ns * r.cost.scale <= (r.end_ps - r.start_ps) / 1000:
-                        tr.slices.append(Slice(s.track, s.name, start_ns + s.start_ns, s.dur_ns, s.args))
+                        tr.slices.append(Slice(s.track, s.name, start_ns + s.start_ns, s.dur_ns,
+                                               {**s.args, "op_at_ns": start_ns}))
                 for c in kernel.counters:   # one physical core's Program: its cores' shares hold as much each
                     if c.name in occupancy:
                         points = [(start_ns + at, v * r.cost.cores) for at, v in c.points if start_ns + at < end_ns]
