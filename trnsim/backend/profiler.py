@@ -216,14 +216,17 @@ class profile:
             tr.meta[PARTIAL] = self.partial
         hbm_spans: list[tuple[float, float, float]] = []
         occupancy: dict[str, list[tuple[float, float]]] = {"SBUF occupancy": [], "PSUM occupancy": []}
-        for r in self.records:
+        for seq, r in enumerate(self.records):
             start_ns = (r.start_ps - origin) / 1000
             if r.cost.source == "collective":
                 tr.slices.append(Slice("collectives", r.name.removeprefix("c10d::"), start_ns,
                                        (r.end_ps - r.start_ps) / 1000, r.info.args()))
                 continue
             end_ns = (r.end_ps - origin) / 1000
-            args = {"shapes": [list(s) for s in r.shapes], "dtypes": list(r.dtypes), "timed_by": r.cost.source}
+            # op_seq: the op's number in the profile, which its engine slices carry too (the
+            # kernels of a compiled graph overlap, so time alone cannot tell whose a slice is)
+            args = {"shapes": [list(s) for s in r.shapes], "dtypes": list(r.dtypes), "timed_by": r.cost.source,
+                    "op_seq": seq}
             if r.cost.kernel:
                 args["kernel"] = r.cost.kernel
             if r.cost.run is not None:   # the op's work: its Program's, times the share it covers
@@ -246,19 +249,23 @@ class profile:
                 hbm_spans.append((start_ns, end_ns, args["hbm_bytes"]))
             if self.engines and r.cost.run is not None:
                 kernel = trace_from_run(r.cost.run)
-                for s in kernel.slices:   # each names its op's start (a compiled graph's kernels overlap)
+                for s in kernel.slices:
                     if s.start_ns * r.cost.scale <= (r.end_ps - r.start_ps) / 1000:
                         tr.slices.append(Slice(s.track, s.name, start_ns + s.start_ns, s.dur_ns,
-                                               {**s.args, "op_at_ns": start_ns}))
+                                               {**s.args, "op_seq": seq}))
                 for c in kernel.counters:   # one physical core's Program: its cores' shares hold as much each
                     if c.name in occupancy:
                         points = [(start_ns + at, v * r.cost.cores) for at, v in c.points if start_ns + at < end_ns]
-                        occupancy[c.name] += points + [(end_ns, 0.0)]
+                        # as changes, so that overlapping kernels' tiles add up
+                        last = 0.0
+                        for at, v in points + [(end_ns, 0.0)]:
+                            occupancy[c.name].append((at, v - last))
+                            last = v
         for reason, t in self.syncs:
             tr.slices.append(Slice("host", reason, (t - origin) / 1000, 0.0, {}))
         tr.counters.append(_step_counter("HBM traffic", "bytes/s", hbm_spans, per_second=True))
         if self.engines:
-            tr.counters += [Counter(name, "bytes", points) for name, points in occupancy.items()]
+            tr.counters += [Counter(name, "bytes", _running_sum(changes)) for name, changes in occupancy.items()]
         return tr
 
     def _program(self) -> str:
@@ -283,3 +290,18 @@ class profile:
         from trnsim.trace.export import save
 
         return save(self.trace(), path)
+
+
+def _running_sum(changes: list[tuple[float, float]]) -> list[tuple[float, float]]:
+    """A counter's points from its changes ``(time, delta)``: the total at each time
+    (rounded to a thousandth: the changes of one kernel cancel exactly)."""
+    points: list[tuple[float, float]] = []
+    total = 0.0
+    for at, delta in sorted(changes, key=lambda c: c[0]):
+        total += delta
+        value = round(total, 3) + 0.0
+        if points and points[-1][0] == at:
+            points[-1] = (at, value)
+        else:
+            points.append((at, value))
+    return points

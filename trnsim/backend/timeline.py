@@ -199,17 +199,22 @@ def charge_graph(kernels: list[tuple[str, OpCost, tuple, tuple, Any]], launch: b
     """Put one compiled graph on the timeline: one launch, then its kernels
     ``(name, cost, shapes, dtypes, info)`` in turn, each starting its ``info["overlap_ps"]``
     before the one ahead of it ends (:mod:`trnsim.backend.compile.overlap`; at most the
-    shorter of the two). ``launch=False`` continues a graph already launched (its kernels
-    after a collective inside it): they start when the device is free."""
+    shorter of the two), and never before the one ahead of that has ended: only
+    neighbours were traced together. ``launch=False`` continues a graph already launched
+    (its kernels after a collective inside it): they start when the device is free."""
     executed.update((name, cost.source) for name, cost, _, _, _ in kernels)
-    starts = []
-    t = 0
+    starts: list[int] = []
+    ends: list[int] = []
     for i, (_, cost, _, _, info) in enumerate(kernels):
+        t = 0
         if i:
             ahead = kernels[i - 1][1].ps
-            t += ahead - min((info or {}).get("overlap_ps", 0), ahead, cost.ps)
+            t = ends[-1] - min((info or {}).get("overlap_ps", 0), ahead, cost.ps)
+            if i > 1:
+                t = max(t, ends[-2])
         starts.append(t)
-    ps = max((s + c.ps for s, (_, c, _, _, _) in zip(starts, kernels)), default=0)
+        ends.append(t + cost.ps)
+    ps = max(ends, default=0)
     if launch:
         start = _launch(ps)
     else:
@@ -256,6 +261,10 @@ def sync(reason: str = "synchronize") -> None:
 
 
 def reset_caches() -> None:
-    """Forget memoized op times and the launch cost (after a chip or fidelity change)."""
+    """Forget memoized op times, compiled kernels' overlaps and the launch cost (after a
+    chip or fidelity change)."""
+    from trnsim.backend.compile import overlap
+
     _memo.clear()
     _LAUNCH.clear()
+    overlap.reset()

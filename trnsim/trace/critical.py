@@ -11,8 +11,6 @@ with the critical path through the kernel of each op under it.
 
 from __future__ import annotations
 
-import bisect
-
 from typing import Any
 
 from trnsim.errors import TrnSimError
@@ -77,26 +75,16 @@ def _instruction_path(slices: list[Slice], op: str | None) -> list[dict[str, Any
     return path[::-1]
 
 
-def _slices_of(op: Slice, starts: list[float], by_op: dict[float, list[Slice]]) -> list[Slice]:
-    """The engine slices whose ``op_at_ns`` is ``op``'s start (to a saved trace's
-    rounding: times are kept to the picosecond)."""
-    if op.track != "ops":
-        return []
-    i = bisect.bisect_left(starts, op.start_ns - 0.01)
-    return by_op[starts[i]] if i < len(starts) and abs(starts[i] - op.start_ns) < 0.01 else []
-
-
 def _op_path(trace: Trace) -> list[dict[str, Any]]:
     # collectives run on the device's stream between the ops
     ops = sorted((s for s in trace.slices if s.track in ("ops", "collectives")), key=lambda s: (s.start_ns, s.end_ns))
     engines = sorted(engine_slices(trace), key=lambda s: s.start_ns)
-    # a profile's engine slices name the start of the op they belong to (kernels of a
-    # compiled graph overlap, so time alone cannot tell whose a slice is)
-    by_op: dict[float, list[Slice]] = {}
+    # a profile's op slices and their engine slices carry the op's number (the kernels
+    # of a compiled graph overlap, so time alone cannot tell whose a slice is)
+    by_op: dict[int, list[Slice]] = {}
     for e in engines:
-        if "op_at_ns" in e.args:
-            by_op.setdefault(float(e.args["op_at_ns"]), []).append(e)
-    starts = sorted(by_op)
+        if "op_seq" in e.args:
+            by_op.setdefault(e.args["op_seq"], []).append(e)
     path: list[dict[str, Any]] = []
     before: Slice | None = None
     k = 0
@@ -114,7 +102,7 @@ def _op_path(trace: Trace) -> list[dict[str, Any]]:
                      "end_ns": op.end_ns, "dur_ns": op.dur_ns, "waited_on": kind, "on": on, "sem": None,
                      "idle_ns": idle if kind in ("host", "rank") else 0.0})
         if by_op:
-            mine = _slices_of(op, starts, by_op)
+            mine = by_op.get(op.args.get("op_seq", -1), []) if op.track == "ops" else []
         else:   # a trace whose slices do not say: by time
             mine = []
             while k < len(engines) and engines[k].start_ns < op.end_ns:

@@ -23,6 +23,7 @@ is at most the shorter kernel's time, so kernels keep their order.
 
 from __future__ import annotations
 
+import inspect
 from typing import Any
 
 import numpy as np
@@ -69,6 +70,8 @@ def _simulate_pair(a: OpCost, b: OpCost, linked: bool) -> int:
     second, second_args, second_kwargs = b.call
     n = len(first_args)
     found: list[int] = []
+    # a matmul kernel takes its left operand transposed ([K, M]: lhsT), the graph's [M, K]
+    lhs_transposed = next(iter(inspect.signature(getattr(second, "fn", second)).parameters), "") == "lhsT"
 
     def kernels_in_turn(*arrays: Any, **named: Any) -> Any:
         # keyword arguments travel as keywords too, so that their arrays become HBM tensors
@@ -77,7 +80,7 @@ def _simulate_pair(a: OpCost, b: OpCost, linked: bool) -> int:
         args = list(arrays[n:])
         if linked:
             for i, x in enumerate(args):
-                fed = _feeding(results, x)
+                fed = _feeding(results, x, transposed=i == 0 and lhs_transposed)
                 if fed is not None:
                     args[i] = fed
                     found.append(i)
@@ -93,20 +96,25 @@ def _simulate_pair(a: OpCost, b: OpCost, linked: bool) -> int:
     return max(0, min(saved, a.ps, b.ps))
 
 
-def _feeding(results: list, x: Any) -> Any:
+def _feeding(results: list, x: Any, transposed: bool = False) -> Any:
     """The result among ``results`` that an input ``x`` of the second kernel reads: of
-    its dtype and its element count (the same shape first; another shape is the same
-    bytes reshaped), or None."""
+    its dtype and its element count; for a matmul's transposed left operand
+    (``transposed``), a [M, K] result read as [K, M] first; then the same shape; then
+    the same bytes reshaped. None if no result fits."""
     shape = getattr(x, "shape", None)
     if shape is None:
         return None
-    same = [r for r in results if getattr(r, "dtype", None) == x.dtype and tuple(r.shape) == tuple(shape)]
-    if same:
-        return same[0]
-    for r in results:
-        if getattr(r, "dtype", None) == x.dtype and int(np.prod(r.shape)) == int(np.prod(shape)):
-            return r.reshape(tuple(shape))
-    return None
+    shape = tuple(shape)
+    fits = [r for r in results if getattr(r, "dtype", None) == x.dtype and int(np.prod(r.shape)) == int(np.prod(shape))]
+    if transposed and len(shape) == 2:
+        for r in fits:
+            if tuple(r.shape) == shape[::-1]:
+                rows, cols = r.shape
+                return r.ap([[1, cols], [cols, rows]])   # element (k, m) is r[m, k]
+    for r in fits:
+        if tuple(r.shape) == shape:
+            return r
+    return fits[0].reshape(shape) if fits else None
 
 
 def feeds(groups_in_turn: list[Any], free: dict[fx.Node, Any]) -> list[bool]:

@@ -199,11 +199,17 @@ class CompiledGraph:
 
 def _common_subexpressions_once(gm: fx.GraphModule) -> fx.GraphModule:
     """``gm`` with each pure computation made once, as the real compiler does (AOT
-    Autograd's own pass, which keeps random ops, mutations and outputs apart): autocast
-    casts a tensor once per op that reads it, so three Linear layers of one input would
-    otherwise run three identical cast kernels."""
-    from torch._functorch.compile_utils import fx_graph_cse
+    Autograd's own pass, which keeps mutations and outputs apart): autocast casts a
+    tensor once per op that reads it, so three Linear layers of one input would
+    otherwise run three identical cast kernels. The pass keeps apart only the random ops
+    it lists (dropout, ``randn``, ...); a graph with another op that draws random
+    numbers (``randn_like``, ``uniform``: two draws are two tensors) is left whole."""
+    from torch._functorch.compile_utils import fx_graph_cse, get_aten_target, rand_ops
 
+    for n in gm.graph.nodes:
+        if (n.op == "call_function" and torch.Tag.nondeterministic_seeded in getattr(n.target, "tags", ())
+                and get_aten_target(n) not in rand_ops):
+            return gm
     graph = fx_graph_cse(gm.graph)
     if len(graph.nodes) == len(gm.graph.nodes):
         return gm
