@@ -146,8 +146,8 @@ the matmul or row kernels they follow (`fused[mm+add+pow]`, `fused[mean+add+rsqr
 RMSNorm in one kernel), which take 253 us of work where the eager ops took 394; the
 graph is one program on the chip, so each kernel starts as soon as its data allow
 (the next one's weights load while this one computes) and the 253 us of kernels run
-in 207; and the graph is one launch, so almost none of its time is spent between ops:
-3.74x in all. Where the time went:"""),
+in 224; and the graph is one launch, so almost none of its time is spent between ops:
+3.47x in all. Where the time went:"""),
     ("code", "print(eager.summary())"),
     ("code", "print(comp.summary())"),
     ("md", """\

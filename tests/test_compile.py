@@ -503,3 +503,19 @@ def test_two_random_draws_stay_two_draws():
     normal, uniform = compiled(x)
     assert normal.cpu().var().item() == pytest.approx(2.0, rel=0.15)   # one draw twice would give 4
     assert uniform.cpu().abs().max().item() > 0   # one draw minus itself would be 0
+
+
+def test_attention_without_dropout_does_not_keep_a_graph_from_casting_once():
+    """Attention ops may draw random numbers (dropout); without dropout they do not, and
+    the graph around them still makes each identical computation once."""
+    def block(q, x):
+        a = F.scaled_dot_product_attention(q, q, q)
+        return a + x.to(torch.bfloat16).float(), x.to(torch.bfloat16) * 2
+
+    compiled = torch.compile(block, backend="neuron")
+    q, x = torch.randn(1, 2, 128, 64, device="neuron"), torch.randn(1, 2, 128, 64, device="neuron")
+    compiled(q, x)
+    with trnsim.profile() as prof:
+        compiled(q, x)
+    ops = [op for r in prof.records if r.info is not None for op in r.info["ops"]]
+    assert ops.count("aten::_to_copy") == 2, ops   # x cast once, then cast back once

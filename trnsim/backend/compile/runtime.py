@@ -208,7 +208,7 @@ def _common_subexpressions_once(gm: fx.GraphModule) -> fx.GraphModule:
 
     for n in gm.graph.nodes:
         if (n.op == "call_function" and torch.Tag.nondeterministic_seeded in getattr(n.target, "tags", ())
-                and get_aten_target(n) not in rand_ops):
+                and get_aten_target(n) not in rand_ops and _draws(n)):
             return gm
     graph = fx_graph_cse(gm.graph)
     if len(graph.nodes) == len(gm.graph.nodes):
@@ -216,6 +216,18 @@ def _common_subexpressions_once(gm: fx.GraphModule) -> fx.GraphModule:
     gm.graph = graph
     gm.recompile()
     return gm
+
+
+def _draws(node: fx.Node) -> bool:
+    """Whether a node of an op that may draw random numbers does: attention only with a
+    non-zero ``dropout_p``, any other such op always."""
+    schema = getattr(node.target, "_schema", None)
+    names = [a.name for a in schema.arguments] if schema is not None else []
+    if "dropout_p" not in names:
+        return True
+    i = names.index("dropout_p")
+    p = node.args[i] if i < len(node.args) else node.kwargs.get("dropout_p", 0.0)
+    return not isinstance(p, (int, float)) or p != 0
 
 
 def _shape_text(args: list) -> str:
