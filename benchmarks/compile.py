@@ -36,6 +36,7 @@ import torch
 
 import trnsim
 from trnsim.backend import state
+from trnsim.models.prenorm import PreNormBlock
 from trnsim.models.tinyllama import TinyLlama
 
 LAYERS, WIDTH, HEADS, KV_HEADS, FF, VOCAB = 4, 256, 8, 2, 688, 1000
@@ -150,26 +151,12 @@ def training_rows() -> list[dict]:
                              nn.Conv2d(32, 64, 3, padding=1), nn.BatchNorm2d(64), nn.ReLU(),
                              nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(64, 10))
 
-    class Block(nn.Module):
-        def __init__(self, d: int = 128, heads: int = 4) -> None:
-            super().__init__()
-            self.n1, self.n2, self.heads = nn.LayerNorm(d), nn.LayerNorm(d), heads
-            self.qkv, self.o = nn.Linear(d, 3 * d), nn.Linear(d, d)
-            self.up, self.down = nn.Linear(d, 4 * d), nn.Linear(4 * d, d)
-
-        def forward(self, x):
-            b, t, d = x.shape
-            q, k, v = self.qkv(self.n1(x)).view(b, t, 3, self.heads, d // self.heads).permute(2, 0, 3, 1, 4)
-            a = F.scaled_dot_product_attention(q, k, v, is_causal=True).transpose(1, 2).reshape(b, t, d)
-            x = x + self.o(a)
-            return x + self.down(F.gelu(self.up(self.n2(x))))
-
     g = torch.Generator().manual_seed(1)
     images, labels = torch.randn(32, 3, 32, 32, generator=g), torch.randint(0, 10, (32,), generator=g)
     tokens = torch.randn(4, 128, 128, generator=g)
     cases = [("CNN + BatchNorm train step", cnn, lambda: torch.optim.SGD, {"lr": 0.1, "momentum": 0.9},
               images, lambda out: F.cross_entropy(out, labels.to("neuron"))),
-             ("LayerNorm block train step", Block, lambda: torch.optim.AdamW, {"lr": 1e-3},
+             ("LayerNorm block train step", PreNormBlock, lambda: torch.optim.AdamW, {"lr": 1e-3},
               tokens, lambda out: out.pow(2).mean())]
     rows = []
     for label, make, opt_class, opt_args, x, loss_of in cases:

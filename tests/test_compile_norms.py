@@ -11,6 +11,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 import trnsim
+from trnsim.models.prenorm import PreNormBlock
 
 
 @pytest.fixture(autouse=True)
@@ -25,25 +26,6 @@ def _cnn() -> nn.Module:
     return nn.Sequential(nn.Conv2d(3, 32, 3, padding=1), nn.BatchNorm2d(32), nn.ReLU(), nn.MaxPool2d(2),
                          nn.Conv2d(32, 64, 3, padding=1), nn.BatchNorm2d(64), nn.ReLU(),
                          nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(64, 10)).to("neuron")
-
-
-class _Block(nn.Module):
-    """A pre-norm transformer block: attention and a GELU MLP, each after a norm."""
-
-    def __init__(self, norm: str, d: int = 128, heads: int = 4) -> None:
-        super().__init__()
-        make = (lambda: nn.LayerNorm(d)) if norm == "layernorm" else (lambda: nn.RMSNorm(d))
-        self.n1, self.n2 = make(), make()
-        self.qkv, self.o = nn.Linear(d, 3 * d), nn.Linear(d, d)
-        self.up, self.down = nn.Linear(d, 4 * d), nn.Linear(4 * d, d)
-        self.heads = heads
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        b, t, d = x.shape
-        q, k, v = self.qkv(self.n1(x)).view(b, t, 3, self.heads, d // self.heads).permute(2, 0, 3, 1, 4)
-        a = F.scaled_dot_product_attention(q, k, v, is_causal=True).transpose(1, 2).reshape(b, t, d)
-        x = x + self.o(a)
-        return x + self.down(F.gelu(self.up(self.n2(x))))
 
 
 def _train(model: nn.Module, opt: torch.optim.Optimizer, fn, x, loss_of, steps: int):
@@ -181,7 +163,7 @@ def test_transformer_block_trains_no_slower_compiled(norm, times):
     runs = []
     for compiled in (False, True):
         torch.manual_seed(0)
-        m = _Block(norm).to("neuron")
+        m = PreNormBlock(norm=norm).to("neuron")
         opt = torch.optim.AdamW(m.parameters(), lr=1e-3)
         x = torch.randn(4, 128, 128, generator=torch.Generator().manual_seed(1)).to("neuron")
         fn = torch.compile(m, backend="neuron") if compiled else m

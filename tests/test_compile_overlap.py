@@ -8,12 +8,12 @@ import json
 import pytest
 import torch
 import torch.nn as nn
-import torch.nn.functional as F
 
 import trnsim
 from trnsim.backend import state
 from trnsim.backend.compile import overlap
 from trnsim.backend.lowering import placeholder, run_kernel
+from trnsim.models.prenorm import PreNormBlock
 from trnsim.trace import critical_path
 from trnsim.trace.export import load
 
@@ -23,23 +23,6 @@ def fresh_dynamo():
     torch._dynamo.reset()
     yield
     torch._dynamo.reset()
-
-
-class Block(nn.Module):
-    """Pre-norm transformer block: LayerNorm, QKV, SDPA, projection, GELU MLP."""
-
-    def __init__(self, d: int = 256, heads: int = 4) -> None:
-        super().__init__()
-        self.n1, self.n2, self.heads = nn.LayerNorm(d), nn.LayerNorm(d), heads
-        self.qkv, self.o = nn.Linear(d, 3 * d), nn.Linear(d, d)
-        self.up, self.down = nn.Linear(d, 4 * d), nn.Linear(4 * d, d)
-
-    def forward(self, x):
-        b, t, d = x.shape
-        q, k, v = self.qkv(self.n1(x)).view(b, t, 3, self.heads, d // self.heads).permute(2, 0, 3, 1, 4)
-        a = F.scaled_dot_product_attention(q, k, v).transpose(1, 2).reshape(b, t, d)
-        x = x + self.o(a)
-        return x + self.down(F.gelu(self.up(self.n2(x))))
 
 
 def _profiled(fn, x, path=None):
@@ -54,7 +37,8 @@ def _profiled(fn, x, path=None):
 
 def _two_blocks():
     torch.manual_seed(0)
-    return nn.Sequential(Block(), Block()).to("neuron"), torch.randn(2, 128, 256).to("neuron")
+    blocks = nn.Sequential(PreNormBlock(256, causal=False), PreNormBlock(256, causal=False))
+    return blocks.to("neuron"), torch.randn(2, 128, 256).to("neuron")
 
 
 def test_a_compiled_transformer_overlaps_its_kernels_and_eager_does_not(tmp_path):

@@ -174,7 +174,7 @@ class profile:
 
     def trace(self):
         """The recording as a :class:`trnsim.trace.Trace`."""
-        from trnsim.trace.events import Counter, Slice, Trace, _effective_peak, _step_counter, trace_from_run
+        from trnsim.trace.events import Slice, Trace, _effective_peak, _step_counter, trace_from_run
 
         chip = state.chip()
         runs = [r.cost for r in self.records if r.cost.run is not None]
@@ -215,7 +215,7 @@ class profile:
         if self.partial is not None:
             tr.meta[PARTIAL] = self.partial
         hbm_spans: list[tuple[float, float, float]] = []
-        occupancy: dict[str, list[tuple[float, float]]] = {"SBUF occupancy": [], "PSUM occupancy": []}
+        occupancy: dict[str, list[tuple[float, float, float]]] = {"SBUF occupancy": [], "PSUM occupancy": []}
         for seq, r in enumerate(self.records):
             start_ns = (r.start_ps - origin) / 1000
             if r.cost.source == "collective":
@@ -256,16 +256,14 @@ class profile:
                 for c in kernel.counters:   # one physical core's Program: its cores' shares hold as much each
                     if c.name in occupancy:
                         points = [(start_ns + at, v * r.cost.cores) for at, v in c.points if start_ns + at < end_ns]
-                        # as changes, so that overlapping kernels' tiles add up
-                        last = 0.0
-                        for at, v in points + [(end_ns, 0.0)]:
-                            occupancy[c.name].append((at, v - last))
-                            last = v
+                        # each level held until the next as a span, so that overlapping kernels' tiles add up
+                        ends = [at for at, _ in points[1:]] + [end_ns]
+                        occupancy[c.name] += [(at, end, v) for (at, v), end in zip(points, ends)]
         for reason, t in self.syncs:
             tr.slices.append(Slice("host", reason, (t - origin) / 1000, 0.0, {}))
         tr.counters.append(_step_counter("HBM traffic", "bytes/s", hbm_spans, per_second=True))
         if self.engines:
-            tr.counters += [Counter(name, "bytes", _running_sum(changes)) for name, changes in occupancy.items()]
+            tr.counters += [_step_counter(name, "bytes", spans, per_second=False) for name, spans in occupancy.items()]
         return tr
 
     def _program(self) -> str:
@@ -291,17 +289,3 @@ class profile:
 
         return save(self.trace(), path)
 
-
-def _running_sum(changes: list[tuple[float, float]]) -> list[tuple[float, float]]:
-    """A counter's points from its changes ``(time, delta)``: the total at each time
-    (rounded to a thousandth: the changes of one kernel cancel exactly)."""
-    points: list[tuple[float, float]] = []
-    total = 0.0
-    for at, delta in sorted(changes, key=lambda c: c[0]):
-        total += delta
-        value = round(total, 3) + 0.0
-        if points and points[-1][0] == at:
-            points[-1] = (at, value)
-        else:
-            points.append((at, value))
-    return points

@@ -62,9 +62,13 @@ def _lanes(trace: Trace) -> tuple[dict[int, int], list[tuple[str, int]]]:
     hold it whole, and the (track, lane) pairs in profile order."""
     lane_of: dict[int, int] = {}
     used: dict[str, int] = {}
-    for track in trace.tracks():
+    by_track: dict[str, list[Slice]] = {}
+    for s in trace.slices:
+        by_track.setdefault(s.track, []).append(s)
+    tracks = sorted(by_track, key=track_sort_key)   # trace.tracks()
+    for track in tracks:
         open_: list[list[tuple[float, float]]] = []   # per lane, the enclosing slices still open
-        for s in sorted((s for s in trace.slices if s.track == track), key=lambda s: (s.start_ns, -s.dur_ns)):
+        for s in sorted(by_track[track], key=lambda s: (s.start_ns, -s.dur_ns)):
             end = s.start_ns + s.dur_ns
             for stack in open_:
                 while stack and stack[-1][1] <= s.start_ns:
@@ -76,7 +80,7 @@ def _lanes(trace: Trace) -> tuple[dict[int, int], list[tuple[str, int]]]:
             open_[lane].append((s.start_ns, end))
             lane_of[id(s)] = lane
         used[track] = max(len(open_), 1)
-    return lane_of, [(track, lane) for track in trace.tracks() for lane in range(used[track])]
+    return lane_of, [(track, lane) for track in tracks for lane in range(used[track])]
 
 
 def to_chrome(trace: Trace) -> dict[str, Any]:
