@@ -131,3 +131,21 @@ def test_no_overlap_across_a_collective_or_without_a_shared_shape_or_a_program()
 
 def test_default_chip_is_trn2():
     assert state.chip().name == "trn2"
+
+
+def test_a_compiled_linear_takes_the_faster_layout_of_its_activation():
+    """The activation a Linear reads is row-major; the compiled kernel either transposes
+    it on chip (``fused_matmul_rows_kernel``) or reads it as the producer could have
+    written it, transposed (``fused_matmul_kernel``): whichever the chip runs faster."""
+    from trnsim.kernels.fused_matmul import fused_matmul_kernel, fused_matmul_rows_kernel
+
+    torch.manual_seed(0)
+    lin = nn.Linear(768, 768).to(torch.bfloat16).to("neuron")
+    prof = _profiled(torch.compile(lambda x: lin(x), backend="neuron"), torch.randn(128, 768).to(torch.bfloat16).to("neuron"))
+    (rec,) = [r for r in prof.records if r.name.startswith("fused[addmm")]
+    kernel, args, kwargs = rec.cost.call
+    rows = args[0].array.shape[0]   # each physical core's share of the 128 rows
+    assert kernel is fused_matmul_rows_kernel and tuple(args[0].array.shape) == (rows, 768)
+    lhsT = run_kernel(fused_matmul_kernel, "fused_matmul_kernel", placeholder((768, rows), torch.bfloat16), *args[1:],
+                      **kwargs)
+    assert rec.cost.ps < lhsT.ps   # 256-byte rows of lhsT tiles against 1.5 KiB rows and a transpose

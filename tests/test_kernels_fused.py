@@ -225,10 +225,10 @@ def test_sbuf_estimate_bounds_what_the_kernel_places(monkeypatch, recipe, shapes
 
 
 def test_a_fusion_over_the_sbuf_estimate_spills_to_hbm():
-    shape = (256, 12000)
+    shape = (256, 16000)
     estimate = sbuf_bytes(LAYERNORM, shape, [4, 4, 4])
     assert estimate > load_chip(CHIP).sbuf.partition_bytes
-    args = [np.broadcast_to(np.zeros((), np.float32), sh) for sh in (shape, (12000,), (12000,))]
+    args = [np.broadcast_to(np.zeros((), np.float32), sh) for sh in (shape, (16000,), (16000,))]
     program = nki.trace_program(fused_rows_kernel, *args, recipe=LAYERNORM, shape=shape, chip=CHIP)
     assert any(t.name.endswith("_spill_0") for t in program.tensors)   # the Neuron compiler's spill, as it does
 

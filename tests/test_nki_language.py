@@ -149,6 +149,78 @@ def test_ap_and_broadcast_to_methods():
     np.testing.assert_array_equal(o2, np.broadcast_to(row, a.shape))
 
 
+def _broadcast_kernel(hold_psum):
+    @nki.jit
+    def k(row):
+        p, f = 128, row.shape[1]
+        out = nl.ndarray((p, f), row.dtype, buffer=nl.shared_hbm)
+        kept = nl.ndarray((8, 1), nl.float32, buffer=nl.shared_hbm)
+        # a kernel holding all eight PSUM banks leaves the tensor engine no room
+        held = [nl.zeros((128, 512), nl.float32, buffer=nl.psum) for _ in range(8 if hold_psum else 0)]
+        nl.store(out, nl.broadcast_to(nl.load(row), (p, f)))
+        for i, h in enumerate(held):
+            nl.store(kept[i:i + 1, :], nl.copy(h[0:1, 0:1]))
+        return out
+    return k
+
+
+@pytest.mark.parametrize("dtype", [np.float32, nl.bfloat16, np.int32])
+@pytest.mark.parametrize("hold_psum", [False, True])
+@pytest.mark.parametrize("cols", [700, 1024])
+def test_partition_broadcast_copies_every_bit_through_the_tensor_engine_or_dma(dtype, hold_psum, cols):
+    from trnsim.isa import DmaCopy, Memory, MultiplyMoving, TensorCopy
+    from trnsim.nki.launch import launch
+
+    row = (RNG.standard_normal((1, cols)) * 100).astype(np.float32)
+    if dtype is not np.int32:
+        row[0, 3], row[0, 4], row[0, 5] = np.nan, np.inf, -np.inf
+    row[0, 6] = -0.0
+    row = row.astype(dtype)
+    run = launch(_broadcast_kernel(hold_psum), (row,), {}, chip="trn1", numerics=True)
+    out = np.asarray(run.outputs[0])
+    want = np.broadcast_to(row.astype(out.dtype), (128, cols))
+    np.testing.assert_array_equal(out, want)
+    assert (np.signbit(out) == np.signbit(want)).all()   # -0.0 stays -0.0
+    insts = run.program.instructions
+    on_pe = any(isinstance(i, MultiplyMoving) for i in insts)
+    dmas = sum(isinstance(i, DmaCopy) and i.dst.memory is not Memory.HBM for i in insts)
+    # NKI broadcasts a float row with a matmul by ones (two pieces of <= 512 columns);
+    # an integer row, or a float one while PSUM is full, takes one DMA
+    assert on_pe == (dtype is not np.int32 and not hold_psum)
+    assert dmas == (1 if on_pe else 2)   # the row's load, and the broadcast's DMA
+    # an fp32 row of whole PSUM banks stays in PSUM; any other is copied out piece by piece
+    copies = sum(isinstance(i, TensorCopy) and i.src.memory is Memory.PSUM and i.src.partitions == 128
+                 and i.src.free_size <= 512 for i in insts)
+    assert copies == (0 if not on_pe or (dtype is np.float32 and cols == 1024) else 2)
+
+
+def test_a_kernel_traced_again_makes_its_first_traces_broadcast_choices():
+    """Four named 64 KiB tiles overflow SBUF, so the kernel is traced again with tiles
+    freed at their last use, which leaves PSUM room the first trace did not have: the
+    broadcasts must still go where they went in the first trace, or every lifetime
+    counted in its instructions is off (a row read before its load, a tile freed early)."""
+    from trnsim.nki.launch import launch
+
+    @nki.jit
+    def k(x, rows):
+        out = nl.ndarray((128, 2048), nl.float32, buffer=nl.shared_hbm)
+        acc = nl.zeros((128, 2048), nl.float32)
+        held = []
+        for i in range(4):
+            big = nl.load(x[i])                      # [128, 16384] fp32: 64 KiB per partition
+            held.append(big)                         # named to the end: four do not fit in SBUF
+            b = nl.broadcast_to(nl.load(rows[i:i + 1, :]), (128, 2048))
+            c = nl.broadcast_to(nl.load(rows[i + 4:i + 5, :]), (128, 2048))
+            acc += nl.multiply(b, c) + big[:, 0:2048]
+        nl.store(out, acc)
+        return out
+
+    x, rows = rand(4, 128, 16384), rand(8, 2048)
+    run = launch(k, (x, rows), {}, chip="trn1", numerics=True)
+    want = sum(rows[i][None] * rows[i + 4][None] + x[i][:, :2048] for i in range(4))
+    np.testing.assert_allclose(np.asarray(run.outputs[0]), want, rtol=1e-6, atol=1e-5)
+
+
 def test_broadcasting_operands():
     @nki.jit
     def k(a, s, r, c):

@@ -23,7 +23,7 @@ from trnsim.kernels.elementwise import (
     unary_kernel,
 )
 from trnsim.kernels.gather import embedding_backward_kernel, embedding_kernel
-from trnsim.kernels.gemm import matmul_general
+from trnsim.kernels.gemm import matmul_general, matmul_rows
 from trnsim.kernels.loss import nll_loss_backward_kernel, nll_loss_kernel
 from trnsim.kernels.movement import concat_kernel, upsample_nearest2d_kernel
 from trnsim.kernels.norms import groupnorm_kernel
@@ -393,7 +393,10 @@ def test_layernorm_backward_computes_what_the_mask_asks(need_input, need_weight,
     traced = layernorm_backward_kernel.trace(*args, need_input=need_input, need_weight=need_weight,
                                              need_bias=need_bias)
     assert len(traced.output_tensors) == outputs
-    assert any(i.opcode == "multiply_moving" for i in traced.tracer.program) == (need_weight or need_bias)
+    # the weight and bias gradients are column sums on the PE array (a broadcast of gamma
+    # streams one partition through it too)
+    sums = [i for i in traced.tracer.program if i.opcode == "multiply_moving" and i.src.partitions > 1]
+    assert bool(sums) == (need_weight or need_bias)
 
 
 # -- matmul, gather, conv, movement ------------------------------------------------
@@ -406,6 +409,31 @@ def test_layernorm_backward_computes_what_the_mask_asks(need_input, need_weight,
 def test_matmul_general(lhs_shape, rhs_shape, dtype):
     lhsT, rhs = arrays(32, dtype, lhs_shape, rhs_shape)
     assert_dtype(assert_kernel_matches(matmul_general, matmul_reference, lhsT, rhs), dtype)
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=IDS)
+@pytest.mark.parametrize("lhs_shape, rhs_shape", [
+    ((1, 1), (1, 1)), ((5, 3), (3, 7)), ((257, 130), (130, 700)), ((130, 1100), (1100, 1500)),
+    ((3, 40, 70), (70, 90)), ((2, 20, 130), (2, 130, 600)), ((1, 768), (768, 2500)),
+    ((3, 300), (300, 2500))])  # the transposed panel kept in SBUF while two wide N blocks stream past
+def test_matmul_rows_transposes_on_chip_to_the_same_bits_as_matmul_general(lhs_shape, rhs_shape, dtype):
+    lhs, rhs = arrays(35, dtype, lhs_shape, rhs_shape)
+    out = nki.simulate(matmul_rows)(lhs, rhs)
+    lhsT = lhs.transpose(-1, -2).contiguous() if isinstance(lhs, torch.Tensor) else np.swapaxes(lhs, -1, -2).copy()
+    np.testing.assert_array_equal(np.asarray(out), np.asarray(nki.simulate(matmul_general)(lhsT, rhs)))
+    ref = lhs.float().numpy() @ (rhs.float().numpy() if isinstance(rhs, torch.Tensor) else rhs) \
+        if isinstance(lhs, torch.Tensor) else lhs @ rhs
+    np.testing.assert_allclose(np.asarray(out, dtype=np.float32), ref, rtol=2e-2 if dtype is not torch.float32 else 1e-4,
+                               atol=0.5 if dtype is not torch.float32 else 1e-3)
+    # every stationary tile goes through the PE array's transpose; none is loaded transposed
+    assert any(i.opcode == "transpose" for i in nki.trace_program(matmul_rows, lhs, rhs))
+
+
+def test_matmul_rows_refuses_mismatched_contractions_naming_its_layout():
+    lhs, rhs = arrays(36, torch.float32, (20, 130), (129, 20))
+    with pytest.raises(KernelError, match=r"matmul_rows: lhs \[20, 130\] contracts over K=130, rhs \[129, 20\] over "
+                                          r"K=129; lhs is \[M, K\], rhs \[K, N\]"):
+        nki.trace_program(matmul_rows, lhs, rhs)
 
 
 def test_matmul_general_refuses_mismatched_contractions():
@@ -603,7 +631,9 @@ TRACES = {
     "unary_ragged": (unary_kernel, lambda: (placeholder(257, 3000), "exp"), (2 + 1) * 3),
     "binary": (binary_kernel, lambda: (placeholder(4096, 4096), placeholder(4096, 4096), "add"), 32 * 4),
     "binary_row": (binary_kernel, lambda: (placeholder(257, 3000), placeholder(3000), "multiply"),
-                   2 + 2 * 3 + 1 + 3),  # the row and its broadcast, two folded blocks, the last row
+                   2 + 6 * 3 + 2 * 3 + 1 + 3),  # the row and the ones of its broadcast, which takes 6 pieces
+                                                # through the PE array (stationary, multiply, copy); two folded
+                                                # blocks, the last row
     "scalar": (scalar_kernel, lambda: (placeholder(257, 3000), "multiply", 2.0), 3 * 3),
     "cast": (cast_kernel, lambda: (placeholder(4096, 4096), "bfloat16"), 32 * 3),
     "adamw": (fused_adamw_kernel, lambda: tuple(placeholder(4096, 4096) for _ in range(4)), 64 * 19),
@@ -625,7 +655,8 @@ TRACES = {
     "nll_loss_backward": (nll_loss_backward_kernel,
                           lambda: (placeholder(1), placeholder(4096, 32000), placeholder(4096, dtype=np.int32), None,
                                    "mean", -100, placeholder(1)),
-                          1 + 250 + 5 + 32 * 4),  # memset; the scale; per block: targets, 2 vector, scatter
+                          1 + 250 + 7 + 32 * 4),  # memset; the scale (broadcast through the PE array); per
+                                                 # block: targets, 2 vector, scatter
     "conv2d": (conv2d_kernel, lambda: (_bf16(64, 56, 56), _bf16(64, 64, 3, 3), 1, 1),
                11 + 3 + 7 * (9 * 2 + 1) + 1),  # weights, padded input, 7 pieces of 8 rows x 9 taps, store
     "concat": (concat_kernel, lambda: (placeholder(130, 700), placeholder(257, 700)), 2),
@@ -687,12 +718,12 @@ def test_a_logical_core_splits_the_work_among_its_physical_cores():
     import trnsim  # noqa: F401
     from trnsim.backend import optable
     from trnsim.backend.lowering import Call, placeholder, run_kernel
-    from trnsim.kernels.gemm import matmul_general
+    from trnsim.kernels.gemm import matmul_rows
 
     def program_ps(rows):
-        lhs_t = placeholder((1024, rows), torch.float32)
+        lhs = placeholder((rows, 1024), torch.float32)   # the activation in rows, as torch made it
         rhs = placeholder((1024, 1024), torch.float32)
-        return run_kernel(matmul_general, "matmul_general", lhs_t, rhs, dtype="float32").ps
+        return run_kernel(matmul_rows, "matmul_rows", lhs, rhs, dtype="float32").ps
 
     before = torch.neuron.chip()
     try:
@@ -790,3 +821,20 @@ def test_a_kernel_bug_is_raised_not_timed_as_an_estimate(monkeypatch):
     monkeypatch.setitem(optable.KERNEL_OPS, "aten::exp", broken)
     with pytest.raises(IndexError):
         optable.kernel_cost(call())
+
+
+@pytest.mark.parametrize("transposed", [False, True])
+def test_an_eager_matmul_reads_its_left_operand_as_it_lies_in_memory(transposed):
+    """A row-major left operand (an activation) is transposed on chip by ``matmul_rows``;
+    a transposed view (``x.t()`` of a row-major x, as a weight gradient's) is already
+    [K, M] in memory and goes to ``matmul_general`` as ``lhsT``."""
+    import torch
+
+    import trnsim  # noqa: F401
+    from trnsim.backend import optable
+    from trnsim.backend.lowering import Call
+
+    a = torch.empty(300, 200, device="neuron").t() if transposed else torch.empty(200, 300, device="neuron")
+    b = torch.empty(300, 400, device="neuron")
+    cost = optable.kernel_cost(Call("aten::mm", (a, b), {}, [a, b], None))
+    assert cost.kernel == ("matmul_general" if transposed else "matmul_rows")

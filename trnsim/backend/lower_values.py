@@ -18,7 +18,7 @@ from typing import Any, Callable
 import numpy as np
 import torch
 
-from trnsim.backend.lowering import BINARY, MAX_MULTIPLIES, UNARY, Call, chip_dtype, op_base
+from trnsim.backend.lowering import BINARY, MAX_MULTIPLIES, UNARY, Call, chip_dtype, op_base, row_major
 
 CHIP_FLOATS = frozenset({torch.float32, torch.bfloat16, torch.float16, torch.float8_e4m3fn, torch.float8_e5m2})
 _CHIP_INTS = frozenset({torch.int32, torch.int16, torch.int8, torch.uint8})
@@ -94,8 +94,10 @@ _MATMULS = {"mm": (None, 0, 1, 2), "bmm": (None, 0, 1, 3), "mv": (None, 0, 1, 2)
 
 
 def _matmul(call: Call) -> Launch | None:
-    """``matmul_general(a^T [K, M], b [K, N])``, batched for bmm; the bias after it."""
-    from trnsim.kernels.gemm import matmul_general
+    """``matmul_rows(a [M, K], b [K, N])`` for a row-major ``a``, else
+    ``matmul_general(a^T [K, M], b [K, N])`` (the kernel the op's time comes from),
+    batched for bmm; the bias after it."""
+    from trnsim.kernels.gemm import matmul_general, matmul_rows
 
     bias_at, a_at, b_at, rank = _MATMULS[op_base(call.name)]
     a, b = call.args[a_at], call.args[b_at]
@@ -114,15 +116,16 @@ def _matmul(call: Call) -> Launch | None:
     out_shape = (m,) if vector else (batch, m, n) if rank == 3 else (m, n)
     if bias is not None and (not _float(bias, a) or torch.broadcast_shapes(bias.shape, out_shape) != out_shape):
         return None
-    lhsT = a.transpose(-2, -1)
+    rows = row_major(a)
+    lhs = a if rows else a.transpose(-2, -1)
     if rank == 3 and batch == 1:   # the timing path traces a batch of one as 2-D
-        lhsT, rhs = lhsT[0], rhs[0]
+        lhs, rhs = lhs[0], rhs[0]
     beta, alpha = call.kwargs.get("beta", 1), call.kwargs.get("alpha", 1)
 
     def finish(outs: list[np.ndarray]) -> torch.Tensor:
         return _epilogue(_tensor(outs[0], out_shape, a.dtype), bias, beta, alpha)
 
-    return Launch(matmul_general, (lhsT, rhs), {"dtype": chip_dtype(a.dtype)}, finish)
+    return Launch(matmul_rows if rows else matmul_general, (lhs, rhs), {"dtype": chip_dtype(a.dtype)}, finish)
 
 
 # -- elementwise -------------------------------------------------------------

@@ -165,6 +165,13 @@ def placeholder(shape: Any, dtype: torch.dtype) -> Any:
     return np.broadcast_to(np.zeros((), np_dtype), shape)
 
 
+def row_major(t: torch.Tensor) -> bool:
+    """Whether a matmul's left operand ``t`` [..., M, K] lies in memory in rows (its K
+    contiguous), as an activation does, rather than as a transposed view ([K, M] in
+    memory, as ``x.t()`` of a row-major ``x``)."""
+    return t.dim() >= 2 and t.stride(-1) == 1 and (t.shape[-1] > 1 or t.shape[-2] == 1)
+
+
 def chip_dtype(dtype: torch.dtype) -> str:
     """The chip dtype a kernel computes ``dtype`` in."""
     if dtype in _TYPED:

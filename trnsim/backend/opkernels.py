@@ -23,7 +23,7 @@ import torch
 
 from trnsim.backend import state
 from trnsim.backend.lowering import (BINARY, MAX_MULTIPLIES, UNARY, Call, chip_dtype, lnc, op_base, placeholder,
-                                     run_kernel)
+                                     row_major, run_kernel)
 from trnsim.backend.opcost import OpCost, estimate, tensor_bytes
 
 def _tensors(flat: list) -> list[torch.Tensor]:
@@ -32,31 +32,35 @@ def _tensors(flat: list) -> list[torch.Tensor]:
 
 # -- matmul family -----------------------------------------------------------
 
-def _matmul(call: Call, b: int, m: int, k: int, n: int, dtype: torch.dtype) -> OpCost:
-    from trnsim.kernels.gemm import matmul_general
+def _matmul(call: Call, b: int, m: int, k: int, n: int, dtype: torch.dtype, rows: bool = False) -> OpCost:
+    """``matmul_general`` on the left operand transposed ([K, M] in memory), or with
+    ``rows`` ``matmul_rows`` on it in rows ([M, K]: each piece transposed on chip)."""
+    from trnsim.kernels.gemm import matmul_general, matmul_rows
 
     b, m, n, scale = call.shares.matmul(b, m, k, n)
     k = max(k, 1)
-    lhs = (b, k, m) if b > 1 else (k, m)
     rhs = (b, k, n) if b > 1 else (k, n)
     out_dtype = chip_dtype(dtype) if dtype.is_floating_point else "float32"
-    return run_kernel(matmul_general, "matmul_general", placeholder(lhs, dtype), placeholder(rhs, dtype),
-                dtype=out_dtype, repeat=scale)
+    if rows:
+        return run_kernel(matmul_rows, "matmul_rows", placeholder((b, m, k) if b > 1 else (m, k), dtype),
+                          placeholder(rhs, dtype), dtype=out_dtype, repeat=scale)
+    return run_kernel(matmul_general, "matmul_general", placeholder((b, k, m) if b > 1 else (k, m), dtype),
+                      placeholder(rhs, dtype), dtype=out_dtype, repeat=scale)
 
 
 def _mm(call: Call) -> OpCost:
     a, b = _tensors(list(call.args))[-2:]   # positional: an out= tensor is keyword-only
-    return _matmul(call, 1, a.shape[0], a.shape[1], b.shape[1], a.dtype)
+    return _matmul(call, 1, a.shape[0], a.shape[1], b.shape[1], a.dtype, row_major(a))
 
 
 def _bmm(call: Call) -> OpCost:
     a, b = _tensors(list(call.args))[-2:]
-    return _matmul(call, a.shape[0], a.shape[1], a.shape[2], b.shape[2], a.dtype)
+    return _matmul(call, a.shape[0], a.shape[1], a.shape[2], b.shape[2], a.dtype, row_major(a))
 
 
 def _mv(call: Call) -> OpCost:
     a, v = _tensors(list(call.args))[-2:]
-    return _matmul(call, 1, a.shape[0], a.shape[1], 1, a.dtype)
+    return _matmul(call, 1, a.shape[0], a.shape[1], 1, a.dtype, row_major(a))
 
 
 def _grouped_mm(call: Call) -> OpCost | None:
@@ -69,7 +73,7 @@ def _grouped_mm(call: Call) -> OpCost | None:
     a, b = call.arg(0, "self"), call.arg(1, "mat2")
     offs = call.arg(2, "offs")
     if a.dim() == 3 and b.dim() == 3:
-        return _matmul(call, a.shape[0], a.shape[1], a.shape[2], b.shape[2], a.dtype)
+        return _matmul(call, a.shape[0], a.shape[1], a.shape[2], b.shape[2], a.dtype, row_major(a))
     if a.dim() != 2 or b.dim() != 3 or offs is None:
         return None   # offsets that group K (a weight gradient): the estimate times it
     (m, k), (groups, n) = a.shape, (b.shape[0], b.shape[2])

@@ -21,6 +21,14 @@ from trnsim.kernels.gemm import matmul_blocks, matmul_shapes
 
 
 @nki.jit
+def fused_matmul_rows_kernel(lhs, rhs, *operands, recipe: Recipe, dtype: Any = None):
+    """``recipe`` applied to ``lhs @ rhs`` for ``lhs`` [M, K] (or [B, M, K]) in rows:
+    :func:`fused_matmul_kernel` with the left operand as it lies in memory, each piece
+    transposed through the PE array on chip (:func:`trnsim.kernels.gemm.matmul_rows`)."""
+    return _fused_matmul(lhs, rhs, operands, recipe, dtype, rows=True)
+
+
+@nki.jit
 def fused_matmul_kernel(lhsT, rhs, *operands, recipe: Recipe, dtype: Any = None):
     """``recipe`` applied to ``lhsT.T @ rhs``, tile by tile before the store.
 
@@ -45,15 +53,20 @@ def fused_matmul_kernel(lhsT, rhs, *operands, recipe: Recipe, dtype: Any = None)
     steps read the product from PSUM (vector and scalar engines, split by load) into
     SBUF tiles; each output tile [<= 128, <= 512] is stored to HBM.
     """
+    return _fused_matmul(lhsT, rhs, operands, recipe, dtype, rows=False)
+
+
+def _fused_matmul(lhsT, rhs, operands, recipe, dtype, rows):
+    who = "fused_matmul_rows_kernel" if rows else "fused_matmul_kernel"
     step_kinds = kinds(recipe, matmul=True)
-    batched, batch, m, n = matmul_shapes(lhsT, rhs, "fused_matmul_kernel")
+    batched, batch, m, n = matmul_shapes(lhsT, rhs, who, rows=rows)
     if len(operands) != len(recipe.layouts):
-        raise nki.KernelError(f"fused_matmul_kernel: {len(operands)} epilogue operands for the recipe's "
+        raise nki.KernelError(f"{who}: {len(operands)} epilogue operands for the recipe's "
                               f"{len(recipe.layouts)} layouts; pass one operand per layout")
     lead = (batch,) if batched else ()
     for i, (t, lay) in enumerate(zip(operands, recipe.layouts)):
         if lay in ("full", "col") and len(t.shape) == 3 and t.shape[0] != (batch if batched else None):
-            raise nki.KernelError(f"fused_matmul_kernel: operand {i} ({lay}) is {list(t.shape)} but the product "
+            raise nki.KernelError(f"{who}: operand {i} ({lay}) is {list(t.shape)} but the product "
                                   f"is {list(lead + (m, n))}; give it 2-D or with the product's batch")
     per_entry = [t[0] if len(t.shape) == 3 and lay in ("full", "col") else t for t, lay in zip(operands, recipe.layouts)]
     check_operand_shapes(per_entry, recipe.layouts, {"full": (m, n), "row": (n,), "col": (m, 1), "scalar": (1,)})
@@ -99,5 +112,5 @@ def fused_matmul_kernel(lhsT, rhs, *operands, recipe: Recipe, dtype: Any = None)
             trace_steps(recipe, step_kinds, [tile(*part) for part in parts], n, balance)
         return finish
 
-    matmul_blocks(lhsT, rhs, sink)
+    matmul_blocks(lhsT, rhs, sink, rows=rows)
     return tuple(outs)

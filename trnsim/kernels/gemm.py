@@ -23,6 +23,13 @@ is :func:`trnsim.kernels.matmul.matmul_optimized` without the divisibility rules
   several, the first chunk's partial sums are copied into an fp32 SBUF
   accumulator, later ones added to it (vector engine), and the last addition
   writes the output dtype.
+
+``matmul_rows`` computes ``lhs @ rhs`` for ``lhs`` [M, K] as it lies in memory, rows
+first (an activation, as a model makes it): per block and K chunk each 128 rows of
+``lhs`` are loaded with one DMA (the chunk's K in each row: 2 KiB rows, where ``lhsT``'s
+[128, 128] tiles have 256-byte rows in bf16) and each [128, 128] piece is transposed
+through the PE array into PSUM ("low-latency data reshape", NKI's architecture guide)
+and copied into the stationary tile in SBUF.
 """
 
 import trnsim.nki as nki
@@ -78,31 +85,58 @@ def matmul_general(lhsT, rhs, dtype=None):
     return result
 
 
-def matmul_shapes(lhsT, rhs, who):
-    """(batched, batch, M, N) of ``lhsT.T @ rhs``; raises KernelError naming ``who`` for
-    operands that do not go together."""
+@nki.jit
+def matmul_rows(lhs, rhs, dtype=None):
+    """``lhs @ rhs`` for ``lhs`` [M, K] in rows, batched when either operand is 3-D.
+
+    Args:
+        lhs: [M, K] or [B, M, K] in HBM, rows first, any chip float dtype.
+        rhs: [K, N] or [B, K, N] in HBM, of any chip float dtype.
+        dtype: of the result; ``lhs``'s by default. Products accumulate in fp32.
+
+    Returns:
+        [M, N], or [B, M, N] when either operand is 3-D, in HBM.
+
+    Memories: as :func:`matmul_general`, and per block and K chunk [<= 128, chunk]
+    row tiles of ``lhs`` in SBUF, each [<= 128, <= 128] piece transposed into PSUM
+    (its dtype) and copied into the [K tile, block] stationary tile in SBUF.
+    """
+    batched, batch, M, N = matmul_shapes(lhs, rhs, "matmul_rows", rows=True)
+    out_dtype = dtype if dtype is not None else lhs.dtype
+    result = nl.ndarray((batch, M, N) if batched else (M, N), out_dtype, buffer=nl.shared_hbm)
+    matmul_blocks(lhs, rhs, lambda b: result[b] if batched else result, rows=True)
+    return result
+
+
+def matmul_shapes(lhsT, rhs, who, rows=False):
+    """(batched, batch, M, N) of ``lhsT.T @ rhs`` (of ``lhsT @ rhs`` for ``rows``: the
+    first operand [M, K]); raises KernelError naming ``who`` for operands that do not
+    go together."""
+    first = "lhs" if rows else "lhsT"
     batched = len(lhsT.shape) == 3 or len(rhs.shape) == 3
     batch = max(lhsT.shape[0] if len(lhsT.shape) == 3 else 1, rhs.shape[0] if len(rhs.shape) == 3 else 1)
-    for t, what in ((lhsT, "lhsT"), (rhs, "rhs")):
+    for t, what in ((lhsT, first), (rhs, "rhs")):
         if len(t.shape) == 3 and t.shape[0] != batch:
             raise nki.KernelError(f"{who}: {what} has batch {t.shape[0]}, the other operand {batch}; "
                                   "give both the same batch or one of them 2-D")
-    K, M = lhsT.shape[-2:]
+    M, K = lhsT.shape[-2:] if rows else lhsT.shape[-2:][::-1]
     K2, N = rhs.shape[-2:]
     if K != K2:
-        raise nki.KernelError(f"{who}: lhsT {list(lhsT.shape)} contracts over K={K}, rhs {list(rhs.shape)} "
-                              f"over K={K2}; both put K first (lhsT is the left operand transposed)")
+        layout = "lhs is [M, K], rhs [K, N]" if rows else "both put K first (lhsT is the left operand transposed)"
+        raise nki.KernelError(f"{who}: {first} {list(lhsT.shape)} contracts over K={K}, rhs {list(rhs.shape)} "
+                              f"over K={K2}; {layout}")
     return batched, batch, M, N
 
 
-def matmul_blocks(lhsT, rhs, sink):
-    """Trace ``lhsT.T @ rhs`` block by block. ``sink(b)`` is where batch entry ``b``'s
+def matmul_blocks(lhsT, rhs, sink, rows=False):
+    """Trace ``lhsT.T @ rhs`` block by block (``lhsT @ rhs`` for ``rows``: the first
+    operand [M, K], transposed on chip). ``sink(b)`` is where batch entry ``b``'s
     [M, N] product goes: an HBM view stored in the output dtype, or an epilogue
     ``finish(rows, parts)`` called per output row tile of a block with the fp32
     products ``parts`` [(tile [rows, <= 512] in PSUM or SBUF, first column, width)],
     which computes and stores whatever it makes of them."""
-    batched, batch, M, N = matmul_shapes(lhsT, rhs, "matmul_general")
-    K = lhsT.shape[-2]
+    batched, batch, M, N = matmul_shapes(lhsT, rhs, "matmul_rows" if rows else "matmul_general", rows=rows)
+    K = rhs.shape[-2]
     itemsize = max(lhsT.dtype.itemsize, rhs.dtype.itemsize)
     chunk_k = max(TILE_K, CHUNK_K_BYTES // itemsize // TILE_K * TILE_K)
     k_tiles = [(k, min(TILE_K, K - k)) for k in range(0, K, TILE_K)]
@@ -110,25 +144,45 @@ def matmul_blocks(lhsT, rhs, sink):
     # a panel kept for several N blocks saves reloading it; for one, streaming K overlaps better
     resident = N > block_n and len(k_tiles) * min(M, BLOCK_M) * lhsT.dtype.itemsize <= RESIDENT_BYTES
     for b in nl.affine_range(batch):
-        a, w = _operand(lhsT, b, "lhsT [K, M]"), _operand(rhs, b, "rhs [K, N]")
+        a = _operand(lhsT, b, "lhs [M, K]" if rows else "lhsT [K, M]")
+        w = _operand(rhs, b, "rhs [K, N]")
         out = sink(b)
         if resident:
             for m0 in nl.affine_range(0, M, BLOCK_M):
                 bm = min(BLOCK_M, M - m0)
-                panel = [nl.load(a[k:k + kp, m0:m0 + bm]) for k, kp in k_tiles]
+                panel = _stationary(a, m0, bm, k_tiles, rows) if rows else \
+                    [nl.load(a[k:k + kp, m0:m0 + bm]) for k, kp in k_tiles]
                 for n0 in nl.affine_range(0, N, block_n):
-                    _block(a, w, out, m0, bm, n0, min(block_n, N - n0), chunk_k, panel)
+                    _block(a, w, out, m0, bm, n0, min(block_n, N - n0), chunk_k, rows, panel)
         else:
             for n0 in nl.affine_range(0, N, block_n):
                 for m0 in nl.affine_range(0, M, BLOCK_M):
-                    _block(a, w, out, m0, min(BLOCK_M, M - m0), n0, min(block_n, N - n0), chunk_k)
+                    _block(a, w, out, m0, min(BLOCK_M, M - m0), n0, min(block_n, N - n0), chunk_k, rows)
 
 
-def _block(lhsT, rhs, out, m0, bm, n0, bn, chunk_k, panel=None):
+def _stationary(lhs, m0, bm, k_tiles, rows):
+    """The stationary tiles [kp, bm] of rows ``m0:m0+bm`` for each K tile ``(k, kp)`` of
+    ``k_tiles`` (consecutive) from ``lhs`` [M, K] in rows: 128 rows at a time loaded with
+    one DMA, each [<= 128, kp] piece transposed through the PE array into PSUM and
+    copied into its tile (the compiler's choice of engine)."""
+    k0 = k_tiles[0][0]
+    k1 = k_tiles[-1][0] + k_tiles[-1][1]
+    tiles = [nl.ndarray((kp, bm), lhs.dtype) for _, kp in k_tiles]
+    for mt in range(0, bm, TILE_M):
+        mp = min(TILE_M, bm - mt)
+        row_tile = nl.load(lhs[m0 + mt:m0 + mt + mp, k0:k1])
+        for tile, (k, kp) in zip(tiles, k_tiles):
+            piece = nisa.nc_transpose(row_tile[:, k - k0:k - k0 + kp])
+            nisa.tensor_copy(dst=tile[:, mt:mt + mp], src=piece)
+    return tiles
+
+
+def _block(lhsT, rhs, out, m0, bm, n0, bn, chunk_k, rows, panel=None):
     """Output block ``out[m0:m0+bm, n0:n0+bn]``, K streamed in chunks of ``chunk_k`` rows;
-    ``panel`` holds all K tiles of ``lhsT[:, m0:m0+bm]`` when they are already in SBUF.
+    ``panel`` holds all K tiles of ``lhsT[:, m0:m0+bm]`` when they are already in SBUF;
+    ``rows``: the first operand is ``lhs`` [M, K] (see :func:`_stationary`).
     An epilogue ``out`` (see :func:`matmul_blocks`) gets the fp32 sums of the last chunk."""
-    K = lhsT.shape[0]
+    K = rhs.shape[0]
     chunks = list(range(0, K, chunk_k))
     m_tiles = list(range(0, bm, TILE_M))
     n_tiles = [(j, min(TILE_N, bn - j)) for j in range(0, bn, TILE_N)]
@@ -137,7 +191,10 @@ def _block(lhsT, rhs, out, m0, bm, n0, bn, chunk_k, panel=None):
     for c, k0 in enumerate(chunks):
         k_tiles = [(k, min(TILE_K, K - k)) for k in range(k0, min(k0 + chunk_k, K), TILE_K)]
         # each K tile's two operands in turn: the first multiplies wait for one pair, not all
-        if panel is None:
+        if panel is None and rows:
+            lhs_tiles = _stationary(lhsT, m0, bm, k_tiles, rows)
+            rhs_tiles = [nl.load(rhs[k:k + kp, n0:n0 + bn]) for k, kp in k_tiles]
+        elif panel is None:
             pairs = [(nl.load(lhsT[k:k + kp, m0:m0 + bm]), nl.load(rhs[k:k + kp, n0:n0 + bn])) for k, kp in k_tiles]
             lhs_tiles, rhs_tiles = [p[0] for p in pairs], [p[1] for p in pairs]
         else:

@@ -271,8 +271,19 @@ def invert(x: Any, dtype: Any = None, mask: Mask | None = None) -> NkiTensor:
 
 
 def broadcast_to(x: Any, shape: Sequence[int]) -> NkiTensor:
-    """Copy a [1, F] tile to every partition of a [P, F] tile (one DMA that reads the row
-    once per partition), or a [P, 1] tile along the free dimension (vector engine)."""
+    """Copy a [1, F] tile to every partition of a [P, F] tile, or a [P, 1] tile along the
+    free dimension (vector engine).
+
+    Over partitions a float row goes through the tensor engine, as NKI does it ("NKI
+    invokes such matmul under the hood when ``broadcast_to`` is called", the architecture
+    guide's Partition Broadcast; the Mamba tutorial counts it as "an extra TensorE
+    instruction"): a [1, P] tile of ones is the stationary and the row streams through
+    in pieces of at most 512 columns. The result is the PSUM tile they land in, for an
+    fp32 row (a matmul writes fp32 PSUM) of at most 512 or a multiple of 512 columns (a
+    PSUM tile over one bank is whole banks) that fits in PSUM's free space; else each piece
+    is copied from PSUM into an SBUF result of the row's dtype. An integer row (the PE
+    array multiplies floats), or any row while PSUM has no room for a piece, is copied
+    into SBUF by one DMA that reads the row once per partition."""
     x = _e.readable(x)
     tr = _e.tracer()
     shape = tuple(shape)
@@ -280,19 +291,59 @@ def broadcast_to(x: Any, shape: Sequence[int]) -> NkiTensor:
         return x
     if x.view.partitions == 1 and x.view.free_size == 1 and shape[0] > 1 and math.prod(shape[1:]) > 1:
         x = broadcast_to(x, (shape[0], 1))  # over partitions first, then along the free dimension
-    out = _e.new_tensor(shape, x.dtype, Memory.SBUF)
-    if x.view.partitions == 1 and x.view.free_size == out.view.free_size:
+    if x.view.partitions == 1 and x.view.free_size == math.prod(shape[1:]):
         row = _e.flat2d(x.view)
+        if x.dtype.is_float:
+            on_pe = _pe_broadcast(shape, row)
+            if on_pe is not None:
+                return on_pe
+        out = _e.new_tensor(shape, x.dtype, Memory.SBUF)
         # one DMA rather than one per row: rows 1, 2, ... start on misaligned partitions
         src = View(row.tensor, row.offset, (row.dims[0], (0, shape[0]), row.dims[1]))
         tr.dma(_e.flat2d(out.view), src)
         return out
     if x.view.free_size == 1 and x.view.partitions == shape[0]:
+        out = _e.new_tensor(shape, x.dtype, Memory.SBUF)
         zero = full(shape, 0.0, x.dtype)
         _e.tensor_scalar(out.view, zero.view, AluOp.ADD, x.view, engine=None)
         return out
     raise tr.fail(f"nl.broadcast_to cannot broadcast {list(x.shape)} to {list(shape)}; broadcast [1, F] over "
                   "partitions or [P, 1] over the free dimension")
+
+
+def _pe_broadcast(shape: tuple[int, ...], row: View) -> NkiTensor | None:
+    """``row`` [1, F] in every partition of a [P, F] tile (``shape``) through the PE array
+    (see :func:`broadcast_to`); None, with nothing emitted, when PSUM has no room even for
+    one piece."""
+    tr = _e.tracer()
+    parts, size = shape[0], row.free_size
+    width = min(size, tile_size.gemm_moving_fmax)
+    alloc = tr.program.psum_alloc
+
+    def where() -> str:
+        # a PSUM tile over one bank is whole banks (512 fp32 columns each)
+        if row.dtype is _dt.float32 and (size <= width or size % width == 0) and \
+                alloc.fits(0, parts, size * row.dtype.itemsize):
+            return "psum"
+        return "pieces" if alloc.fits(0, parts, width * _dt.float32.itemsize) else "dma"
+
+    place = tr.decide(where)
+    if place == "dma":
+        return None
+    whole = place == "psum"
+    ones = _e.new_tensor((1, parts), row.dtype)
+    _e.memset(ones.view, 1.0, engine=None)
+    out = _e.new_tensor(shape, row.dtype, Memory.PSUM if whole else Memory.SBUF)
+    flat = _e.flat2d(out.view)
+    for c0 in range(0, size, width):
+        w = min(width, size - c0)
+        if whole:
+            _e.matmul(flat[:, c0:c0 + w], ones.view, row[:, c0:c0 + w], accumulate=False)
+            continue
+        piece = _e.new_tensor((parts, w), _dt.float32, Memory.PSUM)
+        _e.matmul(piece.view, ones.view, row[:, c0:c0 + w], accumulate=False)
+        _e.copy_to(flat[:, c0:c0 + w], piece.view, engine=None)
+    return out
 
 
 @_e.masked

@@ -198,15 +198,16 @@ class Kernel:
             if first.overflowed() is None:
                 raise
             # a later error may come from the overflow itself: what does not fit is the news
-            return self._fit(chip, first.last_use, args, kwargs)
+            return self._fit(chip, first.last_use, first.decisions, args, kwargs)
         if first.overflowed() is None:
             return traced
-        return self._fit(chip, first.last_use, args, kwargs)
+        return self._fit(chip, first.last_use, first.decisions, args, kwargs)
 
-    def _fit(self, chip: ChipLike, lifetimes: dict[int, int], args: tuple, kwargs: dict[str, Any]) -> Traced:
+    def _fit(self, chip: ChipLike, lifetimes: dict[int, int], decisions: list[Any], args: tuple,
+             kwargs: dict[str, Any]) -> Traced:
         """Trace with tiles freed at their last use, learning where each is used; if SBUF
         still overflows, trace once more spilling to HBM."""
-        second = Tracer(chip, self.fn.__name__, lifetimes, record_uses=True)
+        second = Tracer(chip, self.fn.__name__, lifetimes, record_uses=True, decisions=decisions)
         traced = None
         try:
             traced = self._trace(second, args, kwargs)
@@ -216,7 +217,7 @@ class Kernel:
         if second.overflowed() is None:
             assert traced is not None
             return traced
-        third = Tracer(chip, self.fn.__name__, lifetimes, uses=second.uses)
+        third = Tracer(chip, self.fn.__name__, lifetimes, uses=second.uses, decisions=second.decisions)
         if second.psum_overflowed():
             third.spills = False   # PSUM is not spilled: its overflow is refused as it stands
         return self._trace(third, args, kwargs)

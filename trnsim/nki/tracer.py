@@ -17,7 +17,7 @@ import os
 import sys
 import threading
 import weakref
-from typing import Any, TYPE_CHECKING
+from typing import Any, Callable, TYPE_CHECKING
 
 from trnsim.errors import ProgramError
 from trnsim.isa import (MAX_FREE_DIMS, MEMORY_NAMES, Activation, DmaCopy, Engine, Instruction, LoadStationary, Memory, Memset,
@@ -125,8 +125,13 @@ class Tracer:
     through the free space."""
 
     def __init__(self, chip: ChipLike, name: str, lifetimes: dict[int, int] | None = None, *,
-                 record_uses: bool = False, uses: dict[int, list[int]] | None = None) -> None:
+                 record_uses: bool = False, uses: dict[int, list[int]] | None = None,
+                 decisions: list[Any] | None = None) -> None:
         self.program = Program(chip, name=name)
+        #: choices the tracer made from the room it found (:meth:`decide`), in order; a
+        #: later trace of the same kernel makes the first trace's choices again
+        self.decisions: list[Any] = []
+        self._replay = decisions
         #: the estimate of when each instruction ends, by which the compiler picks engines
         self.workload = Workload(self.program.chip)
         self._chosen = -1   # the last instruction whose engine the compiler picked
@@ -438,6 +443,16 @@ class Tracer:
         tiles = {p.tensor.name: p.tensor for p in list(self.placements.values())}
         tiles.update((t.name, t) for t in self._now.values())
         return tiles
+
+    def decide(self, choose: Callable[[], Any]) -> Any:
+        """``choose()``, a choice the tracer makes from the room it finds now (a partition
+        broadcast into PSUM or by DMA), or in a later trace of the kernel the first trace's
+        choice at this point: tiles freed at their last use leave more room, and a choice
+        that changed the instructions would move every lifetime and use counted in them."""
+        n = len(self.decisions)
+        choice = self._replay[n] if self._replay is not None and n < len(self._replay) else choose()
+        self.decisions.append(choice)
+        return choice
 
     def make_room(self, partitions: int) -> bool:
         """Push the SBUF tile used furthest ahead out to HBM (one overlapping partitions

@@ -32,7 +32,7 @@ from trnsim.backend import nkicall, optable, state, timeline
 from trnsim.backend.compile.partition import Group
 from trnsim.backend.compile import overlap
 from trnsim.backend.compile.patterns import FREE, collective, op_name, tensors_in, substituted
-from trnsim.backend.lowering import Call, Shares, placeholder, run_kernel
+from trnsim.backend.lowering import Call, Shares, placeholder, row_major, run_kernel
 from trnsim.backend.opcost import OpCost, estimate, moved_bytes
 
 _memo: dict[tuple, OpCost] = {}
@@ -173,7 +173,7 @@ def _eager_bytes(g: Group, vals: dict[fx.Node, Any]) -> int:
 
 def _fused_kernel(g: Group, vals: dict[fx.Node, Any]) -> Kernel:
     from trnsim.kernels.fused import fused_rows_kernel
-    from trnsim.kernels.fused_matmul import fused_matmul_kernel
+    from trnsim.kernels.fused_matmul import fused_matmul_kernel, fused_matmul_rows_kernel
 
     recipe = g.recipe
     ins = [vals.get(a) if isinstance(a, fx.Node) else a for a in g.inputs]
@@ -194,20 +194,28 @@ def _fused_kernel(g: Group, vals: dict[fx.Node, Any]) -> Kernel:
     else:
         b, m, k, n = g.domain
         a, w = vals.get(g.mm[0]), vals.get(g.mm[1])
-        key = ("matmul", recipe, g.domain, str(a.dtype), str(w.dtype), dtypes, chip.name)
+        rows = row_major(a)
+        key = ("matmul", recipe, g.domain, str(a.dtype), str(w.dtype), dtypes, rows, chip.name)
         cost = _memo.get(key)
         if cost is None:
             shares = Shares()
             sb, sm, sn, scale = shares.matmul(b, m, k, n)
             cores = shares.factor
-            lhs = (sb, k, sm) if b > 1 else (k, sm)
-            rhs = (sb, k, sn) if b > 1 else (k, sn)
-            ops = [placeholder(lhs, a.dtype), placeholder(rhs, w.dtype)]
             lead = (sb,) if b > 1 else ()
-            ops += [placeholder(operand_shape(layout, sm, sn, lead), t.dtype) for layout, t in zip(g.layouts, ins)]
+            rhs = [placeholder((sb, k, sn) if b > 1 else (k, sn), w.dtype)]
+            rhs += [placeholder(operand_shape(layout, sm, sn, lead), t.dtype) for layout, t in zip(g.layouts, ins)]
             out_dtype = recipe.steps[0].dtype
-            cost = _memo[key] = _simulate(fused_matmul_kernel, "fused_matmul_kernel", ops, cores=cores,
-                                          repeat=scale, recipe=recipe, dtype=out_dtype)
+            cost = _simulate(fused_matmul_kernel, "fused_matmul_kernel",
+                             [placeholder(lead + (k, sm), a.dtype), *rhs], cores=cores, repeat=scale, recipe=recipe,
+                             dtype=out_dtype)
+            if rows:
+                # the left operand in rows (as the graph made it): each piece transposed on
+                # chip, or the producer writes it transposed; the compiler takes the faster
+                on_chip = _simulate(fused_matmul_rows_kernel, "fused_matmul_rows_kernel",
+                                    [placeholder(lead + (sm, k), a.dtype), *rhs], cores=cores, repeat=scale,
+                                    recipe=recipe, dtype=out_dtype)
+                cost = on_chip if on_chip.ps < cost.ps else cost
+            _memo[key] = cost
     hbm = sum(_bytes(t) for t in ins) + sum(_bytes(t) for t in outs)
     if g.kind == "matmul":
         hbm += _bytes(vals.get(g.mm[0])) + _bytes(vals.get(g.mm[1]))
