@@ -9,7 +9,7 @@ import torch
 
 import trnsim.nki as nki
 import trnsim.nki.language as nl
-from trnsim.kernels.attention import flash_attention_bwd, flash_attention_fwd
+from trnsim.kernels.attention import flash_attention_bwd, flash_attention_fwd, flash_attention_heads
 from trnsim.kernels.matmul import matmul_basic, matmul_optimized
 from trnsim.kernels.norms import layernorm_kernel, rmsnorm_kernel
 from trnsim.kernels.softmax import softmax_kernel
@@ -126,6 +126,38 @@ def test_flash_attention(seqlen, d, causal, key_tile, dtype):
     q, k, v = arrays(4, dtype, (seqlen, d), (seqlen, d), (seqlen, d))
     out = assert_kernel_matches(flash_attention_fwd, attention_reference, q, k, v, causal, key_tile)
     assert_dtype(out, dtype)
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=["fp32", "bf16"])
+@pytest.mark.parametrize("queries, keys, heads, d, causal", [
+    (128, 128, 12, 64, False), (256, 256, 3, 32, True), (128, 512, 2, 128, False), (384, 128, 5, 16, True)])
+def test_attention_over_heads_side_by_side_gives_each_heads_bits(queries, keys, heads, d, causal, dtype):
+    """flash_attention_heads on rows of all heads computes, in each head's columns, what
+    flash_attention_fwd computes for that head alone, bit for bit."""
+    q, k, v = arrays(8, dtype, (queries, heads * d), (keys, heads * d), (keys, heads * d))
+    out = np.asarray(nki.simulate(flash_attention_heads)(q, k, v, heads, causal))
+    for h in range(heads):
+        cols = slice(h * d, (h + 1) * d)
+        one = nki.simulate(flash_attention_fwd)(*(t[:, cols].contiguous() if isinstance(t, torch.Tensor)
+                                                   else np.ascontiguousarray(t[:, cols]) for t in (q, k, v)), causal)
+        np.testing.assert_array_equal(out[:, cols], np.asarray(one))
+        ref = attention_reference(*(np.asarray(t.float() if isinstance(t, torch.Tensor) else t)[:, cols]
+                                    for t in (q, k, v)), causal, None)
+        np.testing.assert_allclose(out[:, cols], ref, rtol=5e-2 if dtype is torch.bfloat16 else 1e-4,
+                                   atol=5e-2 if dtype is torch.bfloat16 else 1e-5)
+
+
+def test_attention_over_heads_refuses_rows_that_do_not_fit_and_odd_widths():
+    def placeholder(*shape):
+        return np.broadcast_to(np.zeros((), np.float32), shape)
+
+    q = placeholder(2048, 4096)
+    with pytest.raises(KernelError, match=r"1048576 bytes per partition for q \[2048, 4096\].*run flash_attention_fwd "
+                                          r"per head"):
+        nki.trace_program(flash_attention_heads, q, q, q, 32)
+    q = placeholder(128, 100)
+    with pytest.raises(KernelError, match=r"heads \* d, got q \[128, 100\] for 3 heads"):
+        nki.trace_program(flash_attention_heads, q, q, q, 3)
 
 
 @pytest.mark.parametrize("queries, keys, causal", [(128, 640, True), (384, 128, True), (256, 512, False)])

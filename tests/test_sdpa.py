@@ -258,3 +258,31 @@ def test_attention_heads_overlap_as_the_second_head_in_one_program_shows():
     assert twelve.flops() == 12 * one.flops() > 0             # bytes and FLOPs: one head's, twelve times
     assert twelve.hbm_moved() == 12 * one.hbm_moved()
     assert ok.per_head(flash_attention_fwd, "flash_attention_fwd", 1, *args).ps == one.ps
+
+
+@pytest.mark.parametrize("side_by_side", [True, False])
+def test_heads_that_a_projection_laid_side_by_side_run_as_one_kernel(side_by_side):
+    """q, k and v viewed per head from a projection's [B, S, H * D] rows (as a model's
+    attention makes them) run through ``flash_attention_heads`` per batch entry, which
+    loads each row once; heads each in their own rows ([B, H, S, D] contiguous) run one
+    ``flash_attention_fwd`` per head. Both give the CPU's result."""
+    g = torch.Generator().manual_seed(7)
+    rows = [torch.randn(2, 128, 4 * 32, generator=g) for _ in range(3)]
+    per_head = [r.view(2, 128, 4, 32).transpose(1, 2) for r in rows]   # strides [S*H*D, D, H*D, 1]
+    if not side_by_side:
+        per_head = [t.contiguous() for t in per_head]
+    with trnsim.profile() as prof:
+        out = F.scaled_dot_product_attention(*[t.to(DEV) for t in per_head])
+        torch.neuron.synchronize()
+    torch.testing.assert_close(out.cpu(), F.scaled_dot_product_attention(*per_head), rtol=1e-5, atol=1e-5)
+    (rec,) = [r for r in prof.records if r.name == FWD]
+    lnc = torch.neuron.chip().logical_core_size
+    if side_by_side:
+        assert rec.cost.kernel == "flash_attention_heads"
+        pairs = 8 // lnc   # a physical core's (batch, head) pairs, a batch entry's heads at most per call
+        heads = min(4, pairs)
+        kernel, args, kwargs = rec.cost.call
+        assert kwargs["heads"] == heads and args[0].shape == (128, 32 * heads)
+        assert rec.cost.scale == pairs // heads
+    else:
+        assert rec.cost.kernel == "flash_attention_fwd" and rec.cost.scale == 8 // lnc

@@ -422,7 +422,10 @@ def per_head(kernel: Any, name: str, heads: int, *args: Any, **kwargs: Any) -> O
 
 def _attention(call: Call) -> OpCost:
     """Attention [..., Sq, D] x [..., Sk, D]: ``flash_attention_fwd`` for every (batch,
-    head), the heads overlapping (:func:`per_head`). Sequences are timed padded to a
+    head), the heads overlapping (:func:`per_head`); where the heads of q, k and v lie
+    side by side in each row ([B, H, S, D] viewed from a projection's [B, S, H * D], as
+    a model makes them) and their rows fit, ``flash_attention_heads`` over each batch
+    entry's heads at once, which loads every row once. Sequences are timed padded to a
     multiple of 128 (the kernel's tile); a mask adds its bytes over HBM bandwidth (the
     kernel reads none)."""
     from trnsim.kernels.attention import flash_attention_fwd
@@ -433,9 +436,41 @@ def _attention(call: Call) -> OpCost:
     if shape is None:
         return None
     heads, sq, sk, d = shape
-    cost = per_head(flash_attention_fwd, "flash_attention_fwd", heads, placeholder((sq, d), q.dtype),
-                    placeholder((sk, d), k.dtype), placeholder((sk, d), v.dtype), causal=bool(call.arg(ci, cname, False)))
+    causal = bool(call.arg(ci, cname, False))
+    cost = _side_by_side(q, k, v, heads, sq, sk, causal)
+    if cost is None:
+        cost = per_head(flash_attention_fwd, "flash_attention_fwd", heads, placeholder((sq, d), q.dtype),
+                        placeholder((sk, d), k.dtype), placeholder((sk, d), v.dtype), causal=causal)
     return _with_mask(cost, call.arg(mi, mname))
+
+
+def _interleaved(t: torch.Tensor) -> bool:
+    """Whether ``t`` [B, H, S, D] keeps its heads side by side in each row (strides
+    [S * H * D, D, H * D, 1]: a [B, S, H * D] projection viewed per head)."""
+    if t.dim() != 4:
+        return False
+    _, h, s, d = t.shape
+    return t.stride(3) == 1 and t.stride(1) == d and t.stride(2) == h * d and (t.shape[0] == 1 or t.stride(0) == s * h * d)
+
+
+def _side_by_side(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, pairs: int, sq: int, sk: int,
+                  causal: bool) -> OpCost | None:
+    """``flash_attention_heads`` over one physical core's ``pairs`` (batch, head) pairs,
+    a batch entry's heads (or the core's share of them) per call; None where the heads
+    do not lie side by side (:func:`_interleaved`), k and v have other head counts (grouped
+    queries), or the rows do not fit the kernel's SBUF budget."""
+    from trnsim.kernels.attention import HEADS_ROW_BYTES, flash_attention_heads, heads_row_bytes
+
+    if not all(_interleaved(t) for t in (q, k, v)) or not q.shape[1] == k.shape[1] == v.shape[1]:
+        return None
+    h, d = min(q.shape[1], pairs), q.shape[-1]
+    if heads_row_bytes(sq, sk, h * d, q.element_size()) > HEADS_ROW_BYTES:
+        return None
+    calls = -(-pairs // h)
+    cost = run_kernel(flash_attention_heads, "flash_attention_heads", placeholder((sq, h * d), q.dtype),
+                      placeholder((sk, h * d), k.dtype), placeholder((sk, h * d), v.dtype), heads=h, causal=causal,
+                      repeat=calls)
+    return cost
 
 
 def _attention_backward(call: Call) -> OpCost:

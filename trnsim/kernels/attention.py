@@ -35,6 +35,7 @@ TILE_Q = 128          # queries per tile: one per partition
 TILE_K = 128          # keys per P @ V block: the contraction runs over partitions
 KEY_TILES = (128, 512)
 Q_GROUP = 2           # query tiles in flight together; four overflow PSUM in fp32
+HEADS_ROW_BYTES = 64 * 1024   # per partition: the row tiles flash_attention_heads keeps (a third of trn1's SBUF)
 # exp of this, less any real row max, is exactly 0 in fp32, and it is finite in bf16
 MASKED_SCORE = -9984.0
 
@@ -117,11 +118,98 @@ def flash_attention_fwd(q, k, v, causal=False, key_tile=None):
     return out
 
 
+def heads_row_bytes(seqlen: int, keys: int, width: int, itemsize: int) -> int:
+    """SBUF bytes per partition that :func:`flash_attention_heads` keeps in row tiles."""
+    return (seqlen // TILE_Q * 2 + 2 * keys // TILE_K) * width * itemsize
+
+
+@nki.jit
+def flash_attention_heads(q, k, v, heads, causal=False):
+    """:func:`flash_attention_fwd` for ``heads`` heads whose rows lie side by side, as a
+    model's projection makes them: the [seqlen, heads * d] rows of q (and of k and v)
+    are loaded once for every head (``heads * d`` elements per row and DMA descriptor,
+    where one head's slice is ``d``), each head works on its columns in SBUF, and the
+    output rows are stored once.
+
+    Args:
+        q: [seqlen, heads * d] in HBM, fp32 or bf16; head h's queries are columns
+            h * d .. (h + 1) * d. d <= 128, seqlen a multiple of 128.
+        k: [keys, heads * d] in HBM, of ``q``'s dtype; keys a multiple of 128.
+        v: [keys, heads * d] in HBM, of ``q``'s dtype.
+        heads: the number of heads.
+        causal: mask out the keys after each query (top-left aligned, as in the one-head kernel).
+
+    Returns:
+        [seqlen, heads * d] in HBM, of ``q``'s dtype, each head's output in its columns.
+
+    Memories: the row tiles of q, k, v and the output, [128, heads * d] each, stay in
+    SBUF (``(seqlen + 2 * keys) / 128 + 1`` of them: the caller keeps that small); per
+    head, k^T [d, keys] is transposed from them through the PE array; the rest is the
+    one-head kernel's, two (head, query tile) items in flight at a time.
+    """
+    seqlen, width = q.shape
+    keys = k.shape[0]
+    require(heads >= 1 and width % heads == 0, "flash_attention_heads",
+            f"needs the row width to be heads * d, got q [{seqlen}, {width}] for {heads} heads")
+    d = width // heads
+    key_tile = KEY_TILES[-1] if keys % KEY_TILES[-1] == 0 else KEY_TILES[0]
+    require_multiple("flash_attention_heads", "the number of keys", keys, TILE_K,
+                     "pad k and v with keys whose scores are masked out")
+    require_multiple("flash_attention_heads", "seqlen", seqlen, TILE_Q, "pad q with rows and drop their outputs")
+    require(d <= nl.tile_size.pmax, "flash_attention_heads",
+            f"needs a head dimension d of at most {nl.tile_size.pmax}, got {width} columns for {heads} heads")
+    check_keys_and_values(k, v, keys, width)
+    row_bytes = heads_row_bytes(seqlen, keys, width, q.dtype.itemsize)
+    require(row_bytes <= HEADS_ROW_BYTES, "flash_attention_heads",
+            f"keeps every row tile in SBUF: {row_bytes} bytes per partition for q [{seqlen}, {width}] and "
+            f"{keys} keys, over its {HEADS_ROW_BYTES}; run flash_attention_fwd per head")
+    dtype = q.dtype
+    scale = 1.0 / math.sqrt(d)
+    out = nl.ndarray((seqlen, width), dtype, buffer=nl.shared_hbm)
+    q_rows = [nl.load(q[t * TILE_Q:(t + 1) * TILE_Q, :]) for t in range(seqlen // TILE_Q)]
+    k_rows = [nl.load(k[b * TILE_K:(b + 1) * TILE_K, :]) for b in range(keys // TILE_K)]
+    v_rows = [nl.load(v[b * TILE_K:(b + 1) * TILE_K, :]) for b in range(keys // TILE_K)]
+    out_rows = [nl.ndarray((TILE_Q, width), dtype) for _ in q_rows]
+    items = [(h, t) for h in range(heads) for t in range(len(q_rows))]
+    k_ts: dict[int, object] = {}
+    for g in range(0, len(items), Q_GROUP):
+        group = items[g:g + Q_GROUP]
+        for h in sorted({h for h, _ in group} - set(k_ts)):
+            k_t = nl.ndarray((d, keys), dtype)
+            for b, rows in enumerate(k_rows):
+                k_t[:, b * TILE_K:(b + 1) * TILE_K] = nl.transpose(rows[:, h * d:(h + 1) * d])
+            k_ts = {h: k_t} if len(k_ts) >= Q_GROUP else {**k_ts, h: k_t}
+        q0s = [t * TILE_Q for _, t in group]
+        cols = [slice(h * d, (h + 1) * d) for h, _ in group]
+        q_t = [nl.multiply(nl.transpose(q_rows[t][:, c]), scale, dtype=dtype) for (_, t), c in zip(group, cols)]
+        neg_max = [nl.full((TILE_Q, 1), math.inf, nl.float32) for _ in group]
+        row_sum = [nl.zeros((TILE_Q, 1), nl.float32) for _ in group]
+        acc = [nl.zeros((TILE_Q, d), nl.float32) for _ in group]
+        key_tiles = keys // key_tile
+        if causal:
+            key_tiles = min(key_tiles, (max(q0s) + TILE_Q - 1) // key_tile + 1)
+        for kj in nl.static_range(key_tiles):
+            k0 = kj * key_tile
+            scores = [nl.matmul(qt, k_ts[h][:, k0:k0 + key_tile], transpose_x=True) for qt, (h, _) in zip(q_t, group)]
+            if causal:
+                scores = [_mask_future_keys(s, q0, k0, key_tile) for s, q0 in zip(scores, q0s)]
+            blocks = range(k0 // TILE_K, (k0 + key_tile) // TILE_K)
+            v_blocks = [[v_rows[b][:, c] for b in blocks] for c in cols]
+            neg_max, row_sum, acc = online_softmax_step(scores, neg_max, row_sum, acc, v_blocks, dtype)
+        for (_, t), c, ac, rs in zip(group, cols, acc, row_sum):
+            out_rows[t][:, c] = nl.multiply(ac, nl.reciprocal(rs), dtype=dtype)
+    for t, rows in enumerate(out_rows):
+        nl.store(out[t * TILE_Q:(t + 1) * TILE_Q, :], value=rows)
+    return out
+
+
 def online_softmax_step(scores, neg_max, row_sum, acc, v_blocks, dtype):
     """One key tile of the online softmax for each query tile in flight: ``scores``
     [128, key_tile] (PSUM or SBUF, fp32), the running negated row max and row sum [128, 1]
     and the unnormalised output ``acc`` [128, d] (SBUF, fp32), and the tile's value
-    blocks ``v_blocks`` ([128, d] each, SBUF). Returns the new (neg_max, row_sum, acc)."""
+    blocks ``v_blocks`` ([128, d] each, SBUF; a list of them per query tile when the
+    tiles in flight are of different heads). Returns the new (neg_max, row_sum, acc)."""
+    per_tile = v_blocks if v_blocks and isinstance(v_blocks[0], list) else [v_blocks] * len(scores)
     new_neg_max = [nisa.tensor_scalar(data=nl.max(s, axis=1), op0=nl.multiply, operand0=-1.0,
                                       op1=nl.minimum, operand1=nm) for s, nm in zip(scores, neg_max)]
     # alpha = exp(m_old - m_new) rescales what was summed under the old max
@@ -132,7 +220,7 @@ def online_softmax_step(scores, neg_max, row_sum, acc, v_blocks, dtype):
     row_sum = [nisa.tensor_scalar(data=rs, op0=nl.multiply, operand0=a, op1=nl.add, operand1=ts)
                for rs, a, ts in zip(row_sum, alpha, tile_sum)]
     probs_t = [_transpose_blocks(p) for p in probs]
-    pv = [_times(pt, v_blocks) for pt in probs_t]
+    pv = [_times(pt, vb) for pt, vb in zip(probs_t, per_tile)]
     acc = [nl.add(nl.multiply(ac, a), x) for ac, a, x in zip(acc, alpha, pv)]
     return new_neg_max, row_sum, acc
 
