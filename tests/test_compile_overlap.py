@@ -57,7 +57,7 @@ def test_a_compiled_transformer_overlaps_its_kernels_and_eager_does_not(tmp_path
         assert b.start_ps == max(a.end_ps - min(b.info["overlap_ps"], a.cost.ps, b.cost.ps), earliest)
         assert b.end_ps >= a.end_ps   # kernels keep their order
     assert compiled.device_ps == kernels[-1].end_ps - kernels[0].start_ps
-    assert compiled.device_ps == 149_249_290   # simulated time is deterministic
+    assert compiled.device_ps == 137_763_896   # simulated time is deterministic
     assert compiled.device_ps < 0.8 * eager.device_ps
     # the trace: a kernel's engines start before the kernel ahead of it has finished
     events = json.loads(path.read_text())["traceEvents"]

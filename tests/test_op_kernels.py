@@ -631,9 +631,9 @@ TRACES = {
     "unary_ragged": (unary_kernel, lambda: (placeholder(257, 3000), "exp"), (2 + 1) * 3),
     "binary": (binary_kernel, lambda: (placeholder(4096, 4096), placeholder(4096, 4096), "add"), 32 * 4),
     "binary_row": (binary_kernel, lambda: (placeholder(257, 3000), placeholder(3000), "multiply"),
-                   2 + 6 * 3 + 2 * 3 + 1 + 3),  # the row and the ones of its broadcast, which takes 6 pieces
-                                                # through the PE array (stationary, multiply, copy); two folded
-                                                # blocks, the last row
+                   2 + 6 * 2 + 2 * 3 + 1 + 3),  # the row and the ones of its broadcast, which takes 6 pieces
+                                                # through the PE array (stationary, multiply) into 6 PSUM banks;
+                                                # two folded blocks, the last row
     "scalar": (scalar_kernel, lambda: (placeholder(257, 3000), "multiply", 2.0), 3 * 3),
     "cast": (cast_kernel, lambda: (placeholder(4096, 4096), "bfloat16"), 32 * 3),
     "adamw": (fused_adamw_kernel, lambda: tuple(placeholder(4096, 4096) for _ in range(4)), 64 * 19),

@@ -278,9 +278,9 @@ def broadcast_to(x: Any, shape: Sequence[int]) -> NkiTensor:
     invokes such matmul under the hood when ``broadcast_to`` is called", the architecture
     guide's Partition Broadcast; the Mamba tutorial counts it as "an extra TensorE
     instruction"): a [1, P] tile of ones is the stationary and the row streams through
-    in pieces of at most 512 columns. The result is the PSUM tile they land in, for an
-    fp32 row (a matmul writes fp32 PSUM) of at most 512 or a multiple of 512 columns (a
-    PSUM tile over one bank is whole banks) that fits in PSUM's free space; else each piece
+    in pieces of at most 512 columns. The result is the PSUM tile they land in (the
+    first columns of whole banks), for an fp32 row (a matmul writes fp32 PSUM) that fits
+    in PSUM's free space; else each piece
     is copied from PSUM into an SBUF result of the row's dtype. An integer row (the PE
     array multiplies floats), or any row while PSUM has no room for a piece, is copied
     into SBUF by one DMA that reads the row once per partition."""
@@ -320,10 +320,14 @@ def _pe_broadcast(shape: tuple[int, ...], row: View) -> NkiTensor | None:
     width = min(size, tile_size.gemm_moving_fmax)
     alloc = tr.program.psum_alloc
 
+    # a PSUM tile over one bank is whole banks (512 fp32 columns each): a 2-D result of
+    # another width is the first columns of one
+    banked = size if size <= width else -(-size // width) * width
+    in_psum_shape = shape if banked == size else (parts, banked) if len(shape) == 2 else None
+
     def where() -> str:
-        # a PSUM tile over one bank is whole banks (512 fp32 columns each)
-        if row.dtype is _dt.float32 and (size <= width or size % width == 0) and \
-                alloc.fits(0, parts, size * row.dtype.itemsize):
+        if row.dtype is _dt.float32 and in_psum_shape is not None and \
+                alloc.fits(0, parts, banked * row.dtype.itemsize):
             return "psum"
         return "pieces" if alloc.fits(0, parts, width * _dt.float32.itemsize) else "dma"
 
@@ -333,7 +337,12 @@ def _pe_broadcast(shape: tuple[int, ...], row: View) -> NkiTensor | None:
     whole = place == "psum"
     ones = _e.new_tensor((1, parts), row.dtype)
     _e.memset(ones.view, 1.0, engine=None)
-    out = _e.new_tensor(shape, row.dtype, Memory.PSUM if whole else Memory.SBUF)
+    if whole:
+        assert in_psum_shape is not None
+        banks = _e.new_tensor(in_psum_shape, row.dtype, Memory.PSUM)
+        out = banks if banked == size else banks[:, 0:size]
+    else:
+        out = _e.new_tensor(shape, row.dtype, Memory.SBUF)
     flat = _e.flat2d(out.view)
     for c0 in range(0, size, width):
         w = min(width, size - c0)
