@@ -143,11 +143,11 @@ The logits agree. Each forward's simulated time is its ops' kernels plus the idl
 time between them, while the device waits for the host to launch the next op.
 Compiled, the graph runs 40 ops instead of 81: its elementwise chains are fused into
 the matmul or row kernels they follow (`fused[mm+add+pow]`, `fused[mean+add+rsqrt+mul+mul]`:
-RMSNorm in one kernel), which take 253 us of work where the eager ops took 394; the
+RMSNorm in one kernel), which take 248 us of work where the eager ops took 383; the
 graph is one program on the chip, so each kernel starts as soon as its data allow
-(the next one's weights load while this one computes) and the 253 us of kernels run
-in 224; and the graph is one launch, so almost none of its time is spent between ops:
-3.47x in all. Where the time went:"""),
+(the next one's weights load while this one computes) and the 248 us of kernels run
+in 220; and the graph is one launch, so almost none of its time is spent between ops:
+3.54x in all. Where the time went:"""),
     ("code", "print(eager.summary())"),
     ("code", "print(comp.summary())"),
     ("md", """\
@@ -382,9 +382,9 @@ print(f"speed-up: {profiles['plain'].device_ps / profiles['kernels'].device_ps:.
     ("md", """\
 The logits agree. Each RMSNorm was six ops (power, mean, add, rsqrt and two
 multiplies), each MLP five (three matmuls, SiLU and a multiply); each is now one
-kernel, 33 ops fewer in all. The kernels do the layers' work in 120 us less than
-their ops did (397 us of ops against 277), and the 33 launches saved take away
-about 210 us of idle time between ops: 1.54x in all. The ops of each run:"""),
+kernel, 33 ops fewer in all. The kernels do the layers' work in 107 us less than
+their ops did (383 us of ops against 276), and the 33 launches saved take away
+about 223 us of idle time between ops: 1.54x in all. The ops of each run:"""),
     ("code", "print(profiles[\"plain\"].summary())"),
     ("code", "print(profiles[\"kernels\"].summary())"),
     ("code", """\

@@ -446,11 +446,13 @@ def _attention(call: Call) -> OpCost:
 
 def _interleaved(t: torch.Tensor) -> bool:
     """Whether ``t`` [B, H, S, D] keeps its heads side by side in each row (strides
-    [S * H * D, D, H * D, 1]: a [B, S, H * D] projection viewed per head)."""
+    [., D, R, 1] with R >= H * D: a [B, S, H * D] projection viewed per head, or its
+    slice of a fused q/k/v projection's wider rows); each row's H * D elements are then
+    one DMA descriptor."""
     if t.dim() != 4:
         return False
-    _, h, s, d = t.shape
-    return t.stride(3) == 1 and t.stride(1) == d and t.stride(2) == h * d and (t.shape[0] == 1 or t.stride(0) == s * h * d)
+    _, h, _, d = t.shape
+    return t.stride(3) == 1 and t.stride(1) == d and t.stride(2) >= h * d
 
 
 def _side_by_side(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, pairs: int, sq: int, sk: int,
