@@ -57,13 +57,13 @@ def test_a_compiled_transformer_overlaps_its_kernels_and_eager_does_not(tmp_path
         assert b.start_ps == max(a.end_ps - min(b.info["overlap_ps"], a.cost.ps, b.cost.ps), earliest)
         assert b.end_ps >= a.end_ps   # kernels keep their order
     assert compiled.device_ps == kernels[-1].end_ps - kernels[0].start_ps
-    assert compiled.device_ps == 137_763_896   # simulated time is deterministic
+    assert compiled.device_ps == 129_561_268   # simulated time is deterministic
     assert compiled.device_ps < 0.8 * eager.device_ps
     # the trace: a kernel's engines start before the kernel ahead of it has finished
     events = json.loads(path.read_text())["traceEvents"]
     names = {e["tid"]: e["args"]["name"] for e in events if e.get("name") == "thread_name"}
     assert "PyTorch ops (2)" in names.values()
-    ahead, after = next((a, b) for a, b in zip(kernels, kernels[1:]) if b.info["overlap_ps"] > 0)
+    ahead, after = max(zip(kernels, kernels[1:]), key=lambda pair: pair[1].info["overlap_ps"])
     engine = [e for e in events if e.get("ph") == "X" and e["cat"] not in ("ops", "graphs", "host", "compile")]
     lo, hi = after.start_ps / 1e6, ahead.end_ps / 1e6
     t0 = min(r.start_ps for r in compiled.records) / 1e6
