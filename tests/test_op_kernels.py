@@ -429,6 +429,15 @@ def test_matmul_rows_transposes_on_chip_to_the_same_bits_as_matmul_general(lhs_s
     assert any(i.opcode == "transpose" for i in nki.trace_program(matmul_rows, lhs, rhs))
 
 
+@pytest.mark.parametrize("kernel, lhs_shape, message", [
+    (matmul_rows, (2, 2, 20, 130), r"matmul_rows: lhs is \[2, 2, 20, 130\]; give \[M, K\] or \[batch, M, K\]"),
+    (matmul_general, (2, 2, 130, 20), r"matmul_general: lhsT is \[2, 2, 130, 20\]; give \[K, M\] or \[batch, K, M\]")])
+def test_a_matmul_names_itself_and_its_layout_for_an_operand_of_another_rank(kernel, lhs_shape, message):
+    lhs, rhs = arrays(37, torch.float32, lhs_shape, (130, 20))
+    with pytest.raises(KernelError, match=message):
+        nki.trace_program(kernel, lhs, rhs)
+
+
 def test_matmul_rows_refuses_mismatched_contractions_naming_its_layout():
     lhs, rhs = arrays(36, torch.float32, (20, 130), (129, 20))
     with pytest.raises(KernelError, match=r"matmul_rows: lhs \[20, 130\] contracts over K=130, rhs \[129, 20\] over "

@@ -286,3 +286,22 @@ def test_heads_that_a_projection_laid_side_by_side_run_as_one_kernel(side_by_sid
         assert rec.cost.scale == pairs // heads
     else:
         assert rec.cost.kernel == "flash_attention_fwd" and rec.cost.scale == 8 // lnc
+
+
+def test_heads_side_by_side_are_timed_in_calls_that_divide_a_cores_share():
+    """3 batch entries of 4 heads on trn2 are 6 (batch, head) pairs per physical core:
+    two calls of 3 heads, not two of 4 (which would time 8)."""
+    before = torch.neuron.chip()
+    try:
+        torch.neuron.set_chip("trn2")
+        g = torch.Generator().manual_seed(8)
+        q, k, v = [torch.randn(3, 128, 4 * 32, generator=g).view(3, 128, 4, 32).transpose(1, 2).to(DEV)
+                   for _ in range(3)]
+        with trnsim.profile() as prof:
+            F.scaled_dot_product_attention(q, k, v)
+            torch.neuron.synchronize()
+        (rec,) = [r for r in prof.records if r.name == FWD]
+        _, args, kwargs = rec.cost.call
+        assert (kwargs["heads"], rec.cost.scale, args[0].shape) == (3, 2, (128, 96))
+    finally:
+        torch.neuron.set_chip(before)

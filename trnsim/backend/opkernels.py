@@ -25,6 +25,7 @@ from trnsim.backend import state
 from trnsim.backend.lowering import (BINARY, MAX_MULTIPLIES, UNARY, Call, chip_dtype, lnc, op_base, placeholder,
                                      row_major, run_kernel)
 from trnsim.backend.opcost import OpCost, estimate, tensor_bytes
+from trnsim.errors import TrnSimError
 
 def _tensors(flat: list) -> list[torch.Tensor]:
     return [x for x in flat if isinstance(x, torch.Tensor)]
@@ -465,14 +466,17 @@ def _side_by_side(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, pairs: int,
 
     if not all(_interleaved(t) for t in (q, k, v)) or not q.shape[1] == k.shape[1] == v.shape[1]:
         return None
-    h, d = min(q.shape[1], pairs), q.shape[-1]
+    # calls of h heads each, h dividing the core's pairs (3 batch entries of 4 heads over
+    # two cores: 6 pairs, two calls of 3 heads) and at most a batch entry's heads
+    h, d = max(n for n in range(1, min(q.shape[1], pairs) + 1) if pairs % n == 0), q.shape[-1]
     if heads_row_bytes(sq, sk, h * d, q.element_size()) > HEADS_ROW_BYTES:
         return None
-    calls = -(-pairs // h)
-    cost = run_kernel(flash_attention_heads, "flash_attention_heads", placeholder((sq, h * d), q.dtype),
-                      placeholder((sk, h * d), k.dtype), placeholder((sk, h * d), v.dtype), heads=h, causal=causal,
-                      repeat=calls)
-    return cost
+    try:
+        return run_kernel(flash_attention_heads, "flash_attention_heads", placeholder((sq, h * d), q.dtype),
+                          placeholder((sk, h * d), k.dtype), placeholder((sk, h * d), v.dtype), heads=h,
+                          causal=causal, repeat=pairs // h)
+    except TrnSimError:
+        return None   # the heads one at a time, then
 
 
 def _attention_backward(call: Call) -> OpCost:

@@ -176,9 +176,7 @@ class Machine:
         if inst.accumulate:
             acc = self._rows(inst.dst)
         else:
-            # -0.0, IEEE's additive identity: a sum of -0.0 products (a broadcast of -0.0
-            # through ones) stays -0.0, and any other sum is as it would be from +0.0
-            acc = np.full((m, moving.shape[1]), -0.0, dtype=np.float32)
+            acc = np.zeros((m, moving.shape[1]), dtype=np.float32)
         self._put(inst.dst, self.backend.matmul(acc, self.stationary, moving))
 
     def _transpose(self, inst: Transpose) -> None:

@@ -143,7 +143,7 @@ def flash_attention_heads(q, k, v, heads, causal=False):
         [seqlen, heads * d] in HBM, of ``q``'s dtype, each head's output in its columns.
 
     Memories: the row tiles of q, k, v and the output, [128, heads * d] each, stay in
-    SBUF (``(seqlen + 2 * keys) / 128 + 1`` of them: the caller keeps that small); per
+    SBUF (``2 * seqlen / 128 + 2 * keys / 128`` of them, at most 64 KiB per partition); per
     head, k^T [d, keys] is transposed from them through the PE array; the rest is the
     one-head kernel's, two (head, query tile) items in flight at a time.
     """

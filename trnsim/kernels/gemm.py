@@ -47,13 +47,15 @@ CHUNK_K_BYTES = 2048  # K rows per chunk times the operand itemsize: 1024 rows o
 ENGINES = (nisa.vector_engine, nisa.scalar_engine)  # PSUM evacuation alternates between them
 
 
-def _operand(t, b, what):
-    """Batch entry ``b`` of an HBM operand [B, K, X], or the operand itself when 2-D."""
+def _operand(t, b, what, who):
+    """Batch entry ``b`` of an HBM operand (``what``, named with its layout: "lhs [M, K]"),
+    or the operand itself when 2-D; ``who`` is the kernel that refuses any other rank."""
     if len(t.shape) == 2:
         return t
     if len(t.shape) == 3:
         return t[b]
-    raise nki.KernelError(f"matmul_general: {what} is {list(t.shape)}; give [K, {what[-1]}] or [batch, K, {what[-1]}]")
+    name, layout = what.split(" ", 1)
+    raise nki.KernelError(f"{who}: {name} is {list(t.shape)}; give {layout} or [batch, {layout[1:]}")
 
 
 @nki.jit
@@ -144,8 +146,9 @@ def matmul_blocks(lhsT, rhs, sink, rows=False):
     # a panel kept for several N blocks saves reloading it; for one, streaming K overlaps better
     resident = N > block_n and len(k_tiles) * min(M, BLOCK_M) * lhsT.dtype.itemsize <= RESIDENT_BYTES
     for b in nl.affine_range(batch):
-        a = _operand(lhsT, b, "lhs [M, K]" if rows else "lhsT [K, M]")
-        w = _operand(rhs, b, "rhs [K, N]")
+        who = "matmul_rows" if rows else "matmul_general"
+        a = _operand(lhsT, b, "lhs [M, K]" if rows else "lhsT [K, M]", who)
+        w = _operand(rhs, b, "rhs [K, N]", who)
         out = sink(b)
         if resident:
             for m0 in nl.affine_range(0, M, BLOCK_M):

@@ -280,10 +280,12 @@ def broadcast_to(x: Any, shape: Sequence[int]) -> NkiTensor:
     instruction"): a [1, P] tile of ones is the stationary and the row streams through
     in pieces of at most 512 columns. The result is the PSUM tile they land in (the
     first columns of whole banks), for an fp32 row (a matmul writes fp32 PSUM) that fits
-    in PSUM's free space; else each piece
-    is copied from PSUM into an SBUF result of the row's dtype. An integer row (the PE
-    array multiplies floats), or any row while PSUM has no room for a piece, is copied
-    into SBUF by one DMA that reads the row once per partition."""
+    in PSUM's free space; else each piece is copied from PSUM into an SBUF result of the
+    row's dtype. An integer row (the PE array multiplies floats), a row not on SBUF
+    partition 0, or any row while PSUM has no room for a piece, is copied into SBUF by
+    one DMA that reads the row once per partition; so is every row of a kernel that runs
+    out of PSUM otherwise (traced again so: PSUM is never spilled). A -0.0 comes out
+    +0.0 through the PE array, as a sum from zero gives it."""
     x = _e.readable(x)
     tr = _e.tracer()
     shape = tuple(shape)
@@ -293,7 +295,9 @@ def broadcast_to(x: Any, shape: Sequence[int]) -> NkiTensor:
         x = broadcast_to(x, (shape[0], 1))  # over partitions first, then along the free dimension
     if x.view.partitions == 1 and x.view.free_size == math.prod(shape[1:]):
         row = _e.flat2d(x.view)
-        if x.dtype.is_float:
+        # the PE array streams a row of SBUF partition 0 past the ones (the stationary's
+        # one contraction row); a row elsewhere takes the DMA
+        if x.dtype.is_float and x.buffer is Memory.SBUF and row.start_partition == 0:
             on_pe = _pe_broadcast(shape, row)
             if on_pe is not None:
                 return on_pe
@@ -331,7 +335,7 @@ def _pe_broadcast(shape: tuple[int, ...], row: View) -> NkiTensor | None:
             return "psum"
         return "pieces" if alloc.fits(0, parts, width * _dt.float32.itemsize) else "dma"
 
-    place = tr.decide(where)
+    place = tr.decide(where, lambda choice: None if choice == "dma" else "dma")
     if place == "dma":
         return None
     whole = place == "psum"

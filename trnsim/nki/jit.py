@@ -191,17 +191,36 @@ class Kernel:
         does not fit then (a PSUM overflow, or one instruction's operands larger than
         SBUF) is refused."""
         chip = chip if chip is not None else self.chip
-        first = Tracer(chip, self.fn.__name__)
+        made: list[list[tuple[Any, Any]]] = []
+        try:
+            return self._fitted(chip, args, kwargs, None, made)
+        except Exception as failed:
+            roomier = [r if r is not None else c for c, r in made[0]] if made else []
+            if roomier == [c for c, _ in made[0]]:
+                raise
+            # a choice that keeps a result in PSUM (a broadcast) can leave later tiles no
+            # room, and PSUM is never spilled: every such choice made the roomier way
+            try:
+                return self._fitted(chip, args, kwargs, roomier, [])
+            except Exception:  # noqa: BLE001 (whatever the second try raises, the first error is the news)
+                raise failed from None
+
+    def _fitted(self, chip: ChipLike, args: tuple, kwargs: dict[str, Any], replay: list[Any] | None,
+                made: list[list[tuple[Any, Any]]]) -> Traced:
+        """:meth:`trace` with the first trace making ``replay``'s choices (:meth:`Tracer.decide`)
+        where given; the first trace's choices go into ``made``."""
+        first = Tracer(chip, self.fn.__name__, decisions=replay)
+        made.append(first.decisions)
         try:
             traced = self._trace(first, args, kwargs)
         except Exception:
             if first.overflowed() is None:
                 raise
             # a later error may come from the overflow itself: what does not fit is the news
-            return self._fit(chip, first.last_use, first.decisions, args, kwargs)
+            return self._fit(chip, first.last_use, [c for c, _ in first.decisions], args, kwargs)
         if first.overflowed() is None:
             return traced
-        return self._fit(chip, first.last_use, first.decisions, args, kwargs)
+        return self._fit(chip, first.last_use, [c for c, _ in first.decisions], args, kwargs)
 
     def _fit(self, chip: ChipLike, lifetimes: dict[int, int], decisions: list[Any], args: tuple,
              kwargs: dict[str, Any]) -> Traced:
@@ -217,7 +236,7 @@ class Kernel:
         if second.overflowed() is None:
             assert traced is not None
             return traced
-        third = Tracer(chip, self.fn.__name__, lifetimes, uses=second.uses, decisions=second.decisions)
+        third = Tracer(chip, self.fn.__name__, lifetimes, uses=second.uses, decisions=[c for c, _ in second.decisions])
         if second.psum_overflowed():
             third.spills = False   # PSUM is not spilled: its overflow is refused as it stands
         return self._trace(third, args, kwargs)

@@ -128,9 +128,10 @@ class Tracer:
                  record_uses: bool = False, uses: dict[int, list[int]] | None = None,
                  decisions: list[Any] | None = None) -> None:
         self.program = Program(chip, name=name)
-        #: choices the tracer made from the room it found (:meth:`decide`), in order; a
-        #: later trace of the same kernel makes the first trace's choices again
-        self.decisions: list[Any] = []
+        #: choices the tracer made from the room it found (:meth:`decide`), in order, each
+        #: with the choice that needs less room that cannot be spilled (or None); a later
+        #: trace of the same kernel makes the first trace's choices again
+        self.decisions: list[tuple[Any, Any]] = []
         self._replay = decisions
         #: the estimate of when each instruction ends, by which the compiler picks engines
         self.workload = Workload(self.program.chip)
@@ -444,14 +445,16 @@ class Tracer:
         tiles.update((t.name, t) for t in self._now.values())
         return tiles
 
-    def decide(self, choose: Callable[[], Any]) -> Any:
+    def decide(self, choose: Callable[[], Any], roomier: Callable[[Any], Any] = lambda choice: None) -> Any:
         """``choose()``, a choice the tracer makes from the room it finds now (a partition
-        broadcast into PSUM or by DMA), or in a later trace of the kernel the first trace's
-        choice at this point: tiles freed at their last use leave more room, and a choice
-        that changed the instructions would move every lifetime and use counted in them."""
+        broadcast kept in PSUM, copied out, or made by DMA), or in a later trace of the
+        kernel the first trace's choice at this point: tiles freed at their last use leave
+        more room, and a choice that changed the instructions would move every lifetime and
+        use counted in them. ``roomier(choice)``: the choice that holds less of what is
+        never spilled (PSUM), made instead when the kernel runs out of it (None: none)."""
         n = len(self.decisions)
         choice = self._replay[n] if self._replay is not None and n < len(self._replay) else choose()
-        self.decisions.append(choice)
+        self.decisions.append((choice, roomier(choice)))
         return choice
 
     def make_room(self, partitions: int) -> bool:
