@@ -178,3 +178,20 @@ def test_trl_dpo_trains_with_a_reference_model_on_the_device(tmp_path):
     assert (result["device"], result["ref_device"], result["steps"]) == ("neuron:0", "neuron:0", 3)
     assert result["margins"][0] == 0.0 and len(result["margins"]) == 3
     assert result["loss"] == pytest.approx(0.6967, abs=1e-3)
+
+
+@pytest.mark.parametrize("device", ["neuron", "neuron:0", torch.device("neuron")])
+def test_safetensors_loads_onto_neuron_as_peft_asks_it_to(device, tmp_path):
+    """PEFT loads an adapter with ``load_file(path, device=<current accelerator>)``;
+    safetensors' reader does not know ``neuron``, so trnsim reads on the host and moves
+    each tensor, bit for bit; other devices are safetensors' own."""
+    from safetensors.torch import save_file
+
+    saved = {"w": torch.randn(3, 5), "b": torch.randn(5).to(torch.bfloat16)}
+    path = tmp_path / "adapter.safetensors"
+    save_file(saved, str(path))
+    loaded = load_file(str(path), device=device)
+    for name, t in saved.items():
+        assert loaded[name].device.type == "neuron" and loaded[name].dtype == t.dtype
+        assert torch.equal(loaded[name].cpu(), t)
+    assert load_file(str(path))["w"].device.type == "cpu"

@@ -61,13 +61,14 @@ def register() -> None:
     hostshims.install()
     autocast.install()
     streams.install()
-    from trnsim.backend import distributed, flex
+    from trnsim.backend import distributed, flex, safeload
     from trnsim.backend.compile import inductor
 
     _register_nki()
     distributed.register()
     inductor.install()
     flex.install()
+    safeload.install()
     _registered = True
     from trnsim.backend import follow
 

@@ -19,9 +19,6 @@ from __future__ import annotations
 
 import copy
 import importlib
-import importlib.abc
-import importlib.machinery
-import sys
 import weakref
 from types import ModuleType
 from typing import Any
@@ -30,7 +27,7 @@ import torch
 from torch._C import DispatchKey
 from torch.utils._pytree import tree_map
 
-from trnsim.backend import timeline
+from trnsim.backend import importhook, timeline
 
 # the module (the package's name of the same spelling is the forward op)
 hop = importlib.import_module("torch._higher_order_ops.flex_attention")
@@ -46,35 +43,6 @@ def accept_neuron(module: ModuleType) -> None:
     fn = module._validate_device
     consts = tuple(c | {"neuron"} if isinstance(c, frozenset) and "cuda" in c else c for c in fn.__code__.co_consts)
     fn.__code__ = fn.__code__.replace(co_consts=consts)
-
-
-class _Loader(importlib.abc.Loader):
-    """The module's own loader, then :func:`accept_neuron` on what it loaded."""
-
-    def __init__(self, inner: importlib.abc.Loader) -> None:
-        self.inner = inner
-
-    def create_module(self, spec: importlib.machinery.ModuleSpec) -> ModuleType | None:
-        return self.inner.create_module(spec)
-
-    def exec_module(self, module: ModuleType) -> None:
-        self.inner.exec_module(module)
-        accept_neuron(module)
-
-    def __getattr__(self, name: str) -> Any:   # get_source, get_code, ... for tracebacks and inspect
-        return getattr(self.inner, name)
-
-
-class _Finder(importlib.abc.MetaPathFinder):
-    """Finds FlexAttention's module where the path finder does, with :class:`_Loader`."""
-
-    def find_spec(self, fullname: str, path: Any, target: Any = None) -> importlib.machinery.ModuleSpec | None:
-        if fullname != MODULE:
-            return None
-        spec = importlib.machinery.PathFinder.find_spec(fullname, path)
-        if spec is not None and spec.loader is not None:
-            spec.loader = _Loader(spec.loader)
-        return spec
 
 
 def _put(name: str, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, block_mask: tuple,
@@ -172,7 +140,4 @@ def install() -> None:
     hop.flex_attention.py_impl(DispatchKey.PrivateUse1)(_forward)
     hop.flex_attention_backward.py_impl(DispatchKey.PrivateUse1)(_backward)
     timeline.MEASURED.update((FORWARD, BACKWARD))
-    if MODULE in sys.modules:
-        accept_neuron(sys.modules[MODULE])
-    else:
-        sys.meta_path.insert(0, _Finder())
+    importhook.when_imported(MODULE, accept_neuron)
