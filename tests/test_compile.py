@@ -97,12 +97,13 @@ def test_a_call_is_one_launch_then_its_kernels_in_turn():
             compiled(x)
     kernels = [r for r in prof.records if r.info is not None]
     assert kernels and len(kernels) == kernels[0].info["kernels"]
-    # each starts its overlap before the one ahead ends, never before the one ahead of that ends
-    for i in range(1, len(kernels)):
-        a, b = kernels[i - 1], kernels[i]
-        earliest = kernels[i - 2].end_ps if i > 1 else 0
-        assert b.start_ps == max(a.end_ps - min(b.info["overlap_ps"], a.cost.ps, b.cost.ps), earliest)
-        assert b.end_ps >= a.end_ps
+    # each ends its after_ps after the one ahead, and starts its lead_ps before its end
+
+    for a, b in zip(kernels, kernels[1:]):
+
+        assert b.end_ps == a.end_ps + b.info["after_ps"] >= a.end_ps
+
+        assert b.start_ps == max(b.end_ps - b.info["lead_ps"], kernels[0].start_ps)
     clock = state.clock
     before_ops = clock.ops
     with torch.no_grad():

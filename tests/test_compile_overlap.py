@@ -51,13 +51,13 @@ def test_a_compiled_transformer_overlaps_its_kernels_and_eager_does_not(tmp_path
     kernels = [r for r in compiled.records if r.info is not None]
     overlaps = [r.info["overlap_ps"] for r in kernels]
     assert overlaps[0] == 0 and sum(o > 0 for o in overlaps) >= 2   # the MLP's two matmuls, per block
-    for i in range(1, len(kernels)):   # only neighbours run at once: those were traced together
-        a, b = kernels[i - 1], kernels[i]
-        earliest = kernels[i - 2].end_ps if i > 1 else 0
-        assert b.start_ps == max(a.end_ps - min(b.info["overlap_ps"], a.cost.ps, b.cost.ps), earliest)
-        assert b.end_ps >= a.end_ps   # kernels keep their order
+    for a, b in zip(kernels, kernels[1:]):   # each ends its after_ps after the one ahead (kernels keep their order)
+
+        assert b.end_ps == a.end_ps + b.info["after_ps"] >= a.end_ps
+
+        assert b.start_ps == max(b.end_ps - b.info["lead_ps"], kernels[0].start_ps)   # its first instruction
     assert compiled.device_ps == kernels[-1].end_ps - kernels[0].start_ps
-    assert compiled.device_ps == 129_561_268   # simulated time is deterministic
+    assert compiled.device_ps == 131_272_138   # simulated time is deterministic
     assert compiled.device_ps < 0.8 * eager.device_ps
     # the trace: a kernel's engines start before the kernel ahead of it has finished
     events = json.loads(path.read_text())["traceEvents"]
@@ -112,21 +112,48 @@ def _gemm(shape_a, shape_b, dtype=torch.bfloat16):
 def test_a_kernel_that_reads_the_one_before_overlaps_less_than_one_that_does_not():
     a = _gemm((256, 128), (256, 512))           # [128, 512] out
     b = _gemm((512, 128), (512, 256))           # reads a [512, 128]: a's result reshaped
-    linked = overlap.pair_overlap(a, b, True)
-    apart = overlap.pair_overlap(a, b, False)
-    assert 0 < linked < apart <= min(a.ps, b.ps)
-    assert overlap.pair_overlap(a, b, True) == linked   # worked out once
+    linked = overlap.places([a, b], [[], [0]], [False, False])
+    apart = overlap.places([a, b], [[], []], [False, False])
+    assert linked[0].after_ps >= a.ps and apart[0].after_ps >= a.ps   # the first is not sped up
+    # b ends earlier than it would alone after a, and later where it waits for a's result
+    assert apart[1].after_ps < linked[1].after_ps < b.ps
+    assert linked[1].lead_ps > linked[1].after_ps   # it starts before a ends
+    assert overlap.places([a, b], [[], [0]], [False, False]) == linked   # worked out once
 
 
 def test_no_overlap_across_a_collective_or_without_a_shared_shape_or_a_program():
     a = _gemm((256, 128), (256, 512))
     b = _gemm((512, 128), (512, 256))
-    assert overlap.overlaps([a, b], [False, False], [False, True]) == [0, 0]
+    alone = [overlap.Place.alone(a), overlap.Place.alone(b)]
+    assert overlap.places([a, b], [[], [0]], [False, True]) == alone
+    assert overlap.places([a, b], [[], [0]], [False, False], alone=[False, True]) == alone
     other = _gemm((384, 128), (384, 128), torch.float32)   # no input of a's dtype: kept apart
-    assert overlap.pair_overlap(a, other, True) == 0
-    assert overlap.pair_overlap(a, other, False) > 0
+    assert overlap.places([a, other], [[], [0]], [False, False]) == [alone[0], overlap.Place.alone(other)]
+    assert overlap.places([a, other], [[], []], [False, False])[1].after_ps < other.ps
     estimate = trnsim.backend.opcost.estimate(1 << 20)
-    assert overlap.pair_overlap(a, estimate, False) == 0
+    assert overlap.places([a, estimate], [[], []], [False, False]) == [alone[0], overlap.Place.alone(estimate)]
+
+
+def test_a_segment_is_cut_before_a_kernel_that_finds_no_result_it_reads():
+    """Three kernels: the third reads the second's result in a shape it has not (kept
+    apart from it), and the first two are one segment."""
+    a = _gemm((256, 128), (256, 512))
+    b = _gemm((512, 128), (512, 256))
+    c = _gemm((384, 128), (384, 128), torch.float32)
+    placed = overlap.places([a, b, c], [[], [0], [1]], [False] * 3)
+    assert placed[:2] == overlap.places([a, b], [[], [0]], [False, False])
+    assert placed[2] == overlap.Place.alone(c)
+
+
+def test_a_kernel_reads_the_result_of_a_kernel_further_ahead():
+    """A segment links a kernel to any earlier kernel's result, not only its neighbour's."""
+    a = _gemm((256, 128), (256, 512))   # [128, 512]
+    mid = _gemm((384, 128), (384, 128), torch.float32)   # unrelated
+    b = _gemm((512, 128), (512, 256))   # reads a's result
+    linked = overlap.places([a, mid, b], [[], [], [0]], [False] * 3)
+    free = overlap.places([a, mid, b], [[], [], []], [False] * 3)
+    assert sum(p.after_ps for p in linked) >= sum(p.after_ps for p in free)
+    assert linked[2].run is linked[0].run is not None   # one Program
 
 
 def test_default_chip_is_trn2():
@@ -144,8 +171,14 @@ def test_a_compiled_linear_takes_the_faster_layout_of_its_activation():
     prof = _profiled(torch.compile(lambda x: lin(x), backend="neuron"), torch.randn(128, 768).to(torch.bfloat16).to("neuron"))
     (rec,) = [r for r in prof.records if r.name.startswith("fused[addmm")]
     kernel, args, kwargs = rec.cost.call
-    rows = args[0].array.shape[0]   # each physical core's share of the 128 rows
-    assert kernel is fused_matmul_rows_kernel and tuple(args[0].array.shape) == (rows, 768)
-    lhsT = run_kernel(fused_matmul_kernel, "fused_matmul_kernel", placeholder((768, rows), torch.bfloat16), *args[1:],
-                      **kwargs)
-    assert rec.cost.ps < lhsT.ps   # 256-byte rows of lhsT tiles against 1.5 KiB rows and a transpose
+    assert kwargs["rhs_tiled"]   # the weight is a parameter: stored as the kernel loads it
+    if kernel is fused_matmul_rows_kernel:
+        rows = args[0].array.shape[0]   # each physical core's share of the 128 rows
+        other = run_kernel(fused_matmul_kernel, "fused_matmul_kernel", placeholder((768, rows), torch.bfloat16),
+                           *args[1:], **kwargs)
+    else:
+        assert kernel is fused_matmul_kernel
+        rows = args[0].array.shape[1]
+        other = run_kernel(fused_matmul_rows_kernel, "fused_matmul_rows_kernel",
+                           placeholder((rows, 768), torch.bfloat16), *args[1:], **kwargs)
+    assert rec.cost.ps <= other.ps   # the faster of the two layouts

@@ -847,3 +847,35 @@ def test_an_eager_matmul_reads_its_left_operand_as_it_lies_in_memory(transposed)
     b = torch.empty(300, 400, device="neuron")
     cost = optable.kernel_cost(Call("aten::mm", (a, b), {}, [a, b], None))
     assert cost.kernel == ("matmul_general" if transposed else "matmul_rows")
+
+
+@nki.jit
+def _tiled_product(lhs, rhs, rows=True, tiled=True):
+    import trnsim.nki.language as nl
+    from trnsim.kernels.gemm import matmul_blocks
+
+    out = nl.ndarray((lhs.shape[0] if rows else lhs.shape[1], rhs.shape[1]), nl.float32, buffer=nl.shared_hbm)
+    matmul_blocks(lhs, rhs, lambda b: out, rows=rows, tiled=tiled)
+    return out
+
+
+@pytest.mark.parametrize("m, k, n, rows", [(128, 256, 640, True), (200, 384, 1100, False), (64, 128, 2100, True)])
+def test_a_tiled_rhs_gives_the_product_of_the_weight_it_lays_out(m, k, n, rows):
+    """A weight laid out as the kernel loads it (a compiled graph's parameters): one DMA
+    per chunk of K tiles, the same product."""
+    from trnsim.kernels.gemm import tile_rhs
+
+    rng = np.random.default_rng(7)
+    lhs = rng.standard_normal((m, k)).astype(np.float32)
+    w = rng.standard_normal((k, n)).astype(np.float32)
+    first = lhs if rows else lhs.T.copy()
+    out = nki.simulate(_tiled_product)(first, tile_rhs(w, m), rows=rows)
+    np.testing.assert_allclose(np.asarray(out), lhs @ w, rtol=1e-4, atol=1e-3)
+    plain = nki.simulate(_tiled_product)(first, w, rows=rows, tiled=False)
+    np.testing.assert_array_equal(np.asarray(out), np.asarray(plain))
+    # the weight's chunks arrive with each partition's bytes in one descriptor
+    loads = [i for i in nki.trace_program(_tiled_product, first, tile_rhs(w, m), rows=rows)
+             if i.opcode == "dma_copy" and i.src.tensor.name.startswith("rhs")]
+    assert loads and all(i.src.contiguous_run() >= min(k, 128 * 8) // 128 * min(n, 512) for i in loads)
+    with pytest.raises(KernelError, match=r"tile_rhs: K=100 is not a multiple of 128"):
+        tile_rhs(w[:100], m)

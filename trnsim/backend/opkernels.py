@@ -386,7 +386,8 @@ def _with_mask(cost: OpCost, mask: torch.Tensor | None) -> OpCost:
     if mask is None:
         return cost
     return OpCost(ps=cost.ps + estimate(tensor_bytes(mask)).ps, source="kernel", kernel=f"{cost.kernel} + mask",
-                  run=cost.run, scale=cost.scale, hbm_bytes=(cost.hbm_moved() or 0) + tensor_bytes(mask))
+                  run=cost.run, scale=cost.scale, hbm_bytes=(cost.hbm_moved() or 0) + tensor_bytes(mask),
+                  call=cost.call)
 
 
 def _two_heads(kernel: Any) -> Any:

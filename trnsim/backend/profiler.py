@@ -215,6 +215,7 @@ class profile:
         if self.partial is not None:
             tr.meta[PARTIAL] = self.partial
         hbm_spans: list[tuple[float, float, float]] = []
+        segments: dict[int, Any] = {}   # traces of segments' runs, by id of the run
         occupancy: dict[str, list[tuple[float, float, float]]] = {"SBUF occupancy": [], "PSUM occupancy": []}
         for seq, r in enumerate(self.records):
             start_ns = (r.start_ps - origin) / 1000
@@ -236,8 +237,10 @@ class profile:
                 args["flops"] = args["hbm_bytes"] = 0
             elif hbm is not None:
                 args["hbm_bytes"] = hbm
+            place = None
             if r.info is not None:   # a kernel of a compiled graph
-                args.update(r.info)
+                place = r.info.get("place")
+                args.update((k, v) for k, v in r.info.items() if k != "place")
                 if r.info["index"] == 0:
                     graph_start = start_ns
                 if r.info["index"] == r.info["kernels"] - 1:
@@ -247,7 +250,22 @@ class profile:
                                    args))
             if args.get("hbm_bytes"):
                 hbm_spans.append((start_ns, end_ns, args["hbm_bytes"]))
-            if self.engines and r.cost.run is not None:
+            if self.engines and place is not None and place.run is not None:
+                # a kernel of a segment traced as one Program: its own instructions of that run
+                segment = segments.get(id(place.run))
+                if segment is None:
+                    segment = segments[id(place.run)] = trace_from_run(place.run)
+                shift = start_ns - place.begin_ps / 1000
+                for s in segment.slices:
+                    if place.first <= s.args.get("index", -1) < place.last:
+                        tr.slices.append(Slice(s.track, s.name, shift + s.start_ns, s.dur_ns, {**s.args, "op_seq": seq}))
+                if place.first == 0:   # the segment's tiles, counted once, from its first kernel
+                    for c in segment.counters:
+                        if c.name in occupancy:
+                            points = [(shift + at, v * r.cost.cores) for at, v in c.points]
+                            ends = [at for at, _ in points[1:]] + [shift + place.run.total_ps / 1000]
+                            occupancy[c.name] += [(at, end, v) for (at, v), end in zip(points, ends)]
+            elif self.engines and r.cost.run is not None:
                 kernel = trace_from_run(r.cost.run)
                 for s in kernel.slices:
                     if s.start_ns * r.cost.scale <= (r.end_ps - r.start_ps) / 1000:

@@ -197,23 +197,21 @@ def charge(op: Any, info: Any, args: tuple, kwargs: dict, flat: list, out: Any) 
 
 def charge_graph(kernels: list[tuple[str, OpCost, tuple, tuple, Any]], launch: bool = True) -> None:
     """Put one compiled graph on the timeline: one launch, then its kernels
-    ``(name, cost, shapes, dtypes, info)`` in turn, each starting its ``info["overlap_ps"]``
-    before the one ahead of it ends (:mod:`trnsim.backend.compile.overlap`; at most the
-    shorter of the two), and never before the one ahead of that has ended: only
-    neighbours were traced together. ``launch=False`` continues a graph already launched
-    (its kernels after a collective inside it): they start when the device is free."""
+    ``(name, cost, shapes, dtypes, info)`` in turn, each ending ``info["after_ps"]``
+    after the one ahead of it and starting ``info["lead_ps"]`` before its end (its place
+    beside the kernels around it: :mod:`trnsim.backend.compile.overlap`; a kernel
+    without them runs alone, after the one ahead). ``launch=False`` continues a graph
+    already launched (its kernels after a collective inside it): they start when the
+    device is free."""
     executed.update((name, cost.source) for name, cost, _, _, _ in kernels)
     starts: list[int] = []
     ends: list[int] = []
-    for i, (_, cost, _, _, info) in enumerate(kernels):
-        t = 0
-        if i:
-            ahead = kernels[i - 1][1].ps
-            t = ends[-1] - min((info or {}).get("overlap_ps", 0), ahead, cost.ps)
-            if i > 1:
-                t = max(t, ends[-2])
-        starts.append(t)
-        ends.append(t + cost.ps)
+    end = 0
+    for _, cost, _, _, info in kernels:
+        info = info or {}
+        end += info.get("after_ps", cost.ps)
+        starts.append(max(0, end - info.get("lead_ps", cost.ps)))
+        ends.append(end)
     ps = max(ends, default=0)
     if launch:
         start = _launch(ps)
@@ -223,8 +221,8 @@ def charge_graph(kernels: list[tuple[str, OpCost, tuple, tuple, Any]], launch: b
             state.clock.device = start + ps
     recorders = _recorders()
     if recorders:
-        for at, (name, cost, shapes, dtypes, info) in zip(starts, kernels):
-            rec = OpRecord(name, shapes, dtypes, start + at, start + at + cost.ps, cost, info)
+        for at, stop, (name, cost, shapes, dtypes, info) in zip(starts, ends, kernels):
+            rec = OpRecord(name, shapes, dtypes, start + at, start + stop, cost, info)
             for r in recorders:
                 r.append(rec)
 

@@ -17,19 +17,19 @@ import trnsim.nki.isa as nisa
 import trnsim.nki.language as nl
 from trnsim import dtypes
 from trnsim.kernels.fused import TILE_P, Balance, Recipe, Tile, check_operand_shapes, kinds, step_dtype, trace_steps
-from trnsim.kernels.gemm import matmul_blocks, matmul_shapes
+from trnsim.kernels.gemm import matmul_blocks, matmul_shapes, tiled_rhs
 
 
 @nki.jit
-def fused_matmul_rows_kernel(lhs, rhs, *operands, recipe: Recipe, dtype: Any = None):
+def fused_matmul_rows_kernel(lhs, rhs, *operands, recipe: Recipe, dtype: Any = None, rhs_tiled: bool = False):
     """``recipe`` applied to ``lhs @ rhs`` for ``lhs`` [M, K] (or [B, M, K]) in rows:
     :func:`fused_matmul_kernel` with the left operand as it lies in memory, each piece
     transposed through the PE array on chip (:func:`trnsim.kernels.gemm.matmul_rows`)."""
-    return _fused_matmul(lhs, rhs, operands, recipe, dtype, rows=True)
+    return _fused_matmul(lhs, rhs, operands, recipe, dtype, rows=True, tiled=rhs_tiled)
 
 
 @nki.jit
-def fused_matmul_kernel(lhsT, rhs, *operands, recipe: Recipe, dtype: Any = None):
+def fused_matmul_kernel(lhsT, rhs, *operands, recipe: Recipe, dtype: Any = None, rhs_tiled: bool = False):
     """``recipe`` applied to ``lhsT.T @ rhs``, tile by tile before the store.
 
     Args:
@@ -42,6 +42,10 @@ def fused_matmul_kernel(lhsT, rhs, *operands, recipe: Recipe, dtype: Any = None)
         recipe: elementwise steps only (no reductions); ``Ref("mm")`` is the product.
         dtype: when given, the product is rounded to it before the steps read it
             (as a matmul that stores ``dtype`` would give it); fp32 by default.
+        rhs_tiled: ``rhs`` (2-D, K a multiple of 128) holds its elements in the order
+            the kernel loads them (:func:`trnsim.kernels.gemm.tiled_rhs`): each chunk of
+            K tiles one DMA whose partitions' bytes are contiguous, as a compiled
+            graph's weights are stored.
 
     Returns:
         A tuple of HBM tensors, one per ``recipe.outputs`` entry: [M, N] ([B, M, N]
@@ -53,10 +57,10 @@ def fused_matmul_kernel(lhsT, rhs, *operands, recipe: Recipe, dtype: Any = None)
     steps read the product from PSUM (vector and scalar engines, split by load) into
     SBUF tiles; each output tile [<= 128, <= 512] is stored to HBM.
     """
-    return _fused_matmul(lhsT, rhs, operands, recipe, dtype, rows=False)
+    return _fused_matmul(lhsT, rhs, operands, recipe, dtype, rows=False, tiled=rhs_tiled)
 
 
-def _fused_matmul(lhsT, rhs, operands, recipe, dtype, rows):
+def _fused_matmul(lhsT, rhs, operands, recipe, dtype, rows, tiled=False):
     who = "fused_matmul_rows_kernel" if rows else "fused_matmul_kernel"
     step_kinds = kinds(recipe, matmul=True)
     batched, batch, m, n = matmul_shapes(lhsT, rhs, who, rows=rows)
@@ -112,5 +116,8 @@ def _fused_matmul(lhsT, rhs, operands, recipe, dtype, rows):
             trace_steps(recipe, step_kinds, [tile(*part) for part in parts], n, balance)
         return finish
 
-    matmul_blocks(lhsT, rhs, sink, rows=rows)
+    if tiled and (batched or not tiled_rhs(rhs.shape[0])):
+        raise nki.KernelError(f"{who}: rhs_tiled takes a 2-D rhs whose K ({rhs.shape[0]}) is a multiple of 128, "
+                              f"not {list(rhs.shape)}; pass rhs_tiled=False")
+    matmul_blocks(lhsT, rhs, sink, rows=rows, tiled=tiled)
     return tuple(outs)

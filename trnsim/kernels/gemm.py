@@ -32,6 +32,8 @@ through the PE array into PSUM ("low-latency data reshape", NKI's architecture g
 and copied into the stationary tile in SBUF.
 """
 
+import numpy as np
+
 import trnsim.nki as nki
 import trnsim.nki.isa as nisa
 import trnsim.nki.language as nl
@@ -130,9 +132,11 @@ def matmul_shapes(lhsT, rhs, who, rows=False):
     return batched, batch, M, N
 
 
-def matmul_blocks(lhsT, rhs, sink, rows=False):
+def matmul_blocks(lhsT, rhs, sink, rows=False, tiled=False):
     """Trace ``lhsT.T @ rhs`` block by block (``lhsT @ rhs`` for ``rows``: the first
-    operand [M, K], transposed on chip). ``sink(b)`` is where batch entry ``b``'s
+    operand [M, K], transposed on chip). ``tiled``: ``rhs``'s memory holds its elements
+    in the order the kernel loads them (:func:`tiled_rhs`), each chunk of K tiles of a
+    block one DMA with every partition's bytes contiguous. ``sink(b)`` is where batch entry ``b``'s
     [M, N] product goes: an HBM view stored in the output dtype, or an epilogue
     ``finish(rows, parts)`` called per output row tile of a block with the fp32
     products ``parts`` [(tile [rows, <= 512] in PSUM or SBUF, first column, width)],
@@ -156,11 +160,43 @@ def matmul_blocks(lhsT, rhs, sink, rows=False):
                 panel = _stationary(a, m0, bm, k_tiles, rows) if rows else \
                     [nl.load(a[k:k + kp, m0:m0 + bm]) for k, kp in k_tiles]
                 for n0 in nl.affine_range(0, N, block_n):
-                    _block(a, w, out, m0, bm, n0, min(block_n, N - n0), chunk_k, rows, panel)
+                    _block(a, w, out, m0, bm, n0, min(block_n, N - n0), chunk_k, rows, panel, tiled)
         else:
             for n0 in nl.affine_range(0, N, block_n):
                 for m0 in nl.affine_range(0, M, BLOCK_M):
-                    _block(a, w, out, m0, min(BLOCK_M, M - m0), n0, min(block_n, N - n0), chunk_k, rows)
+                    _block(a, w, out, m0, min(BLOCK_M, M - m0), n0, min(block_n, N - n0), chunk_k, rows, tiled=tiled)
+
+
+def tiled_rhs(K):
+    """Whether :func:`matmul_blocks` can read a [K, N] right operand ``tiled``, and the
+    order of its elements then: block by block of the kernel's N blocks (which depend
+    on M: :func:`tile_rhs`), partition by partition within a block, each partition's
+    rows of the block's K tiles one after another. A compiled graph's weights are stored so (the
+    compiler lays out the parameters it loads, "weight layout optimization" in NxD
+    Inference's model builder; the exact layout is the kernel's choice here)."""
+    return K % TILE_K == 0
+
+
+def tile_rhs(w, M):
+    """``w`` [K, N] (a numpy array) with its elements in the order a ``tiled`` right
+    operand holds them (:func:`tiled_rhs`) for a product of ``M`` rows: how a host lays
+    out a weight for :func:`matmul_blocks` ``(tiled=True)``."""
+    K, N = w.shape
+    if not tiled_rhs(K):
+        raise nki.KernelError(f"tile_rhs: K={K} is not a multiple of {TILE_K}; a tiled rhs needs whole K tiles")
+    block_n = WIDE_BLOCK_N if M <= TILE_M else BLOCK_N
+    blocks = [w[:, n0:n0 + block_n] for n0 in range(0, N, block_n)]
+    flat = [b.reshape(K // TILE_K, TILE_K, b.shape[1]).transpose(1, 0, 2).reshape(-1) for b in blocks]
+    return np.concatenate(flat).reshape(K, N)
+
+
+def _rhs_chunk(rhs, k_tiles, n0, bn):
+    """The K tiles ``k_tiles`` of block ``n0:n0+bn`` of a ``tiled`` ``rhs``, loaded with one
+    DMA, as one [128, bn] view each."""
+    K = rhs.shape[0]
+    t0, count = k_tiles[0][0] // TILE_K, len(k_tiles)
+    chunk = nl.load(rhs.ap([[K // TILE_K * bn, TILE_K], [1, count * bn]], offset=n0 * K + t0 * bn))
+    return [chunk[:, i * bn:(i + 1) * bn] for i in range(count)]
 
 
 def _stationary(lhs, m0, bm, k_tiles, rows):
@@ -180,11 +216,12 @@ def _stationary(lhs, m0, bm, k_tiles, rows):
     return tiles
 
 
-def _block(lhsT, rhs, out, m0, bm, n0, bn, chunk_k, rows, panel=None):
+def _block(lhsT, rhs, out, m0, bm, n0, bn, chunk_k, rows, panel=None, tiled=False):
     """Output block ``out[m0:m0+bm, n0:n0+bn]``, K streamed in chunks of ``chunk_k`` rows;
     ``panel`` holds all K tiles of ``lhsT[:, m0:m0+bm]`` when they are already in SBUF;
-    ``rows``: the first operand is ``lhs`` [M, K] (see :func:`_stationary`).
-    An epilogue ``out`` (see :func:`matmul_blocks`) gets the fp32 sums of the last chunk."""
+    ``rows``: the first operand is ``lhs`` [M, K] (see :func:`_stationary`); ``tiled``:
+    ``rhs`` is stored as :func:`tiled_rhs` says. An epilogue ``out`` (see
+    :func:`matmul_blocks`) gets the fp32 sums of the last chunk."""
     K = rhs.shape[0]
     chunks = list(range(0, K, chunk_k))
     m_tiles = list(range(0, bm, TILE_M))
@@ -194,7 +231,14 @@ def _block(lhsT, rhs, out, m0, bm, n0, bn, chunk_k, rows, panel=None):
     for c, k0 in enumerate(chunks):
         k_tiles = [(k, min(TILE_K, K - k)) for k in range(k0, min(k0 + chunk_k, K), TILE_K)]
         # each K tile's two operands in turn: the first multiplies wait for one pair, not all
-        if panel is None and rows:
+        if tiled and panel is None:
+            rhs_tiles = _rhs_chunk(rhs, k_tiles, n0, bn)
+            lhs_tiles = _stationary(lhsT, m0, bm, k_tiles, rows) if rows else \
+                [nl.load(lhsT[k:k + kp, m0:m0 + bm]) for k, kp in k_tiles]
+        elif tiled:
+            lhs_tiles = panel[k0 // TILE_K:k0 // TILE_K + len(k_tiles)]
+            rhs_tiles = _rhs_chunk(rhs, k_tiles, n0, bn)
+        elif panel is None and rows:
             lhs_tiles = _stationary(lhsT, m0, bm, k_tiles, rows)
             rhs_tiles = [nl.load(rhs[k:k + kp, n0:n0 + bn]) for k, kp in k_tiles]
         elif panel is None:

@@ -34,6 +34,11 @@ _NKI_DIR = os.path.dirname(os.path.abspath(__file__))
 # compiler arranges them, so a store waiting for its data never holds up a prefetch:
 # the first 16 queues, three quarters for loads.
 KERNEL_QUEUES = 16
+# A load of HBM data that the Program itself wrote (a compiled graph's kernel reading the
+# kernel ahead's result, a reload) waits for that store; it goes on queues of its own,
+# the next 4, so that it holds up no prefetch behind it either (assumption: the
+# compiler's queue assignment is not published).
+RELOAD_QUEUES = 16
 
 
 def _queue_split(chip: ChipLike) -> tuple[tuple[int, ...], tuple[int, ...]]:
@@ -42,6 +47,13 @@ def _queue_split(chip: ChipLike) -> tuple[tuple[int, ...], tuple[int, ...]]:
         return (0,), (0,)
     loads = max(1, n * 3 // 4)
     return tuple(range(loads)), tuple(range(loads, n))
+
+
+def _reload_queues(chip: ChipLike, loads: tuple[int, ...]) -> tuple[int, ...]:
+    n = chip.dma.engines * chip.dma.queues_per_engine
+    if n < KERNEL_QUEUES + RELOAD_QUEUES:
+        return loads
+    return tuple(range(KERNEL_QUEUES, KERNEL_QUEUES + RELOAD_QUEUES))
 
 
 class KernelError(ProgramError):
@@ -193,7 +205,9 @@ class Tracer:
         self.grid: tuple[int, ...] = ()
         self.program_ids: tuple[int, ...] = ()
         self._loads, self._stores = _queue_split(self.program.chip)
-        self._queue = {self._loads: 0, self._stores: 0}
+        self._reloads = _reload_queues(self.program.chip, self._loads)
+        self._queue = {self._loads: 0, self._stores: 0, self._reloads: 0}
+        self._stored: set[int] = set()   # ids of the HBM tensors a DMA wrote
         self._names: dict[str, int] = {}
         self._last_on_track: dict[str, int] = {}
         self._barrier: set[int] = set()
@@ -245,7 +259,7 @@ class Tracer:
         other.pending_matmul = None
         other.source_override = ""
         other.program_ids = ()
-        other._queue = {self._loads: 0, self._stores: 0}
+        other._queue = {self._loads: 0, self._stores: 0, self._reloads: 0}
         other._last_on_track, other._barrier, other._barrier_done = {}, set(), set()
         other.zeros = {}
         other._newest = None
@@ -695,7 +709,9 @@ class Tracer:
 
     def next_queue(self, dst: View) -> int:
         """Round-robin over the load queues for transfers into SBUF/PSUM, the store queues otherwise."""
-        queues = self._loads if dst.tensor.on_chip else self._stores
+        return self._next(self._loads if dst.tensor.on_chip else self._stores)
+
+    def _next(self, queues: tuple[int, ...]) -> int:
         n = self._queue[queues]
         self._queue[queues] = (n + 1) % len(queues)
         return queues[n]
@@ -817,6 +833,10 @@ class Tracer:
             self.release(self._unused.pop())
 
     def dma(self, dst: View, src: View) -> int:
+        if not dst.tensor.on_chip:
+            self._stored.add(id(dst.tensor))
+        elif not src.tensor.on_chip and id(src.tensor) in self._stored:
+            return self.emit(DmaCopy(dst, src, self._next(self._reloads)))
         return self.emit(DmaCopy(dst, src, self.next_queue(dst)))
 
     def engine_for(self, engine: Any, default: Engine) -> Engine:

@@ -83,9 +83,13 @@ def neuron_backend(gm: fx.GraphModule, example_inputs: list, mode: str | None = 
     event = metrics.on_compile(gm, example_inputs)
     name = f"graph{next(_names)}"
     inputs = [_user_name(n.name) for n in gm.graph.nodes if n.op == "placeholder"]
+    # the model's parameters among the inputs: the compiler lays them out as its kernels load them
+    params = {i for i, x in enumerate(example_inputs) if isinstance(x, torch.nn.Parameter)}
 
     def compiler(kind: str):
         def compile_graph(graph: fx.GraphModule, example: list) -> CompiledGraph:
+            if kind != "backward":
+                mark_parameters(graph, params, len(inputs))
             compiled = CompiledGraph(graph, f"{name} {kind}", kind, event, inputs if kind != "backward" else None)
             metrics.finish(event, nodes=compiled.nodes, kind=kind, has_collectives=compiled.has_collectives)
             return compiled
@@ -94,6 +98,17 @@ def neuron_backend(gm: fx.GraphModule, example_inputs: list, mode: str | None = 
     return aot_autograd(fw_compiler=compiler("forward"), bw_compiler=compiler("backward"),
                         inference_compiler=compiler("inference"), decompositions=decompositions(),
                         keep_inference_input_mutations=True)(gm, example_inputs)
+
+
+def mark_parameters(graph: fx.GraphModule, params: set[int], count: int) -> None:
+    """Mark the inputs of an AOT forward or inference graph that are the model's
+    parameters (``params``: their places among the Dynamo graph's ``count`` inputs, which
+    AOT keeps in order when it adds none)."""
+    placeholders = [n for n in graph.graph.nodes if n.op == "placeholder"]
+    if len(placeholders) != count:
+        return
+    for i in params:
+        placeholders[i].meta["trnsim_parameter"] = True
 
 
 skip_internal_frames()   # as soon as backend="neuron" is looked up, before its first graph

@@ -51,9 +51,9 @@ class Kernel:
     hbm_bytes: int = 0
     eager_bytes: int = 0
     source: list[str] = field(default_factory=list)
-    #: how long before the kernel ahead of it ends this one starts
-    #: (:mod:`trnsim.backend.compile.overlap`)
-    overlap_ps: int = 0
+    #: where it runs in the graph, beside the kernels around it
+    #: (:mod:`trnsim.backend.compile.overlap`); None: alone, after the kernel ahead
+    place: overlap.Place | None = None
 
     @property
     def fused(self) -> bool:
@@ -62,7 +62,7 @@ class Kernel:
 
 def lower(groups: list[Group], vals: dict[fx.Node, Any]) -> list[Kernel]:
     """The kernels of ``groups`` (free groups left out), each timed, and each one's
-    overlap with the kernel before it (none across a collective)."""
+    place beside the kernels around it (none across a collective)."""
     kernels: list[Kernel] = []
     apart: list[bool] = []   # whether the kernel waits for a collective before it
     waits = False
@@ -80,9 +80,11 @@ def lower(groups: list[Group], vals: dict[fx.Node, Any]) -> list[Kernel]:
                 kernels.append(_cheaper(g, vals))
             apart.append(waits)
             waits = False
-        fed = overlap.feeds([k.group for k in kernels], free)
-        for k, ps in zip(kernels, overlap.overlaps([k.cost for k in kernels], fed, apart)):
-            k.overlap_ps = ps
+        fed = overlap.producers([k.group for k in kernels], free)
+        # a kernel timed by its data when the graph runs keeps that time, alone
+        alone = [k.group.kind == "op" and op_name(k.group.nodes[0]) in timeline.MEASURED for k in kernels]
+        for k, place in zip(kernels, overlap.places([k.cost for k in kernels], fed, apart, alone)):
+            k.place = place
     return kernels
 
 
@@ -174,6 +176,7 @@ def _eager_bytes(g: Group, vals: dict[fx.Node, Any]) -> int:
 def _fused_kernel(g: Group, vals: dict[fx.Node, Any]) -> Kernel:
     from trnsim.kernels.fused import fused_rows_kernel
     from trnsim.kernels.fused_matmul import fused_matmul_kernel, fused_matmul_rows_kernel
+    from trnsim.kernels.gemm import tiled_rhs
 
     recipe = g.recipe
     ins = [vals.get(a) if isinstance(a, fx.Node) else a for a in g.inputs]
@@ -195,7 +198,8 @@ def _fused_kernel(g: Group, vals: dict[fx.Node, Any]) -> Kernel:
         b, m, k, n = g.domain
         a, w = vals.get(g.mm[0]), vals.get(g.mm[1])
         rows = row_major(a)
-        key = ("matmul", recipe, g.domain, str(a.dtype), str(w.dtype), dtypes, rows, chip.name)
+        tiled = b == 1 and parameter(g.mm[1]) and tiled_rhs(k)
+        key = ("matmul", recipe, g.domain, str(a.dtype), str(w.dtype), dtypes, rows, tiled, chip.name)
         cost = _memo.get(key)
         if cost is None:
             shares = Shares()
@@ -207,19 +211,27 @@ def _fused_kernel(g: Group, vals: dict[fx.Node, Any]) -> Kernel:
             out_dtype = recipe.steps[0].dtype
             cost = _simulate(fused_matmul_kernel, "fused_matmul_kernel",
                              [placeholder(lead + (k, sm), a.dtype), *rhs], cores=cores, repeat=scale, recipe=recipe,
-                             dtype=out_dtype)
+                             dtype=out_dtype, rhs_tiled=tiled)
             if rows:
                 # the left operand in rows (as the graph made it): each piece transposed on
                 # chip, or the producer writes it transposed; the compiler takes the faster
                 on_chip = _simulate(fused_matmul_rows_kernel, "fused_matmul_rows_kernel",
                                     [placeholder(lead + (sm, k), a.dtype), *rhs], cores=cores, repeat=scale,
-                                    recipe=recipe, dtype=out_dtype)
+                                    recipe=recipe, dtype=out_dtype, rhs_tiled=tiled)
                 cost = on_chip if on_chip.ps < cost.ps else cost
             _memo[key] = cost
     hbm = sum(_bytes(t) for t in ins) + sum(_bytes(t) for t in outs)
     if g.kind == "matmul":
         hbm += _bytes(vals.get(g.mm[0])) + _bytes(vals.get(g.mm[1]))
     return Kernel(kernel_name(g), g, cost, hbm, _eager_bytes(g, vals), _sources(g))
+
+
+def parameter(node: Any) -> bool:
+    """Whether ``node`` is one of the model's parameters (an input the backend marked,
+    :func:`trnsim.backend.compile.dynamo.mark_parameters`), seen through views."""
+    while isinstance(node, fx.Node) and node.op == "call_function" and node.target in FREE and node.args:
+        node = node.args[0]
+    return isinstance(node, fx.Node) and node.op == "placeholder" and bool(node.meta.get("trnsim_parameter"))
 
 
 def operand_shape(layout: str, rows: int, cols: int, lead: tuple[int, ...] = ()) -> tuple[int, ...]:

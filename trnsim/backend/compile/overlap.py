@@ -1,29 +1,31 @@
-"""Kernels of a compiled graph overlapping where one ends and the next begins.
+"""Kernels of a compiled graph scheduled as one program over the engines.
 
 A compiled graph is one program on the chip: the tensor engine starts the next matmul
-while the vector engine finishes a norm, and DMA loads the next kernel's weights while
-this one computes. Timing each kernel alone and adding them up charges every kernel's
-start-up (its first loads' latency) and drain (its last stores) in full.
+while the vector engine finishes a norm, and DMA loads the weights of kernels ahead
+while the current one computes. Timing each kernel alone and adding them up charges
+every kernel's start-up (its first loads' latency) and drain (its last stores) in full,
+and never lets a weight load run ahead of the compute before it.
 
-Each pair of consecutive kernels is traced again as one Program: the first kernel, then
-the second reading the first's results where the graph feeds them to it (so the
-dependencies between them are the tiles', found by the tracer as inside one kernel), in
-SBUF that both share. What the pair saves over the two kernels alone,
-``T(a) + T(b) - T(a; b)``, is the second kernel's *overlap*: it starts that long before
-the first ends. Each kernel so costs what it adds after its predecessor, as each head of
-attention does after the one before (:func:`trnsim.backend.opkernels.per_head`).
+A *segment* of the graph's kernels (consecutive kernels with Programs of their own,
+none waiting on a collective) is traced again as one Program: each kernel in turn,
+reading the results of the kernels before it where the graph feeds them to it (so the
+dependencies between kernels are the tiles', found by the tracer as inside one kernel),
+all in the SBUF they share (a tile reuses the space of one freed before it only after
+everything that touched that space: :mod:`trnsim.nki.hazards`). The combined run says,
+for each kernel, when its first instruction starts and when its last one ends: the
+kernel's place in the graph (:class:`Place`).
 
-The overlap is zero where a pair cannot be traced together: a kernel without a Program
-of its own (an estimate, an NKI op, a group of kernels), a kernel after a collective,
-or a pair whose connecting tensors the two Programs do not share in one shape (a
-kernel traced on one slab or one head of its work against a whole tensor): trnsim then
-keeps the kernels apart rather than guess. Only neighbours overlap: a kernel's overlap
-is at most the shorter kernel's time, so kernels keep their order.
+A kernel keeps its own time alone, and no place, where it cannot be traced beside the
+others: without a Program of its own (an estimate, an NKI op, a group of kernels), a
+Program covering part of its work repeated, after a collective, or reading an earlier
+kernel's result in a shape that no result of that kernel has (a kernel traced on one
+slab or one head of its work against a whole tensor): trnsim cuts the segment there
+rather than guess.
 """
 
 from __future__ import annotations
 
-import inspect
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -31,120 +33,200 @@ import torch.fx as fx
 
 from trnsim.backend.opcost import OpCost
 
-#: overlaps already worked out: (id(first), id(second)) -> (first, second, links, ps); the
-#: costs are kept so that their ids stay theirs
-_pairs: dict[tuple[int, int], tuple[OpCost, OpCost, bool, int]] = {}
+
+@dataclass(frozen=True)
+class Place:
+    """Where a kernel runs in its graph: it ends ``after_ps`` after the kernel ahead of it
+    ends (its own time alone for a kernel that was not traced beside others) and starts
+    ``lead_ps`` before its own end. A kernel traced in a segment has its instructions in
+    ``run`` (the segment's), ``first`` to ``last``, the first starting at ``begin_ps``."""
+
+    after_ps: int
+    lead_ps: int
+    run: Any = field(default=None, repr=False, compare=False)
+    first: int = 0
+    last: int = 0
+    begin_ps: int = 0
+
+    @classmethod
+    def alone(cls, cost: OpCost) -> Place:
+        return cls(cost.ps, cost.ps)
 
 
-def overlaps(costs: list[OpCost], feeds: list[bool], apart: list[bool]) -> list[int]:
-    """Each kernel's overlap with the one before it, in ps (0 for the first). ``feeds[i]``:
-    whether kernel ``i - 1``'s results are among kernel ``i``'s inputs; ``apart[i]``:
-    whether kernel ``i`` waits for something between them (a collective)."""
-    out = [0] * len(costs)
-    for i in range(1, len(costs)):
-        if not apart[i]:
-            out[i] = pair_overlap(costs[i - 1], costs[i], feeds[i])
+#: segments already worked out, by the ids of their costs and their links; the costs are
+#: kept so that their ids stay theirs
+_segments: dict[tuple, tuple[list[OpCost], list[Place]]] = {}
+
+
+def places(costs: list[OpCost], producers: list[list[int]], apart: list[bool],
+           alone: list[bool] | None = None) -> list[Place]:
+    """Each kernel's :class:`Place`. ``producers[i]``: the earlier kernels whose results
+    kernel ``i`` reads, in the order it reads them; ``apart[i]``: whether kernel ``i``
+    waits for something after the kernel ahead of it (a collective); ``alone[i]``:
+    whether kernel ``i`` keeps its own time, traced beside no other."""
+    out = [Place.alone(c) for c in costs]
+    joins = [_joins(c) and not (alone and alone[i]) for i, c in enumerate(costs)]
+    start = 0
+    for i in range(len(costs) + 1):
+        if i == len(costs) or not joins[i] or apart[i]:
+            _place(costs, producers, start, i, out)
+            start = i if i < len(costs) and joins[i] else i + 1
     return out
 
 
-def pair_overlap(a: OpCost, b: OpCost, linked: bool) -> int:
-    """How long before ``a`` ends ``b`` can start, in ps (see the module); ``linked``:
-    whether ``b`` reads ``a``'s results."""
-    if a.run is None or b.run is None or a.call is None or b.call is None:
-        return 0
-    key = (id(a), id(b))
-    hit = _pairs.get(key)
-    if hit is not None and hit[0] is a and hit[1] is b and hit[2] == linked:
-        return hit[3]
-    ps = _simulate_pair(a, b, linked)
-    _pairs[key] = (a, b, linked, ps)
-    return ps
+def _joins(cost: OpCost) -> bool:
+    """Whether a kernel can be traced beside others: one Program that is its whole work."""
+    return cost.run is not None and cost.call is not None and cost.scale == 1
 
 
-def _simulate_pair(a: OpCost, b: OpCost, linked: bool) -> int:
+def _place(costs: list[OpCost], producers: list[list[int]], lo: int, hi: int, out: list[Place]) -> None:
+    """Place kernels ``lo..hi-1`` (all joinable) as one segment, cut where a kernel's
+    results reach a later one in no shape it has."""
+    if hi - lo < 2:
+        return
+    links = tuple(tuple(j - lo for j in producers[i] if lo <= j < i) for i in range(lo, hi))
+    key = (*(id(c) for c in costs[lo:hi]), links)
+    hit = _segments.get(key)
+    if hit is not None and all(a is b for a, b in zip(hit[0], costs[lo:hi])):
+        out[lo:hi] = hit[1]
+        return
+    placed, unfed = _simulate(costs[lo:hi], links)
+    if unfed is not None:   # cut before the kernel that found no result it reads
+        _place(costs, producers, lo, lo + unfed, out)
+        _place(costs, producers, lo + unfed, hi, out)
+        return
+    _segments[key] = (costs[lo:hi], placed)
+    out[lo:hi] = placed
+
+
+def _simulate(costs: list[OpCost], links: tuple[tuple[int, ...], ...]) -> tuple[list[Place], int | None]:
+    """Trace the kernels in turn as one Program and place each from the run; or the index
+    of the first kernel that reads earlier kernels' results but found none of them."""
     from trnsim import nki
-    from trnsim.nki.launch import launch
     from trnsim.backend import state
+    from trnsim.nki.launch import launch
+    from trnsim.nki.tracer import current
 
-    first, first_args, first_kwargs = a.call
-    second, second_args, second_kwargs = b.call
-    n = len(first_args)
-    found: list[int] = []
-    # a matmul kernel takes its left operand transposed ([K, M]: lhsT), the graph's [M, K]
-    lhs_transposed = next(iter(inspect.signature(getattr(second, "fn", second)).parameters), "") == "lhsT"
+    calls = [c.call for c in costs]
+    counts = [len(args) for _, args, _ in calls]
+    bounds: list[int] = []   # instructions traced once each kernel has been
+    unfed: list[int] = []
 
-    def kernels_in_turn(*arrays: Any, **named: Any) -> Any:
-        # keyword arguments travel as keywords too, so that their arrays become HBM tensors
-        result = first(*arrays[:n], **{k[2:]: v for k, v in named.items() if k[0] == "a"})
-        results = [r for r in (result if isinstance(result, (tuple, list)) else (result,)) if r is not None]
-        args = list(arrays[n:])
-        if linked:
-            for i, x in enumerate(args):
-                fed = _feeding(results, x, transposed=i == 0 and lhs_transposed)
-                if fed is not None:
-                    args[i] = fed
-                    found.append(i)
-        return second(*args, **{k[2:]: v for k, v in named.items() if k[0] == "b"})
+    def kernels_in_turn(*arrays: Any, **named: Any) -> None:
+        bounds.clear()   # a kernel that does not fit SBUF at first is traced again
+        results: list[list[Any]] = []
+        at = 0
+        for i, (kernel, _, _) in enumerate(calls):
+            args = list(arrays[at:at + counts[i]])
+            at += counts[i]
+            if links[i]:
+                used: set[int] = set()
+                found = False
+                for n, x in enumerate(args):
+                    for j in links[i]:
+                        fed = _feeding([r for r in results[j] if id(r) not in used], x)
+                        if fed is not None:
+                            used.add(id(fed[0]))
+                            args[n] = fed[1]
+                            found = True
+                            break
+                if not found:
+                    unfed.append(i)
+                    raise _Unfed
+            result = kernel(*args, **{k.split("_", 1)[1]: v for k, v in named.items()
+                                       if k.split("_", 1)[0] == f"k{i}"})
+            results.append([r for r in (result if isinstance(result, (tuple, list)) else (result,))
+                            if r is not None])
+            bounds.append(len(current().program.instructions))
 
-    kernels_in_turn.__name__ = f"{a.kernel or 'kernel'}_then_{b.kernel or 'kernel'}"
-    named = {**{f"a_{k}": v for k, v in first_kwargs.items()}, **{f"b_{k}": v for k, v in second_kwargs.items()}}
-    run = launch(nki.jit(kernels_in_turn), (*first_args, *second_args), named, chip=state.chip(),
-                 numerics=False).run
-    if linked and not found:
-        return 0   # the results reach the second kernel in another shape: kept apart
-    saved = a.run.total_ps + b.run.total_ps - run.total_ps
-    return max(0, min(saved, a.ps, b.ps))
+    kernels_in_turn.__name__ = "_then_".join(c.kernel or "kernel" for c in costs)[:200]
+    named = {f"k{i}_{k}": v for i, (_, _, kwargs) in enumerate(calls) for k, v in kwargs.items()}
+    args = tuple(a for _, a_, _ in calls for a in a_)
+    try:
+        run = launch(nki.jit(kernels_in_turn), args, named, chip=state.chip(), numerics=False).run
+    except _Unfed:
+        return [], unfed[-1]
+    assert bounds and bounds[-1] == len(run.program.instructions), (bounds[-1:], len(run.program.instructions))
+    return _from_run(costs, run, bounds), None
 
 
-def _feeding(results: list, x: Any, transposed: bool = False) -> Any:
-    """The result among ``results`` that an input ``x`` of the second kernel reads: of
-    its dtype and its element count; for a matmul's transposed left operand
-    (``transposed``), a [M, K] result read as [K, M] first; then the same shape; then
-    the same bytes reshaped. None if no result fits."""
+class _Unfed(Exception):
+    """A kernel of a segment reads earlier kernels' results in no shape they have."""
+
+
+def _from_run(costs: list[OpCost], run: Any, bounds: list[int]) -> list[Place]:
+    """Each kernel's place from the combined run: its instructions are ``bounds[i-1] ..
+    bounds[i]``; it ends when the last of them (or the kernel ahead, if later) ends,
+    and adds what its time alone holds beyond its Program (a mask read by estimate)."""
+    starts, ends = run.starts, run.ends
+    out: list[Place] = []
+    ahead = 0
+    lo = 0
+    for cost, hi in zip(costs, bounds):
+        extra = cost.ps - cost.run.total_ps
+        begin = min(min(starts[lo:hi], default=ahead), ahead + extra)
+        end = max(max(ends[lo:hi], default=ahead), ahead) + extra
+        out.append(Place(end - ahead, end - begin, run, lo, hi, begin))
+        ahead = end
+        lo = hi
+    return out
+
+
+def _feeding(results: list, x: Any) -> tuple[Any, Any] | None:
+    """The result among ``results`` that an input ``x`` of a kernel reads, and the view
+    of it that the kernel takes: of its dtype and its element count, in the same shape
+    first, else the same bytes in ``x``'s shape (a matmul's left operand read
+    transposed: the compiler has the producer write the layout its reader loads, as
+    :mod:`trnsim.backend.compile.lower` times it). None if no result fits."""
     shape = getattr(x, "shape", None)
     if shape is None:
         return None
     shape = tuple(shape)
     fits = [r for r in results if getattr(r, "dtype", None) == x.dtype and int(np.prod(r.shape)) == int(np.prod(shape))]
-    if transposed and len(shape) == 2:
-        for r in fits:
-            if tuple(r.shape) == shape[::-1]:
-                rows, cols = r.shape
-                return r.ap([[1, cols], [cols, rows]])   # element (k, m) is r[m, k]
     for r in fits:
         if tuple(r.shape) == shape:
-            return r
-    return fits[0].reshape(shape) if fits else None
+            return r, r
+    return (fits[0], fits[0].reshape(shape)) if fits else None
 
 
-def feeds(groups_in_turn: list[Any], free: dict[fx.Node, Any]) -> list[bool]:
-    """For each group, whether it reads a result of the group before it (through views:
-    ``free`` maps each node of a free group to that group)."""
-    out = [False] * len(groups_in_turn)
-    for i in range(1, len(groups_in_turn)):
-        made = set(groups_in_turn[i - 1].nodes)
-        out[i] = bool(made & _producers(groups_in_turn[i], free))
+def producers(groups_in_turn: list[Any], free: dict[fx.Node, Any]) -> list[list[int]]:
+    """For each group, the earlier groups whose results it reads (through views: ``free``
+    maps each node of a free group to that group), in the order it reads them."""
+    made = {n: i for i, g in enumerate(groups_in_turn) for n in g.nodes}
+    out: list[list[int]] = []
+    for i, g in enumerate(groups_in_turn):
+        order: list[int] = []
+        for n in _producers(g, free):
+            j = made.get(n)
+            if j is not None and j < i and j not in order:
+                order.append(j)
+        out.append(order)
     return out
 
 
-def _producers(group: Any, free: dict[fx.Node, Any]) -> set[fx.Node]:
-    """The nodes outside ``group`` whose values it reads, looking through views."""
+def _producers(group: Any, free: dict[fx.Node, Any]) -> list[fx.Node]:
+    """The nodes outside ``group`` whose values it reads, looking through views, in the
+    order the group reads them."""
     inside = set(group.nodes)
     seen: set[fx.Node] = set()
-    todo = [a for n in group.nodes for a in n.all_input_nodes if a not in inside]
-    out: set[fx.Node] = set()
-    while todo:
-        n = todo.pop()
-        if n in seen:
-            continue
+    out: list[fx.Node] = []
+
+    def visit(n: fx.Node) -> None:
+        if n in seen or n in inside:
+            return
         seen.add(n)
         if n in free:
-            todo += n.all_input_nodes
+            for a in n.all_input_nodes:
+                visit(a)
         else:
-            out.add(n)
+            out.append(n)
+
+    for node in group.nodes:
+        for a in node.all_input_nodes:
+            visit(a)
     return out
 
 
 def reset() -> None:
-    """Forget worked-out overlaps (with the kernels' memoized times)."""
-    _pairs.clear()
+    """Forget worked-out segments (with the kernels' memoized times)."""
+    _segments.clear()

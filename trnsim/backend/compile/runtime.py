@@ -24,6 +24,7 @@ import torch
 import torch.fx as fx
 
 from trnsim.backend import state, timeline
+from trnsim.backend.compile import overlap
 from trnsim.backend.compile.lower import Kernel, lower
 from trnsim.backend.compile.partition import Group, partition
 from trnsim.backend.compile.origins import eager_ops
@@ -37,6 +38,11 @@ def _fits(recipe: Any, rows: tuple[int, int], itemsizes: list[int]) -> bool:
     return sbuf_bytes(recipe, rows, itemsizes, chip) <= chip.sbuf.partition_bytes
 
 
+#: the key of a compiled kernel's record info that holds its :class:`overlap.Place` (not a
+#: trace argument: the profiler draws the kernel's engine slices from it)
+PLACE = "place"
+
+
 class Lowered:
     """A graph lowered for one set of shapes: its kernels and what the timeline records."""
 
@@ -47,6 +53,7 @@ class Lowered:
         self.records = []
         for i, k in enumerate(kernels):
             g = k.group
+            place = k.place or overlap.Place.alone(k.cost)
             # the tensors the kernel reads: a fusion's operands (and matmul operands), or the op's inputs
             reads = list(g.mm or ()) + list(g.inputs) if k.fused else g.nodes[0].all_input_nodes
             ins = [vals[a] for a in reads if isinstance(vals.get(a), torch.Tensor)]
@@ -54,7 +61,8 @@ class Lowered:
             dtypes = tuple(str(t.dtype).removeprefix("torch.") for t in ins)
             info = {"graph": name, "index": i, "kernels": len(kernels), "ops": k.group.ops,
                     "from": eager_ops(g.nodes, vals), "source": k.source, "hbm_bytes": k.hbm_bytes,
-                    "eager_bytes": k.eager_bytes, "overlap_ps": k.overlap_ps}
+                    "eager_bytes": k.eager_bytes, "after_ps": place.after_ps, "lead_ps": place.lead_ps,
+                    "overlap_ps": k.cost.ps - place.after_ps, PLACE: place}
             if k.group.reason:
                 info["not_fused"] = k.group.reason
             if k.group.kind == "op" and op_name(g.nodes[0]) in timeline.MEASURED:
@@ -70,6 +78,7 @@ def with_measured(records: list, measured: list) -> list:
     for name, cost, shapes, dtypes, info in records:
         if info.get("measured") and measured:
             cost = measured.pop(0)
+            info = {**info, "after_ps": cost.ps, "lead_ps": cost.ps, "overlap_ps": 0, PLACE: overlap.Place.alone(cost)}
         out.append((name, cost, shapes, dtypes, info))
     return out
 
