@@ -159,10 +159,10 @@ class profile:
         groups: dict[str, list[timeline.OpRecord]] = {}
         for r in self.records:
             groups.setdefault(r.name, []).append(r)
-        total = sum(r.end_ps - r.start_ps for r in self.records) or 1
+        total = sum(_own_ps(r) for r in self.records) or 1
         rows = []
         for name, rs in groups.items():
-            t = sum(r.end_ps - r.start_ps for r in rs)
+            t = sum(_own_ps(r) for r in rs)
             rows.append(OpRow(name, len(rs), t / 1e6, 100 * t / total, rs[0].cost.source, rs[0].cost.kernel))
         rows.sort(key=lambda r: (-r.total_us, r.name))
         out = ProfileSummary(rows)
@@ -307,3 +307,9 @@ class profile:
 
         return save(self.trace(), path)
 
+
+def _own_ps(r: timeline.OpRecord) -> int:
+    """The time an op adds to the run (:attr:`trnsim.trace.Slice.own_ns`): a compiled
+    kernel's ``after_ps``, else its duration."""
+    after = (r.info or {}).get("after_ps") if isinstance(r.info, dict) else None
+    return after if after is not None else r.end_ps - r.start_ps

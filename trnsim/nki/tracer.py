@@ -51,7 +51,7 @@ def _queue_split(chip: ChipLike) -> tuple[tuple[int, ...], tuple[int, ...]]:
 
 def _reload_queues(chip: ChipLike, loads: tuple[int, ...]) -> tuple[int, ...]:
     n = chip.dma.engines * chip.dma.queues_per_engine
-    if n < KERNEL_QUEUES + RELOAD_QUEUES:
+    if not RELOAD_QUEUES or n < KERNEL_QUEUES + RELOAD_QUEUES:
         return loads
     return tuple(range(KERNEL_QUEUES, KERNEL_QUEUES + RELOAD_QUEUES))
 
@@ -208,6 +208,10 @@ class Tracer:
         self._reloads = _reload_queues(self.program.chip, self._loads)
         self._queue = {self._loads: 0, self._stores: 0, self._reloads: 0}
         self._stored: set[int] = set()   # ids of the HBM tensors a DMA wrote
+        #: results handed on in SBUF: a load of HBM data that a store of this Program wrote
+        #: waits for what the store waited for, not for the store (a compiled graph's kernels
+        #: traced as one Program: :mod:`trnsim.backend.compile.overlap`)
+        self.hand_on = False
         self._names: dict[str, int] = {}
         self._last_on_track: dict[str, int] = {}
         self._barrier: set[int] = set()
@@ -702,9 +706,33 @@ class Tracer:
         self.hazards.freed(t)
         self.program.free(t)
 
+    def _handed_on(self, inst: DmaCopy, deps: set[int]) -> set[int]:
+        """A load's dependencies where results are handed on in SBUF (:attr:`hand_on`):
+        instead of a store of the tensor it reads, what that store waited for (the data
+        being in SBUF)."""
+        instructions = self.program.instructions
+        out: set[int] = set()
+        for d in deps:
+            store = instructions[d]
+            if store.__class__ is DmaCopy and store.dst.tensor is inst.src.tensor and store.src.tensor.on_chip:
+                out.update(store.deps)
+            else:
+                out.add(d)
+        return out
+
     def barrier(self) -> None:
         """What comes next starts after everything so far has ended (``sequential_range``)."""
-        self._barrier = set(self._last_on_track.values())
+        self.wait_for(self.last_instructions())
+
+    def last_instructions(self) -> set[int]:
+        """The last instruction traced so far on each track: everything so far has ended
+        when these have."""
+        return set(self._last_on_track.values())
+
+    def wait_for(self, last: set[int]) -> None:
+        """What comes next on each track starts after the instructions ``last`` (from
+        :meth:`last_instructions`) have ended."""
+        self._barrier = set(last)
         self._barrier_done = set()
 
     def next_queue(self, dst: View) -> int:
@@ -781,6 +809,8 @@ class Tracer:
                 raise self.fail(_conflict(conflict, self.chip.psum.bank_bytes), source) from None
         except AliasConflict as e:
             raise self.fail(_conflict(e, self.chip.psum.bank_bytes), source) from None
+        if self.hand_on and inst.__class__ is DmaCopy and inst.dst.tensor.on_chip and not inst.src.tensor.on_chip:
+            deps = self._handed_on(inst, deps)
         logical = self._logical[0]
         if self.lifetimes is None:
             serial = self._serial

@@ -132,7 +132,7 @@ def compare(a: Trace | JobTrace | str | os.PathLike, b: Trace | JobTrace | str |
     rows = []
     for m in match(ops_a, ops_b):
         sa, sb = m.slices
-        rows.append(OpDiff(m.name, len(sa), len(sb), sum(s.dur_ns for s in sa), sum(s.dur_ns for s in sb),
+        rows.append(OpDiff(m.name, len(sa), len(sb), sum(s.own_ns for s in sa), sum(s.own_ns for s in sb),
                            m.families, tuple(dict.fromkeys(s.name for s in sa)),
                            tuple(dict.fromkeys(s.name for s in sb))))
     rows.sort(key=lambda r: (-abs(r.saved_ns), r.name))

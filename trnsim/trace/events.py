@@ -70,6 +70,14 @@ class Slice:
     def end_ns(self) -> Nanos:
         return self.start_ns + self.dur_ns
 
+    @property
+    def own_ns(self) -> Nanos:
+        """The time an op adds to its run: a compiled graph's kernel's ``after_ps`` (its
+        slice spans its first instruction to its last, overlapping the kernels around
+        it, so the graph's kernels' own times add up to the graph's), else its duration."""
+        after = self.args.get("after_ps")
+        return after / 1000 if after is not None else self.dur_ns
+
 
 @dataclass
 class Counter:

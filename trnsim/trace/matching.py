@@ -113,7 +113,7 @@ def match(*runs: list[Slice]) -> list[Match]:
     for run in runs:
         for s in run:
             for f in computes(s):
-                time[f] = time.get(f, 0.0) + s.dur_ns / len(computes(s))
+                time[f] = time.get(f, 0.0) + s.own_ns / len(computes(s))
     groups: dict[str, list[str]] = {}
     for f in sorted(time, key=lambda f: (-time[f], f)):
         groups.setdefault(root(f), []).append(f)
@@ -125,7 +125,7 @@ def match(*runs: list[Slice]) -> list[Match]:
         if len(fams) > _NAMED_FAMILIES:
             shown += f" + {len(fams) - _NAMED_FAMILIES} more"
         rows.append(Match(shown, tuple(fams), per_run))
-    rows.sort(key=lambda m: (-sum(s.dur_ns for ss in m.slices for s in ss), m.name))
+    rows.sort(key=lambda m: (-sum(s.own_ns for ss in m.slices for s in ss), m.name))
     return rows
 
 
@@ -153,6 +153,6 @@ def unfused(slices: list[Slice]) -> list[Unfused]:
     for s in slices:
         if s.track == "ops" and "graph" in s.args and s.args.get("not_fused") and not s.args.get("flops"):
             groups.setdefault((members(s)[0], computes(s)[0]), []).append(s)
-    rows = [Unfused(op, origin, len(ss), sum(s.dur_ns for s in ss)) for (op, origin), ss in groups.items()]
+    rows = [Unfused(op, origin, len(ss), sum(s.own_ns for s in ss)) for (op, origin), ss in groups.items()]
     rows.sort(key=lambda u: (-u.total_ns, u.op, u.origin))
     return rows

@@ -245,7 +245,7 @@ def _main_timing(slices: list[Slice]) -> str:
     by: dict[str, float] = {}
     for s in slices:
         how = _timed_by(s)
-        by[how] = by.get(how, 0.0) + s.dur_ns
+        by[how] = by.get(how, 0.0) + s.own_ns
     return max(by, key=lambda how: (by[how], how))
 
 
@@ -256,8 +256,8 @@ def op_times(traces: list[Trace]) -> list[OpTime]:
         for s in t.slices:
             if s.track == "ops":
                 groups.setdefault(s.name, []).append(s)
-    total = sum(s.dur_ns for ss in groups.values() for s in ss) or 1.0
-    rows = [OpTime(name, len(ss), sum(s.dur_ns for s in ss), 100 * sum(s.dur_ns for s in ss) / total, _main_timing(ss))
+    total = sum(s.own_ns for ss in groups.values() for s in ss) or 1.0
+    rows = [OpTime(name, len(ss), sum(s.own_ns for s in ss), 100 * sum(s.own_ns for s in ss) / total, _main_timing(ss))
             for name, ss in groups.items()]
     rows.sort(key=lambda r: (-r.total_ns, r.name))
     return rows
@@ -272,7 +272,7 @@ def unseen_op_ns(trace: Trace) -> float:
         if s.track == "ops":
             i = bisect.bisect_left(starts, s.start_ns)
             if i == len(starts) or starts[i] >= s.end_ns:
-                total += s.dur_ns
+                total += s.own_ns
     return total
 
 

@@ -53,6 +53,13 @@ class Place:
         return cls(cost.ps, cost.ps)
 
 
+#: kernels ahead of the oldest one still running that may start: a kernel starts once
+#: the kernel this many places before the one ahead of it has ended. The compiler
+#: prefetches the next kernel's weights while one computes; how far ahead it schedules
+#: is not published (assumption: one, which keeps the DMA queues' bandwidth for the
+#: kernels running rather than for loads far ahead)
+AHEAD = 1
+
 #: segments already worked out, by the ids of their costs and their links; the costs are
 #: kept so that their ids stay theirs
 _segments: dict[tuple, tuple[list[OpCost], list[Place]]] = {}
@@ -111,12 +118,17 @@ def _simulate(costs: list[OpCost], links: tuple[tuple[int, ...], ...]) -> tuple[
     counts = [len(args) for _, args, _ in calls]
     bounds: list[int] = []   # instructions traced once each kernel has been
     unfed: list[int] = []
+    ended: list[set[int]] = []   # each kernel's last instruction per track
 
     def kernels_in_turn(*arrays: Any, **named: Any) -> None:
         bounds.clear()   # a kernel that does not fit SBUF at first is traced again
+        ended.clear()
+        current().hand_on = True
         results: list[list[Any]] = []
         at = 0
         for i, (kernel, _, _) in enumerate(calls):
+            if i > AHEAD:
+                current().wait_for(ended[i - AHEAD - 1])
             args = list(arrays[at:at + counts[i]])
             at += counts[i]
             if links[i]:
@@ -138,6 +150,7 @@ def _simulate(costs: list[OpCost], links: tuple[tuple[int, ...], ...]) -> tuple[
             results.append([r for r in (result if isinstance(result, (tuple, list)) else (result,))
                             if r is not None])
             bounds.append(len(current().program.instructions))
+            ended.append(current().last_instructions())
 
     kernels_in_turn.__name__ = "_then_".join(c.kernel or "kernel" for c in costs)[:200]
     named = {f"k{i}_{k}": v for i, (_, _, kwargs) in enumerate(calls) for k, v in kwargs.items()}
