@@ -188,3 +188,18 @@ def test_a_compiled_linear_takes_the_faster_layout_of_its_activation():
         other = run_kernel(fused_matmul_rows_kernel, "fused_matmul_rows_kernel",
                            placeholder((rows, 768), torch.bfloat16), *args[1:], **kwargs)
     assert rec.cost.ps <= other.ps   # the faster of the two layouts
+
+
+def test_only_a_models_parameters_are_stored_as_the_kernel_loads_them():
+    """A weight the user passes in (not a parameter) lies in memory as the user made it:
+    the compiled matmul reads it in rows; a Linear's weight is laid out by the compiler."""
+    torch.manual_seed(0)
+    x = torch.randn(128, 256).to("neuron")
+    w = torch.randn(256, 256).to("neuron")
+    prof = _profiled(torch.compile(lambda a: torch.relu(a @ w), backend="neuron"), x)
+    (rec,) = [r for r in prof.records if r.name.startswith("fused[")]
+    assert rec.cost.call[2]["rhs_tiled"] is False
+    lin = nn.Linear(256, 256).to("neuron")
+    prof = _profiled(torch.compile(lambda a: torch.relu(lin(a)), backend="neuron"), x)
+    (rec,) = [r for r in prof.records if r.name.startswith("fused[")]
+    assert rec.cost.call[2]["rhs_tiled"] is True
