@@ -19,6 +19,7 @@ chip, never device time: the marks have no duration and the device timeline is u
 
 from __future__ import annotations
 
+import bisect
 import os
 import threading
 from dataclasses import dataclass
@@ -215,7 +216,8 @@ class profile:
         if self.partial is not None:
             tr.meta[PARTIAL] = self.partial
         hbm_spans: list[tuple[float, float, float]] = []
-        segments: dict[int, Any] = {}   # traces of segments' runs, by id of the run
+        # traces of segments' runs by id of the run, with their instructions' slices in order
+        segments: dict[int, Any] = {}
         occupancy: dict[str, list[tuple[float, float, float]]] = {"SBUF occupancy": [], "PSUM occupancy": []}
         for seq, r in enumerate(self.records):
             start_ns = (r.start_ps - origin) / 1000
@@ -252,14 +254,19 @@ class profile:
                 hbm_spans.append((start_ns, end_ns, args["hbm_bytes"]))
             if self.engines and place is not None and place.run is not None:
                 # a kernel of a segment traced as one Program: its own instructions of that run
-                segment = segments.get(id(place.run))
-                if segment is None:
-                    segment = segments[id(place.run)] = trace_from_run(place.run)
+                hit = segments.get(id(place.run))
+                if hit is None:
+                    segment = trace_from_run(place.run)
+                    mine = sorted((s for s in segment.slices if "index" in s.args), key=lambda s: s.args["index"])
+                    hit = segments[id(place.run)] = (segment, [s.args["index"] for s in mine], mine)
+                segment, indices, mine = hit
                 shift = start_ns - place.begin_ps / 1000
-                for s in segment.slices:
-                    if place.first <= s.args.get("index", -1) < place.last:
-                        tr.slices.append(Slice(s.track, s.name, shift + s.start_ns, s.dur_ns, {**s.args, "op_seq": seq}))
-                if place.first == 0:   # the segment's tiles, counted once, from its first kernel
+                lo, hi = bisect.bisect_left(indices, place.first), bisect.bisect_left(indices, place.last)
+                for s in mine[lo:hi]:
+                    tr.slices.append(Slice(s.track, s.name, shift + s.start_ns, s.dur_ns, {**s.args, "op_seq": seq}))
+                # the segment's tiles, counted once, from its first kernel (a segment's kernels
+                # share one split of the work over the cores)
+                if place.first == 0:
                     for c in segment.counters:
                         if c.name in occupancy:
                             points = [(shift + at, v * r.cost.cores) for at, v in c.points]

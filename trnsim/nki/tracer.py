@@ -36,7 +36,7 @@ _NKI_DIR = os.path.dirname(os.path.abspath(__file__))
 KERNEL_QUEUES = 16
 # A load of HBM data that the Program itself wrote (a compiled graph's kernel reading the
 # kernel ahead's result, a reload) waits for that store; it goes on queues of its own,
-# the next 4, so that it holds up no prefetch behind it either (assumption: the
+# the next 16, so that it holds up no prefetch behind it either (assumption: the
 # compiler's queue assignment is not published).
 RELOAD_QUEUES = 16
 
@@ -208,10 +208,11 @@ class Tracer:
         self._reloads = _reload_queues(self.program.chip, self._loads)
         self._queue = {self._loads: 0, self._stores: 0, self._reloads: 0}
         self._stored: set[int] = set()   # ids of the HBM tensors a DMA wrote
-        #: results handed on in SBUF: a load of HBM data that a store of this Program wrote
-        #: waits for what the store waited for, not for the store (a compiled graph's kernels
-        #: traced as one Program: :mod:`trnsim.backend.compile.overlap`)
-        self.hand_on = False
+        #: results handed on in SBUF (a compiled graph's kernels traced as one Program:
+        #: :mod:`trnsim.backend.compile.overlap`): from this instruction on, a load of HBM
+        #: data that a store before it wrote waits for what the store waited for, not for
+        #: the store; 0: never
+        self.hand_on = 0
         self._names: dict[str, int] = {}
         self._last_on_track: dict[str, int] = {}
         self._barrier: set[int] = set()
@@ -706,15 +707,17 @@ class Tracer:
         self.hazards.freed(t)
         self.program.free(t)
 
-    def _handed_on(self, inst: DmaCopy, deps: set[int]) -> set[int]:
+    def _handed_on(self, inst: DmaCopy, deps: set[int], before: int) -> set[int]:
         """A load's dependencies where results are handed on in SBUF (:attr:`hand_on`):
-        instead of a store of the tensor it reads, what that store waited for (the data
-        being in SBUF)."""
+        instead of a store of the tensor it reads made before instruction ``before`` (by
+        an earlier kernel: a kernel's own spills and scratch round trips still wait for
+        their stores), what that store waited for (the data being in SBUF)."""
         instructions = self.program.instructions
         out: set[int] = set()
         for d in deps:
             store = instructions[d]
-            if store.__class__ is DmaCopy and store.dst.tensor is inst.src.tensor and store.src.tensor.on_chip:
+            if d < before and store.__class__ is DmaCopy and store.dst.tensor is inst.src.tensor \
+                    and store.src.tensor.on_chip and id(store.dst.tensor) in self._stored:
                 out.update(store.deps)
             else:
                 out.add(d)
@@ -810,7 +813,7 @@ class Tracer:
         except AliasConflict as e:
             raise self.fail(_conflict(e, self.chip.psum.bank_bytes), source) from None
         if self.hand_on and inst.__class__ is DmaCopy and inst.dst.tensor.on_chip and not inst.src.tensor.on_chip:
-            deps = self._handed_on(inst, deps)
+            deps = self._handed_on(inst, deps, self.hand_on)
         logical = self._logical[0]
         if self.lifetimes is None:
             serial = self._serial

@@ -223,8 +223,8 @@ def _compared(ta: Trace, tb: Trace) -> tuple[dict[str, float], dict[str, float],
         for m in match(ops_a, ops_b):
             for times, slices in zip((times_a, times_b), m.slices):
                 if slices:
-                    times[m.name] = sum(s.dur_ns for s in slices)
-        return times_a, times_b, sum(s.dur_ns for s in ops_a), sum(s.dur_ns for s in ops_b), "ops"
+                    times[m.name] = sum(s.own_ns for s in slices)
+        return times_a, times_b, sum(s.own_ns for s in ops_a), sum(s.own_ns for s in ops_b), "ops"
     a, b = (_without_ops(t) if ops else t for t, ops in ((ta, ops_a), (tb, ops_b)))
     return _engine_times(a), _engine_times(b), a.total_ns, b.total_ns, "instructions"
 

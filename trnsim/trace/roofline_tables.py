@@ -117,7 +117,7 @@ def _grouped(roof: Roofline, slices: list[Slice], key: Any, keys: list[str], tot
         groups.setdefault(key(s), []).append(s)
     rows = []
     for k, ss in groups.items():
-        time_ns = sum(s.dur_ns for s in ss)
+        time_ns = sum(s.own_ns for s in ss)
         flops = _sum(s.args.get("flops", missing) for s in ss)
         hbm = _sum(s.args.get("hbm_bytes", missing) for s in ss)
         rows.append({**dict(zip(keys, k)), "dtype": _dtype(ss[0].args),
@@ -144,7 +144,7 @@ def ops(trace: Any) -> Table:
     Program's) gives an empty table."""
     def build(roof: Roofline, t: Trace) -> list[dict[str, Any]]:
         slices = [s for s in t.slices if s.track == "ops"]
-        total = sum(s.dur_ns for s in slices)
+        total = sum(s.own_ns for s in slices)
         return _grouped(roof, slices, lambda s: (s.name, s.args.get("timed_by", "")), ["op", "timed_by"], total)
 
     return _table(trace, "ops", ["op", "timed_by"], build)

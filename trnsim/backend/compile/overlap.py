@@ -32,6 +32,7 @@ import numpy as np
 import torch.fx as fx
 
 from trnsim.backend.opcost import OpCost
+from trnsim.errors import TrnSimError
 
 
 @dataclass(frozen=True)
@@ -101,7 +102,7 @@ def _place(costs: list[OpCost], producers: list[list[int]], lo: int, hi: int, ou
     if unfed is not None:   # cut before the kernel that found no result it reads
         _place(costs, producers, lo, lo + unfed, out)
         _place(costs, producers, lo + unfed, hi, out)
-        return
+        placed = out[lo:hi]
     _segments[key] = (costs[lo:hi], placed)
     out[lo:hi] = placed
 
@@ -123,34 +124,39 @@ def _simulate(costs: list[OpCost], links: tuple[tuple[int, ...], ...]) -> tuple[
     def kernels_in_turn(*arrays: Any, **named: Any) -> None:
         bounds.clear()   # a kernel that does not fit SBUF at first is traced again
         ended.clear()
-        current().hand_on = True
+        tracer = current()
         results: list[list[Any]] = []
         at = 0
-        for i, (kernel, _, _) in enumerate(calls):
+        for i, (kernel, _, kwargs) in enumerate(calls):
+            tracer.hand_on = len(tracer.program.instructions)   # the results of the kernels before
             if i > AHEAD:
-                current().wait_for(ended[i - AHEAD - 1])
+                tracer.wait_for(ended[i - AHEAD - 1])
             args = list(arrays[at:at + counts[i]])
             at += counts[i]
             if links[i]:
+                # a weight the kernel reads as the compiler laid it out is a parameter, never a result
+                fixed = {1} if kwargs.get("rhs_tiled") else set()
                 used: set[int] = set()
-                found = False
+                fed_by: set[int] = set()
                 for n, x in enumerate(args):
+                    if n in fixed:
+                        continue
                     for j in links[i]:
                         fed = _feeding([r for r in results[j] if id(r) not in used], x)
                         if fed is not None:
                             used.add(id(fed[0]))
                             args[n] = fed[1]
-                            found = True
+                            fed_by.add(j)
                             break
-                if not found:
+                if fed_by != set(links[i]):   # a producer whose results it reads in no shape they have
                     unfed.append(i)
                     raise _Unfed
             result = kernel(*args, **{k.split("_", 1)[1]: v for k, v in named.items()
                                        if k.split("_", 1)[0] == f"k{i}"})
             results.append([r for r in (result if isinstance(result, (tuple, list)) else (result,))
                             if r is not None])
-            bounds.append(len(current().program.instructions))
-            ended.append(current().last_instructions())
+            bounds.append(len(tracer.program.instructions))
+            ended.append(tracer.last_instructions())
 
     kernels_in_turn.__name__ = "_then_".join(c.kernel or "kernel" for c in costs)[:200]
     named = {f"k{i}_{k}": v for i, (_, _, kwargs) in enumerate(calls) for k, v in kwargs.items()}
@@ -159,6 +165,8 @@ def _simulate(costs: list[OpCost], links: tuple[tuple[int, ...], ...]) -> tuple[
         run = launch(nki.jit(kernels_in_turn), args, named, chip=state.chip(), numerics=False).run
     except _Unfed:
         return [], unfed[-1]
+    except TrnSimError:   # together they do not fit (HBM, PSUM) where each alone did: apart
+        return [Place.alone(c) for c in costs], None
     assert bounds and bounds[-1] == len(run.program.instructions), (bounds[-1:], len(run.program.instructions))
     return _from_run(costs, run, bounds), None
 
