@@ -267,23 +267,14 @@ class profile:
                 # the segment's tiles, counted once, from its first kernel (a segment's kernels
                 # share one split of the work over the cores)
                 if place.first == 0:
-                    for c in segment.counters:
-                        if c.name in occupancy:
-                            points = [(shift + at, v * r.cost.cores) for at, v in c.points]
-                            ends = [at for at, _ in points[1:]] + [shift + place.run.total_ps / 1000]
-                            occupancy[c.name] += [(at, end, v) for (at, v), end in zip(points, ends)]
+                    _hold(occupancy, segment.counters, shift, shift + place.run.total_ps / 1000, r.cost.cores)
             elif self.engines and r.cost.run is not None:
                 kernel = trace_from_run(r.cost.run)
                 for s in kernel.slices:
                     if s.start_ns * r.cost.scale <= (r.end_ps - r.start_ps) / 1000:
                         tr.slices.append(Slice(s.track, s.name, start_ns + s.start_ns, s.dur_ns,
                                                {**s.args, "op_seq": seq}))
-                for c in kernel.counters:   # one physical core's Program: its cores' shares hold as much each
-                    if c.name in occupancy:
-                        points = [(start_ns + at, v * r.cost.cores) for at, v in c.points if start_ns + at < end_ns]
-                        # each level held until the next as a span, so that overlapping kernels' tiles add up
-                        ends = [at for at, _ in points[1:]] + [end_ns]
-                        occupancy[c.name] += [(at, end, v) for (at, v), end in zip(points, ends)]
+                _hold(occupancy, kernel.counters, start_ns, end_ns, r.cost.cores)
         for reason, t in self.syncs:
             tr.slices.append(Slice("host", reason, (t - origin) / 1000, 0.0, {}))
         tr.counters.append(_step_counter("HBM traffic", "bytes/s", hbm_spans, per_second=True))
@@ -315,8 +306,21 @@ class profile:
         return save(self.trace(), path)
 
 
+def _hold(occupancy: dict[str, list[tuple[float, float, float]]], counters: list, start_ns: float, end_ns: float,
+          cores: float) -> None:
+    """Add a Program's SBUF/PSUM occupancy ``counters``, run from ``start_ns`` until
+    ``end_ns``, to ``occupancy`` as spans: each level held until the next, so that
+    overlapping kernels' tiles add up. The Program is one physical core's: its cores'
+    shares hold as much each (``cores``)."""
+    for c in counters:
+        if c.name in occupancy:
+            points = [(start_ns + at, v * cores) for at, v in c.points if start_ns + at < end_ns]
+            ends = [at for at, _ in points[1:]] + [end_ns]
+            occupancy[c.name] += [(at, end, v) for (at, v), end in zip(points, ends)]
+
+
 def _own_ps(r: timeline.OpRecord) -> int:
     """The time an op adds to the run (:attr:`trnsim.trace.Slice.own_ns`): a compiled
     kernel's ``after_ps``, else its duration."""
-    after = (r.info or {}).get("after_ps") if isinstance(r.info, dict) else None
+    after = r.info.get("after_ps") if isinstance(r.info, dict) else None
     return after if after is not None else r.end_ps - r.start_ps

@@ -109,7 +109,8 @@ def _place(costs: list[OpCost], producers: list[list[int]], lo: int, hi: int, ou
 
 def _simulate(costs: list[OpCost], links: tuple[tuple[int, ...], ...]) -> tuple[list[Place], int | None]:
     """Trace the kernels in turn as one Program and place each from the run; or the index
-    of the first kernel that reads earlier kernels' results but found none of them."""
+    of the first kernel that reads the results of an earlier kernel but found none of
+    them in a shape it reads."""
     from trnsim import nki
     from trnsim.backend import state
     from trnsim.nki.launch import launch
