@@ -28,8 +28,11 @@ On the CPU accelerate does not take FSDP (it gives FSDP only to accelerator devi
 the CPU run with the same FSDP2 config is DDP). FSDP's update is mathematically DDP's, so
 that DDP run is the reference for the FSDP2 run on ``neuron``.
 
-A gloo process can hang at exit after its work is done (pytorch/pytorch#56297): a CPU
-reference still running 20 s after printing its results is killed, with a warning.
+A gloo process can hang or abort at exit after its work is done (pytorch/pytorch#56297;
+``terminate called without an active exception`` when a rank exits with gloo's threads
+still joinable): a CPU reference still running 20 s after printing its results is killed,
+and one that aborted in teardown after printing them is accepted, both with a warning.
+The ``neuron`` runs get no such grace: they must exit 0.
 
 Slow (3 to 4 minutes on a 2-core machine; about 3 CPU-minutes): run by .ci/run with
 ``-m slow``.
@@ -41,6 +44,7 @@ import json
 import re
 import socket
 import subprocess
+import os
 import sys
 import tempfile
 import time
@@ -65,6 +69,7 @@ RTOL = 1e-5
 COMMON = ["--per_device_train_batch_size", "2", "--learning_rate", "1e-3", "--seed", "0"]
 TRAINER = [*COMMON, "--max_steps", str(STEPS), "--logging_steps", "1", "--save_strategy", "no",
            "--report_to", "none", "--dataloader_num_workers", "0", "--disable_tqdm", "true"]
+_TEARDOWN_ABORT = "terminate called without an active exception"
 _STEP = re.compile(r"^step (\d+) loss ([0-9.e+-]+)$", re.M)
 _MOVED = re.compile(r"^weights moved ([0-9.e+-]+)$", re.M)
 
@@ -130,7 +135,8 @@ def _env(where: Path, device: str) -> dict[str, str]:
 
 def _on_cpu(cmd: list[str], env: dict[str, str], cwd: Path, done: str) -> subprocess.CompletedProcess:
     """Run the CPU reference; once ``done`` is in its output, it has EXIT_GRACE_S seconds to
-    exit before it is killed (gloo's hang at exit), which counts as a clean exit."""
+    exit before it is killed (gloo's hang at exit), which counts as a clean exit, as does an
+    abort in gloo's teardown after ``done`` (see the module docstring)."""
     with tempfile.TemporaryFile("w+") as fout, tempfile.TemporaryFile("w+") as ferr:
         proc = subprocess.Popen(cmd, stdout=fout, stderr=ferr, text=True, env=env, cwd=cwd, start_new_session=True)
         deadline, finished = time.monotonic() + TIMEOUT_S, None
@@ -156,7 +162,13 @@ def _on_cpu(cmd: list[str], env: dict[str, str], cwd: Path, done: str) -> subpro
         finally:
             kill_session(proc)
         fout.seek(0), ferr.seek(0)
-        return subprocess.CompletedProcess(cmd, code, fout.read(), ferr.read())
+        out, err = fout.read(), ferr.read()
+    if code != 0 and done in out and _TEARDOWN_ABORT in out + err:
+        what = " ".join(Path(c).name if c.startswith("/") else c for c in cmd[:6])
+        warnings.warn(f"the CPU reference ({what} ...) aborted in gloo's teardown after its results "
+                      f"(exit {code}, pytorch/pytorch#56297): counted as done", stacklevel=2)
+        code = 0
+    return subprocess.CompletedProcess(cmd, code, out, err)
 
 
 def launch(where: Path, device: str, cmd: list[str], done: str) -> str:
@@ -220,6 +232,23 @@ def trl_sft(where: Path, device: str, config: str, name: str, *extra: str) -> tu
     before, after = load_file(where / "tiny_llama" / "model.safetensors"), load_file(out / "model.safetensors")
     moved = sum((after[k] - before[k]).abs().sum().item() for k in before)
     return {e["step"]: e["loss"] for e in state["log_history"] if "loss" in e}, moved
+
+
+_ABORTS = "import os, sys; print({!r}, flush=True); sys.stderr.write({!r}); sys.stderr.flush(); os.abort()"
+
+
+def test_cpu_reference_aborting_in_teardown_after_its_results_counts_as_done(tmp_path):
+    cmd = [sys.executable, "-c", _ABORTS.format("train perplexity 1.0", _TEARDOWN_ABORT + "\n")]
+    with pytest.warns(UserWarning, match="aborted in gloo's teardown"):
+        r = _on_cpu(cmd, dict(os.environ), tmp_path, "train perplexity")
+    assert r.returncode == 0 and "train perplexity 1.0" in r.stdout
+
+
+@pytest.mark.parametrize("printed, stderr", [("step 1 loss 6.0", _TEARDOWN_ABORT),
+                                             ("train perplexity 1.0", "Segmentation fault")])
+def test_cpu_reference_aborting_before_its_results_or_otherwise_fails(tmp_path, printed, stderr):
+    cmd = [sys.executable, "-c", _ABORTS.format(printed, stderr + "\n")]
+    assert _on_cpu(cmd, dict(os.environ), tmp_path, "train perplexity").returncode != 0
 
 
 def test_run_clm_trainer_under_torchrun_trains_as_on_the_cpu(where):
