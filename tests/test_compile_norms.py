@@ -60,7 +60,7 @@ def test_cnn_with_batch_norm_trains_no_slower_compiled():
     compiled_ps, compiled_losses, records = _cnn_run(True)
     assert compiled_losses == pytest.approx(eager_losses, rel=1e-5)
     assert compiled_ps <= eager_ps
-    assert (eager_ps, compiled_ps) == (2_492_739_752, 2_321_189_502)
+    assert (eager_ps, compiled_ps) == (2_492_739_752, 2_267_700_036)
     # batch norm runs with its ReLU each way; the reductions are fused
     names = {r.name for r in records}
     assert {"fused[_native_batch_norm_legit_functional+relu]", "fused[le+where+native_batch_norm_backward]"} <= names
@@ -157,8 +157,8 @@ def test_no_op_of_a_conv_batch_norm_group_norm_pooling_training_step_is_estimate
     assert any("batch_norm_legit_no_training" in n or n == "aten::native_batch_norm" for n in {r.name for r in rows})
 
 
-@pytest.mark.parametrize("norm,times", [("layernorm", (1_147_792_988, 901_072_556)),
-                                        ("rmsnorm", (1_564_932_196, 844_430_478))])
+@pytest.mark.parametrize("norm,times", [("layernorm", (1_147_792_988, 840_257_252)),
+                                        ("rmsnorm", (1_564_932_196, 786_437_908))])
 def test_transformer_block_trains_no_slower_compiled(norm, times):
     runs = []
     for compiled in (False, True):

@@ -57,7 +57,7 @@ def test_a_compiled_transformer_overlaps_its_kernels_and_eager_does_not(tmp_path
 
         assert b.start_ps == max(b.end_ps - b.info["lead_ps"], kernels[0].start_ps)   # its first instruction
     assert compiled.device_ps == kernels[-1].end_ps - kernels[0].start_ps
-    assert compiled.device_ps == 108_828_943   # simulated time is deterministic
+    assert compiled.device_ps == 84_949_294   # simulated time is deterministic
     assert compiled.device_ps < 0.8 * eager.device_ps
     # the trace: a kernel's engines start before the kernel ahead of it has finished
     events = json.loads(path.read_text())["traceEvents"]
@@ -238,3 +238,111 @@ def test_a_result_is_handed_on_in_sbuf_to_a_later_kernel_only():
             assert store.index not in reload.deps and set(store.deps) <= set(reload.deps)
         else:
             assert store.index in reload.deps
+
+
+def _handed_on(reload_view, store_dtype=None):
+    """A kernel stores ``exp(x)`` ([128, 64] fp32, in ``store_dtype``) and a later kernel
+    of the same segment loads ``reload_view(mid)`` of it back, results kept where they are."""
+    import numpy as np
+
+    from trnsim import nki
+    import trnsim.nki.language as nl
+    from trnsim.nki.tracer import current
+
+    @nki.jit
+    def two_kernels(x):
+        tracer = current()
+        tracer.forwarding = True
+        dtype = store_dtype or x.dtype
+        mid = nl.ndarray(x.shape, dtype, buffer=nl.shared_hbm)
+        out = nl.ndarray((64, 64), dtype, buffer=nl.shared_hbm)
+        nl.store(mid, value=nl.exp(nl.load(x)))
+        tracer.hand_on = len(tracer.program.instructions)   # the second kernel starts
+        nl.store(out, value=nl.load(reload_view(mid)))
+        return out
+
+    program = nki.trace_program(two_kernels, np.ones((128, 64), np.float32))
+    return next(i for i in program if i.opcode == "dma_copy" and i.src.tensor.name == program.instructions[2].dst.tensor.name)
+
+
+def test_a_result_read_in_the_partitions_it_was_stored_from_stays_in_sbuf():
+    """A later kernel's load of a result whose every element lands in the partition it
+    was stored from is forwarded (the compiler keeps the result in SBUF); one that moves
+    elements to other partitions, or reads a result converted on its way out, moves them."""
+    import trnsim.nki.language as nl
+
+    assert _handed_on(lambda mid: mid[0:64, :]).forwarded   # partitions 0..63 into 0..63
+    assert not _handed_on(lambda mid: mid[64:128, :]).forwarded   # partitions 64..127 into 0..63
+    assert not _handed_on(lambda mid: mid.reshape((64, 128))[:, 0:64]).forwarded   # another row length
+    assert not _handed_on(lambda mid: mid[0:64, :], store_dtype=nl.bfloat16).forwarded   # converted
+
+
+def test_a_forwarded_transfer_takes_no_time_and_moves_nothing():
+    from trnsim.hw.dma import FORWARDED, DmaSystem, plan_dma
+
+    load = _handed_on(lambda mid: mid[0:64, :])
+    assert plan_dma(state.chip(), load) is FORWARDED and FORWARDED.hbm_bytes == 0
+    pool = DmaSystem()
+    assert pool.transfer(5_000, FORWARDED) == 5_000 and (pool.pool_free, pool.hbm_free) == (0, 0)
+    moved = _handed_on(lambda mid: mid[64:128, :])
+    assert plan_dma(state.chip(), moved).hbm_bytes == 64 * 64 * 4   # read from HBM
+
+
+def _rows(shape_a, shape_b, dtype=torch.bfloat16):
+    from trnsim.kernels.gemm import matmul_rows
+
+    return run_kernel(matmul_rows, "matmul_rows", placeholder(shape_a, dtype), placeholder(shape_b, dtype))
+
+
+@pytest.mark.parametrize("escapes", [False, True])
+def test_a_result_only_later_kernels_read_from_sbuf_is_never_stored(escapes):
+    """``a``'s [128, 512] result feeds ``b``, which reads it in rows (forwarded). Read by
+    no one after the segment, it is never written to HBM (its stores move nothing); read
+    after it (a graph output), it is stored."""
+    a = _gemm((256, 128), (256, 512))
+    b = _rows((128, 512), (512, 256))
+    placed = overlap.places([a, b], [[], [0]], [False, False], read_until=[2 if escapes else 1, 2])
+    program = placed[0].run.program
+    mine = program.instructions[placed[0].first:placed[0].last]
+    stores = [i for i in mine if i.opcode == "dma_copy" and not i.dst.tensor.on_chip]
+    loads = [i for i in program.instructions[placed[1].first:placed[1].last]
+             if i.opcode == "dma_copy" and i.src.tensor is stores[0].dst.tensor]
+    assert stores and loads and all(i.forwarded for i in loads)
+    assert all(i.forwarded is not escapes for i in stores)
+    run = placed[0].run
+    assert all(run.dma_plans[i.index].hbm_bytes == (0 if not escapes else i.dst.nbytes) for i in stores)
+
+
+def test_a_result_read_back_through_hbm_is_stored():
+    """``b`` reads ``a``'s result reshaped (elements into other partitions): the load moves
+    them through HBM, so ``a`` stores them even though no one after the segment reads them."""
+    a = _gemm((256, 128), (256, 512))
+    b = _gemm((512, 128), (512, 256))
+    placed = overlap.places([a, b], [[], [0]], [False, False], read_until=[1, 2])
+    program = placed[0].run.program
+    stores = [i for i in program.instructions[placed[0].first:placed[0].last]
+              if i.opcode == "dma_copy" and not i.dst.tensor.on_chip]
+    assert stores and not any(i.forwarded for i in stores)
+
+
+def test_last_readers_follow_views_and_stop_at_the_graph_output():
+    import torch.fx as fx
+
+    aten = torch.ops.aten
+    g = fx.Graph()
+    x = g.placeholder("x")
+    a = g.call_function(aten.relu.default, (x,))
+    v = g.call_function(aten.view.default, (a, [4, 4]))
+    c = g.call_function(aten.exp.default, (v,))
+    d = g.call_function(aten.sin.default, (a,))
+    e = g.call_function(aten.cos.default, (d,))
+    g.output((c, e))
+
+    class Group:
+        def __init__(self, *nodes):
+            self.nodes = list(nodes)
+
+    groups = [Group(a), Group(c), Group(d), Group(e)]
+    free = {v: Group(v)}
+    # a is read by c (through the view) and d; c and e are outputs; d is read by e
+    assert overlap.last_readers(groups, free) == [2, 4, 3, 4]

@@ -993,6 +993,10 @@ class DmaCopy(Instruction):
     dst: View
     src: View
     queue: int = 0
+    #: a load of a result an earlier kernel of a compiled graph stored from the very SBUF
+    #: partitions the load fills: the compiler keeps that result in SBUF, and the load moves
+    #: nothing (its data is the stored tile; see :meth:`trnsim.nki.tracer.Tracer.dma`)
+    forwarded: bool = field(default=False, kw_only=True)
     opcode = "dma_copy"
     read_fields: ClassVar[tuple[str, ...]] = ('src',)
     write_fields = ('dst',)

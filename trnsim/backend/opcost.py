@@ -39,6 +39,10 @@ class OpCost:
     #: the traced call ``(kernel, args, kwargs)`` that made ``run``, to trace it again
     #: beside another kernel (:mod:`trnsim.backend.compile.overlap`)
     call: Any = field(default=None, repr=False, compare=False)
+    #: a matmul timed with its left operand written transposed by its producer: the same
+    #: op traced with that operand in rows, transposed on chip, for when the operand comes
+    #: from an earlier kernel of a compiled graph that keeps it in SBUF in rows
+    in_rows: Any = field(default=None, repr=False, compare=False)
 
     def hbm_moved(self) -> int | None:
         """Bytes the op moves to and from HBM on all its cores, or None where unknown."""

@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Generator, NamedTuple, cast
 
 from trnsim.errors import SimulationError
-from trnsim.hw.dma import DmaPlan, DmaSystem
+from trnsim.hw.dma import FORWARDED, DmaPlan, DmaSystem
 from trnsim.hw.spec import ChipSpec
 from trnsim.hw.static import DMA, LOAD, MULTIPLY, SIGNAL, WAIT, StaticTiming, static_timing
 from trnsim.isa import Engine, SemaphoreSignal, SemaphoreWait, split_track
@@ -193,7 +193,8 @@ class _Schedule:
         static = self.static
         tracks, groups, ends = static.tracks, static.groups, self.ends
         group = groups[i]
-        latency = self.sem_to_dma_ps if group.startswith("dma.") else self.sem_ps
+        latency = self.sem_ps if not group.startswith("dma.") else 0 if static.plans.get(i) is FORWARDED \
+            else self.sem_to_dma_ps
         track = tracks[i]
         candidates: list[tuple[Picos, str, int, str | None]] = []
         for d in static.deps[i]:
@@ -327,7 +328,7 @@ def _dma_process(sched: _Schedule, track: str, indices: list[int], dma: DmaSyste
     previous = -1
     for i in indices:
         while True:
-            ready, missing = sched.ready_now(i, wait)
+            ready, missing = sched.ready_now(i, 0 if plans.get(i) is FORWARDED else wait)
             if missing is None:
                 break
             sched.blocked[track] = (i, missing)

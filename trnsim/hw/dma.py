@@ -38,6 +38,9 @@ class DmaPlan:
     fixed_ps: Picos     # issue latency, overlaps other transfers
 
 
+#: A load whose data the compiler kept in SBUF (``DmaCopy.forwarded``): nothing moves.
+FORWARDED = DmaPlan(descriptors=0, chunk_bytes=0, hbm_bytes=0, own_ps=0, pool_ps=0, hbm_ps=0, fixed_ps=0)
+
 #: What :func:`plan_dma` reads of an instruction (see :func:`plan_key`).
 PlanKey = tuple[object, ...]
 
@@ -47,11 +50,12 @@ def plan_key(inst: DmaCopy) -> PlanKey:
     equal plans on one chip. It reads of each operand its contiguous run (from the dims
     and whether the memory is on chip), its bytes (dims and dtype) and its memory, the first
     partition of its on-chip side (which engines serve it), and of an indirect DMA which side
-    and dim the indices choose."""
+    and dim the indices choose, and whether it is forwarded."""
     src, dst = inst.src, inst.dst
     s, d = src.tensor, dst.tensor
     side = _on_chip_side(inst)
-    key = (src.dims, s.dtype, s.memory, dst.dims, d.dtype, d.memory, None if side is None else side.start_partition)
+    key = (src.dims, s.dtype, s.memory, dst.dims, d.dtype, d.memory, None if side is None else side.start_partition,
+           inst.forwarded)
     if isinstance(inst, DmaIndirect):
         return key + (inst.scatter, inst.dim)
     return key
@@ -115,6 +119,8 @@ def plan_dma(chip: ChipSpec, inst: DmaCopy) -> DmaPlan:
     ``swdge_descriptor_ns`` each, added to its issue latency. A DMA the engines transpose
     (:func:`transpose_pct`) moves the destination's rows as a copy would, at that share
     of the bandwidth."""
+    if inst.forwarded:
+        return FORWARDED
     d = chip.dma
     pct = transpose_pct(chip, inst)
     run = inst.dst.contiguous_run() if pct else math.gcd(*_runs(inst))
@@ -148,6 +154,8 @@ class DmaSystem:
 
     def transfer(self, start: Picos, plan: DmaPlan) -> Picos:
         """Book a transfer issued at ``start``; returns when it ends."""
+        if plan is FORWARDED:
+            return start
         moving = start + plan.fixed_ps
         self.pool_free = max(self.pool_free, moving) + plan.pool_ps
         end = max(moving + plan.own_ps, self.pool_free)

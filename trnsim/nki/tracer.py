@@ -213,6 +213,13 @@ class Tracer:
         #: data that a store before it wrote waits for what the store waited for, not for
         #: the store; 0: never
         self.hand_on = 0
+        #: results handed on where they are (set with :attr:`hand_on`): a load that reads
+        #: only elements earlier kernels stored from SBUF/PSUM, each into the partition it
+        #: was stored from, is ``forwarded`` (moves nothing). Where each element of an HBM
+        #: tensor came from when a store wrote it: its partition (-1: not from chip, or
+        #: converted), by id of the tensor
+        self.forwarding = False
+        self._came_from: dict[int, Any] = {}
         self._names: dict[str, int] = {}
         self._last_on_track: dict[str, int] = {}
         self._barrier: set[int] = set()
@@ -723,6 +730,37 @@ class Tracer:
                 out.add(d)
         return out
 
+    def _in_place(self, load: DmaCopy, deps: set[int]) -> bool:
+        """Whether ``load`` (of HBM data, with the dependencies ``deps``) reads only what
+        stores of earlier kernels (before :attr:`hand_on`) wrote from SBUF/PSUM without
+        converting, each element into the partition it was stored from: the compiler keeps
+        such a result where it is (assumption: the Neuron compiler's placement is not
+        published; a result the next kernel reads in another partition layout moves by
+        DMA)."""
+        instructions = self.program.instructions
+        src = load.src.tensor
+        for d in deps:   # the writers of what it reads (the others order its SBUF side)
+            store = instructions[d]
+            if src in (v.tensor for v in store.writes()) and (
+                    store.__class__ is not DmaCopy or not store.src.tensor.on_chip or d >= self.hand_on):
+                return False
+        came = self._came_from.get(id(src))
+        if came is None or load.dst.dtype is not load.src.dtype:
+            return False
+        return bool((came[_elements(load.src)] == _partitions(load.dst)).all())
+
+    def _record_store(self, dst: View, src: View) -> None:
+        """Note where the elements a DMA writes to an HBM tensor come from (:attr:`forwarding`)."""
+        import numpy as np
+
+        came = self._came_from.get(id(dst.tensor))
+        if came is None:
+            came = self._came_from[id(dst.tensor)] = np.full(dst.tensor.size, -1, dtype=np.int16)
+        if src.tensor.on_chip and src.dtype is dst.dtype:
+            came[_elements(dst)] = _partitions(src)
+        else:
+            came[_elements(dst)] = -1
+
     def barrier(self) -> None:
         """What comes next starts after everything so far has ended (``sequential_range``)."""
         self.wait_for(self.last_instructions())
@@ -813,7 +851,10 @@ class Tracer:
         except AliasConflict as e:
             raise self.fail(_conflict(e, self.chip.psum.bank_bytes), source) from None
         if self.hand_on and inst.__class__ is DmaCopy and inst.dst.tensor.on_chip and not inst.src.tensor.on_chip:
-            deps = self._handed_on(inst, deps, self.hand_on)
+            handed = self._handed_on(inst, deps, self.hand_on)
+            if self.forwarding and self._in_place(inst, deps):
+                _set(inst, "forwarded", True)
+            deps = handed
         logical = self._logical[0]
         if self.lifetimes is None:
             serial = self._serial
@@ -868,6 +909,8 @@ class Tracer:
     def dma(self, dst: View, src: View) -> int:
         if not dst.tensor.on_chip:
             self._stored.add(id(dst.tensor))
+            if self.forwarding:
+                self._record_store(dst, src)
         elif not src.tensor.on_chip and id(src.tensor) in self._stored:
             return self.emit(DmaCopy(dst, src, self._next(self._reloads)))
         return self.emit(DmaCopy(dst, src, self.next_queue(dst)))
@@ -880,6 +923,22 @@ class Tracer:
             return engine
         raise self.fail(f"engine {engine!r} is not one of nisa.vector_engine, nisa.scalar_engine, nisa.gpsimd_engine, "
                         "nisa.tensor_engine")
+
+
+def _elements(v: View) -> Any:
+    """The element offsets in its tensor of each element of ``v``, in order (numpy)."""
+    import numpy as np
+
+    at = np.array([v.offset], dtype=np.int64)
+    for stride, count in v.dims:
+        at = (at[:, None] + np.arange(count, dtype=np.int64) * stride).reshape(-1)
+    return at
+
+
+def _partitions(v: View) -> Any:
+    """The partition of each element of the on-chip view ``v``, in order (numpy)."""
+    t = v.tensor
+    return t.start_partition + _elements(v) // t.row_elems
 
 
 # instructions that act element by element on operands of one shape (besides [P, 1]

@@ -64,7 +64,8 @@ def _instruction_path(slices: list[Slice], op: str | None) -> list[dict[str, Any
     if not timed:
         return []
     by_index = {s.args["index"]: s for s in timed}
-    at: Slice | None = max(timed, key=lambda s: (s.end_ns, s.args["index"]))
+    # ends compared in whole picoseconds: a saved trace's times are rounded
+    at: Slice | None = max(timed, key=lambda s: (round(s.end_ns * 1000), s.args["index"]))
     path = []
     seen: set[int] = set()   # a damaged trace's causes could loop
     while at is not None and at.args["index"] not in seen:

@@ -205,6 +205,8 @@ def trace_from_run(result: Any) -> Trace:
         if plan is not None:
             args.update(descriptors=plan.descriptors, chunk_bytes=plan.chunk_bytes, hbm_bytes=plan.hbm_bytes)
             args["bytes"] = inst.reads()[0].nbytes
+            if inst.forwarded:   # the compiler kept the data in SBUF: nothing moved
+                args.update(forwarded=True, bytes=0)
             hbm_spans.append((start, end, plan.hbm_bytes))
         trace.slices.append(Slice(result.tracks[i], inst.opcode, start, end - start, args))
         for v in views:

@@ -83,7 +83,8 @@ def lower(groups: list[Group], vals: dict[fx.Node, Any]) -> list[Kernel]:
         fed = overlap.producers([k.group for k in kernels], free)
         # a kernel timed by its data when the graph runs keeps that time, alone
         alone = [k.group.kind == "op" and op_name(k.group.nodes[0]) in timeline.MEASURED for k in kernels]
-        for k, place in zip(kernels, overlap.places([k.cost for k in kernels], fed, apart, alone)):
+        until = overlap.last_readers([k.group for k in kernels], free)
+        for k, place in zip(kernels, overlap.places([k.cost for k in kernels], fed, apart, alone, until)):
             k.place = place
     return kernels
 
@@ -218,7 +219,7 @@ def _fused_kernel(g: Group, vals: dict[fx.Node, Any]) -> Kernel:
                 on_chip = _simulate(fused_matmul_rows_kernel, "fused_matmul_rows_kernel",
                                     [placeholder(lead + (sm, k), a.dtype), *rhs], cores=cores, repeat=scale,
                                     recipe=recipe, dtype=out_dtype, rhs_tiled=tiled)
-                cost = on_chip if on_chip.ps < cost.ps else cost
+                cost = on_chip if on_chip.ps < cost.ps else dataclasses.replace(cost, in_rows=on_chip.call)
             _memo[key] = cost
     hbm = sum(_bytes(t) for t in ins) + sum(_bytes(t) for t in outs)
     if g.kind == "matmul":

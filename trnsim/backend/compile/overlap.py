@@ -31,6 +31,7 @@ from typing import Any
 import numpy as np
 import torch.fx as fx
 
+from trnsim.backend.compile.patterns import FREE
 from trnsim.backend.opcost import OpCost
 from trnsim.errors import TrnSimError
 
@@ -54,12 +55,13 @@ class Place:
         return cls(cost.ps, cost.ps)
 
 
-#: kernels ahead of the oldest one still running that may start: a kernel starts once
-#: the kernel this many places before the one ahead of it has ended. The compiler
-#: prefetches the next kernel's weights while one computes; how far ahead it schedules
-#: is not published (assumption: one, which keeps the DMA queues' bandwidth for the
-#: kernels running rather than for loads far ahead)
-AHEAD = 1
+#: kernels ahead of the oldest one still running that may start (a kernel starts once
+#: the kernel this many places before the one ahead of it has ended); None: no limit.
+#: How far ahead the compiler schedules is not published; with results kept in SBUF
+#: (``forwarded`` loads and stores) the limit that remains is the physical one: a kernel's
+#: loads start once their SBUF space is free (the tile before it there has been read,
+#: :mod:`trnsim.nki.hazards`) and their queue is (assumption: no limit of its own)
+AHEAD: int | None = None
 
 #: segments already worked out, by the ids of their costs and their links; the costs are
 #: kept so that their ids stay theirs
@@ -67,17 +69,21 @@ _segments: dict[tuple, tuple[list[OpCost], list[Place]]] = {}
 
 
 def places(costs: list[OpCost], producers: list[list[int]], apart: list[bool],
-           alone: list[bool] | None = None) -> list[Place]:
+           alone: list[bool] | None = None, read_until: list[int] | None = None) -> list[Place]:
     """Each kernel's :class:`Place`. ``producers[i]``: the earlier kernels whose results
     kernel ``i`` reads, in the order it reads them; ``apart[i]``: whether kernel ``i``
     waits for something after the kernel ahead of it (a collective); ``alone[i]``:
-    whether kernel ``i`` keeps its own time, traced beside no other."""
+    whether kernel ``i`` keeps its own time, traced beside no other; ``read_until[i]``:
+    the last kernel that reads kernel ``i``'s results, ``len(costs)`` where anything
+    else does (the graph's outputs, a collective; :func:`last_readers`); None: every
+    result is read after the graph."""
     out = [Place.alone(c) for c in costs]
     joins = [_joins(c) and not (alone and alone[i]) for i, c in enumerate(costs)]
+    until = read_until if read_until is not None else [len(costs)] * len(costs)
     start = 0
     for i in range(len(costs) + 1):
         if i == len(costs) or not joins[i] or apart[i]:
-            _place(costs, producers, start, i, out)
+            _place(costs, producers, until, start, i, out)
             start = i if i < len(costs) and joins[i] else i + 1
     return out
 
@@ -87,36 +93,43 @@ def _joins(cost: OpCost) -> bool:
     return cost.run is not None and cost.call is not None and cost.scale == 1
 
 
-def _place(costs: list[OpCost], producers: list[list[int]], lo: int, hi: int, out: list[Place]) -> None:
+def _place(costs: list[OpCost], producers: list[list[int]], until: list[int], lo: int, hi: int,
+           out: list[Place]) -> None:
     """Place kernels ``lo..hi-1`` (all joinable) as one segment, cut where a kernel's
     results reach a later one in no shape it has."""
     if hi - lo < 2:
         return
     links = tuple(tuple(j - lo for j in producers[i] if lo <= j < i) for i in range(lo, hi))
-    key = (*(id(c) for c in costs[lo:hi]), links)
+    inside = tuple(until[i] < hi for i in range(lo, hi))   # results no one after the segment reads
+    key = (*(id(c) for c in costs[lo:hi]), links, inside)
     hit = _segments.get(key)
     if hit is not None and all(a is b for a, b in zip(hit[0], costs[lo:hi])):
         out[lo:hi] = hit[1]
         return
-    placed, unfed = _simulate(costs[lo:hi], links)
+    placed, unfed = _simulate(costs[lo:hi], links, inside)
     if unfed is not None:   # cut before the kernel that found no result it reads
-        _place(costs, producers, lo, lo + unfed, out)
-        _place(costs, producers, lo + unfed, hi, out)
+        _place(costs, producers, until, lo, lo + unfed, out)
+        _place(costs, producers, until, lo + unfed, hi, out)
         placed = out[lo:hi]
     _segments[key] = (costs[lo:hi], placed)
     out[lo:hi] = placed
 
 
-def _simulate(costs: list[OpCost], links: tuple[tuple[int, ...], ...]) -> tuple[list[Place], int | None]:
+def _simulate(costs: list[OpCost], links: tuple[tuple[int, ...], ...],
+              inside: tuple[bool, ...] = ()) -> tuple[list[Place], int | None]:
     """Trace the kernels in turn as one Program and place each from the run; or the index
     of the first kernel that reads the results of an earlier kernel but found none of
-    them in a shape it reads."""
+    them in a shape it reads. ``inside[i]``: kernel ``i``'s results are read by later
+    kernels of the segment only, so the compiler need not store those that every reader
+    takes from SBUF (:func:`_kept_in_sbuf`)."""
     from trnsim import nki
     from trnsim.backend import state
     from trnsim.nki.launch import launch
     from trnsim.nki.tracer import current
 
-    calls = [c.call for c in costs]
+    # a matmul reading an earlier kernel's result as its left operand reads it in rows
+    # from SBUF, where that kernel left it, and transposes it on chip
+    calls = [c.in_rows if c.in_rows is not None and links[i] else c.call for i, c in enumerate(costs)]
     counts = [len(args) for _, args, _ in calls]
     bounds: list[int] = []   # instructions traced once each kernel has been
     unfed: list[int] = []
@@ -126,11 +139,12 @@ def _simulate(costs: list[OpCost], links: tuple[tuple[int, ...], ...]) -> tuple[
         bounds.clear()   # a kernel that does not fit SBUF at first is traced again
         ended.clear()
         tracer = current()
+        tracer.forwarding = True   # a result read in the partitions it was stored from stays there
         results: list[list[Any]] = []
         at = 0
         for i, (kernel, _, kwargs) in enumerate(calls):
             tracer.hand_on = len(tracer.program.instructions)   # the results of the kernels before
-            if i > AHEAD:
+            if AHEAD is not None and i > AHEAD:
                 tracer.wait_for(ended[i - AHEAD - 1])
             args = list(arrays[at:at + counts[i]])
             at += counts[i]
@@ -158,6 +172,7 @@ def _simulate(costs: list[OpCost], links: tuple[tuple[int, ...], ...]) -> tuple[
                             if r is not None])
             bounds.append(len(tracer.program.instructions))
             ended.append(tracer.last_instructions())
+        _kept_in_sbuf(tracer.program, [r for i, rs in enumerate(results) if i < len(inside) and inside[i] for r in rs])
 
     kernels_in_turn.__name__ = "_then_".join(c.kernel or "kernel" for c in costs)[:200]
     named = {f"k{i}_{k}": v for i, (_, _, kwargs) in enumerate(calls) for k, v in kwargs.items()}
@@ -170,6 +185,34 @@ def _simulate(costs: list[OpCost], links: tuple[tuple[int, ...], ...]) -> tuple[
         return [Place.alone(c) for c in costs], None
     assert bounds and bounds[-1] == len(run.program.instructions), (bounds[-1:], len(run.program.instructions))
     return _from_run(costs, run, bounds), None
+
+
+def _kept_in_sbuf(program: Any, results: list[Any]) -> None:
+    """Stores of ``results`` (HBM tensors only later kernels of the segment read) that no
+    load reads back through HBM: every reader took them from SBUF (``forwarded`` loads),
+    so the compiler never writes them out, and the stores move nothing (marked
+    ``forwarded``). A result any other instruction reads keeps all its stores."""
+    from trnsim.isa import DmaCopy
+
+    wanted = {id(t) for t in (getattr(getattr(r, "view", None), "tensor", None) for r in results) if t is not None}
+    if not wanted:
+        return
+    instructions = program.instructions
+    aliases = program.aliases
+    stores: list[Any] = []
+    for inst in instructions:
+        if inst.__class__ is DmaCopy and id(inst.dst.tensor) in wanted and inst.src.tensor.on_chip:
+            stores.append(inst)
+            continue
+        if inst.__class__ is DmaCopy and inst.forwarded:
+            continue
+        for v in inst.reads():
+            t = aliases.get(id(v.tensor), v.tensor)
+            wanted.discard(id(t))
+            wanted.discard(id(v.tensor))
+    for inst in stores:
+        if id(inst.dst.tensor) in wanted:
+            object.__setattr__(inst, "forwarded", True)
 
 
 class _Unfed(Exception):
@@ -223,6 +266,31 @@ def producers(groups_in_turn: list[Any], free: dict[fx.Node, Any]) -> list[list[
             if j is not None and j < i and j not in order:
                 order.append(j)
         out.append(order)
+    return out
+
+
+def last_readers(groups_in_turn: list[Any], free: dict[fx.Node, Any]) -> list[int]:
+    """For each group, the last group whose nodes read its values (through views: ``free``
+    maps each node of a free group to that group); ``len(groups_in_turn)`` where anything
+    that is no group's reads them (the graph's output, a free group's collective)."""
+    made = {n: i for i, g in enumerate(groups_in_turn) for n in g.nodes}
+    end = len(groups_in_turn)
+    out: list[int] = []
+    for i, g in enumerate(groups_in_turn):
+        last, seen = i, set(g.nodes)
+        todo = [u for n in g.nodes for u in n.users]
+        while todo and last < end:
+            u = todo.pop()
+            if u in seen:
+                continue
+            seen.add(u)
+            if u in made:
+                last = max(last, made[u])
+            elif u in free and u.op == "call_function" and u.target in FREE:
+                todo.extend(u.users)
+            else:
+                last = end
+        out.append(last)
     return out
 
 
