@@ -15,6 +15,12 @@ everything that touched that space: :mod:`trnsim.nki.hazards`). The combined run
 for each kernel, when its first instruction starts and when its last one ends: the
 kernel's place in the graph (:class:`Place`).
 
+Results stay where the compiler would keep them: a later kernel's load of a result
+into the partitions it was stored from is ``forwarded`` (it moves nothing; the tracer
+decides, :meth:`trnsim.nki.tracer.Tracer.dma`), a result that only later kernels of the
+segment read, all forwarded, is never stored (:func:`_kept_in_sbuf`), and a matmul
+reading an earlier kernel's result takes it in rows (``OpCost.in_rows``).
+
 A kernel keeps its own time alone, and no place, where it cannot be traced beside the
 others: without a Program of its own (an estimate, an NKI op, a group of kernels), a
 Program covering part of its work repeated, after a collective, or reading an earlier
