@@ -240,29 +240,39 @@ def test_a_result_is_handed_on_in_sbuf_to_a_later_kernel_only():
             assert store.index in reload.deps
 
 
-def _handed_on(reload_view, store_dtype=None):
+def _handed_on(reload_view, store_dtype=None, between=None, own=False, with_program=False):
     """A kernel stores ``exp(x)`` ([128, 64] fp32, in ``store_dtype``) and a later kernel
-    of the same segment loads ``reload_view(mid)`` of it back, results kept where they are."""
+    of the same segment loads ``reload_view(mid)`` of it back, results kept where they
+    are. ``between(mid, tile)``, if given, runs after the store, before the second kernel;
+    ``own``: the store and the load are both the second kernel's."""
     import numpy as np
 
     from trnsim import nki
     import trnsim.nki.language as nl
+    from trnsim.nki.forwarding import Forwarding
     from trnsim.nki.tracer import current
 
     @nki.jit
     def two_kernels(x):
         tracer = current()
-        tracer.forwarding = True
+        tracer.forwarding = Forwarding(tracer.program)
         dtype = store_dtype or x.dtype
         mid = nl.ndarray(x.shape, dtype, buffer=nl.shared_hbm)
         out = nl.ndarray((64, 64), dtype, buffer=nl.shared_hbm)
-        nl.store(mid, value=nl.exp(nl.load(x)))
-        tracer.hand_on = len(tracer.program.instructions)   # the second kernel starts
+        if own:
+            tracer.hand_on = len(tracer.program.instructions)
+        tile = nl.exp(nl.load(x))
+        nl.store(mid, value=tile)
+        if between is not None:
+            between(mid, tile)
+        if not own:
+            tracer.hand_on = len(tracer.program.instructions)   # the second kernel starts
         nl.store(out, value=nl.load(reload_view(mid)))
         return out
 
     program = nki.trace_program(two_kernels, np.ones((128, 64), np.float32))
-    return next(i for i in program if i.opcode == "dma_copy" and i.src.tensor.name == program.instructions[2].dst.tensor.name)
+    load = [i for i in program if i.opcode == "dma_copy" and i.src.tensor.name == program.instructions[2].dst.tensor.name][-1]
+    return (program, load) if with_program else load
 
 
 def test_a_result_read_in_the_partitions_it_was_stored_from_stays_in_sbuf():
@@ -277,6 +287,32 @@ def test_a_result_read_in_the_partitions_it_was_stored_from_stays_in_sbuf():
     assert not _handed_on(lambda mid: mid[0:64, :], store_dtype=nl.bfloat16).forwarded   # converted
 
 
+def test_a_result_no_longer_in_sbuf_or_the_kernels_own_moves():
+    """Forwarded only while the data is where the store read it: not once the stored tile
+    has been written again, not once HBM holds something else there, and never for a
+    kernel's own store and reload (a scratch round trip)."""
+    import trnsim.nki.language as nl
+
+    def overwrite_tile(mid, tile):
+        tile[...] = nl.exp(tile)
+
+    def overwrite_hbm(mid, tile):
+        import trnsim.nki.isa as nisa
+
+        nisa.dma_copy(dst=mid[0:64, :], src=mid[64:128, :])   # HBM to HBM: never in SBUF
+
+    assert not _handed_on(lambda mid: mid[0:64, :], between=overwrite_tile).forwarded
+    assert not _handed_on(lambda mid: mid[0:64, :], between=overwrite_hbm).forwarded
+    assert not _handed_on(lambda mid: mid[0:64, :], own=True).forwarded
+    untouched = _handed_on(lambda mid: mid[0:64, :], between=lambda mid, tile: nl.store(mid[64:128, :], value=tile[64:128, :]))
+    assert untouched.forwarded   # a write of other rows leaves these in SBUF
+
+    def copied_in_place(mid, tile):   # rows 0..63 rewritten from a tile of partitions 0..63, still in SBUF
+        nl.store(mid[0:64, :], value=nl.load(mid[64:128, :]))
+
+    assert _handed_on(lambda mid: mid[0:64, :], between=copied_in_place).forwarded
+
+
 def test_a_forwarded_transfer_takes_no_time_and_moves_nothing():
     from trnsim.hw.dma import FORWARDED, DmaSystem, plan_dma
 
@@ -286,6 +322,21 @@ def test_a_forwarded_transfer_takes_no_time_and_moves_nothing():
     assert pool.transfer(5_000, FORWARDED) == 5_000 and (pool.pool_free, pool.hbm_free) == (0, 0)
     moved = _handed_on(lambda mid: mid[64:128, :])
     assert plan_dma(state.chip(), moved).hbm_bytes == 64 * 64 * 4   # read from HBM
+
+
+def test_a_forwarded_load_starts_when_its_data_is_in_sbuf():
+    """No semaphore-to-DMA latency and no transfer: it starts and ends when what the
+    store waited for has ended."""
+    from trnsim.simulator import run_timing
+
+    program, load = _handed_on(lambda mid: mid[0:64, :], with_program=True)
+    run = run_timing(program)
+    i = load.index
+    assert load.forwarded and run.starts[i] == run.ends[i] == max(run.ends[d] for d in load.deps)
+    program, moved = _handed_on(lambda mid: mid[64:128, :], with_program=True)
+    run = run_timing(program)
+    j = moved.index
+    assert run.ends[j] - run.starts[j] > 0 and run.starts[j] > max(run.ends[d] for d in moved.deps)
 
 
 def _rows(shape_a, shape_b, dtype=torch.bfloat16):
@@ -346,3 +397,9 @@ def test_last_readers_follow_views_and_stop_at_the_graph_output():
     free = {v: Group(v)}
     # a is read by c (through the view) and d; c and e are outputs; d is read by e
     assert overlap.last_readers(groups, free) == [2, 4, 3, 4]
+    g.erase_node(g.output_node())
+    g.output((c,))
+    # e's value is read by no one: it writes for its effect, read after the graph
+    assert overlap.last_readers(groups, free) == [2, 4, 3, 4]
+    g.call_function(aten.copy_.default, (x, e))   # e now feeds a copy into the input
+    assert overlap.last_readers(groups + [Group(list(g.nodes)[-1])], free)[-1] == 5

@@ -23,6 +23,7 @@ from trnsim.errors import ProgramError
 from trnsim.isa import (MAX_FREE_DIMS, MEMORY_NAMES, Activation, DmaCopy, Engine, Instruction, LoadStationary, Memory, Memset,
                         ScalarTensorTensor, Tensor, TensorCopy, TensorScalar, TensorTensor, View, core_track)
 from trnsim.program import Program, partition_start_ok
+from trnsim.nki.forwarding import Forwarding
 from trnsim.nki.hazards import AliasConflict, Hazards, UnwrittenRead, region_of, region_of_tensor
 from trnsim.nki.workload import Workload
 
@@ -213,13 +214,9 @@ class Tracer:
         #: data that a store before it wrote waits for what the store waited for, not for
         #: the store; 0: never
         self.hand_on = 0
-        #: results handed on where they are (set with :attr:`hand_on`): a load that reads
-        #: only elements earlier kernels stored from SBUF/PSUM, each into the partition it
-        #: was stored from, is ``forwarded`` (moves nothing). Where each element of an HBM
-        #: tensor came from when a store wrote it: its partition (-1: not from chip, or
-        #: converted), by id of the tensor
-        self.forwarding = False
-        self._came_from: dict[int, Any] = {}
+        #: results handed on where they are (with :attr:`hand_on`): a load of what earlier
+        #: kernels left in SBUF is ``forwarded`` (:mod:`trnsim.nki.forwarding`); None: off
+        self.forwarding: Forwarding | None = None
         self._names: dict[str, int] = {}
         self._last_on_track: dict[str, int] = {}
         self._barrier: set[int] = set()
@@ -618,6 +615,8 @@ class Tracer:
         if not isinstance(last, DmaCopy) and t.tensor.on_chip and not partition_start_ok(t.start_partition, t.partitions):
             return False
         new = dataclasses.replace(last, **{field: t})
+        if getattr(new, "forwarded", False):   # a load into another place: forwarded only if that place is too
+            _set(new, "forwarded", self.forwarding is not None and self.forwarding.in_sbuf(new, self.hand_on))
         # the estimate without the replaced instruction (emit adds it back if this returns False)
         self.workload.forget_from(index)
         if self._chosen == index:   # the compiler picks the engine again for the new operands
@@ -638,6 +637,8 @@ class Tracer:
                 kept.update(self.hazards.last_writers(r))
         deps = (kept | deps) - {index}   # it reads the target itself (t[...] = t + x): a read comes before the write
         program.replace_last(new, self.hazards.latest(deps))
+        if self.forwarding is not None:
+            self.forwarding.wrote(index, new)
         if temp.on_chip:
             program.allocators[temp.core][0 if temp.memory is Memory.SBUF else 1].forget_placement(temp.name)
         n = self._serial.get(id(t.tensor))
@@ -730,37 +731,6 @@ class Tracer:
                 out.add(d)
         return out
 
-    def _in_place(self, load: DmaCopy, deps: set[int]) -> bool:
-        """Whether ``load`` (of HBM data, with the dependencies ``deps``) reads only what
-        stores of earlier kernels (before :attr:`hand_on`) wrote from SBUF/PSUM without
-        converting, each element into the partition it was stored from: the compiler keeps
-        such a result where it is (assumption: the Neuron compiler's placement is not
-        published; a result the next kernel reads in another partition layout moves by
-        DMA)."""
-        instructions = self.program.instructions
-        src = load.src.tensor
-        for d in deps:   # the writers of what it reads (the others order its SBUF side)
-            store = instructions[d]
-            if src in (v.tensor for v in store.writes()) and (
-                    store.__class__ is not DmaCopy or not store.src.tensor.on_chip or d >= self.hand_on):
-                return False
-        came = self._came_from.get(id(src))
-        if came is None or load.dst.dtype is not load.src.dtype:
-            return False
-        return bool((came[_elements(load.src)] == _partitions(load.dst)).all())
-
-    def _record_store(self, dst: View, src: View) -> None:
-        """Note where the elements a DMA writes to an HBM tensor come from (:attr:`forwarding`)."""
-        import numpy as np
-
-        came = self._came_from.get(id(dst.tensor))
-        if came is None:
-            came = self._came_from[id(dst.tensor)] = np.full(dst.tensor.size, -1, dtype=np.int16)
-        if src.tensor.on_chip and src.dtype is dst.dtype:
-            came[_elements(dst)] = _partitions(src)
-        else:
-            came[_elements(dst)] = -1
-
     def barrier(self) -> None:
         """What comes next starts after everything so far has ended (``sequential_range``)."""
         self.wait_for(self.last_instructions())
@@ -851,10 +821,9 @@ class Tracer:
         except AliasConflict as e:
             raise self.fail(_conflict(e, self.chip.psum.bank_bytes), source) from None
         if self.hand_on and inst.__class__ is DmaCopy and inst.dst.tensor.on_chip and not inst.src.tensor.on_chip:
-            handed = self._handed_on(inst, deps, self.hand_on)
-            if self.forwarding and self._in_place(inst, deps):
+            if self.forwarding is not None and self.forwarding.in_sbuf(inst, self.hand_on):
                 _set(inst, "forwarded", True)
-            deps = handed
+            deps = self._handed_on(inst, deps, self.hand_on)
         logical = self._logical[0]
         if self.lifetimes is None:
             serial = self._serial
@@ -881,6 +850,8 @@ class Tracer:
             program.add_traced(inst, self.hazards.latest(deps), checked_reads, checked_writes)
         except ProgramError as e:
             raise self.fail(str(e), source) from None
+        if self.forwarding is not None:
+            self.forwarding.wrote(index, inst)
         self.tracks.append(track)
         if not self._spilling:
             self._logical[0] += 1
@@ -909,8 +880,6 @@ class Tracer:
     def dma(self, dst: View, src: View) -> int:
         if not dst.tensor.on_chip:
             self._stored.add(id(dst.tensor))
-            if self.forwarding:
-                self._record_store(dst, src)
         elif not src.tensor.on_chip and id(src.tensor) in self._stored:
             return self.emit(DmaCopy(dst, src, self._next(self._reloads)))
         return self.emit(DmaCopy(dst, src, self.next_queue(dst)))
@@ -923,22 +892,6 @@ class Tracer:
             return engine
         raise self.fail(f"engine {engine!r} is not one of nisa.vector_engine, nisa.scalar_engine, nisa.gpsimd_engine, "
                         "nisa.tensor_engine")
-
-
-def _elements(v: View) -> Any:
-    """The element offsets in its tensor of each element of ``v``, in order (numpy)."""
-    import numpy as np
-
-    at = np.array([v.offset], dtype=np.int64)
-    for stride, count in v.dims:
-        at = (at[:, None] + np.arange(count, dtype=np.int64) * stride).reshape(-1)
-    return at
-
-
-def _partitions(v: View) -> Any:
-    """The partition of each element of the on-chip view ``v``, in order (numpy)."""
-    t = v.tensor
-    return t.start_partition + _elements(v) // t.row_elems
 
 
 # instructions that act element by element on operands of one shape (besides [P, 1]

@@ -130,12 +130,11 @@ def _simulate(costs: list[OpCost], links: tuple[tuple[int, ...], ...],
     takes from SBUF (:func:`_kept_in_sbuf`)."""
     from trnsim import nki
     from trnsim.backend import state
+    from trnsim.nki.forwarding import Forwarding
     from trnsim.nki.launch import launch
     from trnsim.nki.tracer import current
 
-    # a matmul reading an earlier kernel's result as its left operand reads it in rows
-    # from SBUF, where that kernel left it, and transposes it on chip
-    calls = [c.in_rows if c.in_rows is not None and links[i] else c.call for i, c in enumerate(costs)]
+    calls = [c.call for c in costs]
     counts = [len(args) for _, args, _ in calls]
     bounds: list[int] = []   # instructions traced once each kernel has been
     unfed: list[int] = []
@@ -145,7 +144,7 @@ def _simulate(costs: list[OpCost], links: tuple[tuple[int, ...], ...],
         bounds.clear()   # a kernel that does not fit SBUF at first is traced again
         ended.clear()
         tracer = current()
-        tracer.forwarding = True   # a result read in the partitions it was stored from stays there
+        tracer.forwarding = Forwarding(tracer.program)   # results stay in SBUF where they can
         results: list[list[Any]] = []
         at = 0
         for i, (kernel, _, kwargs) in enumerate(calls):
@@ -154,6 +153,13 @@ def _simulate(costs: list[OpCost], links: tuple[tuple[int, ...], ...],
                 tracer.wait_for(ended[i - AHEAD - 1])
             args = list(arrays[at:at + counts[i]])
             at += counts[i]
+            rows = costs[i].in_rows
+            if rows is not None and links[i]:
+                # a matmul whose left operand is an earlier kernel's result reads it in rows
+                # from SBUF, where that kernel left it, and transposes it on chip
+                flipped = args[0].reshape(tuple(np.shape(getattr(rows[1][0], "array", rows[1][0]))))
+                if any(_feeding(results[j], flipped) is not None for j in links[i]):
+                    kernel, args[0] = rows[0], flipped
             if links[i]:
                 # a weight the kernel reads as the compiler laid it out is a parameter, never a result
                 fixed = {1} if kwargs.get("rhs_tiled") else set()
@@ -278,12 +284,14 @@ def producers(groups_in_turn: list[Any], free: dict[fx.Node, Any]) -> list[list[
 def last_readers(groups_in_turn: list[Any], free: dict[fx.Node, Any]) -> list[int]:
     """For each group, the last group whose nodes read its values (through views: ``free``
     maps each node of a free group to that group); ``len(groups_in_turn)`` where anything
-    that is no group's reads them (the graph's output, a free group's collective)."""
+    that is no group's reads them (the graph's output, a free group's collective) or a
+    node of the group has no reader (it writes for its effect: a copy into an input)."""
     made = {n: i for i, g in enumerate(groups_in_turn) for n in g.nodes}
     end = len(groups_in_turn)
     out: list[int] = []
     for i, g in enumerate(groups_in_turn):
-        last, seen = i, set(g.nodes)
+        # a node no one reads writes for its effect (a copy back into an input): read after
+        last, seen = (end if any(not n.users for n in g.nodes) else i), set(g.nodes)
         todo = [u for n in g.nodes for u in n.users]
         while todo and last < end:
             u = todo.pop()
