@@ -205,35 +205,13 @@ def test_only_a_models_parameters_are_stored_as_the_kernel_loads_them():
     assert rec.cost.call[2]["rhs_tiled"] is True
 
 
-def _store_then_reload(handed_on_after_store):
-    import numpy as np
-
-    from trnsim import nki
-    import trnsim.nki.language as nl
-    from trnsim.nki.tracer import current
-
-    @nki.jit
-    def round_trip(x):
-        mid = nl.ndarray(x.shape, x.dtype, buffer=nl.shared_hbm)
-        out = nl.ndarray(x.shape, x.dtype, buffer=nl.shared_hbm)
-        t = nl.load(x)
-        nl.store(mid, value=nl.exp(t))
-        if handed_on_after_store:   # a later kernel of a segment reads mid
-            current().hand_on = len(current().program.instructions)
-        nl.store(out, value=nl.load(mid))
-        return out
-
-    return nki.trace_program(round_trip, np.ones((128, 64), np.float32))
-
-
 def test_a_result_is_handed_on_in_sbuf_to_a_later_kernel_only():
     """In a segment, a kernel's load of an earlier kernel's result waits for the data in
     SBUF (what the store waited for), not for the store; a kernel's own store and
     reload (a scratch round trip, a spill) still wait for the store."""
     for later in (True, False):
-        program = _store_then_reload(later)
-        store = next(i for i in program if i.opcode == "dma_copy" and not i.dst.tensor.on_chip)
-        reload = next(i for i in program if i.opcode == "dma_copy" and i.src.tensor is store.dst.tensor)
+        program, reload = _handed_on(lambda mid: mid[0:64, :], own=not later, with_program=True)
+        store = next(i for i in program if i.opcode == "dma_copy" and i.dst.tensor is reload.src.tensor)
         if later:
             assert store.index not in reload.deps and set(store.deps) <= set(reload.deps)
         else:

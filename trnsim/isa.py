@@ -993,9 +993,9 @@ class DmaCopy(Instruction):
     dst: View
     src: View
     queue: int = 0
-    #: a load of a result an earlier kernel of a compiled graph stored from the very SBUF
-    #: partitions the load fills: the compiler keeps that result in SBUF, and the load moves
-    #: nothing (its data is the stored tile; see :meth:`trnsim.nki.tracer.Tracer.dma`)
+    #: a transfer the compiler leaves out in a compiled graph, the data staying in SBUF: a
+    #: load of an earlier kernel's result into the partitions it was stored from, or a
+    #: store of a result only such loads read; it moves nothing (:mod:`trnsim.nki.forwarding`)
     forwarded: bool = field(default=False, kw_only=True)
     opcode = "dma_copy"
     read_fields: ClassVar[tuple[str, ...]] = ('src',)

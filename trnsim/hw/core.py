@@ -184,6 +184,11 @@ class _Schedule:
             ready = max(ready, reached + self.sem_ps)
         return ready, None
 
+    def dma_wait_ps(self, i: int) -> Picos:
+        """The semaphore latency DMA instruction ``i`` starts after the instructions it
+        waits for: none for a forwarded one, which moves nothing."""
+        return 0 if self.static.plans.get(i) is FORWARDED else self.sem_to_dma_ps
+
     def record(self, i: int, start: Picos, own: list[tuple[Picos, str, int]], previous: int) -> None:
         """Record why instruction ``i`` starts at ``start``: the first of its dependencies
         (in order), its semaphore, and its track's own rules ``own`` ((time, kind,
@@ -193,8 +198,7 @@ class _Schedule:
         static = self.static
         tracks, groups, ends = static.tracks, static.groups, self.ends
         group = groups[i]
-        latency = self.sem_ps if not group.startswith("dma.") else 0 if static.plans.get(i) is FORWARDED \
-            else self.sem_to_dma_ps
+        latency = self.dma_wait_ps(i) if group.startswith("dma.") else self.sem_ps
         track = tracks[i]
         candidates: list[tuple[Picos, str, int, str | None]] = []
         for d in static.deps[i]:
@@ -323,12 +327,11 @@ def _dma_process(sched: _Schedule, track: str, indices: list[int], dma: DmaSyste
     books the shared engine pool and HBM, in start order across queues."""
     env = sched.env
     kinds, plans = sched.static.kinds, sched.static.plans
-    wait = sched.sem_to_dma_ps
     free = 0
     previous = -1
     for i in indices:
         while True:
-            ready, missing = sched.ready_now(i, 0 if plans.get(i) is FORWARDED else wait)
+            ready, missing = sched.ready_now(i, sched.dma_wait_ps(i))
             if missing is None:
                 break
             sched.blocked[track] = (i, missing)

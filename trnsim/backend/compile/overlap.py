@@ -16,8 +16,8 @@ for each kernel, when its first instruction starts and when its last one ends: t
 kernel's place in the graph (:class:`Place`).
 
 Results stay where the compiler would keep them: a later kernel's load of a result
-into the partitions it was stored from is ``forwarded`` (it moves nothing; the tracer
-decides, :meth:`trnsim.nki.tracer.Tracer.dma`), a result that only later kernels of the
+into the partitions it was stored from is ``forwarded`` (it moves nothing:
+:mod:`trnsim.nki.forwarding` says when), a result that only later kernels of the
 segment read, all forwarded, is never stored (:func:`_kept_in_sbuf`), and a matmul
 reading an earlier kernel's result takes it in rows (``OpCost.in_rows``).
 
@@ -157,7 +157,8 @@ def _simulate(costs: list[OpCost], links: tuple[tuple[int, ...], ...],
             if rows is not None and links[i]:
                 # a matmul whose left operand is an earlier kernel's result reads it in rows
                 # from SBUF, where that kernel left it, and transposes it on chip
-                flipped = args[0].reshape(tuple(np.shape(getattr(rows[1][0], "array", rows[1][0]))))
+                shape = tuple(args[0].shape)
+                flipped = args[0].reshape(shape[:-2] + shape[-2:][::-1])   # [.., K, M] as [.., M, K]
                 if any(_feeding(results[j], flipped) is not None for j in links[i]):
                     kernel, args[0] = rows[0], flipped
             if links[i]:
