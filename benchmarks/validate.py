@@ -2,9 +2,11 @@
 docs/validation.md, and the fit of the collective parameters.
 
 Runs every figure of :mod:`trnsim.validate` (``trnsim validate`` runs the same), the public
-NKI tutorial kernels included: they are read from a fetched aws-neuron-sdk repository at
-the tutorial's commit (``fetch`` puts it under ``/work/.mirror/aws-neuron+aws-neuron-sdk/
-repo``; ``--aws-neuron-sdk`` moves it; nothing is copied into this repository). Prints the
+NKI tutorial kernels and nki-samples' reference kernels included: they are read from
+fetched aws-neuron-sdk and nki-samples repositories at the commit that published each
+figure (``fetch`` puts them under ``/work/.mirror/aws-neuron+<name>/repo``;
+``--aws-neuron-sdk`` and ``--nki-samples`` move them; nothing is copied into this
+repository). Prints the
 table and rewrites the generated part of docs/validation.md (``--no-docs`` leaves it).
 
 ``--fit`` instead refits ``[fabric] reduce_fixed_ns``, ``collective_fixed_ns`` and
@@ -29,6 +31,7 @@ REPO = Path(__file__).resolve().parents[1]
 DOC = REPO / "docs" / "validation.md"
 BEGIN, END = "<!-- validate: begin (python benchmarks/validate.py) -->", "<!-- validate: end -->"
 SDK = Path("/work/.mirror/aws-neuron+aws-neuron-sdk/repo")
+SAMPLES = Path("/work/.mirror/aws-neuron+nki-samples/repo")
 PARAMS = ("reduce_fixed_ns", "collective_fixed_ns", "collective_dma_gbps")
 
 
@@ -69,6 +72,7 @@ def write_doc(text: str) -> None:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--aws-neuron-sdk", type=Path, default=SDK, help=f"aws-neuron-sdk repository (default {SDK})")
+    parser.add_argument("--nki-samples", type=Path, default=SAMPLES, help=f"nki-samples repository (default {SAMPLES})")
     parser.add_argument("--fit", action="store_true", help="refit the collective parameters and print them")
     parser.add_argument("--no-docs", action="store_true", help="leave docs/validation.md as it is")
     args = parser.parse_args()
@@ -77,9 +81,12 @@ def main() -> int:
         return 0
     from trnsim.validate import Sources, all_figures, report, run
 
-    repos = {"aws-neuron-sdk": args.aws_neuron_sdk} if args.aws_neuron_sdk.is_dir() else {}
-    if not repos:
-        print(f"no aws-neuron-sdk at {args.aws_neuron_sdk}: the public tutorial kernels are skipped", file=sys.stderr)
+    repos = {}
+    for name, path in (("aws-neuron-sdk", args.aws_neuron_sdk), ("nki-samples", args.nki_samples)):
+        if path.is_dir():
+            repos[name] = path
+        else:
+            print(f"no {name} at {path}: the figures of its public kernels are skipped", file=sys.stderr)
     start = time.perf_counter()
     results = run(all_figures(), Sources(repos))
     print(report(results))

@@ -105,6 +105,40 @@ def test_public_code_is_read_at_its_commit_from_a_git_repository(tmp_path):
         sources.read("repo", "HEAD", "missing.py")
 
 
+_FAKE_POOL = """
+import neuronxcc.nki.language as nl
+from neuronxcc import nki
+
+SEEN = []
+
+
+@nki.jit
+def adaptive_avg_pool2d_kernel(in_tensor, output_size):
+    SEEN.append((tuple(in_tensor.shape), str(in_tensor.dtype), output_size))
+    out = nl.ndarray((128, 1), dtype=in_tensor.dtype, buffer=nl.shared_hbm)
+    nl.store(out, nl.zeros((128, 1), dtype=in_tensor.dtype))
+    return out
+"""
+
+
+def test_the_pool_figures_run_nki_samples_kernel_at_each_perf_case_on_trn2(tmp_path):
+    from trnsim.validate.kernels import public_module
+
+    pools = [f for f in all_figures() if f.key.startswith("pool.")]
+    assert len(pools) == 9 and {f.chip for f in pools} == {"trn2"} and {f.repo for f in pools} == {"nki-samples"}
+    assert [f.published for f in pools] == [65, 109, 88, 152, 327, 14, 103, 564, 255]   # the tests' "N * 1.05"
+    (result,) = run(pools[:1])
+    assert "needs --nki-samples PATH" in result.skipped
+    kernel = tmp_path / "src" / "nki_samples" / "reference" / "vision.py"
+    kernel.parent.mkdir(parents=True)
+    kernel.write_text(_FAKE_POOL)   # a directory (no git): the file as it stands
+    sources = Sources({"nki-samples": tmp_path})
+    results = run([pools[2], pools[3]], sources)
+    assert all(r.simulated is not None and r.simulated > 0 for r in results)
+    seen = public_module(sources, "nki-samples", "0898a77", "src/nki_samples/reference/vision.py").SEEN
+    assert seen == [((1, 256, 14, 14), "float16", 7), ((4, 64, 56, 56), "float32", (7, 7))]
+
+
 def test_collective_figures_are_exact_and_the_fit_figures_lie_within_a_fifth():
     results = run([f for f in all_figures() if f.kind == "collective"])
     by_key = {r.figure.key: r for r in results}
@@ -163,3 +197,6 @@ def test_the_command_prints_the_table_and_refuses_a_missing_repository(tmp_path)
     bad = subprocess.run([sys.executable, "-m", "trnsim.cli", "validate", "--aws-neuron-sdk", str(tmp_path / "no")],
                          capture_output=True, text=True, timeout=300)
     assert bad.returncode == 2 and "is not a directory" in bad.stderr
+    bad = subprocess.run([sys.executable, "-m", "trnsim.cli", "validate", "--nki-samples", str(tmp_path / "no")],
+                         capture_output=True, text=True, timeout=300)
+    assert bad.returncode == 2 and "--nki-samples" in bad.stderr and "aws-neuron/nki-samples" in bad.stderr

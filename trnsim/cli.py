@@ -333,7 +333,7 @@ def _validate(args: argparse.Namespace) -> int:
     from trnsim.validate import KINDS, Sources, all_figures, report, run, steps, summary
 
     repos = {}
-    for name, path in (("aws-neuron-sdk", args.aws_neuron_sdk),):
+    for name, path in (("aws-neuron-sdk", args.aws_neuron_sdk), ("nki-samples", args.nki_samples)):
         if path is not None:
             if not Path(path).is_dir():
                 raise TrnSimError(f"--{name} {path!r} is not a directory; pass a checkout or git directory of "
@@ -443,6 +443,8 @@ def build_parser() -> argparse.ArgumentParser:
                      help="only figures of this kind (repeatable)")
     val.add_argument("--aws-neuron-sdk", metavar="PATH", help="a checkout or git directory of aws-neuron/aws-neuron-sdk: "
                                                             "run the NKI tutorials' own kernels")
+    val.add_argument("--nki-samples", metavar="PATH", help="a checkout or git directory of aws-neuron/nki-samples: run "
+                                                         "its reference kernels whose perf tests state a measurement")
     val.add_argument("--markdown", metavar="PATH", help="also write the tables as Markdown")
     val.add_argument("--json", metavar="PATH", help="also write every figure and the summary as JSON")
     val.set_defaults(func=_validate)

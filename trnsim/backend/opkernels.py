@@ -591,23 +591,51 @@ def _nll_loss_backward(call: Call) -> OpCost:
                 total_weight=placeholder((), x.dtype))
 
 
-def _conv(call: Call) -> OpCost:
+def _depthwise(x: torch.Tensor, w: torch.Tensor, groups: int) -> bool:
+    """Whether a convolution of ``x`` by ``w`` in ``groups`` groups is depthwise: one
+    input channel per group (each output channel reads one input channel)."""
+    return groups == x.shape[1] and w.shape[1] == 1
+
+
+def _depthwise_shares(call: Call, xs: tuple, ws: tuple) -> tuple[tuple, tuple]:
+    """A depthwise convolution's shapes on one physical core: a share of the images, or
+    with fewer images than cores a share of the channels (and of their filters)."""
+    if xs[0] >= lnc():
+        return (call.shares.split(xs[0]),) + xs[1:], ws
+    c = call.shares.split(xs[1])
+    return (xs[0], c) + xs[2:], (c * (ws[0] // xs[1]),) + ws[1:]
+
+
+def _conv(call: Call) -> OpCost | None:
+    """``convolution(input, weight, bias, stride, padding, dilation, transposed,
+    output_padding, groups)``: ``conv2d_kernel`` (dilation 1); a depthwise convolution
+    (one input channel per group) ``depthwise_conv2d_kernel``; another grouped one
+    ``conv2d_kernel`` on one group's channels, once per group."""
     flat = call.flat
     from trnsim.kernels.conv import conv2d_kernel
+    from trnsim.kernels.conv_depthwise import depthwise_conv2d_kernel
 
     ts = _tensors(flat)
     x, w = ts[0], ts[1]
     stride, padding, dilation = call.arg(3, "stride"), call.arg(4, "padding"), call.arg(5, "dilation")
     transposed, groups = call.arg(6, "transposed"), call.arg(8, "groups")
-    if x.dim() != 4 or w.dim() != 4 or groups != 1 or transposed or any(dd != 1 for dd in dilation):
+    if x.dim() != 4 or w.dim() != 4 or transposed:
         return None
     xs, ws = tuple(x.shape), tuple(w.shape)
+    if groups != 1 and _depthwise(x, w, groups):
+        xs, ws = _depthwise_shares(call, xs, ws)
+        return run_kernel(depthwise_conv2d_kernel, "depthwise_conv2d_kernel", placeholder(xs, x.dtype),
+                          placeholder(ws, w.dtype), stride=tuple(stride), padding=tuple(padding),
+                          dilation=tuple(dilation))
+    if any(dd != 1 for dd in dilation):
+        return None
+    xs, ws = (xs[0], xs[1] // groups) + xs[2:], (ws[0] // groups,) + ws[1:]   # one group's
     if xs[0] >= lnc():              # the physical cores take a share of the images each,
         xs = (call.shares.split(xs[0]),) + xs[1:]
     else:                            # or of the output channels
         ws = (call.shares.split(ws[0]),) + ws[1:]
     return run_kernel(conv2d_kernel, "conv2d_kernel", placeholder(xs, x.dtype), placeholder(ws, w.dtype),
-                stride=tuple(stride), padding=tuple(padding))
+                      stride=tuple(stride), padding=tuple(padding), repeat=groups)
 
 
 def _conv_backward(call: Call) -> OpCost | None:
@@ -615,22 +643,36 @@ def _conv_backward(call: Call) -> OpCost | None:
     transposed, output_padding, groups, output_mask)`` and the device's
     ``convolution_backward_overrideable`` (the same without ``bias_sizes``):
     ``conv2d_backward_kernel``, the physical cores each taking a share of the images
-    (adding their weight gradients is left out); a batch of one runs on one core."""
+    (adding their weight gradients is left out); a batch of one runs on one core. A
+    depthwise convolution takes ``depthwise_conv2d_backward_kernel`` (a share of the
+    images, or of the channels with fewer images than cores); another grouped one
+    ``conv2d_backward_kernel`` on one group's channels, once per group."""
     from trnsim.kernels.conv_backward import conv2d_backward_kernel
+    from trnsim.kernels.conv_depthwise import depthwise_conv2d_backward_kernel
 
     skip = 0 if call.name.startswith("aten::convolution_backward_overrideable") else 1
     grad, x, w = call.arg(0, "grad_output"), call.arg(1, "input"), call.arg(2, "weight")
     stride, padding, dilation = (call.arg(i + skip, n) for i, n in ((3, "stride"), (4, "padding"), (5, "dilation")))
     transposed, groups = call.arg(6 + skip, "transposed"), call.arg(8 + skip, "groups")
     mask = list(call.arg(9 + skip, "output_mask"))
-    if x.dim() != 4 or w.dim() != 4 or groups != 1 or transposed or any(d != 1 for d in dilation) or not any(mask):
+    if x.dim() != 4 or w.dim() != 4 or transposed or not any(mask):
         return None
-    xs, gs = tuple(x.shape), tuple(grad.shape)
+    xs, gs, ws = tuple(x.shape), tuple(grad.shape), tuple(w.shape)
+    needs = {"need_input": bool(mask[0]), "need_weight": bool(mask[1]), "need_bias": bool(mask[2])}
+    if groups != 1 and _depthwise(x, w, groups):
+        xs2, ws2 = _depthwise_shares(call, xs, ws)
+        gs = (xs2[0], ws2[0]) + gs[2:]
+        return run_kernel(depthwise_conv2d_backward_kernel, "depthwise_conv2d_backward_kernel",
+                          placeholder(gs, grad.dtype), placeholder(xs2, x.dtype), placeholder(ws2, w.dtype),
+                          stride=tuple(stride), padding=tuple(padding), dilation=tuple(dilation), **needs)
+    if any(d != 1 for d in dilation):
+        return None
+    xs, gs, ws = (xs[0], xs[1] // groups) + xs[2:], (gs[0], gs[1] // groups) + gs[2:], (ws[0] // groups,) + ws[1:]
     if xs[0] >= lnc():
         xs, gs = call.shares.images(xs), call.shares.images(gs)
-    return run_kernel(conv2d_backward_kernel, "conv2d_backward_kernel", placeholder(gs, grad.dtype), placeholder(xs, x.dtype),
-                placeholder(w.shape, w.dtype), stride=tuple(stride), padding=tuple(padding), need_input=bool(mask[0]),
-                need_weight=bool(mask[1]), need_bias=bool(mask[2]))
+    return run_kernel(conv2d_backward_kernel, "conv2d_backward_kernel", placeholder(gs, grad.dtype),
+                      placeholder(xs, x.dtype), placeholder(ws, w.dtype), stride=tuple(stride), padding=tuple(padding),
+                      repeat=groups, **needs)
 
 
 def _pool_args(call: Call, x: torch.Tensor, kernel: Any, stride: Any, padding: Any) -> tuple | None:

@@ -11,7 +11,9 @@
 - :mod:`trnsim.kernels.attention`: fused (flash-style) attention forward for one head, optionally causal
 - :mod:`trnsim.kernels.elementwise`: unary, binary and scalar arithmetic, casts, the AdamW step
 - :mod:`trnsim.kernels.conv`: 2-D convolution as an implicit GEMM
-- :mod:`trnsim.kernels.conv_backward`: its input and weight gradients
+- :mod:`trnsim.kernels.conv_backward`: its input and weight gradients (a grouped convolution: one group's, once
+  per group)
+- :mod:`trnsim.kernels.conv_depthwise`: depthwise convolution (one input channel per group) and its gradients
 - :mod:`trnsim.kernels.pool`: 2-D max pooling (with indices) and average pooling, forward and backward
 - :mod:`trnsim.kernels.gather`: embedding lookup (row gather) and its gradient (scatter-add)
 - :mod:`trnsim.kernels.loss`: negative log-likelihood loss, forward and backward

@@ -22,6 +22,7 @@ tap once, through the PE array.
 import trnsim.nki as nki
 import trnsim.nki.isa as nisa
 import trnsim.nki.language as nl
+from trnsim.kernels.preconditions import int_pair
 
 TILE_P = 128          # nl.tile_size.pmax: channels per tile
 PSUM_FMAX = 512       # nl.tile_size.psum_fmax: output positions per matmul
@@ -31,10 +32,7 @@ ENGINES = (nisa.vector_engine, nisa.scalar_engine)
 
 
 def _pair(v, what):
-    pair = tuple(v) if isinstance(v, (tuple, list)) else (v, v)
-    if len(pair) != 2 or not all(isinstance(p, int) for p in pair):
-        raise nki.KernelError(f"conv2d_kernel: {what} {v!r} must be an int or a pair of ints")
-    return pair
+    return int_pair(v, what, "conv2d_kernel")
 
 
 @nki.jit

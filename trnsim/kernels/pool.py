@@ -29,19 +29,11 @@ import math
 import trnsim.nki as nki
 import trnsim.nki.isa as nisa
 import trnsim.nki.language as nl
+from trnsim.kernels.preconditions import int_pair
 
 TILE_P = 128                # nl.tile_size.pmax: image planes per tile
 BAND_BYTES = 32 * 1024      # per partition: the padded input rows of one band
 INDEX_MAX = 1 << 24         # positions per plane whose indices fp32 holds exactly
-
-
-def _pair(v, what, name):
-    pair = tuple(v) if isinstance(v, (tuple, list)) else (v, v)
-    if len(pair) == 1:
-        pair = pair * 2
-    if len(pair) != 2 or not all(isinstance(p, int) for p in pair):
-        raise nki.KernelError(f"{name}: {what} {v!r} must be an int or a pair of ints")
-    return pair
 
 
 def _out_size(size, k, s, p, ceil_mode):
@@ -68,9 +60,9 @@ class PoolGeometry:
         self.name = name
         n, c, self.h, self.w = shape
         self.planes = n * c
-        (self.kh, self.kw) = _pair(kernel, "kernel_size", name)
-        (self.sh, self.sw) = _pair(stride if stride not in (None, (), []) else kernel, "stride", name)
-        (self.ph, self.pw) = _pair(padding, "padding", name)
+        (self.kh, self.kw) = int_pair(kernel, "kernel_size", name)
+        (self.sh, self.sw) = int_pair(stride if stride not in (None, (), []) else kernel, "stride", name)
+        (self.ph, self.pw) = int_pair(padding, "padding", name)
         if min(self.kh, self.kw, self.sh, self.sw) < 1 or self.ph < 0 or self.pw < 0 \
                 or 2 * self.ph > self.kh or 2 * self.pw > self.kw:
             raise nki.KernelError(f"{name}: kernel {(self.kh, self.kw)}, stride {(self.sh, self.sw)}, padding "

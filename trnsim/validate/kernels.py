@@ -1,7 +1,8 @@
 """Kernel latencies AWS published, against trnsim's NKI tracing and timing.
 
 Two tutorials publish their kernels' latencies, and trnsim runs the tutorials' own code
-(``--aws-neuron-sdk PATH``) unedited.
+(``--aws-neuron-sdk PATH``) unedited; nki-samples' perf tests state what their reference
+kernels measured, and trnsim runs those kernels (``--nki-samples PATH``) unedited too.
 
 The NKI matrix multiplication tutorial (aws-neuron-sdk ``nki/tutorials/
 matrix_multiplication.rst`` at ``1db4d74``, its last version with the table; since then
@@ -27,6 +28,13 @@ None of these figures was used to fit anything: all are ``check``. ``mamba_v2`` 
 sequence 512 spills SBUF to HBM on the real compiler (the page shows the spill queues);
 trnsim models no spilling, so it times those rows without the spill traffic, and refuses
 the kernel where its tiles do not fit SBUF at all.
+
+nki-samples (``test/unit/test_adaptive_avg_pool2d.py`` at ``0898a77``, the parent of
+``fc5c69f`` that removed the reference kernels) tests its adaptive average pool on trn2
+against a threshold written as the p99 latency the case measured times 1.05 (``65 * 1.05``
+us and so on): the nine measured figures are the published values here. Its other perf
+tests give round thresholds with no measurement behind them (upper bounds), which are not
+figures.
 """
 
 from __future__ import annotations
@@ -46,12 +54,12 @@ _COMMIT = "1db4d74"
 _CODE = "nki/examples/matrix_multiplication/matrix_multiplication_nki_kernels.py"
 _PAGE = f"nki/tutorials/matrix_multiplication.rst at {_COMMIT}, Performance table"
 _M, _K, _N = 4096, 8192, 8192
-_modules: dict[tuple[str, str, str], ModuleType] = {}
+_modules: dict[tuple[str, str, str, str], ModuleType] = {}
 
 
 def public_module(sources: Sources, repo: str, commit: str, path: str) -> ModuleType:
     """Import ``path`` of ``repo`` at ``commit``, unedited, from a temporary directory."""
-    key = (repo, commit, path)
+    key = (repo, str(sources.repos.get(repo)), commit, path)
     if key not in _modules:
         import trnsim  # noqa: F401  (the nki / neuronxcc names the public code imports)
 
@@ -141,6 +149,46 @@ def _mamba_figures() -> list[Figure]:
     return out
 
 
+_SAMPLES = "nki-samples"
+_SAMPLES_COMMIT = "0898a77"   # fc5c69f~1, the last commit with the reference kernels' perf tests
+_POOL_CODE = "src/nki_samples/reference/vision.py"
+_POOL_TEST = f"test/unit/test_adaptive_avg_pool2d.py at {_SAMPLES_COMMIT}, test_adaptive_avg_pool2d_perf"
+#: the perf cases of nki-samples' adaptive average pool: (N, C, H, W, output size, dtype, measured p99 us)
+_POOL_CASES = ((1, 64, 56, 56, 7, "float32", 65), (2, 128, 28, 28, 7, "float32", 109),
+               (1, 256, 14, 14, 7, "float16", 88), (4, 64, 56, 56, (7, 7), "float32", 152),
+               (2, 128, 28, 28, (14, 14), "float32", 327), (1, 512, 7, 7, 1, "float32", 14),
+               (8, 64, 32, 32, (4, 4), "float16", 103), (2, 2048, 32, 32, (3, 3), "float32", 564),
+               (2, 64, 256, 256, 1, "float32", 255))
+
+
+def _pool(shape: tuple[int, int, int, int], output_size: int | tuple[int, int], dtype: str) -> Callable[[Sources], float]:
+    def simulate(sources: Sources) -> float:
+        import numpy as np
+
+        from trnsim.nki import trace_program
+        from trnsim.simulator import run_timing
+
+        kernel = public_module(sources, _SAMPLES, _SAMPLES_COMMIT, _POOL_CODE).adaptive_avg_pool2d_kernel
+        x = np.zeros(shape, np.dtype(dtype))
+        return run_timing(trace_program(kernel, x, output_size, chip="trn2")).time_ns / 1e3
+    return simulate
+
+
+def _pool_figures() -> list[Figure]:
+    """nki-samples' adaptive average pool, whose perf test states the p99 latency each case
+    measured on the chip (its threshold is that figure times 1.05). NC-v3's per-descriptor
+    DMA cost was fitted to these cases (docs/hardware.md), so all nine are ``fit``."""
+    out = []
+    for n, c, h, w, size, dtype, us in _POOL_CASES:
+        out_h, out_w = (size, size) if isinstance(size, int) else size
+        out.append(Figure(key=f"pool.{n}x{c}x{h}x{w}.{out_h}x{out_w}.{dtype}", kind="kernel",
+                          what=f"adaptive average pool, {dtype} [{n}, {c}, {h}, {w}] to {out_h}x{out_w} (p99)",
+                          chip="trn2", source=f"nki-samples {_POOL_TEST}", published=us, unit="us", group="fit",
+                          runs=f"adaptive_avg_pool2d_kernel ({_SAMPLES} {_SAMPLES_COMMIT})",
+                          simulate=_pool((n, c, h, w), size, dtype), quick=False, repo=_SAMPLES))
+    return out
+
+
 def figures() -> list[Figure]:
     what = "matmul tutorial, [4096, 8192] @ [8192, 8192] bf16"
     steps = [("nki_matmul_tiled_", "original tiled", 51.80, "fit"),
@@ -156,4 +204,4 @@ def figures() -> list[Figure]:
                    simulate=_own(name))
             for name, label, ms in (("matmul_basic", "original tiled", 51.80),
                                     ("matmul_optimized", "optimization 3", 6.97))]
-    return out + _mamba_figures()
+    return out + _mamba_figures() + _pool_figures()
