@@ -719,6 +719,26 @@ def _max_pool_backward(call: Call) -> OpCost | None:
                 placeholder(shape, x.dtype), kernel, stride, padding, bool(call.arg(6, "ceil_mode", False)))
 
 
+def _one_window_clipped(shape: tuple, kernel: tuple, stride: tuple | None, padding: tuple,
+                        ceil_mode: bool) -> tuple:
+    """The pooling window for timing: along an axis with one output, a window longer than
+    the padded input (HF EfficientNet's ``AvgPool2d(hidden_dim, ceil_mode=True)`` over a
+    few pixels) reads what a window of the padded input's size reads, so it is timed as
+    that one (whose tiles fit SBUF)."""
+    from trnsim.kernels.pool import _out_size
+
+    def pair(v: Any) -> tuple[int, int]:
+        v = tuple(v) if isinstance(v, (tuple, list)) else (v, v)
+        return (v[0], v[0]) if len(v) == 1 else (v[0], v[1])
+
+    ks, ss, ps = pair(kernel), pair(stride if stride else kernel), pair(padding)
+    out = []
+    for size, k, st, p in zip(shape[2:], ks, ss, ps):
+        whole = size + 2 * p
+        out.append(whole if k > whole and _out_size(size, k, st, p, ceil_mode) == 1 else k)
+    return tuple(out)
+
+
 def _avg_pool(call: Call) -> OpCost | None:
     """``avg_pool2d(self, kernel_size, stride, padding, ceil_mode, count_include_pad,
     divisor_override)`` and its backward (``grad_output`` first): ``avgpool2d_kernel``
@@ -733,6 +753,7 @@ def _avg_pool(call: Call) -> OpCost | None:
     if pool is None:
         return None
     shape, kernel, stride, padding = pool
+    kernel = _one_window_clipped(shape, kernel, stride, padding, bool(call.arg(at + 4, "ceil_mode", False)))
     options = {"ceil_mode": bool(call.arg(at + 4, "ceil_mode", False)),
                "count_include_pad": bool(call.arg(at + 5, "count_include_pad", True)),
                "divisor_override": call.arg(at + 6, "divisor_override")}
@@ -911,3 +932,42 @@ def _foreach_norm(call: Call) -> OpCost | None:
         return None
     ps = sum(cost_of("aten::linalg_vector_norm", (t,), {}, None).ps for t in tensors)
     return OpCost(ps=ps, source="kernel", kernel=f"reduce_kernel[sum] x{len(tensors)}")
+
+
+def _pad(call: Call) -> OpCost | None:
+    """``constant_pad_nd(self, pad, value)``: ``pad_kernel`` (a negative pad crops), the
+    physical cores each taking a share of the leading axis where it is not padded."""
+    from trnsim.kernels.movement import pad_kernel
+
+    x, pads = call.arg(0, "self"), [int(p) for p in call.arg(1, "pad")]
+    if not isinstance(x, torch.Tensor) or x.dim() == 0 or len(pads) > 2 * x.dim() or not x.numel():
+        return None
+    shape = tuple(x.shape)
+    if len(pads) < 2 * x.dim():   # the leading axis is not padded: the cores share it
+        shape = call.shares.images(shape)
+    return run_kernel(pad_kernel, "pad_kernel", placeholder(shape, x.dtype), tuple(pads),
+                      value=float(call.arg(2, "value", 0.0) or 0.0))
+
+
+def _dropout(call: Call) -> OpCost | None:
+    """``native_dropout(input, p, train)`` when training: ``dropout_kernel`` on a share per
+    physical core (not training, it is a copy: the estimate)."""
+    from trnsim.kernels.elementwise import dropout_kernel
+
+    x, p, train = call.arg(0, "input"), float(call.arg(1, "p")), call.arg(2, "train")
+    if train is False or not 0.0 <= p < 1.0 or not x.numel():
+        return None
+    return run_kernel(dropout_kernel, "dropout_kernel", placeholder(call.shares.per_core(x.shape), x.dtype), p=p)
+
+
+def _dropout_backward(call: Call) -> OpCost | None:
+    """``native_dropout_backward(grad_output, mask, scale)``: ``dropout_backward_kernel``
+    on a share per physical core."""
+    from trnsim.kernels.elementwise import dropout_backward_kernel
+
+    grad, mask = call.arg(0, "grad_output"), call.arg(1, "mask")
+    if not grad.numel():
+        return None
+    part = call.shares.per_core(grad.shape)
+    return run_kernel(dropout_backward_kernel, "dropout_backward_kernel", placeholder(part, grad.dtype),
+                      placeholder(part, mask.dtype), scale=float(call.arg(2, "scale")))

@@ -133,6 +133,9 @@ def _entries() -> list[tuple[list[str], Lowering]]:
         (_aten("fill_.Scalar", "fill.Scalar", "zero_", "full", "full.out"), Lowering(time._fill)),
         (_aten("isnan", "isnan.out"), Lowering(time._isnan)),
         (_aten("cumsum", "cumsum_", "cumsum.out"), Lowering(time._cumsum)),
+        (_aten("constant_pad_nd", "constant_pad_nd.out"), Lowering(time._pad)),
+        (_aten("native_dropout", "native_dropout.out"), Lowering(time._dropout)),
+        (_aten("native_dropout_backward", "native_dropout_backward.out"), Lowering(time._dropout_backward)),
         (_aten("_foreach_norm.Scalar", "_foreach_norm.Scalar_out"), Lowering(time._foreach_norm)),
     ]
     return e

@@ -367,3 +367,59 @@ def cumsum_kernel(x, dtype=None):
                                       op1=nl.add, dtype=out.dtype)
         nl.store(dst[r0:r0 + p, :], value=res)
     return out
+
+
+@nki.jit
+def dropout_kernel(x, p=0.5):
+    """torch's ``native_dropout(x, p, train=True)``: each element zeroed with probability
+    ``p``, the others scaled by ``1 / (1 - p)``; and the mask of those kept.
+
+    Args:
+        x: any shape in HBM, any chip float dtype.
+        p: the probability of zeroing, 0 <= p < 1.
+
+    Returns:
+        (the result in ``x``'s dtype, the mask as uint8 1/0), both ``x``'s shape in HBM.
+
+    Memories: a [128, <= 4096] tile of ones is set once; per block the vector engine
+    drops from it (``dropout``: the mask), and one ``scalar_tensor_tensor`` multiplies
+    the loaded block by the scale and the mask; both are stored. PSUM is not used.
+    """
+    if not 0.0 <= float(p) < 1.0:
+        raise nki.KernelError(f"dropout_kernel: p {p!r} must be in [0, 1); p = 1 zeroes everything (use zeros)")
+    out = _new_like(x, None)
+    mask = nl.ndarray(x.shape, nl.uint8, buffer=nl.shared_hbm)
+    ones = {}
+    for src, dst, kept in zip(flat_views(x, FREE_MAX), flat_views(out, FREE_MAX), flat_views(mask, FREE_MAX)):
+        key = tuple(src.shape)
+        if key not in ones:
+            ones[key] = nisa.memset(key, value=1.0, dtype=nl.float32)
+        m = nisa.dropout(ones[key], prob=float(p))
+        y = nisa.scalar_tensor_tensor(data=nl.load(src), op0=nl.multiply, operand0=1.0 / (1.0 - float(p)),
+                                      op1=nl.multiply, operand1=m, dtype=out.dtype)
+        nl.store(dst, value=y)
+        nl.store(kept, value=nl.copy(m, dtype=nl.uint8))
+    return out, mask
+
+
+@nki.jit
+def dropout_backward_kernel(grad, mask, scale=1.0):
+    """torch's ``native_dropout_backward(grad, mask, scale)``: ``grad * mask * scale``.
+
+    Args:
+        grad: any shape in HBM, any chip float dtype; mask: its shape, 1/0 (uint8 or
+            float).
+        scale: ``1 / (1 - p)`` of the forward.
+
+    Returns:
+        ``grad``'s shape and dtype in HBM.
+
+    Memories: per [128, <= 4096] block both are loaded and one ``scalar_tensor_tensor``
+    (vector engine) writes the result tile, stored to HBM. PSUM is not used.
+    """
+    out = _new_like(grad, None)
+    for g, m, dst in zip(flat_views(grad, FREE_MAX), flat_views(mask, FREE_MAX), flat_views(out, FREE_MAX)):
+        y = nisa.scalar_tensor_tensor(data=nl.load(m), op0=nl.multiply, operand0=float(scale), op1=nl.multiply,
+                                      operand1=nl.load(g), dtype=out.dtype)
+        nl.store(dst, value=y)
+    return out

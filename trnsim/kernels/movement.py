@@ -1,4 +1,5 @@
-"""Data movement: concatenation (and so stack and copies), nearest-neighbour upsampling.
+"""Data movement: concatenation (and so stack and copies), nearest-neighbour upsampling,
+constant padding.
 
 ``concat_kernel`` moves each input with one HBM-to-HBM DMA into its slice of the
 output; no engine and no on-chip memory is involved, as the Neuron compiler does
@@ -106,4 +107,56 @@ def upsample_nearest2d_kernel(x, scale_h=2, scale_w=2):
             for i in range(sh):
                 start = i * w * sw + c0 * sw
                 nl.store(dst[r0:r0 + p, start:start + cw * sw], value=wide)
+    return out
+
+
+@nki.jit
+def pad_kernel(x, pads, value=0.0):
+    """torch's ``constant_pad_nd(x, pads, value)``: ``x`` inside a border of ``value``; a
+    negative pad crops that side instead (as a compiled graph's backward of a padding
+    writes it).
+
+    Args:
+        x: any shape in HBM, any chip dtype.
+        pads: torch's order, (before, after) for the last axis first, then the axis
+            before it, and so on.
+        value: the border's value.
+
+    Returns:
+        The padded tensor in HBM, of ``x``'s dtype.
+
+    Memories: where any pad is positive, the result is first set to ``value`` from one
+    memset SBUF tile (a store per [128, <= 4096] block of it seen as rows over the
+    padded axes); then what is kept of ``x`` moves with one HBM-to-HBM DMA into its
+    place (one descriptor per contiguous run), after the stores it overwrites. The fill
+    writes ``x``'s place too: the one DMA is cheaper than cutting the border into a
+    store per row piece.
+    """
+    pads = tuple(int(p) for p in pads)
+    n = len(x.shape)
+    if len(pads) % 2 or len(pads) // 2 > n:
+        raise nki.KernelError(f"pad_kernel: pads {list(pads)} must be (before, after) pairs, at most one pair per "
+                              f"axis of x {list(x.shape)}")
+    before = [0] * n
+    after = [0] * n
+    for i in range(len(pads) // 2):
+        before[n - 1 - i], after[n - 1 - i] = pads[2 * i], pads[2 * i + 1]
+    shape = tuple(s + b + a for s, b, a in zip(x.shape, before, after))
+    if any(d < 1 for d in shape):
+        raise nki.KernelError(f"pad_kernel: pads {list(pads)} crop x {list(x.shape)} to nothing ({list(shape)})")
+    out = nl.ndarray(shape, x.dtype, buffer=nl.shared_hbm)
+    first = next((i for i in range(n) if before[i] > 0 or after[i] > 0), n)
+    if first < n:   # the fill: the result as [outer, inner] rows, inner from the first padded axis on
+        outer, inner = math.prod(shape[:first]), math.prod(shape[first:])
+        rows = out.reshape((outer, inner))
+        fill = nisa.memset((min(TILE_P, outer), min(FREE_MAX, inner)), value=float(value), dtype=x.dtype)
+        for r0 in range(0, outer, TILE_P):
+            r1 = min(outer, r0 + TILE_P)
+            for c0 in range(0, inner, FREE_MAX):
+                c1 = min(inner, c0 + FREE_MAX)
+                nl.store(rows[r0:r1, c0:c1], value=fill[0:r1 - r0, 0:c1 - c0])
+    src = tuple(slice(max(0, -b), s - max(0, -a)) for s, b, a in zip(x.shape, before, after))
+    dst = tuple(slice(max(0, b), max(0, b) + (s - max(0, -b) - max(0, -a))) for s, b, a in zip(x.shape, before, after))
+    if all(sl.stop > sl.start for sl in src):
+        nisa.dma_copy(dst=out[dst], src=x[src])
     return out
