@@ -10,7 +10,7 @@ import torch.nn.functional as F
 
 import trnsim.nki as nki
 from trnsim.kernels.elementwise import dropout_backward_kernel, dropout_kernel
-from trnsim.kernels.movement import pad_kernel
+from trnsim.kernels.movement import pad_kernel, slice_scatter_kernel
 from trnsim.nki import KernelError
 from trnsim.testing import assert_kernel_matches
 from tests.test_kernels import arrays
@@ -91,3 +91,98 @@ def test_an_average_pool_window_larger_than_its_input_is_timed_by_the_pool_kerne
     for name, args in (("aten::avg_pool2d", fwd), ("aten::avg_pool2d_backward", back)):
         cost = optable.kernel_cost(Call(name, args, {}, list(args), None))
         assert cost is not None and cost.source == "kernel", name
+
+
+@pytest.mark.parametrize("base, src, dim, start, end, step", [((2, 4, 32, 16), (2, 4, 32, 8), 3, 8, 16, 1),
+                                                              ((6, 5), (2, 5), 0, 1, 5, 2)])
+def test_slice_scatter_kernel_matches_torch(base, src, dim, start, end, step):
+    b, s = arrays(102, torch.float32, base, src)
+    expected = torch.slice_scatter(torch.from_numpy(np.asarray(b)), torch.from_numpy(np.asarray(s)), dim, start, end,
+                                   step).numpy()
+    assert_kernel_matches(slice_scatter_kernel, lambda *_, **__: expected, b, s, dim=dim, start=start, end=end,
+                          step=step)
+
+
+def test_slice_scatter_kernel_refuses_a_source_of_another_shape():
+    with pytest.raises(KernelError, match=r"src \[2, 3\] is not the slice 0:4:2 of axis 0 of base \[4, 4\]"):
+        nki.trace_program(slice_scatter_kernel, np.zeros((4, 4), np.float32), np.zeros((2, 3), np.float32), 0, 0, 4, 2)
+    with pytest.raises(KernelError, match=r"that slice is \[2, 4\]"):
+        nki.trace_program(slice_scatter_kernel, np.zeros((4, 4), np.float32), np.zeros((3, 4), np.float32), 0, 0, 4, 2)
+
+
+def test_mask_and_copy_ops_of_compiled_graphs_are_timed_by_kernels():
+    """What a compiled Llama's and Swin's graphs call besides matmuls and norms: mask
+    arithmetic on bools, fills like another tensor, copies, slice scatters; and an op on
+    empty tensors does no device work."""
+    from trnsim.backend import costs
+
+    def timed(name, *args):
+        out = getattr(torch.ops.aten, name.split(".")[0]).default(*args) if "." not in name else None
+        cost = costs.op_cost(f"aten::{name}", args, {}, [a for a in args if isinstance(a, torch.Tensor)], out)
+        return cost.source, cost.kernel
+
+    mask = torch.ones(2, 32, dtype=torch.bool, device="neuron")
+    x = torch.randn(64, 256, device="neuron")
+    assert timed("bitwise_and.Tensor", mask, mask) == ("kernel", "binary_kernel[bitwise_and]")
+    assert timed("bitwise_not", mask) == ("kernel", "scalar_kernel[equal]")
+    assert timed("logical_not", x) == ("kernel", "scalar_kernel[equal]")
+    assert timed("isneginf", x) == ("kernel", "scalar_kernel[equal]")
+    assert timed("full_like", x, 0.0) == ("kernel", "fill_kernel")
+    assert timed("lift_fresh_copy", x) == ("kernel", "cast_kernel")
+    base, src = torch.zeros(2, 4, 32, 16, device="neuron"), torch.ones(2, 4, 32, 8, device="neuron")
+    assert timed("slice_scatter", base, src, 3, 8, 16) == ("kernel", "slice_scatter_kernel")
+    empty = torch.zeros(0, device="neuron")
+    assert timed("zero_", empty) == ("none", "")
+
+
+def test_where_uniform_rounding_and_arange_kernels_compute_their_ops():
+    from trnsim.kernels.elementwise import arange_kernel, rounding_kernel, uniform_kernel, where_kernel
+
+    cond = (np.arange(600).reshape(3, 200) % 3 == 0).astype(np.uint8)
+    x, y = arrays(103, torch.float32, (3, 200), (3, 200))
+    assert_kernel_matches(where_kernel, lambda c, a, b: np.where(c != 0, a, b), cond, x, y)
+    u = np.asarray(nki.simulate_kernel(uniform_kernel, (128, 300), -2.0, 3.0), np.float32)
+    assert u.min() >= -2.0 and u.max() < 3.0 and abs(u.mean() - 0.5) < 0.05 and len(np.unique(u)) > 30000
+    v = np.array([[-1.5, -0.2, 0.0, 0.7, 2.5, 3.0]], np.float32)
+    for op in ("floor", "ceil", "trunc"):
+        np.testing.assert_array_equal(np.asarray(nki.simulate_kernel(rounding_kernel, v, op)), getattr(np, op)(v) + 0.0)
+    for n, start, step in ((5, 0, 1), (300, 3, 2), (128 * 4097 + 7, -5, 1)):
+        np.testing.assert_array_equal(np.asarray(nki.simulate_kernel(arange_kernel, n, start, step)),
+                                      np.arange(start, start + n * step, step))
+    with pytest.raises(KernelError, match="low 1.0 must be below high 1.0"):
+        nki.trace_program(uniform_kernel, (4, 4), 1.0, 1.0)
+    with pytest.raises(KernelError, match="op 'round' is not one of"):
+        nki.trace_program(rounding_kernel, v, "round")
+
+
+def test_indexing_loss_and_random_ops_of_common_models_are_timed_by_kernels():
+    """The rest of what ConvNeXt, ViT, Swin and a Llama call in a training step, eager or
+    compiled: each by its kernel, and an indexing the kernels do not take by the estimate."""
+    from trnsim.backend import costs
+
+    def timed(name, *args):
+        base, _, overload = name.partition(".")
+        out = getattr(getattr(torch.ops.aten, base), overload or "default")(*args) if name in PLAIN else None
+        cost = costs.op_cost(f"aten::{name}", args, {}, [a for a in args if isinstance(a, torch.Tensor)], out)
+        return cost.source, cost.kernel
+
+    PLAIN = {"where.self", "floor", "gather", "scatter.value"}
+    dev = "neuron"
+    cond, x = torch.ones(64, 1, dtype=torch.bool, device=dev), torch.randn(64, 256, device=dev)
+    table, idx = torch.randn(169, 4, device=dev), torch.randint(0, 169, (2401,), device=dev)
+    target = torch.randint(0, 256, (64, 1), device=dev)
+    assert timed("where.self", torch.ones(64, 256, dtype=torch.bool, device=dev), x, x) == ("kernel", "where_kernel")
+    assert timed("floor", x) == ("kernel", "rounding_kernel[floor]")
+    assert timed("index.Tensor", table, [idx]) == ("kernel", "embedding_kernel")
+    assert timed("index.Tensor", table, [None, torch.tensor([0, 1], device=dev)])[0] == "estimate"
+    assert timed("index_put", table, [idx[:50]], torch.randn(50, 4, device=dev), True) == \
+        ("kernel", "embedding_backward_kernel")
+    assert timed("gather", x, -1, target) == ("kernel", "embedding_kernel")
+    assert timed("scatter.value", x, 1, target, 1.0) == ("kernel", "embedding_backward_kernel")
+    assert timed("select_backward", torch.randn(2, 64, device=dev), [2, 65, 64], 1, 0) == ("kernel", "pad_kernel")
+    assert timed("slice_backward", torch.randn(2, 8, device=dev), [2, 16], 1, 8, 16, 1) == ("kernel", "pad_kernel")
+    assert timed("as_strided_scatter", torch.zeros(64, device=dev), torch.ones(2, 32, device=dev), [2, 32], [32, 1],
+                 0) == ("kernel", "slice_scatter_kernel")
+    out = torch.empty(32, dtype=torch.int64, device=dev)
+    assert costs.op_cost("aten::arange.start_out", (0, 32, 1), {"out": out}, [out], out).kernel == "arange_kernel"
+    assert cond.any()   # (a device tensor of bools made on the way)

@@ -22,6 +22,7 @@ NO_DEVICE_WORK = frozenset({
     "aten::empty.memory_format", "aten::empty_strided", "aten::resize_", "aten::set_.source_Storage",
     "aten::set_.source_Storage_storage_offset", "aten::set_.source_Tensor", "aten::set_", "aten::is_pinned",
     "aten::is_set_to", "aten::record_stream", "aten::_has_same_storage_numel", "aten::sym_size",
+    "aten::new_empty_strided", "aten::new_empty", "aten::empty_like",
 })
 
 
@@ -35,7 +36,10 @@ def op_cost(name: str, args: tuple, kwargs: dict, flat: list, out: Any,
     cost = optable.kernel_cost(Call(name, args, kwargs, flat, out, cost_of))
     if cost is not None:
         return cost
-    return estimate(moved_bytes(flat, out))
+    nbytes = moved_bytes(flat, out)
+    if not nbytes:   # every tensor it reads and writes is empty (or there is none): nothing to do
+        return OpCost(ps=0, source="none")
+    return estimate(nbytes)
 
 
 def coverage() -> dict[str, list[str]]:

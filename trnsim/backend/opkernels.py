@@ -971,3 +971,247 @@ def _dropout_backward(call: Call) -> OpCost | None:
     part = call.shares.per_core(grad.shape)
     return run_kernel(dropout_backward_kernel, "dropout_backward_kernel", placeholder(part, grad.dtype),
                       placeholder(part, mask.dtype), scale=float(call.arg(2, "scale")))
+
+
+
+#: bitwise and logical ops of two tensors: the vector engine's ALU op each runs as (on
+#: bools, 0/1 bytes, the logical ops are the bitwise ones)
+BITWISE = {"bitwise_and": "bitwise_and", "bitwise_or": "bitwise_or", "bitwise_xor": "bitwise_xor",
+           "logical_and": "bitwise_and", "logical_or": "bitwise_or", "logical_xor": "bitwise_xor"}
+#: ops of one tensor that are one comparison with a number: (ALU op, the number)
+COMPARE_WITH = {"logical_not": ("equal", 0.0), "isneginf": ("equal", -math.inf), "isposinf": ("equal", math.inf)}
+
+
+def _bitwise(call: Call) -> OpCost | None:
+    """A bitwise or logical op of two tensors (a number or a 0-d tensor as the second:
+    ``tensor_scalar``): ``binary_kernel`` with the vector engine's bitwise ALU op, on a
+    share per physical core; broadcasts as :func:`_binary` takes them."""
+    from trnsim.kernels.elementwise import binary_kernel, scalar_kernel
+
+    op = BITWISE[op_base(call.name)]
+    ts = [t for t in _tensors(list(call.args)) if t.numel()]
+    big = [t for t in ts if t.dim() > 0]
+    if not big:
+        return None
+    if len(big) == 1:
+        return run_kernel(scalar_kernel, f"scalar_kernel[{op}]", placeholder(call.shares.per_core(big[0].shape),
+                                                                               big[0].dtype), op=op, value=1.0)
+    a, b = big[0], big[1]
+    if tuple(a.shape) != tuple(b.shape):
+        return None
+    part = call.shares.per_core(a.shape)
+    return run_kernel(binary_kernel, f"binary_kernel[{op}]", placeholder(part, a.dtype), placeholder(part, b.dtype),
+                      op=op)
+
+
+def _compare_with(call: Call) -> OpCost | None:
+    """``logical_not`` (``x == 0``), ``isneginf``/``isposinf`` (``x == -inf``/``inf``) and
+    ``bitwise_not`` of bools (``logical_not``): one vector comparison per tile
+    (``scalar_kernel``); ``bitwise_not`` of integers is an xor with -1."""
+    from trnsim.kernels.elementwise import scalar_kernel
+
+    x = call.arg(0, "self")
+    if not isinstance(x, torch.Tensor) or not x.numel():
+        return None
+    base = op_base(call.name)
+    if base == "bitwise_not":
+        op, value = ("equal", 0.0) if x.dtype == torch.bool else ("bitwise_xor", -1.0)
+    else:
+        op, value = COMPARE_WITH[base]
+    return run_kernel(scalar_kernel, f"scalar_kernel[{op}]", placeholder(call.shares.per_core(x.shape), x.dtype),
+                      op=op, value=value, dtype="uint8" if x.dtype == torch.bool or base != "bitwise_not" else None)
+
+
+def _copy(call: Call) -> OpCost | None:
+    """A copy into a new tensor on the device (``lift_fresh_copy``, ``to`` within the
+    device, ``copy``, ``alias_copy``): ``cast_kernel`` to the result's dtype."""
+    return _cast(call)
+
+
+def _slice_scatter(call: Call) -> OpCost | None:
+    """``slice_scatter(self, src, dim, start, end, step)``: ``slice_scatter_kernel``, the
+    base copied and the slice written by DMA (an empty slice: the copy alone)."""
+    from trnsim.kernels.movement import slice_scatter_kernel
+
+    from trnsim.kernels.elementwise import cast_kernel
+
+    base, src = call.arg(0, "self"), call.arg(1, "src")
+    if not base.numel():
+        return None
+    if not src.numel():   # an empty slice: the copy of the base alone
+        return run_kernel(cast_kernel, "cast_kernel", placeholder(base.shape, base.dtype), dtype=chip_dtype(base.dtype))
+    dim = int(call.arg(2, "dim", 0)) % base.dim()
+    start, end, step = call.arg(3, "start", None), call.arg(4, "end", None), int(call.arg(5, "step", 1) or 1)
+    size = base.shape[dim]
+    start = 0 if start is None else int(start) % size if int(start) < 0 else min(int(start), size)
+    end = size if end is None else (int(end) % size if int(end) < 0 else min(int(end), size))
+    return run_kernel(slice_scatter_kernel, "slice_scatter_kernel", placeholder(base.shape, base.dtype),
+                      placeholder(src.shape, src.dtype), dim=dim, start=start, end=end, step=step)
+
+
+def _where(call: Call) -> OpCost | None:
+    """``where(condition, self, other)``: ``where_kernel`` over the result's shape (a
+    broadcast operand timed at the result's size), a share per physical core."""
+    from trnsim.kernels.elementwise import where_kernel
+
+    out = call.out
+    if not isinstance(out, torch.Tensor) or not out.numel():
+        return None
+    part = call.shares.per_core(out.shape)
+    others = [call.arg(1, "self"), call.arg(2, "other")]
+    dtypes = [t.dtype if isinstance(t, torch.Tensor) else out.dtype for t in others]
+    return run_kernel(where_kernel, "where_kernel", placeholder(part, torch.bool), placeholder(part, dtypes[0]),
+                      placeholder(part, dtypes[1]))
+
+
+def _uniform(call: Call) -> OpCost | None:
+    """``uniform_(self, from, to)`` and ``rand(size)``: ``uniform_kernel`` over the result,
+    a share per physical core."""
+    from trnsim.kernels.elementwise import uniform_kernel
+
+    out = call.out if isinstance(call.out, torch.Tensor) else call.arg(0, "self")
+    if not isinstance(out, torch.Tensor) or not out.numel() or not out.dtype.is_floating_point:
+        return None
+    low, high = (0.0, 1.0) if op_base(call.name) == "rand" else (float(call.arg(1, "from", 0.0)),
+                                                                  float(call.arg(2, "to", 1.0)))
+    return run_kernel(uniform_kernel, "uniform_kernel", call.shares.per_core(out.shape), low=low, high=high,
+                      dtype=chip_dtype(out.dtype))
+
+
+def _first_axis_index(call: Call) -> tuple[torch.Tensor, torch.Tensor] | None:
+    """(self, the index) of an advanced indexing ``self[index]`` by one integer tensor on
+    the first axis (``index(self, [index])``, ``index_put(self, [index], values)``);
+    None for any other indexing."""
+    x, indices = call.arg(0, "self"), call.arg(1, "indices")
+    if not isinstance(x, torch.Tensor) or x.dim() == 0 or not isinstance(indices, (list, tuple)):
+        return None
+    if len(indices) != 1 or not isinstance(indices[0], torch.Tensor) or indices[0].dtype in (torch.bool, torch.uint8):
+        return None
+    return x, indices[0]
+
+
+def _index(call: Call) -> OpCost | None:
+    """``index(self, [index])`` on the first axis by an integer tensor: a row gather
+    (``embedding_kernel``), as ``index_select``; other indexing takes the estimate."""
+    from trnsim.kernels.gather import embedding_kernel
+
+    found = _first_axis_index(call)
+    if found is None or not found[1].numel():
+        return None
+    x, idx = found
+    d = max(x.numel() // max(x.shape[0], 1), 1)
+    return run_kernel(embedding_kernel, "embedding_kernel", placeholder((max(x.shape[0], 1), d), x.dtype),
+                      placeholder((call.shares.split(idx.numel()),), torch.int32))
+
+
+def _index_put(call: Call) -> OpCost | None:
+    """``index_put(self, [index], values, accumulate)`` on the first axis by an integer
+    tensor: a row scatter into the table (``embedding_backward_kernel``: its memset
+    stands for the copy of ``self``, the scatter adds or writes each row)."""
+    from trnsim.kernels.gather import embedding_backward_kernel
+
+    found = _first_axis_index(call)
+    if found is None or not found[1].numel():
+        return None
+    x, idx = found
+    d = max(x.numel() // max(x.shape[0], 1), 1)
+    n = call.shares.split(idx.numel())
+    return run_kernel(embedding_backward_kernel, "embedding_backward_kernel", placeholder((n, d), x.dtype),
+                      placeholder((n,), torch.int32), max(1, math.ceil(x.shape[0] / lnc())))
+
+
+def _view_backward(call: Call) -> OpCost | None:
+    """``select_backward(grad, input_sizes, dim, index)`` and ``slice_backward(grad,
+    input_sizes, dim, start, end, step)`` with step 1: zeros of the input's size around
+    the gradient, ``pad_kernel`` along ``dim``."""
+    from trnsim.kernels.movement import pad_kernel
+
+    grad, sizes = call.arg(0, "grad_output"), [int(s) for s in call.arg(1, "input_sizes")]
+    dim = int(call.arg(2, "dim")) % len(sizes)
+    if op_base(call.name) == "select_backward":
+        start, end = int(call.arg(3, "index")) % sizes[dim], None
+        end = start + 1
+    else:
+        if int(call.arg(5, "step", 1)) != 1:
+            return None
+        start, end = int(call.arg(3, "start")), int(call.arg(4, "end"))
+        start, end = max(0, min(start, sizes[dim])), max(0, min(end, sizes[dim]))
+    inner = sizes[:dim] + [end - start] + sizes[dim + 1:]
+    if not all(inner) or not grad.numel():
+        return None
+    pads = [0, 0] * (len(sizes) - 1 - dim) + [start, sizes[dim] - end]
+    return run_kernel(pad_kernel, "pad_kernel", placeholder(inner, grad.dtype), tuple(pads), value=0.0)
+
+
+def _rounding(call: Call) -> OpCost | None:
+    """``floor``, ``ceil``, ``trunc`` of a float tensor: ``rounding_kernel``, a share per
+    physical core (of integers they are copies: the estimate)."""
+    from trnsim.kernels.elementwise import rounding_kernel
+
+    x = call.arg(0, "self")
+    if not isinstance(x, torch.Tensor) or not x.numel() or not x.dtype.is_floating_point:
+        return None
+    return run_kernel(rounding_kernel, f"rounding_kernel[{op_base(call.name)}]",
+                      placeholder(call.shares.per_core(x.shape), x.dtype), op=op_base(call.name))
+
+
+def _arange(call: Call) -> OpCost | None:
+    """``arange`` into a device tensor of integers: ``arange_kernel`` (GpSimd iota)."""
+    from trnsim.kernels.elementwise import arange_kernel
+
+    out = call.out
+    if not isinstance(out, torch.Tensor) or out.device.type != "neuron" or not out.numel() or out.dim() != 1:
+        return None
+    return run_kernel(arange_kernel, "arange_kernel", out.numel(), dtype=chip_dtype(out.dtype))
+
+
+def _last_axis_rows(call: Call) -> tuple[torch.Tensor, torch.Tensor] | None:
+    """(self, index) of a ``gather``/``scatter`` along the last axis whose index picks
+    values within each row of ``self`` (its shape but the last axis); None otherwise."""
+    x, dim, idx = call.arg(0, "self"), call.arg(1, "dim"), call.arg(2, "index")
+    if not isinstance(x, torch.Tensor) or not isinstance(idx, torch.Tensor) or x.dim() == 0 or not idx.numel():
+        return None
+    if int(dim) % x.dim() != x.dim() - 1 or tuple(idx.shape[:-1]) != tuple(x.shape[:-1]):
+        return None
+    return x, idx
+
+
+def _gather(call: Call) -> OpCost | None:
+    """``gather(self, -1, index)`` (a loss picking each row's target): one indirect DMA of
+    the picked values, ``embedding_kernel`` over ``self`` seen as rows of one element."""
+    from trnsim.kernels.gather import embedding_kernel
+
+    found = _last_axis_rows(call)
+    if found is None:
+        return None
+    x, idx = found
+    return run_kernel(embedding_kernel, "embedding_kernel", placeholder((x.numel(), 1), x.dtype),
+                      placeholder((call.shares.split(idx.numel()),), torch.int32))
+
+
+def _scatter(call: Call) -> OpCost | None:
+    """``scatter(self, -1, index, value or src)``: the copy of ``self`` and a write of the
+    picked values (``embedding_backward_kernel`` over ``self`` seen as rows of one
+    element: its memset stands for the copy)."""
+    from trnsim.kernels.gather import embedding_backward_kernel
+
+    found = _last_axis_rows(call)
+    if found is None:
+        return None
+    x, idx = found
+    n = call.shares.split(idx.numel())
+    return run_kernel(embedding_backward_kernel, "embedding_backward_kernel", placeholder((n, 1), x.dtype),
+                      placeholder((n,), torch.int32), max(1, math.ceil(x.numel() / lnc())))
+
+
+def _as_strided_scatter(call: Call) -> OpCost | None:
+    """``as_strided_scatter(self, src, size, stride, storage_offset)``: the copy of
+    ``self`` and a DMA of ``src``'s elements into it (``slice_scatter_kernel`` on both
+    seen flat: the write timed as one contiguous run, however the view strides)."""
+    from trnsim.kernels.movement import slice_scatter_kernel
+
+    base, src = call.arg(0, "self"), call.arg(1, "src")
+    if not base.numel() or not src.numel() or src.numel() > base.numel():
+        return None
+    return run_kernel(slice_scatter_kernel, "slice_scatter_kernel", placeholder((base.numel(),), base.dtype),
+                      placeholder((src.numel(),), src.dtype), dim=0, start=0, end=src.numel(), step=1)

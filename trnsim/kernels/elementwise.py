@@ -423,3 +423,115 @@ def dropout_backward_kernel(grad, mask, scale=1.0):
                                       operand1=nl.load(g), dtype=out.dtype)
         nl.store(dst, value=y)
     return out
+
+
+@nki.jit
+def where_kernel(cond, x, y):
+    """torch's ``where(cond, x, y)`` of three tensors of one shape: ``x`` where ``cond``
+    is nonzero, ``y`` elsewhere.
+
+    Args:
+        cond: any shape in HBM, bool as uint8 (or any chip dtype, nonzero is true).
+        x, y: ``cond``'s shape in HBM, one chip dtype.
+
+    Returns:
+        ``cond``'s shape in HBM, ``x``'s dtype.
+
+    Memories: per [128, <= 4096] block all three are loaded and one
+    ``tensor_copy_predicated`` (vector engine) copies ``x`` over the ``y`` tile where
+    ``cond`` holds; the tile is stored. PSUM is not used.
+    """
+    out = _new_like(x, None)
+    for c, a, b, dst in zip(flat_views(cond, FREE_MAX), flat_views(x, FREE_MAX), flat_views(y, FREE_MAX),
+                            flat_views(out, FREE_MAX)):
+        tile = nl.load(b)
+        nisa.tensor_copy_predicated(dst=tile, src=nl.load(a), predicate=nl.load(c))
+        nl.store(dst, value=tile)
+    return out
+
+
+@nki.jit
+def uniform_kernel(shape, low=0.0, high=1.0, dtype="float32"):
+    """A new HBM tensor of ``shape`` of uniform random values in [low, high) (torch's
+    ``uniform_`` and ``rand``).
+
+    Args:
+        shape: of the result (a tuple of ints).
+        low, high: the range, low < high.
+        dtype: of the result (a float ``nl`` dtype or its name).
+
+    Returns:
+        ``shape`` in HBM, of ``dtype``.
+
+    Memories: per [128, <= 4096] block the vector engine draws 32 random bits per
+    element into an SBUF uint32 tile (``rng``) and one ``tensor_scalar`` scales them by
+    ``(high - low) / 2**32`` and adds ``low`` into the result tile, stored to HBM.
+    """
+    if not float(low) < float(high):
+        raise nki.KernelError(f"uniform_kernel: low {low!r} must be below high {high!r}")
+    out = nl.ndarray(tuple(shape), dtype, buffer=nl.shared_hbm)
+    for dst in flat_views(out, FREE_MAX):
+        bits = nl.ndarray(tuple(dst.shape), nl.uint32)
+        nisa.rng(bits)
+        values = nisa.tensor_scalar(bits, op0=nl.multiply, operand0=(float(high) - float(low)) / 2.0 ** 32,
+                                    op1=nl.add, operand1=float(low), dtype=out.dtype)
+        nl.store(dst, value=values)
+    return out
+
+
+ROUNDINGS = {"floor": nl.floor, "ceil": nl.ceil, "trunc": nl.trunc}
+
+
+@nki.jit
+def rounding_kernel(x, op="floor"):
+    """torch's ``floor``, ``ceil`` or ``trunc`` of ``x``.
+
+    Args:
+        x: any shape in HBM, any chip float dtype.
+        op: floor, ceil or trunc.
+
+    Returns:
+        ``x``'s shape and dtype in HBM.
+
+    Memories: per [128, <= 4096] block, loaded into SBUF: ``nl.floor`` (``nl.ceil``,
+    ``nl.trunc``) as NKI composes it, a round trip through int32 and a correction by
+    one comparison (two more for ``trunc``), on the vector engine; stored. PSUM is not
+    used.
+    """
+    if op not in ROUNDINGS:
+        raise nki.KernelError(f"rounding_kernel: op {op!r} is not one of {sorted(ROUNDINGS)}")
+    out = _new_like(x, None)
+    for src, dst in zip(flat_views(x, FREE_MAX), flat_views(out, FREE_MAX)):
+        nl.store(dst, value=ROUNDINGS[op](nl.load(src), dtype=out.dtype))
+    return out
+
+
+@nki.jit
+def arange_kernel(n, start=0, step=1, dtype="int32"):
+    """torch's ``arange(start, start + n * step, step)``: ``n`` values in HBM.
+
+    Args:
+        n: how many; start, step: integers.
+        dtype: of the result (an ``nl`` dtype or its name).
+
+    Returns:
+        [n] in HBM, of ``dtype``.
+
+    Memories: GpSimd writes the values into one SBUF tile per 128 x <= 4096 block with
+    ``iota`` (partition-major, as the flat result lies), stored to HBM.
+    """
+    out = nl.ndarray((int(n),), dtype, buffer=nl.shared_hbm)
+    cols = int(n) // TILE_P
+    column = 0
+    for dst in flat_views(out, FREE_MAX):
+        p, f = dst.shape
+        if p == TILE_P and cols:   # a block of columns: element (i, j) is i * cols + column + j
+            first, per_partition = column, cols
+            column += f
+        else:                      # the last n % 128, one row
+            first, per_partition = TILE_P * cols, 0
+        tile = nl.ndarray((p, f), nl.int32)
+        nisa.iota(tile, pattern=[[int(step), f]], offset=int(start) + first * int(step),
+                  channel_multiplier=per_partition * int(step))
+        nl.store(dst, value=nl.copy(tile, dtype=out.dtype))
+    return out

@@ -160,3 +160,35 @@ def pad_kernel(x, pads, value=0.0):
     if all(sl.stop > sl.start for sl in src):
         nisa.dma_copy(dst=out[dst], src=x[src])
     return out
+
+
+@nki.jit
+def slice_scatter_kernel(base, src, dim=0, start=0, end=None, step=1):
+    """torch's ``slice_scatter(base, src, dim, start, end, step)``: a copy of ``base``
+    whose slice ``start:end:step`` along ``dim`` is ``src``.
+
+    Args:
+        base: any shape in HBM, any chip dtype; src: the slice's shape, ``base``'s dtype.
+        dim, start, end, step: the slice (``end`` None: to the end; start and end
+            within the axis, step >= 1).
+
+    Returns:
+        ``base``'s shape in HBM.
+
+    Memories: HBM only: one DMA copies ``base`` (one descriptor per contiguous run),
+    then one writes ``src`` into the slice, after it.
+    """
+    size = base.shape[dim]
+    end = size if end is None else end
+    count = len(range(start, end, step))
+    want = tuple(count if i == dim else s for i, s in enumerate(base.shape))
+    if step < 1 or not 0 <= start <= size or not 0 <= end <= size or tuple(src.shape) != want:
+        raise nki.KernelError(f"slice_scatter_kernel: src {list(src.shape)} is not the slice {start}:{end}:{step} of "
+                              f"axis {dim} of base {list(base.shape)} (that slice is {list(want)})")
+    out = nl.ndarray(base.shape, base.dtype, buffer=nl.shared_hbm)
+    nisa.dma_copy(dst=out, src=base)
+    if count:
+        index = tuple(slice(start, start + (count - 1) * step + 1, step) if i == dim else slice(0, s)
+                      for i, s in enumerate(base.shape))
+        nisa.dma_copy(dst=out[index], src=src)
+    return out
