@@ -385,7 +385,7 @@ The logits agree. Each RMSNorm was six ops (power, mean, add, rsqrt and two
 multiplies), each MLP five (three matmuls, SiLU and a multiply); each is now one
 kernel, 33 ops fewer in all. The kernels do the layers' work in 107 us less than
 their ops did (383 us of ops against 276), and the 33 launches saved take away
-about 223 us of idle time between ops: 1.54x in all. The ops of each run:"""),
+about 223 us of idle time between ops: 1.58x in all. The ops of each run:"""),
     ("code", "print(profiles[\"plain\"].summary())"),
     ("code", "print(profiles[\"kernels\"].summary())"),
     ("code", """\
