@@ -176,13 +176,45 @@ def test_indexing_loss_and_random_ops_of_common_models_are_timed_by_kernels():
     assert timed("index.Tensor", table, [idx]) == ("kernel", "embedding_kernel")
     assert timed("index.Tensor", table, [None, torch.tensor([0, 1], device=dev)])[0] == "estimate"
     assert timed("index_put", table, [idx[:50]], torch.randn(50, 4, device=dev), True) == \
-        ("kernel", "embedding_backward_kernel")
+        ("kernel", "cast_kernel + embedding_backward_kernel")
     assert timed("gather", x, -1, target) == ("kernel", "embedding_kernel")
-    assert timed("scatter.value", x, 1, target, 1.0) == ("kernel", "embedding_backward_kernel")
+    assert timed("scatter.value", x, 1, target, 1.0) == ("kernel", "cast_kernel + embedding_backward_kernel")
     assert timed("select_backward", torch.randn(2, 64, device=dev), [2, 65, 64], 1, 0) == ("kernel", "pad_kernel")
     assert timed("slice_backward", torch.randn(2, 8, device=dev), [2, 16], 1, 8, 16, 1) == ("kernel", "pad_kernel")
+    g = torch.randn(2, 8, device=dev)
+    negative, positive = (costs.op_cost("aten::slice_backward", a, {}, [g], None).ps
+                          for a in ((g, [2, 16], 1, -8, 2**63 - 1, 1), (g, [2, 16], 1, 8, 16, 1)))
+    assert negative == positive   # -8: the last eight, as 8:16
     assert timed("as_strided_scatter", torch.zeros(64, device=dev), torch.ones(2, 32, device=dev), [2, 32], [32, 1],
                  0) == ("kernel", "slice_scatter_kernel")
     out = torch.empty(32, dtype=torch.int64, device=dev)
     assert costs.op_cost("aten::arange.start_out", (0, 32, 1), {"out": out}, [out], out).kernel == "arange_kernel"
     assert cond.any()   # (a device tensor of bools made on the way)
+
+
+def test_in_place_scatters_write_their_rows_alone_and_copies_of_nothing_cost_nothing():
+    """``cache[idx] = row`` (``_index_put_impl_``) writes one row, not the table; out of
+    place the table is copied first. A ``to`` that returns its input, and an op that
+    writes only empty tensors, do no device work. The cores share a slice scatter, as
+    they share the padding it is."""
+    from trnsim.backend import costs
+
+    dev = "neuron"
+    cache = torch.zeros(8192, 4096, dtype=torch.bfloat16, device=dev)
+    idx, row = torch.tensor([5], device=dev), torch.ones(1, 4096, dtype=torch.bfloat16, device=dev)
+    flat = [cache, idx, row]
+    in_place = costs.op_cost("aten::_index_put_impl_", (cache, [idx], row, False, False), {}, flat, cache)
+    copied = costs.op_cost("aten::index_put", (cache, [idx], row, False), {}, flat, None)
+    # a chain of small DMAs (the index, the row, the row in the table, the write back)
+    assert in_place.kernel == "embedding_backward_kernel" and in_place.ps < 15_000_000
+    assert copied.ps > 10 * in_place.ps   # 64 MiB copied first
+    x = torch.randn(4, 8, device=dev)
+    assert costs.op_cost("aten::to.dtype", (x, torch.float32), {}, [x], x).source == "none"
+    assert costs.op_cost("aten::new_ones", (x, [0]), {}, [x], torch.ones(0, device=dev)).source == "none"
+    base, src = torch.zeros(4, 16, device=dev), torch.ones(4, 16, device=dev)
+    assert costs.op_cost("aten::slice_scatter", (base, src, 1, -20), {}, [base, src], None).kernel == \
+        "slice_scatter_kernel"   # torch clamps a start before the axis to 0
+    g = torch.randn(64, 1, 768, device=dev)
+    back = costs.op_cost("aten::slice_backward", (g, [64, 197, 768], 1, 0, 1, 1), {}, [g], None)
+    pad = costs.op_cost("aten::constant_pad_nd", (g, [0, 0, 0, 196], 0.0), {}, [g], None)
+    assert back.ps == pad.ps

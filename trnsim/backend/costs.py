@@ -33,6 +33,9 @@ def op_cost(name: str, args: tuple, kwargs: dict, flat: list, out: Any,
     caller's memoized costing)."""
     if name in NO_DEVICE_WORK:
         return OpCost(ps=0, source="none")
+    results = [o for o in (out if isinstance(out, (list, tuple)) else (out,)) if isinstance(o, torch.Tensor)]
+    if results and not any(o.numel() for o in results):   # it writes nothing
+        return OpCost(ps=0, source="none")
     cost = optable.kernel_cost(Call(name, args, kwargs, flat, out, cost_of))
     if cost is not None:
         return cost

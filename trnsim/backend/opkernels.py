@@ -1024,8 +1024,20 @@ def _compare_with(call: Call) -> OpCost | None:
 
 def _copy(call: Call) -> OpCost | None:
     """A copy into a new tensor on the device (``lift_fresh_copy``, ``to`` within the
-    device, ``copy``, ``alias_copy``): ``cast_kernel`` to the result's dtype."""
-    return _cast(call)
+    device, ``copy(self, src)``, ``alias_copy``): ``cast_kernel`` from the source's dtype to
+    the result's; a ``to`` that returns its input unchanged does nothing."""
+    from trnsim.kernels.elementwise import cast_kernel
+
+    out = call.out
+    if any(out is a for a in call.args if isinstance(a, torch.Tensor)):
+        return OpCost(ps=0, source="none")
+    if op_base(call.name) != "copy":
+        return _cast(call)
+    src = call.arg(1, "src")
+    if not isinstance(out, torch.Tensor) or not isinstance(src, torch.Tensor) or src.device.type != "neuron":
+        return None
+    return run_kernel(cast_kernel, "cast_kernel", placeholder(call.shares.per_core(out.shape), src.dtype),
+                      dtype=chip_dtype(out.dtype))
 
 
 def _slice_scatter(call: Call) -> OpCost | None:
@@ -1039,14 +1051,21 @@ def _slice_scatter(call: Call) -> OpCost | None:
     if not base.numel():
         return None
     if not src.numel():   # an empty slice: the copy of the base alone
-        return run_kernel(cast_kernel, "cast_kernel", placeholder(base.shape, base.dtype), dtype=chip_dtype(base.dtype))
+        return run_kernel(cast_kernel, "cast_kernel", placeholder(call.shares.per_core(base.shape), base.dtype),
+                          dtype=chip_dtype(base.dtype))
     dim = int(call.arg(2, "dim", 0)) % base.dim()
-    start, end, step = call.arg(3, "start", None), call.arg(4, "end", None), int(call.arg(5, "step", 1) or 1)
+    step = int(call.arg(5, "step", 1) or 1)
     size = base.shape[dim]
-    start = 0 if start is None else int(start) % size if int(start) < 0 else min(int(start), size)
-    end = size if end is None else (int(end) % size if int(end) < 0 else min(int(end), size))
-    return run_kernel(slice_scatter_kernel, "slice_scatter_kernel", placeholder(base.shape, base.dtype),
-                      placeholder(src.shape, src.dtype), dim=dim, start=start, end=end, step=step)
+    start, end = (None if v is None else int(v) + size if int(v) < 0 else int(v)
+                  for v in (call.arg(3, "start", None), call.arg(4, "end", None)))
+    start = 0 if start is None else max(0, min(start, size))
+    end = size if end is None else max(start, min(end, size))
+    bs, ss = tuple(base.shape), tuple(src.shape)
+    if dim != 0 and bs[0] == ss[0]:   # the physical cores share the leading axis
+        share = call.shares.split(bs[0])
+        bs, ss = (share,) + bs[1:], (share,) + ss[1:]
+    return run_kernel(slice_scatter_kernel, "slice_scatter_kernel", placeholder(bs, base.dtype),
+                      placeholder(ss, src.dtype), dim=dim, start=start, end=end, step=step)
 
 
 def _where(call: Call) -> OpCost | None:
@@ -1104,20 +1123,41 @@ def _index(call: Call) -> OpCost | None:
                       placeholder((call.shares.split(idx.numel()),), torch.int32))
 
 
-def _index_put(call: Call) -> OpCost | None:
-    """``index_put(self, [index], values, accumulate)`` on the first axis by an integer
-    tensor: a row scatter into the table (``embedding_backward_kernel``: its memset
-    stands for the copy of ``self``, the scatter adds or writes each row)."""
+def _in_place(call: Call) -> bool:
+    """Whether ``call`` is an in-place op (``index_put_``, ``scatter_``, ...): its name's
+    base ends in an underscore, or it is ``_index_put_impl_``."""
+    return call.name.removeprefix("aten::").split(".")[0].endswith("_")
+
+
+def _scatter_rows(call: Call, x: torch.Tensor, rows: int, d: int, n: int) -> OpCost:
+    """Writing ``n`` rows of ``d`` values into ``x`` (``rows`` rows) by index: the rows
+    gathered, added to and scattered back (``embedding_backward_kernel`` over a table of
+    the ``n`` rows alone: its memset is that small); out of place, ``x`` is copied first
+    (``cast_kernel``), the two costs one after the other."""
+    from trnsim.kernels.elementwise import cast_kernel
     from trnsim.kernels.gather import embedding_backward_kernel
 
+    share = call.shares.split(n)
+    scatter = run_kernel(embedding_backward_kernel, "embedding_backward_kernel", placeholder((share, d), x.dtype),
+                         placeholder((share,), torch.int32), share)
+    if _in_place(call):
+        return scatter
+    copy = run_kernel(cast_kernel, "cast_kernel", placeholder((max(1, math.ceil(rows / lnc())), d), x.dtype),
+                      dtype=chip_dtype(x.dtype))
+    return OpCost(ps=copy.ps + scatter.ps, source="kernel", kernel="cast_kernel + embedding_backward_kernel",
+                  run=scatter.run, scale=scatter.scale, hbm_bytes=(copy.hbm_moved() or 0) + (scatter.hbm_moved() or 0),
+                  call=scatter.call)
+
+
+def _index_put(call: Call) -> OpCost | None:
+    """``index_put(self, [index], values, accumulate)`` on the first axis by an integer
+    tensor: the rows written (added, with ``accumulate``) by index; out of place after a
+    copy of ``self`` (:func:`_scatter_rows`)."""
     found = _first_axis_index(call)
     if found is None or not found[1].numel():
         return None
     x, idx = found
-    d = max(x.numel() // max(x.shape[0], 1), 1)
-    n = call.shares.split(idx.numel())
-    return run_kernel(embedding_backward_kernel, "embedding_backward_kernel", placeholder((n, d), x.dtype),
-                      placeholder((n,), torch.int32), max(1, math.ceil(x.shape[0] / lnc())))
+    return _scatter_rows(call, x, x.shape[0], max(x.numel() // max(x.shape[0], 1), 1), idx.numel())
 
 
 def _view_backward(call: Call) -> OpCost | None:
@@ -1134,11 +1174,14 @@ def _view_backward(call: Call) -> OpCost | None:
     else:
         if int(call.arg(5, "step", 1)) != 1:
             return None
-        start, end = int(call.arg(3, "start")), int(call.arg(4, "end"))
-        start, end = max(0, min(start, sizes[dim])), max(0, min(end, sizes[dim]))
+        size = sizes[dim]
+        start, end = (int(v) + size if int(v) < 0 else int(v) for v in (call.arg(3, "start"), call.arg(4, "end")))
+        start, end = max(0, min(start, size)), max(0, min(end, size))
     inner = sizes[:dim] + [end - start] + sizes[dim + 1:]
     if not all(inner) or not grad.numel():
         return None
+    if dim != 0:   # the physical cores share the leading axis
+        inner[0] = call.shares.split(inner[0])
     pads = [0, 0] * (len(sizes) - 1 - dim) + [start, sizes[dim] - end]
     return run_kernel(pad_kernel, "pad_kernel", placeholder(inner, grad.dtype), tuple(pads), value=0.0)
 
@@ -1190,18 +1233,14 @@ def _gather(call: Call) -> OpCost | None:
 
 
 def _scatter(call: Call) -> OpCost | None:
-    """``scatter(self, -1, index, value or src)``: the copy of ``self`` and a write of the
-    picked values (``embedding_backward_kernel`` over ``self`` seen as rows of one
-    element: its memset stands for the copy)."""
-    from trnsim.kernels.gather import embedding_backward_kernel
-
+    """``scatter(self, -1, index, value or src)``: the picked values written by index
+    into ``self`` seen as rows of one element; out of place after a copy of ``self``
+    (:func:`_scatter_rows`)."""
     found = _last_axis_rows(call)
     if found is None:
         return None
     x, idx = found
-    n = call.shares.split(idx.numel())
-    return run_kernel(embedding_backward_kernel, "embedding_backward_kernel", placeholder((n, 1), x.dtype),
-                      placeholder((n,), torch.int32), max(1, math.ceil(x.numel() / lnc())))
+    return _scatter_rows(call, x, x.numel(), 1, idx.numel())
 
 
 def _as_strided_scatter(call: Call) -> OpCost | None:
@@ -1213,5 +1252,7 @@ def _as_strided_scatter(call: Call) -> OpCost | None:
     base, src = call.arg(0, "self"), call.arg(1, "src")
     if not base.numel() or not src.numel() or src.numel() > base.numel():
         return None
-    return run_kernel(slice_scatter_kernel, "slice_scatter_kernel", placeholder((base.numel(),), base.dtype),
-                      placeholder((src.numel(),), src.dtype), dim=0, start=0, end=src.numel(), step=1)
+    share = call.shares.split(base.numel())   # each physical core a share of both, flat
+    part = max(1, math.ceil(src.numel() * share / base.numel()))
+    return run_kernel(slice_scatter_kernel, "slice_scatter_kernel", placeholder((share,), base.dtype),
+                      placeholder((part,), src.dtype), dim=0, start=0, end=part, step=1)

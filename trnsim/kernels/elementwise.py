@@ -452,8 +452,10 @@ def where_kernel(cond, x, y):
 
 @nki.jit
 def uniform_kernel(shape, low=0.0, high=1.0, dtype="float32"):
-    """A new HBM tensor of ``shape`` of uniform random values in [low, high) (torch's
-    ``uniform_`` and ``rand``).
+    """A new HBM tensor of ``shape`` of uniform random values from ``low`` to ``high``
+    (torch's ``uniform_`` and ``rand``, which never give ``high``: here the scaled 32-bit
+    draws round to the result dtype, so ``high`` itself can occur, about one value in
+    512 in bfloat16).
 
     Args:
         shape: of the result (a tuple of ints).
@@ -484,7 +486,9 @@ ROUNDINGS = {"floor": nl.floor, "ceil": nl.ceil, "trunc": nl.trunc}
 
 @nki.jit
 def rounding_kernel(x, op="floor"):
-    """torch's ``floor``, ``ceil`` or ``trunc`` of ``x``.
+    """torch's ``floor``, ``ceil`` or ``trunc`` of ``x``, for ``|x| < 2**31`` (NKI's
+    composition goes through int32: larger values, inf and NaN do not come back as
+    torch gives them).
 
     Args:
         x: any shape in HBM, any chip float dtype.
