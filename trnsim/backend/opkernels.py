@@ -726,12 +726,11 @@ def _one_window_clipped(shape: tuple, kernel: tuple, stride: tuple | None, paddi
     few pixels) reads what a window of the padded input's size reads, so it is timed as
     that one (whose tiles fit SBUF)."""
     from trnsim.kernels.pool import _out_size
+    from trnsim.kernels.preconditions import int_pair
 
-    def pair(v: Any) -> tuple[int, int]:
-        v = tuple(v) if isinstance(v, (tuple, list)) else (v, v)
-        return (v[0], v[0]) if len(v) == 1 else (v[0], v[1])
-
-    ks, ss, ps = pair(kernel), pair(stride if stride else kernel), pair(padding)
+    name = "avg_pool2d"
+    ks, ss = int_pair(kernel, "kernel_size", name), int_pair(stride if stride else kernel, "stride", name)
+    ps = int_pair(padding, "padding", name)
     out = []
     for size, k, st, p in zip(shape[2:], ks, ss, ps):
         whole = size + 2 * p
@@ -753,8 +752,9 @@ def _avg_pool(call: Call) -> OpCost | None:
     if pool is None:
         return None
     shape, kernel, stride, padding = pool
-    kernel = _one_window_clipped(shape, kernel, stride, padding, bool(call.arg(at + 4, "ceil_mode", False)))
-    options = {"ceil_mode": bool(call.arg(at + 4, "ceil_mode", False)),
+    ceil_mode = bool(call.arg(at + 4, "ceil_mode", False))
+    kernel = _one_window_clipped(shape, kernel, stride, padding, ceil_mode)
+    options = {"ceil_mode": ceil_mode,
                "count_include_pad": bool(call.arg(at + 5, "count_include_pad", True)),
                "divisor_override": call.arg(at + 6, "divisor_override")}
     if back:
@@ -973,7 +973,6 @@ def _dropout_backward(call: Call) -> OpCost | None:
                       placeholder(part, mask.dtype), scale=float(call.arg(2, "scale")))
 
 
-
 #: bitwise and logical ops of two tensors: the vector engine's ALU op each runs as (on
 #: bools, 0/1 bytes, the logical ops are the bitwise ones)
 BITWISE = {"bitwise_and": "bitwise_and", "bitwise_or": "bitwise_or", "bitwise_xor": "bitwise_xor",
@@ -1043,9 +1042,8 @@ def _copy(call: Call) -> OpCost | None:
 def _slice_scatter(call: Call) -> OpCost | None:
     """``slice_scatter(self, src, dim, start, end, step)``: ``slice_scatter_kernel``, the
     base copied and the slice written by DMA (an empty slice: the copy alone)."""
-    from trnsim.kernels.movement import slice_scatter_kernel
-
     from trnsim.kernels.elementwise import cast_kernel
+    from trnsim.kernels.movement import slice_scatter_kernel
 
     base, src = call.arg(0, "self"), call.arg(1, "src")
     if not base.numel():
@@ -1097,16 +1095,18 @@ def _uniform(call: Call) -> OpCost | None:
                       dtype=chip_dtype(out.dtype))
 
 
-def _first_axis_index(call: Call) -> tuple[torch.Tensor, torch.Tensor] | None:
-    """(self, the index) of an advanced indexing ``self[index]`` by one integer tensor on
-    the first axis (``index(self, [index])``, ``index_put(self, [index], values)``);
-    None for any other indexing."""
+def _first_axis_index(call: Call) -> tuple[torch.Tensor, torch.Tensor, int] | None:
+    """(self, the index, the values a row of ``self`` holds) of an advanced indexing
+    ``self[index]`` by one nonempty integer tensor on the first axis (``index(self,
+    [index])``, ``index_put(self, [index], values)``); None for any other indexing."""
     x, indices = call.arg(0, "self"), call.arg(1, "indices")
     if not isinstance(x, torch.Tensor) or x.dim() == 0 or not isinstance(indices, (list, tuple)):
         return None
     if len(indices) != 1 or not isinstance(indices[0], torch.Tensor) or indices[0].dtype in (torch.bool, torch.uint8):
         return None
-    return x, indices[0]
+    if not indices[0].numel():
+        return None
+    return x, indices[0], max(x.numel() // max(x.shape[0], 1), 1)
 
 
 def _index(call: Call) -> OpCost | None:
@@ -1115,10 +1115,9 @@ def _index(call: Call) -> OpCost | None:
     from trnsim.kernels.gather import embedding_kernel
 
     found = _first_axis_index(call)
-    if found is None or not found[1].numel():
+    if found is None:
         return None
-    x, idx = found
-    d = max(x.numel() // max(x.shape[0], 1), 1)
+    x, idx, d = found
     return run_kernel(embedding_kernel, "embedding_kernel", placeholder((max(x.shape[0], 1), d), x.dtype),
                       placeholder((call.shares.split(idx.numel()),), torch.int32))
 
@@ -1154,10 +1153,10 @@ def _index_put(call: Call) -> OpCost | None:
     tensor: the rows written (added, with ``accumulate``) by index; out of place after a
     copy of ``self`` (:func:`_scatter_rows`)."""
     found = _first_axis_index(call)
-    if found is None or not found[1].numel():
+    if found is None:
         return None
-    x, idx = found
-    return _scatter_rows(call, x, x.shape[0], max(x.numel() // max(x.shape[0], 1), 1), idx.numel())
+    x, idx, d = found
+    return _scatter_rows(call, x, x.shape[0], d, idx.numel())
 
 
 def _view_backward(call: Call) -> OpCost | None:
@@ -1169,7 +1168,7 @@ def _view_backward(call: Call) -> OpCost | None:
     grad, sizes = call.arg(0, "grad_output"), [int(s) for s in call.arg(1, "input_sizes")]
     dim = int(call.arg(2, "dim")) % len(sizes)
     if op_base(call.name) == "select_backward":
-        start, end = int(call.arg(3, "index")) % sizes[dim], None
+        start = int(call.arg(3, "index")) % sizes[dim]
         end = start + 1
     else:
         if int(call.arg(5, "step", 1)) != 1:
